@@ -1,0 +1,295 @@
+// Package registry is the actor that keeps the live set of workers. It spawns
+// one worker actor per engine on its first heartbeat and forwards later ones,
+// answers each heartbeat with the ack (drain flag, route epoch, interval),
+// supervises its children (a crashing worker actor is restarted with its last
+// status; its siblings are untouched), applies operator drains, and tells its
+// subscribers (the router) of every change and eviction.
+//
+// Its own logic is kept tiny, and its state lives outside the actor instance:
+// if the registry itself is restarted (which stops all its children), it
+// respawns a worker actor for every worker it knew, with the same status and
+// deadline, so a registry fault never drops the fleet.
+package registry
+
+import (
+	"sort"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/tlgate/tlgate/actors/worker"
+	"github.com/tlgate/tlgate/internal/fleet"
+	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
+)
+
+// Heartbeat is one validated status from an engine (or a probe of one),
+// stamped with its arrival time by the edge. The registry responds with a
+// *controlv1.HeartbeatAck.
+type Heartbeat struct {
+	Status  *controlv1.WorkerStatus
+	Arrived time.Time
+	Source  string // fleet.SourceHeartbeat or fleet.SourceProbe
+	Kind    string // the probed engine's kind, if any
+}
+
+// Drain starts (On) or ends (!On) an operator drain of the workers serving
+// Model. The registry responds with DrainResult.
+type Drain struct {
+	Model string
+	On    bool
+}
+
+// DrainResult says how many known workers serve the drained model.
+type DrainResult struct{ Workers int }
+
+// Snapshot asks for every live worker; the registry responds with
+// *SnapshotResult. With RoutableOnly, only workers routable at the time of
+// the answer are listed.
+type Snapshot struct{ RoutableOnly bool }
+
+// SnapshotResult lists workers sorted by id, with the route epoch.
+type SnapshotResult struct {
+	Workers []fleet.Worker
+	Epoch   uint64
+}
+
+// SetEpoch tells the registry the route table's epoch, sent in every ack.
+type SetEpoch struct{ Epoch uint64 }
+
+// Subscribe registers PID for WorkerChanged and WorkerGone messages; the
+// registry first sends it a *SnapshotResult of every known worker so a
+// (re)started subscriber can rebuild its view.
+type Subscribe struct{ PID *actor.PID }
+
+// WorkerChanged tells subscribers a worker's new snapshot.
+type WorkerChanged struct{ Worker fleet.Worker }
+
+// WorkerGone tells subscribers a worker was evicted.
+type WorkerGone struct {
+	ID     string
+	Reason string
+}
+
+// Forget removes a worker at once (a probed engine taken out of the
+// configuration); the registry responds with true if it knew the worker.
+type Forget struct{ ID string }
+
+// WorkerPID asks for the actor of worker ID; the registry responds with
+// *actor.PID (nil when unknown). Drills use it to crash one worker actor.
+type WorkerPID struct{ ID string }
+
+// Crash makes the registry actor panic: drills use it to check that a
+// registry restart keeps every worker.
+type Crash struct{}
+
+// Config holds the registry's liveness settings.
+type Config struct {
+	Interval  time.Duration // heartbeat interval T
+	MissLimit int           // k
+	Epoch     uint64        // initial route epoch
+	// OnEvict, if set, is called (from the actor) for every eviction; the
+	// composition root uses it for metrics and logs.
+	OnEvict func(w fleet.Worker)
+	// OnRegister, if set, is called for every worker's first heartbeat.
+	OnRegister func(w fleet.Worker)
+}
+
+// TTL is how long a heartbeat keeps a worker live: k·T.
+func (c Config) TTL() time.Duration { return time.Duration(c.MissLimit) * c.Interval }
+
+// State is the registry's state, kept outside the actor instance so that it
+// survives the actor's restart.
+type State struct {
+	cfg         Config
+	entries     map[string]*entry
+	drained     map[string]bool
+	epoch       uint64
+	subscribers []*actor.PID
+	winding     bool // restarting or stopping: children are going away
+}
+
+type entry struct {
+	worker fleet.Worker
+	pid    *actor.PID
+}
+
+// NewState returns an empty registry state.
+func NewState(cfg Config) *State {
+	return &State{cfg: cfg, entries: map[string]*entry{}, drained: map[string]bool{}, epoch: cfg.Epoch}
+}
+
+// Props returns the registry actor's props over st. Its children are
+// supervised one for one and restarted on a panic.
+func Props(st *State) *actor.Props {
+	return actor.PropsFromProducer(
+		func() actor.Actor { return &registryActor{st: st} },
+		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Second, actor.DefaultDecider)),
+	)
+}
+
+type registryActor struct{ st *State }
+
+// Receive is the actor's thin switch.
+func (a *registryActor) Receive(ctx actor.Context) {
+	st := a.st
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		st.winding = false
+		a.respawn(ctx)
+	case *actor.Restarting, *actor.Stopping:
+		// protoactor now stops every child; they must not be respawned
+		// until the new incarnation starts.
+		st.winding = true
+	case *Heartbeat:
+		ctx.Respond(a.heartbeat(ctx, m))
+	case *worker.Expired:
+		a.expired(ctx, m)
+	case *Drain:
+		ctx.Respond(a.drain(ctx, m))
+	case *Snapshot:
+		ctx.Respond(st.snapshot(m.RoutableOnly, time.Now()))
+	case *SetEpoch:
+		st.epoch = m.Epoch
+	case *Subscribe:
+		st.subscribers = append(st.subscribers, m.PID)
+		ctx.Send(m.PID, st.snapshot(false, time.Now()))
+	case *Forget:
+		e, ok := st.entries[m.ID]
+		if ok {
+			ctx.Stop(e.pid)
+			delete(st.entries, m.ID)
+			a.publish(ctx, &WorkerGone{ID: m.ID, Reason: "removed"})
+		}
+		ctx.Respond(ok)
+	case *WorkerPID:
+		var pid *actor.PID
+		if e, ok := st.entries[m.ID]; ok {
+			pid = e.pid
+		}
+		ctx.Respond(pid)
+	case *Crash:
+		panic("registry: crash requested")
+	case *actor.Terminated:
+		a.terminated(ctx, m.Who)
+	}
+}
+
+// terminated handles a child that stopped. A worker that is no longer live
+// is evicted; one that is still live (its actor exhausted its restarts, or
+// a heartbeat arrived while it was stopping) gets a fresh actor, so one bad
+// worker actor never loses the worker.
+func (a *registryActor) terminated(ctx actor.Context, who *actor.PID) {
+	if a.st.winding {
+		return
+	}
+	for _, e := range a.st.entries {
+		if !e.pid.Equal(who) {
+			continue
+		}
+		if e.worker.Live(time.Now()) {
+			e.pid = a.spawn(ctx, e.worker)
+		} else {
+			a.evict(ctx, e)
+		}
+		return
+	}
+}
+
+func (a *registryActor) heartbeat(ctx actor.Context, m *Heartbeat) *controlv1.HeartbeatAck {
+	st := a.st
+	w := fleet.FromStatus(m.Status, m.Arrived, st.cfg.TTL(), m.Source)
+	w.Kind = m.Kind
+	w.Drained = st.drained[w.Model]
+	e, known := st.entries[w.ID]
+	if known {
+		e.worker = w
+		ctx.Send(e.pid, &worker.Update{Worker: w})
+	} else {
+		st.entries[w.ID] = &entry{worker: w, pid: a.spawn(ctx, w)}
+		if st.cfg.OnRegister != nil {
+			st.cfg.OnRegister(w)
+		}
+	}
+	a.publish(ctx, &WorkerChanged{Worker: w})
+	return &controlv1.HeartbeatAck{
+		Drain:      w.Drained,
+		Epoch:      st.epoch,
+		IntervalMs: uint32(st.cfg.Interval / time.Millisecond),
+	}
+}
+
+// expired handles a worker actor's report that its deadline passed. If a
+// newer heartbeat reached the registry meanwhile (it was forwarded to the
+// stopping actor and lost), the worker is kept and a fresh actor spawned.
+// The Terminated system message may overtake Expired; whichever comes
+// first acts, and the other finds the entry gone or owned by a new actor.
+func (a *registryActor) expired(ctx actor.Context, m *worker.Expired) {
+	e, ok := a.st.entries[m.ID]
+	if !ok || !e.pid.Equal(m.PID) {
+		return // already handled when the actor terminated
+	}
+	if e.worker.LastHeartbeat.After(m.LastHeartbeat) {
+		e.pid = a.spawn(ctx, e.worker)
+		return
+	}
+	a.evict(ctx, e)
+}
+
+func (a *registryActor) evict(ctx actor.Context, e *entry) {
+	delete(a.st.entries, e.worker.ID)
+	if a.st.cfg.OnEvict != nil {
+		a.st.cfg.OnEvict(e.worker)
+	}
+	a.publish(ctx, &WorkerGone{ID: e.worker.ID, Reason: "evicted"})
+}
+
+func (a *registryActor) drain(ctx actor.Context, m *Drain) *DrainResult {
+	st := a.st
+	if m.On {
+		st.drained[m.Model] = true
+	} else {
+		delete(st.drained, m.Model)
+	}
+	n := 0
+	for _, e := range st.entries {
+		if e.worker.Model != m.Model {
+			continue
+		}
+		n++
+		e.worker.Drained = m.On
+		a.publish(ctx, &WorkerChanged{Worker: e.worker})
+	}
+	return &DrainResult{Workers: n}
+}
+
+// respawn runs on (re)start: after a restart the children are gone but the
+// state is not, so each known worker gets a fresh actor with its last status.
+func (a *registryActor) respawn(ctx actor.Context) {
+	for _, e := range a.st.entries {
+		e.pid = a.spawn(ctx, e.worker)
+	}
+}
+
+func (a *registryActor) spawn(ctx actor.Context, w fleet.Worker) *actor.PID {
+	pid := ctx.SpawnPrefix(worker.Props(&worker.State{Worker: w}), "worker-"+w.ID+"-")
+	ctx.Watch(pid)
+	return pid
+}
+
+func (a *registryActor) publish(ctx actor.Context, msg any) {
+	for _, s := range a.st.subscribers {
+		ctx.Send(s, msg)
+	}
+}
+
+func (st *State) snapshot(routableOnly bool, now time.Time) *SnapshotResult {
+	out := &SnapshotResult{Epoch: st.epoch, Workers: make([]fleet.Worker, 0, len(st.entries))}
+	for _, e := range st.entries {
+		if !e.worker.Live(now) || routableOnly && !e.worker.Routable(now) {
+			continue
+		}
+		out.Workers = append(out.Workers, e.worker)
+	}
+	sort.Slice(out.Workers, func(i, j int) bool { return out.Workers[i].ID < out.Workers[j].ID })
+	return out
+}

@@ -1,0 +1,196 @@
+// Package fleet defines the gateway's view of one engine worker, built from
+// the WorkerStatus it heartbeats (or that a probe reads), and the rules that
+// say whether a heartbeat is acceptable and whether a worker is live and
+// routable. It holds no actor and does no I/O.
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"time"
+
+	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
+)
+
+// Role is what part of serving a worker does.
+type Role string
+
+// The roles of control.proto.
+const (
+	RoleUnified Role = "unified"
+	RolePrefill Role = "prefill"
+	RoleDecode  Role = "decode"
+)
+
+// Source says where a worker's status comes from.
+const (
+	SourceHeartbeat = "heartbeat"
+	SourceProbe     = "probe"
+)
+
+// Worker is the gateway's snapshot of one engine.
+type Worker struct {
+	ID            string    `json:"id"`
+	HTTPAddress   string    `json:"http_address"`
+	GRPCAddress   string    `json:"grpc_address"`
+	KVAddress     string    `json:"kv_address"`
+	Role          Role      `json:"role"`
+	Model         string    `json:"model"`
+	KVFormat      uint32    `json:"kv_format"`
+	QueueDepth    int       `json:"queue_depth"`
+	Running       int       `json:"running"`
+	KVFreeBlocks  int       `json:"kv_free_blocks"`
+	KVTotalBlocks int       `json:"kv_total_blocks"`
+	KVBlockTokens int       `json:"kv_block_tokens"`
+	Draining      bool      `json:"draining"`
+	Drained       bool      `json:"drained"`
+	StartedAt     time.Time `json:"started_at"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	// Deadline is LastHeartbeat + miss_limit × interval: the worker is live
+	// strictly before it and evicted at it.
+	Deadline time.Time `json:"-"`
+	Source   string    `json:"source"`
+	Kind     string    `json:"kind,omitempty"`
+}
+
+// Live reports whether the worker's last heartbeat is recent enough at now:
+// now - last < k·T, i.e. now is strictly before the deadline.
+func (w *Worker) Live(now time.Time) bool { return now.Before(w.Deadline) }
+
+// Routable reports whether new requests may go to the worker at now: live,
+// not draining itself, and its model not drained by an operator.
+func (w *Worker) Routable(now time.Time) bool {
+	return w.Live(now) && !w.Draining && !w.Drained
+}
+
+// Errors returned by Validate. Each is wrapped with the offending field.
+var (
+	ErrInvalidWorkerID = errors.New("invalid worker_id")
+	ErrInvalidAddress  = errors.New("invalid address")
+	ErrInvalidRole     = errors.New("invalid role")
+	ErrInvalidModel    = errors.New("invalid model")
+	ErrInvalidKV       = errors.New("invalid kv figures")
+)
+
+var (
+	workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+	modelPattern    = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,256}$`)
+)
+
+// ValidWorkerID reports whether id matches [A-Za-z0-9._:-]{1,128}.
+func ValidWorkerID(id string) bool { return workerIDPattern.MatchString(id) }
+
+// ValidModelID reports whether a model id is acceptable.
+func ValidModelID(m string) bool { return modelPattern.MatchString(m) }
+
+// Validate checks a heartbeat before it may change anything: a well-formed
+// worker id, a model, host:port addresses (the KV address required of
+// decode workers, the gRPC address of prefill workers), a known role and
+// coherent KV figures.
+func Validate(s *controlv1.WorkerStatus) error {
+	if s == nil {
+		return fmt.Errorf("worker_id: %w: empty status", ErrInvalidWorkerID)
+	}
+	if !ValidWorkerID(s.GetWorkerId()) {
+		return fmt.Errorf("worker_id: %w: %q must match [A-Za-z0-9._:-]{1,128}", ErrInvalidWorkerID, truncate(s.GetWorkerId()))
+	}
+	if !ValidModelID(s.GetModel()) {
+		return fmt.Errorf("model: %w: %q must match [A-Za-z0-9._:/-]{1,256}", ErrInvalidModel, truncate(s.GetModel()))
+	}
+	role, err := RoleOf(s.GetRole())
+	if err != nil {
+		return err
+	}
+	if err := checkHostPort("http_address", s.GetHttpAddress(), true); err != nil {
+		return err
+	}
+	if err := checkHostPort("grpc_address", s.GetGrpcAddress(), role == RolePrefill); err != nil {
+		return err
+	}
+	if err := checkHostPort("kv_address", s.GetKvAddress(), role == RoleDecode); err != nil {
+		return err
+	}
+	if s.GetKvTotalBlocks() > 0 && s.GetKvFreeBlocks() > s.GetKvTotalBlocks() {
+		return fmt.Errorf("kv_free_blocks: %w: %d free of %d total", ErrInvalidKV, s.GetKvFreeBlocks(), s.GetKvTotalBlocks())
+	}
+	return nil
+}
+
+// RoleOf maps the contract's role; ROLE_UNSPECIFIED means unified.
+func RoleOf(r controlv1.Role) (Role, error) {
+	switch r {
+	case controlv1.Role_ROLE_UNSPECIFIED, controlv1.Role_ROLE_UNIFIED:
+		return RoleUnified, nil
+	case controlv1.Role_ROLE_PREFILL:
+		return RolePrefill, nil
+	case controlv1.Role_ROLE_DECODE:
+		return RoleDecode, nil
+	}
+	return "", fmt.Errorf("role: %w: %d is not a known role", ErrInvalidRole, int32(r))
+}
+
+func checkHostPort(field, addr string, required bool) error {
+	if addr == "" {
+		if required {
+			return fmt.Errorf("%s: %w: required", field, ErrInvalidAddress)
+		}
+		return nil
+	}
+	if len(addr) > 262 {
+		return fmt.Errorf("%s: %w: longer than 262 bytes", field, ErrInvalidAddress)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s: %w: %q is not host:port", field, ErrInvalidAddress, truncate(addr))
+	}
+	if host == "" {
+		return fmt.Errorf("%s: %w: %q has no host", field, ErrInvalidAddress, truncate(addr))
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("%s: %w: %q has no valid port", field, ErrInvalidAddress, truncate(addr))
+	}
+	for _, r := range host {
+		if r <= ' ' || r == '/' || r == '@' || r == '?' || r == '#' || r > 0x7e {
+			return fmt.Errorf("%s: %w: %q has a bad host", field, ErrInvalidAddress, truncate(addr))
+		}
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// FromStatus builds the worker snapshot of a validated status that arrived
+// at arrived, with the liveness deadline arrived + ttl.
+func FromStatus(s *controlv1.WorkerStatus, arrived time.Time, ttl time.Duration, source string) Worker {
+	role, _ := RoleOf(s.GetRole())
+	w := Worker{
+		ID:            s.GetWorkerId(),
+		HTTPAddress:   s.GetHttpAddress(),
+		GRPCAddress:   s.GetGrpcAddress(),
+		KVAddress:     s.GetKvAddress(),
+		Role:          role,
+		Model:         s.GetModel(),
+		KVFormat:      s.GetKvFormat(),
+		QueueDepth:    int(s.GetQueueDepth()),
+		Running:       int(s.GetRunning()),
+		KVFreeBlocks:  int(s.GetKvFreeBlocks()),
+		KVTotalBlocks: int(s.GetKvTotalBlocks()),
+		KVBlockTokens: int(s.GetKvBlockTokens()),
+		Draining:      s.GetDraining(),
+		LastHeartbeat: arrived,
+		Deadline:      arrived.Add(ttl),
+		Source:        source,
+	}
+	if ms := s.GetStartedAtUnixMs(); ms > 0 {
+		w.StartedAt = time.UnixMilli(int64(ms)).UTC()
+	}
+	return w
+}
