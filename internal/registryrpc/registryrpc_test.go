@@ -1,0 +1,208 @@
+package registryrpc_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/tlgate/tlgate/actors/registry"
+	"github.com/tlgate/tlgate/internal/actorsys"
+	"github.com/tlgate/tlgate/internal/registryrpc"
+	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type env struct {
+	sys    *actor.ActorSystem
+	reg    *actor.PID
+	client controlv1.WorkerRegistryClient
+	conn   *grpc.ClientConn
+}
+
+func start(t *testing.T, o registryrpc.Options) *env {
+	t.Helper()
+	sys := actorsys.New(zerolog.Nop())
+	pid := sys.Root.Spawn(registry.Props(registry.NewState(registry.Config{Interval: 2 * time.Second, MissLimit: 3, Epoch: 4})))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	registryrpc.New(sys.Root, pid, o).Register(g)
+	go func() { _ = g.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		g.Stop()
+		_ = sys.Root.StopFuture(pid).Wait()
+		sys.Shutdown()
+	})
+	return &env{sys: sys, reg: pid, client: controlv1.NewWorkerRegistryClient(conn), conn: conn}
+}
+
+func (e *env) routable(t *testing.T) []string {
+	t.Helper()
+	res, err := e.sys.Root.RequestFuture(e.reg, &registry.Snapshot{RoutableOnly: true}, time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, w := range res.(*registry.SnapshotResult).Workers {
+		ids = append(ids, w.ID)
+	}
+	return ids
+}
+
+func good(id string) *controlv1.WorkerStatus {
+	return &controlv1.WorkerStatus{
+		WorkerId: id, HttpAddress: "127.0.0.1:8001", Role: controlv1.Role_ROLE_UNIFIED,
+		Model: "smol", KvTotalBlocks: 100, KvFreeBlocks: 90, KvBlockTokens: 16,
+	}
+}
+
+func TestRegistryOverGRPC(t *testing.T) {
+	e := start(t, registryrpc.Options{})
+	ctx := context.Background()
+	ack, err := e.client.Heartbeat(ctx, good("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack.Drain || ack.Epoch != 4 || ack.IntervalMs != 2000 {
+		t.Fatalf("ack = %v", ack)
+	}
+	if got := e.routable(t); len(got) != 1 || got[0] != "w1" {
+		t.Fatalf("routable = %v, want w1", got)
+	}
+
+	// An operator drain of the model: the next ack says drain and the
+	// worker stops being routable.
+	if _, err := e.sys.Root.RequestFuture(e.reg, &registry.Drain{Model: "smol", On: true}, time.Second).Result(); err != nil {
+		t.Fatal(err)
+	}
+	ack, err = e.client.Heartbeat(ctx, good("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ack.Drain {
+		t.Fatal("ack after drain does not carry drain")
+	}
+	if got := e.routable(t); len(got) != 0 {
+		t.Fatalf("drained worker routable: %v", got)
+	}
+
+	// A worker reporting draining itself is not routable.
+	s := good("w2")
+	s.Model = "big"
+	s.Draining = true
+	if _, err := e.client.Heartbeat(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.routable(t); len(got) != 0 {
+		t.Fatalf("self-draining worker routable: %v", got)
+	}
+	s.Draining = false
+	if _, err := e.client.Heartbeat(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.routable(t); len(got) != 1 || got[0] != "w2" {
+		t.Fatalf("routable = %v, want w2", got)
+	}
+
+	// grpc.health.v1 is served.
+	hc, err := healthpb.NewHealthClient(e.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || hc.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", hc, err)
+	}
+}
+
+func TestHeartbeatRejectsBadInput(t *testing.T) {
+	e := start(t, registryrpc.Options{})
+	mod := func(f func(s *controlv1.WorkerStatus)) *controlv1.WorkerStatus {
+		s := good("ok-1")
+		f(s)
+		return s
+	}
+	cases := []struct {
+		name string
+		s    *controlv1.WorkerStatus
+		want string
+	}{
+		{"empty status", &controlv1.WorkerStatus{}, "worker_id"},
+		{"empty id", mod(func(s *controlv1.WorkerStatus) { s.WorkerId = "" }), "worker_id"},
+		{"id with space", mod(func(s *controlv1.WorkerStatus) { s.WorkerId = "a b" }), "worker_id"},
+		{"id with slash", mod(func(s *controlv1.WorkerStatus) { s.WorkerId = "a/b" }), "worker_id"},
+		{"id too long", mod(func(s *controlv1.WorkerStatus) { s.WorkerId = strings.Repeat("a", 129) }), "worker_id"},
+		{"id unicode", mod(func(s *controlv1.WorkerStatus) { s.WorkerId = "wörker" }), "worker_id"},
+		{"empty model", mod(func(s *controlv1.WorkerStatus) { s.Model = "" }), "model"},
+		{"model with space", mod(func(s *controlv1.WorkerStatus) { s.Model = "a b" }), "model"},
+		{"no http address", mod(func(s *controlv1.WorkerStatus) { s.HttpAddress = "" }), "http_address"},
+		{"http address no port", mod(func(s *controlv1.WorkerStatus) { s.HttpAddress = "localhost" }), "http_address"},
+		{"http address is a URL", mod(func(s *controlv1.WorkerStatus) { s.HttpAddress = "http://x:1/" }), "http_address"},
+		{"http port zero", mod(func(s *controlv1.WorkerStatus) { s.HttpAddress = "127.0.0.1:0" }), "http_address"},
+		{"http port too big", mod(func(s *controlv1.WorkerStatus) { s.HttpAddress = "127.0.0.1:70000" }), "http_address"},
+		{"bad grpc address", mod(func(s *controlv1.WorkerStatus) { s.GrpcAddress = "nope" }), "grpc_address"},
+		{"unknown role", mod(func(s *controlv1.WorkerStatus) { s.Role = 9 }), "role"},
+		{"decode without kv address", mod(func(s *controlv1.WorkerStatus) { s.Role = controlv1.Role_ROLE_DECODE }), "kv_address"},
+		{"prefill without grpc address", mod(func(s *controlv1.WorkerStatus) { s.Role = controlv1.Role_ROLE_PREFILL }), "grpc_address"},
+		{"more free than total", mod(func(s *controlv1.WorkerStatus) { s.KvFreeBlocks = 101 }), "kv_free_blocks"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.client.Heartbeat(context.Background(), tc.s)
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("code = %v (%v), want InvalidArgument", status.Code(err), err)
+			}
+			if !strings.Contains(status.Convert(err).Message(), tc.want) {
+				t.Fatalf("message %q does not name %q", status.Convert(err).Message(), tc.want)
+			}
+		})
+	}
+	res, err := e.sys.Root.RequestFuture(e.reg, &registry.Snapshot{}, time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(res.(*registry.SnapshotResult).Workers); n != 0 {
+		t.Fatalf("registry changed by rejected heartbeats: %d workers", n)
+	}
+}
+
+func TestHeartbeatNeedsToken(t *testing.T) {
+	e := start(t, registryrpc.Options{Token: "s3cret"})
+	_, err := e.client.Heartbeat(context.Background(), good("w1"))
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no token: %v", err)
+	}
+	bad := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer nope")
+	if _, err := e.client.Heartbeat(bad, good("w1")); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("wrong token: %v", err)
+	}
+	if strings.Contains(status.Convert(err).Message(), "s3cret") {
+		t.Fatal("token leaked in error")
+	}
+	if got := e.routable(t); len(got) != 0 {
+		t.Fatalf("unauthenticated heartbeat registered %v", got)
+	}
+	ok := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer s3cret")
+	if _, err := e.client.Heartbeat(ok, good("w1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.routable(t); len(got) != 1 {
+		t.Fatalf("authenticated heartbeat not registered: %v", got)
+	}
+}
