@@ -1,0 +1,97 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// Error codes the gateway answers with (SPEC section 2).
+const (
+	CodeInvalidRequest    = "invalid_request"
+	CodeInvalidAPIKey     = "invalid_api_key"
+	CodeInsufficientScope = "insufficient_scope"
+	CodeModelNotFound     = "model_not_found"
+	CodeRequestTooLarge   = "request_too_large"
+	CodeNoCapacity        = "no_capacity"
+	CodeUpstreamFailed    = "upstream_failed"
+	CodeIfMatchRequired   = "if_match_required"
+	CodeETagMismatch      = "etag_mismatch"
+	CodeInvalidRoutes     = "invalid_routes"
+)
+
+// ErrorBody is OpenAI's error envelope:
+// {"error":{"message":...,"type":...,"param":null|"x","code":...}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the inside of ErrorBody.
+type ErrorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+// ErrorType returns the OpenAI error type for an HTTP status: 400 and 413
+// (and any other 4xx) invalid_request_error, 401 authentication_error, 403
+// permission_error, 404 not_found_error, 429 rate_limit_error, 503
+// service_unavailable, any other 5xx server_error.
+func ErrorType(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "authentication_error"
+	case status == http.StatusForbidden:
+		return "permission_error"
+	case status == http.StatusNotFound:
+		return "not_found_error"
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case status == http.StatusServiceUnavailable:
+		return "service_unavailable"
+	case status >= 500:
+		return "server_error"
+	default:
+		return "invalid_request_error"
+	}
+}
+
+// MarshalError encodes an ErrorBody for status, code, msg and param (nil
+// encodes as null). HTML characters in msg are kept as they are.
+func MarshalError(status int, code, msg string, param *string) []byte {
+	return marshalBody(ErrorBody{Error: ErrorDetail{Message: msg, Type: ErrorType(status), Param: param, Code: code}})
+}
+
+func marshalBody(b ErrorBody) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	// Encoding a struct of strings cannot fail.
+	_ = enc.Encode(b)
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// WriteError answers with OpenAI's error shape: Content-Type
+// application/json, the status, and the body of MarshalError.
+func WriteError(w http.ResponseWriter, status int, code, msg string, param *string) {
+	body := MarshalError(status, code, msg, param)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// SSEError returns one server-sent event carrying an error, for a stream
+// that fails after its first byte: `data: {"error":{...}}` and a blank line.
+// Its type is server_error (mid-stream failures are the server's).
+func SSEError(code, msg string) []byte {
+	body := marshalBody(ErrorBody{Error: ErrorDetail{Message: msg, Type: "server_error", Code: code}})
+	out := make([]byte, 0, len(body)+8)
+	out = append(out, "data: "...)
+	out = append(out, body...)
+	return append(out, "\n\n"...)
+}

@@ -1,0 +1,171 @@
+package openai
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func TestParseRequest(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		chat bool
+		want Request
+	}{
+		{
+			name: "chat minimal",
+			body: `{"model":"smol","messages":[{"role":"user","content":"hi"}]}`,
+			chat: true,
+			want: Request{Model: "smol", Chat: true, Prompt: "user\nhi\n", PrefixKey: []byte("user\nhi\n")},
+		},
+		{
+			name: "chat every field",
+			body: `{"model":"m","stream":true,"logprobs":true,"top_logprobs":2,"seed":18446744073709551615,
+				"temperature":0.5,"top_p":0.9,"top_k":-1,"max_tokens":7,"stop":["a","b"],
+				"presence_penalty":0.1,"frequency_penalty":-0.2,
+				"messages":[{"role":"system","content":"s"},{"role":"assistant","content":null},
+				{"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":"y"}]}]}`,
+			chat: true,
+			want: Request{Model: "m", Stream: true, Chat: true, Logprobs: true, TopLogprobs: ptr(2),
+				Seed: ptr(uint64(18446744073709551615)), Temperature: ptr(0.5), TopP: ptr(0.9), TopK: ptr(-1),
+				MaxTokens: ptr(7), Stop: []string{"a", "b"}, PresencePenalty: ptr(0.1), FrequencyPenalty: ptr(-0.2),
+				Prompt: "system\ns\nassistant\n\nuser\nxy\n", PrefixKey: []byte("system\ns\nassistant\n\nuser\nxy\n")},
+		},
+		{
+			name: "chat max_completion_tokens wins",
+			body: `{"model":"m","max_tokens":3,"max_completion_tokens":9,"messages":[{"role":"user","content":""}]}`,
+			chat: true,
+			want: Request{Model: "m", Chat: true, MaxTokens: ptr(9), Prompt: "user\n\n", PrefixKey: []byte("user\n\n")},
+		},
+		{
+			name: "nulls are absent",
+			body: `{"model":"m","prompt":"p","stream":null,"seed":null,"stop":null,"temperature":null,"logprobs":null}`,
+			want: Request{Model: "m", Prompt: "p", PrefixKey: []byte("p")},
+		},
+		{
+			name: "completions string prompt, stop string, logprobs 0",
+			body: `{"model":"m","prompt":"hello","stop":"\n","logprobs":0,"seed":3.0,"max_tokens":16}`,
+			want: Request{Model: "m", Prompt: "hello", PrefixKey: []byte("hello"), Stop: []string{"\n"},
+				Logprobs: true, Seed: ptr(uint64(3)), MaxTokens: ptr(16)},
+		},
+		{
+			name: "completions logprobs false",
+			body: `{"model":"m","prompt":"p","logprobs":false}`,
+			want: Request{Model: "m", Prompt: "p", PrefixKey: []byte("p")},
+		},
+		{
+			name: "completions prompt array of strings",
+			body: `{"model":"m","prompt":["ab","cd"]}`,
+			want: Request{Model: "m", Prompt: "abcd", PrefixKey: []byte("abcd")},
+		},
+		{
+			name: "completions token prompt",
+			body: `{"model":"m","prompt":[1,2,3]}`,
+			want: Request{Model: "m"},
+		},
+		{
+			name: "completions batch of token prompts",
+			body: `{"model":"m","prompt":[[1,2],[3]]}`,
+			want: Request{Model: "m"},
+		},
+		{
+			name: "unknown fields ignored, chat body's prompt ignored",
+			body: `{"model":"m","prompt":5,"user":"u","messages":[{"role":"user","content":"q"}]}`,
+			chat: true,
+			want: Request{Model: "m", Chat: true, Prompt: "user\nq\n", PrefixKey: []byte("user\nq\n")},
+		},
+		{
+			name: "long prompt gives a 64-byte key",
+			body: `{"model":"m","prompt":"` + long + `"}`,
+			want: Request{Model: "m", Prompt: long, PrefixKey: []byte(long[:64])},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseRequest([]byte(tt.body), tt.chat)
+			if err != nil {
+				t.Fatalf("ParseRequest: %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("ParseRequest =\n%+v\nwant\n%+v", got, tt.want)
+			}
+			if key := PrefixKey([]byte(tt.body)); string(key) != string(tt.want.PrefixKey) {
+				t.Fatalf("PrefixKey = %q, want Request.PrefixKey %q", key, tt.want.PrefixKey)
+			}
+		})
+	}
+}
+
+const long = "You are a helpful assistant. Answer briefly and precisely, and cite your sources when you can."
+
+func TestParseRequestErrors(t *testing.T) {
+	tests := []struct {
+		name, body string
+		chat       bool
+		param      string
+	}{
+		{"not json", `{"model":`, true, ""},
+		{"not an object", `["model"]`, true, ""},
+		{"empty body", ``, false, ""},
+		{"model missing", `{"prompt":"p"}`, false, "model"},
+		{"model not a string", `{"model":3,"prompt":"p"}`, false, "model"},
+		{"model null", `{"model":null,"prompt":"p"}`, false, "model"},
+		{"model empty", `{"model":"","prompt":"p"}`, false, "model"},
+		{"model twice", `{"model":"a","model":"b","prompt":"p"}`, false, "model"},
+		{"stream not a bool", `{"model":"m","prompt":"p","stream":"yes"}`, false, "stream"},
+		{"messages missing", `{"model":"m"}`, true, "messages"},
+		{"messages not an array", `{"model":"m","messages":{}}`, true, "messages"},
+		{"messages empty", `{"model":"m","messages":[]}`, true, "messages"},
+		{"message not an object", `{"model":"m","messages":[{"role":"user","content":"a"},"x"]}`, true, "messages[1]"},
+		{"role missing", `{"model":"m","messages":[{"content":"a"}]}`, true, "messages[0].role"},
+		{"role empty", `{"model":"m","messages":[{"role":"","content":"a"}]}`, true, "messages[0].role"},
+		{"content a number", `{"model":"m","messages":[{"role":"u","content":"a"},{"role":"u","content":"b"},{"role":"u","content":1}]}`, true, "messages[2].content"},
+		{"part not an object", `{"model":"m","messages":[{"role":"u","content":["x"]}]}`, true, "messages[0].content[0]"},
+		{"part type missing", `{"model":"m","messages":[{"role":"u","content":[{"text":"x"}]}]}`, true, "messages[0].content[0].type"},
+		{"text part without text", `{"model":"m","messages":[{"role":"u","content":[{"type":"text","text":1}]}]}`, true, "messages[0].content[0].text"},
+		{"prompt missing", `{"model":"m"}`, false, "prompt"},
+		{"prompt null", `{"model":"m","prompt":null}`, false, "prompt"},
+		{"prompt a number", `{"model":"m","prompt":1}`, false, "prompt"},
+		{"prompt empty array", `{"model":"m","prompt":[]}`, false, "prompt"},
+		{"prompt mixed array", `{"model":"m","prompt":["a",1]}`, false, "prompt[1]"},
+		{"prompt negative token", `{"model":"m","prompt":[1,-2]}`, false, "prompt[1]"},
+		{"prompt bad token batch", `{"model":"m","prompt":[[1],[2.5]]}`, false, "prompt[1]"},
+		{"temperature a string", `{"model":"m","prompt":"p","temperature":"hot"}`, false, "temperature"},
+		{"top_p a bool", `{"model":"m","prompt":"p","top_p":true}`, false, "top_p"},
+		{"top_k a float", `{"model":"m","prompt":"p","top_k":1.5}`, false, "top_k"},
+		{"max_tokens negative", `{"model":"m","prompt":"p","max_tokens":-1}`, false, "max_tokens"},
+		{"max_completion_tokens a string", `{"model":"m","messages":[{"role":"u"}],"max_completion_tokens":"9"}`, true, "max_completion_tokens"},
+		{"stop a number", `{"model":"m","prompt":"p","stop":1}`, false, "stop"},
+		{"stop array with a number", `{"model":"m","prompt":"p","stop":["a",2]}`, false, "stop[1]"},
+		{"seed negative", `{"model":"m","prompt":"p","seed":-1}`, false, "seed"},
+		{"seed too big", `{"model":"m","prompt":"p","seed":18446744073709551616}`, false, "seed"},
+		{"seed a string", `{"model":"m","prompt":"p","seed":"1"}`, false, "seed"},
+		{"chat logprobs a number", `{"model":"m","messages":[{"role":"u"}],"logprobs":1}`, true, "logprobs"},
+		{"completions logprobs negative", `{"model":"m","prompt":"p","logprobs":-1}`, false, "logprobs"},
+		{"completions logprobs a string", `{"model":"m","prompt":"p","logprobs":"1"}`, false, "logprobs"},
+		{"top_logprobs negative", `{"model":"m","messages":[{"role":"u"}],"top_logprobs":-3}`, true, "top_logprobs"},
+		{"presence_penalty an object", `{"model":"m","prompt":"p","presence_penalty":{}}`, false, "presence_penalty"},
+		{"frequency_penalty an array", `{"model":"m","prompt":"p","frequency_penalty":[]}`, false, "frequency_penalty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseRequest([]byte(tt.body), tt.chat)
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("ParseRequest error = %v, want a *FieldError", err)
+			}
+			if fe.Param != tt.param {
+				t.Fatalf("Param = %q, want %q (msg %q)", fe.Param, tt.param, fe.Msg)
+			}
+			if fe.Msg == "" {
+				t.Fatal("empty Msg")
+			}
+			if p := fe.ParamOrNil(); (p == nil) != (tt.param == "") || (p != nil && *p != tt.param) {
+				t.Fatalf("ParamOrNil = %v, want %q", p, tt.param)
+			}
+		})
+	}
+}

@@ -1,0 +1,101 @@
+package openai
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+var (
+	// ErrNotObject is returned when a body to rewrite is not a JSON object.
+	ErrNotObject = errors.New("openai: body is not a JSON object")
+	// ErrInvalidJSON is returned when a response to rewrite is not valid JSON.
+	ErrInvalidJSON = errors.New("openai: body is not valid JSON")
+)
+
+// The rewrites below splice one value into the client's bytes: every other
+// byte stays as sent, and the input slice is never modified (each returns a
+// new slice), so one body can be rewritten per attempt. They expect a body
+// ParseRequest accepted (a JSON object without duplicate known keys) and only
+// check that it opens as an object, to keep a full JSON pass off every attempt.
+
+// WithModel returns body with "model" set to model.
+func WithModel(body []byte, model string) ([]byte, error) {
+	return set(body, "model", gjson.AppendJSONString(nil, model))
+}
+
+// WithSeed returns body with "seed" set to seed.
+func WithSeed(body []byte, seed uint64) ([]byte, error) {
+	return set(body, "seed", strconv.AppendUint(nil, seed, 10))
+}
+
+// ForceLogprobs returns body asking for token logprobs, as a cascade step
+// needs: chat gets "logprobs": true; completions keep a number >= 0 already
+// there and otherwise get "logprobs": 0 (the sampled token's logprob only).
+func ForceLogprobs(body []byte, chat bool) ([]byte, error) {
+	if chat {
+		return set(body, "logprobs", []byte("true"))
+	}
+	if err := checkObject(body); err != nil {
+		return nil, err
+	}
+	if n, ok := integer(gjson.GetBytes(body, "logprobs")); ok && n >= 0 {
+		return append([]byte(nil), body...), nil
+	}
+	return set(body, "logprobs", []byte("0"))
+}
+
+// StripLogprobs returns a non-streamed completions or chat response with
+// every choices[i].logprobs set to null, as OpenAI answers when logprobs were
+// not requested: a cascade forces them on, and the client did not ask.
+// Choices without a logprobs field are left as they are.
+func StripLogprobs(resp []byte) ([]byte, error) {
+	if !gjson.ValidBytes(resp) {
+		return nil, ErrInvalidJSON
+	}
+	out := append([]byte(nil), resp...)
+	choices := gjson.GetBytes(resp, "choices")
+	if !choices.IsArray() {
+		return out, nil
+	}
+	var err error
+	choices.ForEach(func(k, c gjson.Result) bool {
+		lp := c.Get("logprobs")
+		if !lp.Exists() || lp.Type == gjson.Null {
+			return true
+		}
+		out, err = sjson.SetRawBytes(out, "choices."+strconv.Itoa(int(k.Num))+".logprobs", []byte("null"))
+		return err == nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("openai: strip logprobs: %w", err)
+	}
+	return out, nil
+}
+
+func checkObject(body []byte) error {
+	for _, c := range body {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '{':
+			return nil
+		}
+		break
+	}
+	return ErrNotObject
+}
+
+func set(body []byte, key string, raw []byte) ([]byte, error) {
+	if err := checkObject(body); err != nil {
+		return nil, err
+	}
+	out, err := sjson.SetRawBytes(body, key, raw)
+	if err != nil {
+		return nil, fmt.Errorf("openai: set %s: %w", key, err)
+	}
+	return out, nil
+}
