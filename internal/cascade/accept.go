@@ -111,6 +111,7 @@ type SyntaxError struct {
 	Input  string
 	Column int
 	Msg    string
+	Hint   string // what was expected; may be empty
 }
 
 // Error returns the message with the package prefix and the input.
@@ -121,7 +122,10 @@ func (e *SyntaxError) Error() string {
 // Detail returns the message and the column without prefix, for callers
 // that name the field themselves (routes[1].cascade[0].accept_if: ...).
 func (e *SyntaxError) Detail() string {
-	return fmt.Sprintf("%s at column %d", e.Msg, e.Column)
+	if e.Hint == "" {
+		return fmt.Sprintf("%s at column %d", e.Msg, e.Column)
+	}
+	return fmt.Sprintf("%s at column %d (%s)", e.Msg, e.Column, e.Hint)
 }
 
 // Unwrap lets errors.Is(err, ErrInvalidAcceptIf) match.
@@ -134,22 +138,27 @@ func (e *SyntaxError) Unwrap() error { return ErrInvalidAcceptIf }
 // naming what is wrong and at which column.
 func ParseAcceptIf(s string) (Accept, error) {
 	p := parser{in: s}
-	fail := func(at int, format string, args ...any) (Accept, error) {
-		return Accept{}, &SyntaxError{Input: s, Column: utf8.RuneCountInString(s[:at]) + 1, Msg: fmt.Sprintf(format, args...)}
+	fail := func(at int, hint, format string, args ...any) (Accept, error) {
+		return Accept{}, &SyntaxError{Input: s, Column: utf8.RuneCountInString(s[:at]) + 1, Msg: fmt.Sprintf(format, args...), Hint: hint}
 	}
+	const (
+		wantStat = "want mean_logprob or min_logprob"
+		wantOp   = "want > or >="
+		wantNum  = "want a decimal number such as -1.25"
+	)
 	p.skipSpace()
 	if p.eof() {
-		return fail(0, "empty rule (want e.g. %q)", "mean_logprob > -1.2")
+		return fail(0, `want e.g. "mean_logprob > -1.2"`, "empty rule")
 	}
 
 	start := p.pos
 	name := p.take(isStatChar)
 	if name == "" {
-		return fail(start, "expected a statistic (%s or %s), got %q", MeanLogprob, MinLogprob, p.rest())
+		return fail(start, wantStat, "expected a statistic, got %q", p.rest())
 	}
 	stat, err := ParseStat(name)
 	if err != nil {
-		return fail(start, "unknown statistic %q (want %s or %s)", name, MeanLogprob, MinLogprob)
+		return fail(start, wantStat, "unknown statistic %q", name)
 	}
 
 	p.skipSpace()
@@ -161,34 +170,34 @@ func ParseAcceptIf(s string) (Accept, error) {
 		op = Op(opText)
 	case "":
 		if p.eof() {
-			return fail(start, "missing operator (want > or >=)")
+			return fail(start, wantOp, "missing operator")
 		}
-		return fail(start, "expected operator > or >=, got %q", p.word())
+		return fail(start, wantOp, "expected an operator, got %q", p.word())
 	default:
-		return fail(start, "unknown operator %q (want > or >=)", opText)
+		return fail(start, wantOp, "unknown operator %q", opText)
 	}
 
 	p.skipSpace()
 	start = p.pos
 	if p.eof() {
-		return fail(start, "missing number after %q", op)
+		return fail(start, wantNum, "missing number after %q", op)
 	}
 	num := p.word()
 	if !isDecimal(num) {
 		if isNonFinite(num) {
-			return fail(start, "threshold must be finite, got %q", num)
+			return fail(start, "", "threshold must be finite, got %q", num)
 		}
-		return fail(start, "not a number: %q", num)
+		return fail(start, wantNum, "not a number: %q", num)
 	}
 	p.pos += len(num)
 	v, err := strconv.ParseFloat(num, 64)
 	if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
-		return fail(start, "threshold must be finite, got %q", num)
+		return fail(start, "", "threshold must be finite, got %q", num)
 	}
 
 	p.skipSpace()
 	if !p.eof() {
-		return fail(p.pos, "unexpected trailing text %q", p.rest())
+		return fail(p.pos, "", "unexpected trailing text %q", p.rest())
 	}
 	return Accept{Stat: stat, Op: op, Threshold: v}, nil
 }
