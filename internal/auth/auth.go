@@ -1,0 +1,217 @@
+// Package auth checks API keys presented as "Authorization: Bearer <key>"
+// against configured keys with scopes (inference, debug, admin). Keys are
+// kept only as SHA-256 digests and compared in constant time.
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/tlgate/tlgate/internal/openai"
+)
+
+// Scope is a permission a key carries.
+type Scope string
+
+// The scopes: inference for the OpenAI API, debug for diagnostics such as
+// X-TL-Route, admin for /admin/v1.
+const (
+	ScopeInference Scope = "inference"
+	ScopeDebug     Scope = "debug"
+	ScopeAdmin     Scope = "admin"
+)
+
+// AllScopes returns every scope, in a fixed order.
+func AllScopes() []Scope { return []Scope{ScopeInference, ScopeDebug, ScopeAdmin} }
+
+func known(s Scope) bool { return s == ScopeInference || s == ScopeDebug || s == ScopeAdmin }
+
+var (
+	// ErrMissingKey is returned when a request carries no Authorization header.
+	ErrMissingKey = errors.New("auth: missing API key")
+	// ErrInvalidKey is returned when the header is not "Bearer <key>" or the
+	// key matches no configured key.
+	ErrInvalidKey = errors.New("auth: invalid API key")
+	// ErrBadSpec is wrapped by New for an invalid key specification.
+	ErrBadSpec = errors.New("auth: invalid key specification")
+)
+
+// KeySpec configures one key: its secret given plainly (already resolved
+// from the environment) or as the hex SHA-256 of the secret, never both.
+type KeySpec struct {
+	Name   string
+	Secret string
+	SHA256 string
+	Scopes []string
+}
+
+// Key is an authenticated caller: the configured key's name and scopes.
+type Key struct {
+	Name string
+	// Anonymous is true when authentication is off (no keys configured).
+	Anonymous bool
+	// Scopes is shared with the Keyring: read it, never modify it.
+	Scopes []Scope
+}
+
+// Has reports whether the key carries scope s.
+func (k Key) Has(s Scope) bool { return slices.Contains(k.Scopes, s) }
+
+// AnonymousKey is the key of every request when no keys are configured:
+// every scope.
+func AnonymousKey() Key {
+	return Key{Name: "anonymous", Anonymous: true, Scopes: AllScopes()}
+}
+
+type entry struct {
+	digest [sha256.Size]byte
+	key    Key
+}
+
+// Keyring holds the configured keys. It is immutable and safe for
+// concurrent use.
+type Keyring struct {
+	entries []entry
+}
+
+// New validates specs and builds a Keyring. Every key needs a unique
+// non-empty name, exactly one of Secret and SHA256 (64 hex digits), and at
+// least one known scope; two keys may not share a secret. Errors name the key,
+// never its secret. No specs gives a Keyring with authentication off.
+func New(specs []KeySpec) (*Keyring, error) {
+	kr := &Keyring{entries: make([]entry, 0, len(specs))}
+	names := make(map[string]bool, len(specs))
+	for i, s := range specs {
+		e, err := newEntry(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: api_keys[%d] (%q): %s", ErrBadSpec, i, s.Name, err)
+		}
+		if names[s.Name] {
+			return nil, fmt.Errorf("%w: api_keys[%d]: name %q is used twice", ErrBadSpec, i, s.Name)
+		}
+		names[s.Name] = true
+		for _, o := range kr.entries {
+			if o.digest == e.digest {
+				return nil, fmt.Errorf("%w: api_keys[%d] (%q): same secret as %q", ErrBadSpec, i, s.Name, o.key.Name)
+			}
+		}
+		kr.entries = append(kr.entries, e)
+	}
+	return kr, nil
+}
+
+func newEntry(s KeySpec) (entry, error) {
+	var e entry
+	if s.Name == "" {
+		return e, errors.New("name is required")
+	}
+	switch {
+	case s.Secret != "" && s.SHA256 != "":
+		return e, errors.New("give the secret or its sha256, not both")
+	case s.Secret != "":
+		e.digest = sha256.Sum256([]byte(s.Secret))
+	case s.SHA256 != "":
+		b, err := hex.DecodeString(s.SHA256)
+		if err != nil || len(b) != sha256.Size {
+			return e, errors.New("sha256 must be 64 hex digits")
+		}
+		copy(e.digest[:], b)
+	default:
+		return e, errors.New("a secret or its sha256 is required")
+	}
+	if len(s.Scopes) == 0 {
+		return e, errors.New("at least one scope is required")
+	}
+	e.key.Name = s.Name
+	for _, sc := range s.Scopes {
+		if !known(Scope(sc)) {
+			return e, fmt.Errorf("unknown scope %q (want inference, debug or admin)", sc)
+		}
+		if !e.key.Has(Scope(sc)) {
+			e.key.Scopes = append(e.key.Scopes, Scope(sc))
+		}
+	}
+	return e, nil
+}
+
+// Enabled reports whether keys are configured. When false every request is
+// the AnonymousKey; the composition root allows that only on loopback.
+func (k *Keyring) Enabled() bool { return len(k.entries) > 0 }
+
+// Authenticate reads "Authorization: Bearer <key>" and returns the matching
+// key: ErrMissingKey without the header, ErrInvalidKey for any other header
+// or an unknown key. The presented key's SHA-256 is compared with every
+// stored digest in constant time, without stopping at a match, so timing
+// reveals neither whether nor which key matched. With no keys configured it
+// returns the AnonymousKey.
+func (k *Keyring) Authenticate(r *http.Request) (Key, error) {
+	if !k.Enabled() {
+		return AnonymousKey(), nil
+	}
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return Key{}, ErrMissingKey
+	}
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" || strings.ContainsAny(token, " \t") {
+		return Key{}, ErrInvalidKey
+	}
+	digest := sha256.Sum256([]byte(token))
+	found := 0
+	match := 0
+	for i := range k.entries {
+		eq := subtle.ConstantTimeCompare(digest[:], k.entries[i].digest[:])
+		match = subtle.ConstantTimeSelect(eq, i, match)
+		found |= eq
+	}
+	if found == 0 {
+		return Key{}, ErrInvalidKey
+	}
+	return k.entries[match].key, nil
+}
+
+// Require wraps next so that it runs only for a key with scope: a missing or
+// invalid key is answered 401 invalid_api_key, a key without the scope 403
+// insufficient_scope, both in OpenAI's error shape. next finds the key in
+// the request's context (FromContext).
+func (k *Keyring) Require(scope Scope, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, err := k.Authenticate(r)
+		switch {
+		case errors.Is(err, ErrMissingKey):
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tlgate"`)
+			openai.WriteError(w, http.StatusUnauthorized, openai.CodeInvalidAPIKey,
+				"Missing API key: send it as Authorization: Bearer <key>.", nil)
+			return
+		case err != nil:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tlgate", error="invalid_token"`)
+			openai.WriteError(w, http.StatusUnauthorized, openai.CodeInvalidAPIKey, "Invalid API key.", nil)
+			return
+		case !key.Has(scope):
+			openai.WriteError(w, http.StatusForbidden, openai.CodeInsufficientScope,
+				fmt.Sprintf("This API key lacks the %q scope.", scope), nil)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), key)))
+	})
+}
+
+type ctxKey struct{}
+
+// NewContext returns ctx carrying key.
+func NewContext(ctx context.Context, key Key) context.Context {
+	return context.WithValue(ctx, ctxKey{}, key)
+}
+
+// FromContext returns the key Require put in ctx.
+func FromContext(ctx context.Context) (Key, bool) {
+	k, ok := ctx.Value(ctxKey{}).(Key)
+	return k, ok
+}

@@ -1,0 +1,211 @@
+package auth
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	opsSecret   = "sk-ops-0123456789"
+	userSecret  = "sk-user-abcdef"
+	hashSecret  = "sk-hashed-key-42"
+	debugSecret = "sk-debug-zzz"
+)
+
+func sha(s string) string {
+	d := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(d[:])
+}
+
+func testRing(t *testing.T) *Keyring {
+	t.Helper()
+	kr, err := New([]KeySpec{
+		{Name: "ops", Secret: opsSecret, Scopes: []string{"inference", "debug", "admin"}},
+		{Name: "user", Secret: userSecret, Scopes: []string{"inference"}},
+		{Name: "hashed", SHA256: sha(hashSecret), Scopes: []string{"inference", "inference"}},
+		{Name: "debugger", SHA256: strings.ToUpper(sha(debugSecret)), Scopes: []string{"debug"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kr
+}
+
+func TestAuthScopes(t *testing.T) {
+	kr := testRing(t)
+	none, err := New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		ring     *Keyring
+		header   string // "" means no Authorization header
+		scope    Scope
+		wantErr  error
+		wantName string
+		wantCode int
+	}{
+		{"missing", kr, "", ScopeInference, ErrMissingKey, "", 401},
+		{"malformed: no scheme", kr, userSecret, ScopeInference, ErrInvalidKey, "", 401},
+		{"malformed: basic", kr, "Basic " + userSecret, ScopeInference, ErrInvalidKey, "", 401},
+		{"malformed: empty bearer", kr, "Bearer ", ScopeInference, ErrInvalidKey, "", 401},
+		{"malformed: two tokens", kr, "Bearer " + userSecret + " x", ScopeInference, ErrInvalidKey, "", 401},
+		{"wrong key", kr, "Bearer sk-nope", ScopeInference, ErrInvalidKey, "", 401},
+		{"key prefix is not the key", kr, "Bearer " + userSecret[:len(userSecret)-1], ScopeInference, ErrInvalidKey, "", 401},
+		{"sha256 given as the key is not the key", kr, "Bearer " + sha(hashSecret), ScopeInference, ErrInvalidKey, "", 401},
+		{"plain key, right scope", kr, "Bearer " + userSecret, ScopeInference, nil, "user", 200},
+		{"scheme case-insensitive", kr, "bearer " + userSecret, ScopeInference, nil, "user", 200},
+		{"plain key, wrong scope", kr, "Bearer " + userSecret, ScopeAdmin, nil, "user", 403},
+		{"plain key, no debug", kr, "Bearer " + userSecret, ScopeDebug, nil, "user", 403},
+		{"sha256 key, right scope", kr, "Bearer " + hashSecret, ScopeInference, nil, "hashed", 200},
+		{"sha256 key, wrong scope", kr, "Bearer " + hashSecret, ScopeDebug, nil, "hashed", 403},
+		{"upper-case sha256 key", kr, "Bearer " + debugSecret, ScopeDebug, nil, "debugger", 200},
+		{"debug only is not inference", kr, "Bearer " + debugSecret, ScopeInference, nil, "debugger", 403},
+		{"all scopes: admin", kr, "Bearer " + opsSecret, ScopeAdmin, nil, "ops", 200},
+		{"no keys: anonymous inference", none, "", ScopeInference, nil, "anonymous", 200},
+		{"no keys: anonymous admin", none, "Bearer whatever", ScopeAdmin, nil, "anonymous", 200},
+		{"no keys: anonymous debug", none, "", ScopeDebug, nil, "anonymous", 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/v1/models", nil)
+			if tt.header != "" {
+				r.Header.Set("Authorization", tt.header)
+			}
+			key, err := tt.ring.Authenticate(r)
+			if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
+				t.Fatalf("Authenticate error = %v, want %v", err, tt.wantErr)
+			}
+			if key.Name != tt.wantName {
+				t.Fatalf("key = %q, want %q", key.Name, tt.wantName)
+			}
+			if f := strings.Fields(tt.header); err != nil && len(f) > 0 && strings.Contains(err.Error(), f[len(f)-1]) {
+				t.Fatalf("error %q shows the presented key", err)
+			}
+
+			var inner Key
+			var called bool
+			h := tt.ring.Require(tt.scope, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				called = true
+				inner, _ = FromContext(r.Context())
+			}))
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			if rec.Code != tt.wantCode {
+				t.Fatalf("Require status = %d, want %d (%s)", rec.Code, tt.wantCode, rec.Body)
+			}
+			if called != (tt.wantCode == 200) {
+				t.Fatalf("next called = %v with status %d", called, rec.Code)
+			}
+			if called {
+				if inner.Name != tt.wantName || !inner.Has(tt.scope) {
+					t.Fatalf("context key = %+v", inner)
+				}
+				return
+			}
+			wantCode := map[int]string{401: "invalid_api_key", 403: "insufficient_scope"}[tt.wantCode]
+			var body struct {
+				Error struct {
+					Code, Type, Message string
+					Param               *string
+				}
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+				t.Fatalf("body %s: %v", rec.Body, err)
+			}
+			if body.Error.Code != wantCode || body.Error.Param != nil || body.Error.Message == "" {
+				t.Fatalf("error body %s, want code %s", rec.Body, wantCode)
+			}
+			if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+				t.Fatalf("Content-Type = %q", ct)
+			}
+			for _, s := range []string{opsSecret, userSecret, hashSecret, debugSecret, "sk-nope", sha(hashSecret)} {
+				if strings.Contains(rec.Body.String(), s) || strings.Contains(rec.Header().Get("WWW-Authenticate"), s) {
+					t.Fatalf("response shows a key: %s", rec.Body)
+				}
+			}
+		})
+	}
+	if !kr.Enabled() || none.Enabled() {
+		t.Fatalf("Enabled: with keys %v, without %v", kr.Enabled(), none.Enabled())
+	}
+	if a := AnonymousKey(); !a.Anonymous || !slices.Equal(a.Scopes, AllScopes()) {
+		t.Fatalf("AnonymousKey = %+v", a)
+	}
+}
+
+func TestNewRejectsBadSpecs(t *testing.T) {
+	const secret = "sk-very-secret-value"
+	tests := []struct {
+		name  string
+		specs []KeySpec
+	}{
+		{"no name", []KeySpec{{Secret: secret, Scopes: []string{"inference"}}}},
+		{"no secret", []KeySpec{{Name: "a", Scopes: []string{"inference"}}}},
+		{"secret and sha256", []KeySpec{{Name: "a", Secret: secret, SHA256: sha(secret), Scopes: []string{"inference"}}}},
+		{"sha256 not hex", []KeySpec{{Name: "a", SHA256: strings.Repeat("z", 64), Scopes: []string{"inference"}}}},
+		{"sha256 too short", []KeySpec{{Name: "a", SHA256: sha(secret)[:62], Scopes: []string{"inference"}}}},
+		{"no scopes", []KeySpec{{Name: "a", Secret: secret}}},
+		{"unknown scope", []KeySpec{{Name: "a", Secret: secret, Scopes: []string{"root"}}}},
+		{"duplicate name", []KeySpec{
+			{Name: "a", Secret: secret, Scopes: []string{"inference"}},
+			{Name: "a", Secret: secret + "2", Scopes: []string{"inference"}}}},
+		{"same secret twice", []KeySpec{
+			{Name: "a", Secret: secret, Scopes: []string{"inference"}},
+			{Name: "b", SHA256: sha(secret), Scopes: []string{"admin"}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.specs)
+			if !errors.Is(err, ErrBadSpec) {
+				t.Fatalf("New error = %v, want ErrBadSpec", err)
+			}
+			if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), sha(secret)) {
+				t.Fatalf("error %q shows the secret", err)
+			}
+		})
+	}
+}
+
+func TestContext(t *testing.T) {
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	if _, ok := FromContext(r.Context()); ok {
+		t.Fatal("key in a bare context")
+	}
+	k := Key{Name: "x", Scopes: []Scope{ScopeDebug}}
+	got, ok := FromContext(NewContext(r.Context(), k))
+	if !ok || got.Name != "x" || !got.Has(ScopeDebug) || got.Has(ScopeAdmin) {
+		t.Fatalf("FromContext = %+v, %v", got, ok)
+	}
+}
+
+func BenchmarkAuthenticate(b *testing.B) {
+	specs := make([]KeySpec, 16)
+	for i := range specs {
+		specs[i] = KeySpec{Name: "k" + string(rune('a'+i)), Secret: "sk-" + string(rune('a'+i)) + "-secret", Scopes: []string{"inference"}}
+	}
+	kr, err := New(specs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("Authorization", "Bearer sk-p-secret")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := kr.Authenticate(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
