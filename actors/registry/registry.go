@@ -12,6 +12,7 @@
 package registry
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -151,7 +152,9 @@ func (a *registryActor) Receive(ctx actor.Context) {
 	case *SetEpoch:
 		st.epoch = m.Epoch
 	case *Subscribe:
-		st.subscribers = append(st.subscribers, m.PID)
+		if !slices.ContainsFunc(st.subscribers, m.PID.Equal) {
+			st.subscribers = append(st.subscribers, m.PID)
+		}
 		ctx.Send(m.PID, st.snapshot(false, time.Now()))
 	case *Forget:
 		e, ok := st.entries[m.ID]

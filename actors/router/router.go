@@ -1,0 +1,112 @@
+// Package router is the actor that picks a worker for each attempt. It owns
+// the route table and its epoch, the routable view of the workers (fed by
+// the registry's change and eviction messages), the gateway's in-flight
+// count per worker, the weighted policy's counters and the hash rings. It
+// answers Route with a Target and counts the pick as in flight until
+// Release. Liveness is checked at pick time against the clock, so a late
+// eviction message can never route to a dead worker.
+//
+// The decisions are the pure methods of State (table-tested); Receive is a
+// thin switch over them.
+package router
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/tlgate/tlgate/actors/registry"
+	"github.com/tlgate/tlgate/internal/routes"
+)
+
+// Route asks for a target; the router responds with *RouteResult.
+type Route struct{ Request Request }
+
+// RouteResult is the answer to Route: a target, or an error wrapping
+// ErrModelNotFound or ErrNoCapacity.
+type RouteResult struct {
+	Target Target
+	Err    error
+	// Took is how long the decision took inside the router.
+	Took time.Duration
+}
+
+// Release ends one in-flight request on a worker.
+type Release struct{ WorkerID string }
+
+// SetRoutes installs a new, validated route table with its epoch.
+type SetRoutes struct {
+	Table *routes.Table
+	Epoch uint64
+}
+
+// ListWorkers asks for the admin view of the workers; the router responds
+// with *WorkersResult.
+type ListWorkers struct{}
+
+// WorkersResult lists the workers with their in-flight counts and the epoch.
+type WorkersResult struct {
+	Epoch   uint64
+	Workers []WorkerView
+}
+
+// Ready asks whether any worker is routable; the router responds with bool.
+type Ready struct{}
+
+// ListModels asks for every model id clients may name; the router responds
+// with []string (sorted).
+type ListModels struct{}
+
+// Known asks whether a model names a route or a worker's model; the router
+// responds with bool.
+type Known struct{ Model string }
+
+// Crash makes the router panic: drills use it to check a restarted router
+// rebuilds its view from the registry and keeps its in-flight counts.
+type Crash struct{}
+
+// Props returns the router actor's props over st. On every start it
+// subscribes to the registry, which answers with a full snapshot.
+func Props(st *State, registryPID *actor.PID) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return &routerActor{st: st, registry: registryPID} })
+}
+
+type routerActor struct {
+	st       *State
+	registry *actor.PID
+}
+
+// Receive is the actor's thin switch.
+func (a *routerActor) Receive(ctx actor.Context) {
+	st := a.st
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		if a.registry != nil {
+			ctx.Send(a.registry, &registry.Subscribe{PID: ctx.Self()})
+		}
+	case *Route:
+		start := time.Now()
+		t, err := st.Pick(&m.Request, start)
+		ctx.Respond(&RouteResult{Target: t, Err: err, Took: time.Since(start)})
+	case *Release:
+		st.Release(m.WorkerID)
+	case *registry.WorkerChanged:
+		st.SetWorker(m.Worker)
+	case *registry.WorkerGone:
+		st.RemoveWorker(m.ID)
+	case *registry.SnapshotResult:
+		st.ResetWorkers(m.Workers)
+	case *SetRoutes:
+		st.SetRoutes(m.Table, m.Epoch)
+	case *ListWorkers:
+		ctx.Respond(&WorkersResult{Epoch: st.epoch, Workers: st.Workers(time.Now())})
+	case *Ready:
+		ctx.Respond(st.Ready(time.Now()))
+	case *ListModels:
+		ctx.Respond(st.Models())
+	case *Known:
+		ctx.Respond(st.Known(m.Model))
+	case *Crash:
+		panic("router: crash requested")
+	}
+}

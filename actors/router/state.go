@@ -1,0 +1,386 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/policy"
+	"github.com/tlgate/tlgate/internal/ring"
+	"github.com/tlgate/tlgate/internal/routes"
+)
+
+// Errors a Route answer can carry.
+var (
+	// ErrModelNotFound: no route and no worker knows the model.
+	ErrModelNotFound = errors.New("model not found")
+	// ErrNoCapacity: the model is known but no routable worker is left.
+	ErrNoCapacity = errors.New("no routable worker")
+)
+
+// Config holds the routing settings.
+type Config struct {
+	Policy     policy.Name
+	LoadFactor float64 // affinity_load_factor c
+}
+
+// Request is what routing needs to know of a client request.
+type Request struct {
+	Model     string
+	RequestID string
+	PrefixKey []byte
+	Stream    bool
+	// Step is the cascade step to route (0 for the first or a non-cascade
+	// route). A streamed request on a cascade route always goes to the last
+	// step, whatever Step says.
+	Step int
+	// Exclude lists worker ids that already failed this request.
+	Exclude map[string]bool
+}
+
+// Target is the router's answer: where an attempt goes.
+type Target struct {
+	Worker      fleet.Worker
+	Prefill     *fleet.Worker // disaggregated routes: the prefill worker
+	Route       string        // the public route model the request named
+	ServedModel string        // the id the engine answers to
+	Reason      string        // policy reason: least_outstanding, weighted, affinity, load
+	// CascadeStep and CascadeSteps locate the answered step of a cascade
+	// route (0 and 1 for any other route); AcceptIf is the step's rule (empty
+	// on the last step).
+	CascadeStep  int
+	CascadeSteps int
+	AcceptIf     string
+	Epoch        uint64
+}
+
+// Disaggregated reports whether the target is a prefill/decode pair.
+func (t Target) Disaggregated() bool { return t.Prefill != nil }
+
+type poolKey struct {
+	model string
+	role  fleet.Role
+}
+
+type pool struct {
+	ids  []string // live members, sorted
+	ring *ring.Ring
+	swrr policy.SWRR
+}
+
+// State is the router's state. It is kept outside the actor instance so
+// that a restarted router keeps its route table, epoch and in-flight counts;
+// its view of the workers is rebuilt from the registry on every start.
+type State struct {
+	cfg      Config
+	table    *routes.Table
+	epoch    uint64
+	workers  map[string]*fleet.Worker
+	inflight map[string]int
+	pools    map[poolKey]*pool
+	cands    []policy.Candidate // scratch, reused per pick
+	members  []*fleet.Worker    // scratch, parallel to cands
+}
+
+// NewState returns a router state with the given table and epoch.
+func NewState(cfg Config, table *routes.Table, epoch uint64) *State {
+	if table == nil {
+		table, _ = routes.NewTable(nil)
+	}
+	return &State{
+		cfg: cfg, table: table, epoch: epoch,
+		workers:  map[string]*fleet.Worker{},
+		inflight: map[string]int{},
+		pools:    map[poolKey]*pool{},
+	}
+}
+
+// SetWorker records a worker's new snapshot.
+func (s *State) SetWorker(w fleet.Worker) {
+	if old, ok := s.workers[w.ID]; ok && (old.Model != w.Model || old.Role != w.Role) {
+		s.leavePool(old)
+	}
+	cp := w
+	s.workers[w.ID] = &cp
+	p := s.pool(poolKey{w.Model, w.Role})
+	i := sort.SearchStrings(p.ids, w.ID)
+	if i == len(p.ids) || p.ids[i] != w.ID {
+		p.ids = append(p.ids, "")
+		copy(p.ids[i+1:], p.ids[i:])
+		p.ids[i] = w.ID
+		p.ring.Add(w.ID)
+	}
+}
+
+// RemoveWorker forgets a worker (evicted). Its in-flight count is kept until
+// its requests release it, so a worker that comes back under the same id is
+// not credited with releases of requests it never had.
+func (s *State) RemoveWorker(id string) {
+	if w, ok := s.workers[id]; ok {
+		s.leavePool(w)
+		delete(s.workers, id)
+	}
+	if s.inflight[id] <= 0 {
+		delete(s.inflight, id)
+	}
+}
+
+// ResetWorkers replaces the whole view (after a (re)start).
+func (s *State) ResetWorkers(ws []fleet.Worker) {
+	s.workers = map[string]*fleet.Worker{}
+	s.pools = map[poolKey]*pool{}
+	for _, w := range ws {
+		s.SetWorker(w)
+	}
+}
+
+func (s *State) leavePool(w *fleet.Worker) {
+	k := poolKey{w.Model, w.Role}
+	p, ok := s.pools[k]
+	if !ok {
+		return
+	}
+	i := sort.SearchStrings(p.ids, w.ID)
+	if i < len(p.ids) && p.ids[i] == w.ID {
+		p.ids = append(p.ids[:i], p.ids[i+1:]...)
+		p.ring.Remove(w.ID)
+	}
+	if len(p.ids) == 0 {
+		delete(s.pools, k)
+	}
+}
+
+func (s *State) pool(k poolKey) *pool {
+	p, ok := s.pools[k]
+	if !ok {
+		p = &pool{ring: ring.New()}
+		s.pools[k] = p
+	}
+	return p
+}
+
+// Release ends one in-flight request on worker id. A release for a worker
+// that is gone, or one more than was acquired, is harmless.
+func (s *State) Release(id string) {
+	if n := s.inflight[id]; n > 1 {
+		s.inflight[id] = n - 1
+	} else {
+		delete(s.inflight, id)
+	}
+}
+
+// InFlight returns the gateway's in-flight count on worker id.
+func (s *State) InFlight(id string) int { return s.inflight[id] }
+
+// Load is the policies' load: in flight plus the engine's queue depth.
+func (s *State) Load(w *fleet.Worker) int { return s.inflight[w.ID] + w.QueueDepth }
+
+// SetRoutes installs a new table and epoch.
+func (s *State) SetRoutes(t *routes.Table, epoch uint64) { s.table, s.epoch = t, epoch }
+
+// Known reports whether model names a route or is served by a known worker.
+func (s *State) Known(model string) bool {
+	if _, ok := s.table.Lookup(model); ok {
+		return true
+	}
+	for _, w := range s.workers {
+		if w.Model == model {
+			return true
+		}
+	}
+	return false
+}
+
+// Pick routes req at now and counts the pick (and its prefill worker) as in
+// flight. It is a pure function of the state, the request and the clock,
+// apart from advancing the weighted policy's counters.
+func (s *State) Pick(req *Request, now time.Time) (Target, error) {
+	r, ok := s.table.Lookup(req.Model)
+	if !ok {
+		if !s.Known(req.Model) {
+			return Target{}, fmt.Errorf("router: %q: %w", req.Model, ErrModelNotFound)
+		}
+		r = routes.Route{Model: req.Model}
+	}
+	t := Target{Route: r.Model, CascadeSteps: 1, Epoch: s.epoch}
+	// A cascade step's model resolves like a request; validation forbids
+	// cycles, and depth bounds it anyway.
+	for depth := 0; r.IsCascade() && depth < 8; depth++ {
+		step := req.Step
+		if req.Stream || step >= len(r.Cascade) {
+			step = len(r.Cascade) - 1
+		}
+		if step < 0 {
+			step = 0
+		}
+		if depth == 0 {
+			t.CascadeStep, t.CascadeSteps, t.AcceptIf = step, len(r.Cascade), r.Cascade[step].AcceptIf
+		}
+		r = s.table.Resolve(r.Cascade[step].Model)
+		req = &Request{Model: r.Model, RequestID: req.RequestID, PrefixKey: req.PrefixKey, Stream: req.Stream, Exclude: req.Exclude, Step: len(r.Cascade) - 1}
+	}
+	for _, served := range servedOrder(r, req.RequestID) {
+		var err error
+		if r.IsDisaggregated() {
+			err = s.pickPair(&t, served, req, now)
+		} else {
+			err = s.pickOne(&t, served, fleet.RoleUnified, req, now)
+		}
+		if err == nil {
+			t.ServedModel = served
+			s.inflight[t.Worker.ID]++
+			if t.Prefill != nil {
+				s.inflight[t.Prefill.ID]++
+			}
+			return t, nil
+		}
+	}
+	return Target{}, fmt.Errorf("router: %q: %w", req.Model, ErrNoCapacity)
+}
+
+// servedOrder is the canary draw first, then the route's other backends by
+// descending weight: when the drawn backend has no routable worker left the
+// request is served by another rather than refused.
+func servedOrder(r routes.Route, requestID string) []string {
+	first := routes.PickBackend(r, requestID)
+	if len(r.Backends) < 2 {
+		return []string{first}
+	}
+	rest := make([]routes.Backend, 0, len(r.Backends))
+	for _, b := range r.Backends {
+		if b.Model != first {
+			rest = append(rest, b)
+		}
+	}
+	sort.SliceStable(rest, func(i, j int) bool { return rest[i].Weight > rest[j].Weight })
+	out := []string{first}
+	for _, b := range rest {
+		out = append(out, b.Model)
+	}
+	return out
+}
+
+// candidates fills the scratch slices with the routable, non-excluded
+// members of a pool.
+func (s *State) candidates(model string, role fleet.Role, req *Request, now time.Time, keep func(*fleet.Worker) bool) (*pool, bool) {
+	s.cands, s.members = s.cands[:0], s.members[:0]
+	p, ok := s.pools[poolKey{model, role}]
+	if !ok {
+		return nil, false
+	}
+	for _, id := range p.ids {
+		w := s.workers[id]
+		if !w.Routable(now) || req.Exclude[id] || keep != nil && !keep(w) {
+			continue
+		}
+		s.cands = append(s.cands, policy.Candidate{ID: id, Load: s.Load(w), Weight: w.KVTotalBlocks})
+		s.members = append(s.members, w)
+	}
+	return p, len(s.cands) > 0
+}
+
+func (s *State) pickOne(t *Target, model string, role fleet.Role, req *Request, now time.Time) error {
+	p, ok := s.candidates(model, role, req, now, nil)
+	if !ok {
+		return ErrNoCapacity
+	}
+	var i int
+	switch s.cfg.Policy {
+	case policy.NameWeighted:
+		i, t.Reason = p.swrr.Pick(s.cands), policy.ReasonWeighted
+	case policy.NameAffinity:
+		i, t.Reason = policy.Affinity(p.ring, req.PrefixKey, s.cands, s.cfg.LoadFactor)
+	default:
+		i, t.Reason = policy.LeastOutstanding(s.cands), policy.ReasonLeastOutstanding
+	}
+	if i < 0 {
+		return ErrNoCapacity
+	}
+	t.Worker = *s.members[i]
+	return nil
+}
+
+// pickPair picks the decode worker by the policy and the least loaded
+// prefill worker of the same model and kv_format.
+func (s *State) pickPair(t *Target, model string, req *Request, now time.Time) error {
+	// Try decode workers in policy order until one has a prefill partner.
+	excl := req.Exclude
+	tried := map[string]bool{}
+	for range 64 {
+		r2 := *req
+		r2.Exclude = func() map[string]bool {
+			if len(tried) == 0 {
+				return excl
+			}
+			m := make(map[string]bool, len(excl)+len(tried))
+			for k := range excl {
+				m[k] = true
+			}
+			for k := range tried {
+				m[k] = true
+			}
+			return m
+		}()
+		if err := s.pickOne(t, model, fleet.RoleDecode, &r2, now); err != nil {
+			return err
+		}
+		d := t.Worker
+		if _, ok := s.candidates(model, fleet.RolePrefill, req, now, func(w *fleet.Worker) bool { return w.KVFormat == d.KVFormat }); ok {
+			i := policy.LeastOutstanding(s.cands)
+			pw := *s.members[i]
+			t.Prefill = &pw
+			return nil
+		}
+		tried[d.ID] = true
+	}
+	return ErrNoCapacity
+}
+
+// WorkerView is one worker as the admin API lists it.
+type WorkerView struct {
+	fleet.Worker
+	InFlight int  `json:"in_flight"`
+	Routable bool `json:"routable"`
+}
+
+// Workers lists every known worker at now, sorted by id.
+func (s *State) Workers(now time.Time) []WorkerView {
+	out := make([]WorkerView, 0, len(s.workers))
+	for _, w := range s.workers {
+		out = append(out, WorkerView{Worker: *w, InFlight: s.inflight[w.ID], Routable: w.Routable(now)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Ready reports whether at least one worker is routable at now.
+func (s *State) Ready(now time.Time) bool {
+	for _, w := range s.workers {
+		if w.Routable(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// Models lists route models, aliases and served model ids of known workers.
+func (s *State) Models() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range s.table.Models() {
+		if !seen[m] {
+			seen[m] = true
+			out = append(out, m)
+		}
+	}
+	for _, w := range s.workers {
+		if !seen[w.Model] {
+			seen[w.Model] = true
+			out = append(out, w.Model)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

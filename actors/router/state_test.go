@@ -1,0 +1,139 @@
+package router
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/policy"
+	"github.com/tlgate/tlgate/internal/routes"
+)
+
+var now = time.Unix(1_000_000, 0)
+
+func w(id, model string, role fleet.Role, queue, kvFormat int) fleet.Worker {
+	return fleet.Worker{ID: id, Model: model, Role: role, QueueDepth: queue, KVFormat: uint32(kvFormat),
+		KVTotalBlocks: 10, HTTPAddress: "127.0.0.1:1", LastHeartbeat: now, Deadline: now.Add(6 * time.Second)}
+}
+
+func state(t *testing.T, pol policy.Name, rs []routes.Route, ws ...fleet.Worker) *State {
+	t.Helper()
+	table, err := routes.NewTable(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewState(Config{Policy: pol, LoadFactor: 1.25}, table, 1)
+	for _, x := range ws {
+		s.SetWorker(x)
+	}
+	return s
+}
+
+func TestPickCascadeSteps(t *testing.T) {
+	s := state(t, policy.NameLeastOutstanding,
+		[]routes.Route{{Model: "auto", Cascade: []routes.Step{{Model: "smol", AcceptIf: "mean_logprob > -1.2"}, {Model: "big"}}}},
+		w("s1", "smol", fleet.RoleUnified, 0, 0), w("b1", "big", fleet.RoleUnified, 0, 0))
+	cases := []struct {
+		name     string
+		req      Request
+		worker   string
+		step     int
+		acceptIf string
+	}{
+		{"first step", Request{Model: "auto", RequestID: "1"}, "s1", 0, "mean_logprob > -1.2"},
+		{"escalated", Request{Model: "auto", RequestID: "1", Step: 1}, "b1", 1, ""},
+		{"stream goes to the last step", Request{Model: "auto", RequestID: "1", Stream: true}, "b1", 1, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tg, err := s.Pick(&tc.req, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tg.Worker.ID != tc.worker || tg.CascadeStep != tc.step || tg.CascadeSteps != 2 || tg.AcceptIf != tc.acceptIf || tg.Route != "auto" {
+				t.Fatalf("target %+v", tg)
+			}
+		})
+	}
+}
+
+func TestPickModelRewrittenForBackend(t *testing.T) {
+	s := state(t, policy.NameLeastOutstanding,
+		[]routes.Route{{Model: "smol", Aliases: []string{"smol-latest"}, Backends: []routes.Backend{{Model: "smol-v3", Weight: 1}}}},
+		w("a", "smol-v3", fleet.RoleUnified, 0, 0))
+	tg, err := s.Pick(&Request{Model: "smol-latest", RequestID: "x"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg.ServedModel != "smol-v3" || tg.Route != "smol" {
+		t.Fatalf("served %q route %q, want smol-v3 via smol", tg.ServedModel, tg.Route)
+	}
+}
+
+// A canary backend with no routable worker does not turn its share of the
+// traffic into 503s: the request is served by the other backend.
+func TestPickCanaryFallsBack(t *testing.T) {
+	s := state(t, policy.NameLeastOutstanding,
+		[]routes.Route{{Model: "smol", Backends: []routes.Backend{{Model: "v3", Weight: 0.5}, {Model: "v4", Weight: 0.5}}}},
+		w("a", "v3", fleet.RoleUnified, 0, 0))
+	for i := range 50 {
+		tg, err := s.Pick(&Request{Model: "smol", RequestID: string(rune('a' + i))}, now)
+		if err != nil || tg.ServedModel != "v3" {
+			t.Fatalf("request %d: %+v %v", i, tg, err)
+		}
+	}
+}
+
+func TestPickDisaggregatedPair(t *testing.T) {
+	rs := []routes.Route{{Model: "big-pd", Backends: []routes.Backend{{Model: "big", Weight: 1}}, Targets: []string{"disaggregated"}}}
+	s := state(t, policy.NameLeastOutstanding, rs,
+		w("d1", "big", fleet.RoleDecode, 0, 2), // no prefill of format 2
+		w("d2", "big", fleet.RoleDecode, 1, 1),
+		w("p1", "big", fleet.RolePrefill, 3, 1),
+		w("p2", "big", fleet.RolePrefill, 0, 1),
+		w("u1", "big", fleet.RoleUnified, 0, 1))
+	tg, err := s.Pick(&Request{Model: "big-pd", RequestID: "x"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg.Worker.ID != "d2" || tg.Prefill == nil || tg.Prefill.ID != "p2" {
+		t.Fatalf("pair %s/%v, want d2 with p2 (same kv_format, least loaded)", tg.Worker.ID, tg.Prefill)
+	}
+	if s.InFlight("d2") != 1 || s.InFlight("p2") != 1 {
+		t.Fatal("pair not counted in flight")
+	}
+	_, err = s.Pick(&Request{Model: "big-pd", RequestID: "y", Exclude: map[string]bool{"p1": true, "p2": true}}, now)
+	if !errors.Is(err, ErrNoCapacity) {
+		t.Fatalf("no prefill left: %v, want ErrNoCapacity", err)
+	}
+}
+
+func TestReleaseIsHarmless(t *testing.T) {
+	s := state(t, policy.NameLeastOutstanding, nil, w("a", "m", fleet.RoleUnified, 0, 0))
+	if _, err := s.Pick(&Request{Model: "m", RequestID: "1"}, now); err != nil {
+		t.Fatal(err)
+	}
+	s.RemoveWorker("a")
+	s.Release("a")
+	s.Release("a")
+	s.Release("ghost")
+	if s.InFlight("a") != 0 || s.InFlight("ghost") != 0 {
+		t.Fatal("in-flight counts went wrong on extra releases")
+	}
+	s.SetWorker(w("a", "m", fleet.RoleUnified, 0, 0))
+	if s.InFlight("a") != 0 {
+		t.Fatal("returning worker credited with old requests")
+	}
+}
+
+func TestPickSkipsExpiredBeforeEviction(t *testing.T) {
+	s := state(t, policy.NameLeastOutstanding, nil, w("a", "m", fleet.RoleUnified, 5, 0), w("b", "m", fleet.RoleUnified, 0, 0))
+	late := w("b", "m", fleet.RoleUnified, 0, 0)
+	late.Deadline = now
+	s.SetWorker(late)
+	tg, err := s.Pick(&Request{Model: "m", RequestID: "1"}, now)
+	if err != nil || tg.Worker.ID != "a" {
+		t.Fatalf("picked %+v %v, want a (b's deadline is now)", tg.Worker.ID, err)
+	}
+}
