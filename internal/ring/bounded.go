@@ -99,8 +99,9 @@ func (r *Ring) GetBounded(key []byte, loads map[string]int, c float64) (id strin
 
 // GetBoundedFunc is GetBounded over n candidates given by index: cand(i)
 // returns the id and load of candidate i, for i in [0, n). It returns the
-// index of the chosen candidate, or -1 when none is on the ring. A repeated
-// id counts once, as its first candidate. cand is not retained.
+// index of the chosen candidate, or -1 when none is on the ring (or n is
+// not in [1, math.MaxInt32)). A repeated id counts once, as its first
+// candidate. cand is not retained.
 //
 // It suits callers holding candidates in a slice: it needs no map, and when
 // successive calls pass the same ids in the same order (a router rebuilding

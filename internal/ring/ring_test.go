@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -31,6 +32,26 @@ func TestHash64Golden(t *testing.T) {
 		if got := Hash64String(tt.in); got != tt.want {
 			t.Errorf("Hash64String(%q) = %#x, want %#x", tt.in, got, tt.want)
 		}
+	}
+}
+
+func TestUniform(t *testing.T) {
+	if got, want := Uniform(""), float64(uint64(0xef46db3751d8e999)>>11)/(1<<53); got != want {
+		t.Fatalf("Uniform(\"\") = %v, want %v", got, want)
+	}
+	// Over 10000 request ids the mean is 1/2 within 4 standard deviations
+	// (σ = 1/√(12·10000)), and every value lies in [0, 1).
+	const n = 10000
+	sum := 0.0
+	for i := range n {
+		u := Uniform("req-" + strconv.Itoa(i))
+		if u < 0 || u >= 1 {
+			t.Fatalf("Uniform = %v, outside [0, 1)", u)
+		}
+		sum += u
+	}
+	if mean, sd := sum/n, 1/math.Sqrt(12*n); math.Abs(mean-0.5) > 4*sd {
+		t.Fatalf("mean %v, want 0.5 ± %v", mean, 4*sd)
 	}
 }
 
@@ -348,8 +369,8 @@ func TestCap(t *testing.T) {
 		{"exact", 4, 7, 1, 2},
 		{"decimal factor", 11, 9, 1.1, 1},
 		{"factor below 1 counts as 1", 4, 7, 0.5, 2},
-		{"NaN counts as 1", 4, 7, nanFloat(), 2},
-		{"unbounded", 4, 7, infFloat(), int(^uint(0) >> 1)},
+		{"NaN counts as 1", 4, 7, math.NaN(), 2},
+		{"unbounded", 4, 7, math.Inf(1), math.MaxInt},
 		{"no members", 0, 5, 1.25, 0},
 	}
 	for _, tt := range tests {
@@ -360,9 +381,6 @@ func TestCap(t *testing.T) {
 		})
 	}
 }
-
-func nanFloat() float64 { z := 0.0; return z / z }
-func infFloat() float64 { z := 0.0; return 1 / z }
 
 // TestGetBoundedWorkedExample is design section 2.3: 4 workers, c = 1.25,
 // 3 requests in flight on the owner and none elsewhere give the cap
