@@ -1,0 +1,255 @@
+// Package config loads the gateway's TOML configuration: every key of the
+// [gateway] table with its default, strict decoding (an unknown key is an
+// error naming it), and validation that reports every problem at once, each
+// naming its key. Relative paths in the file are relative to the working
+// directory of the process.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/tlgate/tlgate/internal/routes"
+)
+
+// Route policies (gateway.route_policy).
+const (
+	PolicyLeastOutstanding = "least_outstanding"
+	PolicyWeighted         = "weighted"
+	PolicyAffinity         = "affinity"
+)
+
+// API key scopes (gateway.api_keys[].scopes).
+const (
+	ScopeInference = "inference"
+	ScopeDebug     = "debug"
+	ScopeAdmin     = "admin"
+)
+
+// Log formats (gateway.log_format).
+const (
+	LogJSON    = "json"
+	LogConsole = "console"
+)
+
+// Kinds of probed engines (gateway.engines[].kind).
+const (
+	KindVLLM     = "vllm"
+	KindSGLang   = "sglang"
+	KindLlamaCPP = "llamacpp"
+	KindOpenAI   = "openai"
+)
+
+var (
+	// ErrInvalid is wrapped by every *FieldError of Validate and Parse.
+	ErrInvalid = errors.New("config: invalid configuration")
+	// ErrUnknownKey is wrapped by the error for a key the schema does not
+	// know.
+	ErrUnknownKey = errors.New("config: unknown key")
+)
+
+// Config is the whole configuration file.
+type Config struct {
+	Gateway Gateway `toml:"gateway"`
+}
+
+// Gateway is the [gateway] table. Defaults are those of Default.
+type Gateway struct {
+	// Listen is the OpenAI API, admin and ops HTTP listener (host:port).
+	Listen string `toml:"listen"`
+	// RegistryListen is the tl.control.v1 gRPC listener (host:port).
+	RegistryListen string `toml:"registry_listen"`
+	// RoutePolicy is least_outstanding, weighted or affinity.
+	RoutePolicy string `toml:"route_policy"`
+	// AffinityLoadFactor is c in the bounded-load cap ceil(c*(m+1)/n), > 1.
+	AffinityLoadFactor float64 `toml:"affinity_load_factor"`
+	// HeartbeatInterval is T, the engines' heartbeat period.
+	HeartbeatInterval Duration `toml:"heartbeat_interval"`
+	// HeartbeatMissLimit is k: a worker is evicted k*T after its last
+	// heartbeat.
+	HeartbeatMissLimit int `toml:"heartbeat_miss_limit"`
+	// MaxAttempts is how many workers a request tries before 503.
+	MaxAttempts int `toml:"max_attempts"`
+	// MaxBodyBytes bounds request bodies (413 above).
+	MaxBodyBytes int64 `toml:"max_body_bytes"`
+	// StateDir holds the persisted route table.
+	StateDir string `toml:"state_dir"`
+
+	// ConnectTimeout bounds dialing an engine.
+	ConnectTimeout Duration `toml:"connect_timeout"`
+	// FirstByteTimeout bounds the wait for an engine's first response byte.
+	FirstByteTimeout Duration `toml:"first_byte_timeout"`
+	// IdleTimeout bounds the gap between two chunks of an engine's stream.
+	IdleTimeout Duration `toml:"idle_timeout"`
+	// ReadHeaderTimeout is the HTTP server's ReadHeaderTimeout.
+	ReadHeaderTimeout Duration `toml:"read_header_timeout"`
+	// ServerIdleTimeout is the HTTP server's IdleTimeout (keep-alive).
+	ServerIdleTimeout Duration `toml:"server_idle_timeout"`
+	// ShutdownTimeout bounds the graceful drain of in-flight requests.
+	ShutdownTimeout Duration `toml:"shutdown_timeout"`
+
+	// RegistryToken, when set, is the bearer token engines must present on
+	// their heartbeats. RegistryTokenEnv names an environment variable that
+	// holds it instead; at most one of the two.
+	RegistryToken    string `toml:"registry_token"`
+	RegistryTokenEnv string `toml:"registry_token_env"`
+
+	// TLSCertFile and TLSKeyFile serve both listeners over TLS (both or
+	// neither). EngineCAFile verifies engines that serve TLS.
+	TLSCertFile  string `toml:"tls_cert_file"`
+	TLSKeyFile   string `toml:"tls_key_file"`
+	EngineCAFile string `toml:"engine_ca_file"`
+
+	// LogFormat is json or console.
+	LogFormat string `toml:"log_format"`
+
+	// APIKeys are the client keys; with none, auth is off and every
+	// listener must be on loopback.
+	APIKeys []APIKey `toml:"api_keys"`
+	// Routes is the initial route table (the persisted one in StateDir,
+	// when present, is the caller's business).
+	Routes []routes.Route `toml:"routes"`
+	// Engines are engines that do not heartbeat; the gateway probes them.
+	Engines []Engine `toml:"engines"`
+}
+
+// APIKey is one client key. Exactly one of Key, KeyEnv and KeySHA256 is set.
+type APIKey struct {
+	// Name identifies the key in logs and metrics; unique.
+	Name string `toml:"name"`
+	// Key is the secret itself (discouraged: prefer KeyEnv or KeySHA256).
+	Key string `toml:"key"`
+	// KeyEnv names an environment variable holding the secret; it must be
+	// set and non-empty when the configuration is loaded.
+	KeyEnv string `toml:"key_env"`
+	// KeySHA256 is the hex SHA-256 of the secret (64 hex digits).
+	KeySHA256 string `toml:"key_sha256"`
+	// Scopes are a non-empty subset of inference, debug, admin.
+	Scopes []string `toml:"scopes"`
+}
+
+// Engine is an engine the gateway probes instead of waiting for its
+// heartbeats (one that does not speak tl.control.v1).
+type Engine struct {
+	// ID is a worker id, [A-Za-z0-9._:-]{1,128}, unique among engines.
+	ID string `toml:"id"`
+	// HTTPAddress is the engine's OpenAI-compatible HTTP host:port.
+	HTTPAddress string `toml:"http_address"`
+	// Model is the model id the engine serves.
+	Model string `toml:"model"`
+	// Kind is vllm, sglang, llamacpp or openai: how to read its load.
+	Kind string `toml:"kind"`
+	// ProbeInterval is the probe period; zero or absent means 2s.
+	ProbeInterval Duration `toml:"probe_interval"`
+	// AuthHeader is sent as Authorization to the engine ("Bearer xyz");
+	// AuthHeaderEnv names an environment variable holding it instead.
+	AuthHeader    string `toml:"auth_header"`
+	AuthHeaderEnv string `toml:"auth_header_env"`
+}
+
+// DefaultProbeInterval is an engine's probe period when none is given.
+const DefaultProbeInterval = 2 * time.Second
+
+// Default returns the configuration with every default and no keys,
+// routes or engines.
+func Default() *Config {
+	return &Config{Gateway: Gateway{
+		Listen:             "127.0.0.1:8080",
+		RegistryListen:     "127.0.0.1:9090",
+		RoutePolicy:        PolicyLeastOutstanding,
+		AffinityLoadFactor: 1.25,
+		HeartbeatInterval:  D(2 * time.Second),
+		HeartbeatMissLimit: 3,
+		MaxAttempts:        3,
+		MaxBodyBytes:       1 << 20,
+		StateDir:           "./tlgate-data",
+		ConnectTimeout:     D(2 * time.Second),
+		FirstByteTimeout:   D(30 * time.Second),
+		IdleTimeout:        D(60 * time.Second),
+		ReadHeaderTimeout:  D(10 * time.Second),
+		ServerIdleTimeout:  D(120 * time.Second),
+		ShutdownTimeout:    D(10 * time.Second),
+		LogFormat:          LogJSON,
+	}}
+}
+
+// Load reads the file at path and parses it (see Parse).
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes a TOML document over Default, rejects keys the schema does
+// not know (naming each), fills engines' default probe interval and
+// validates (see Validate). Environment variables named by key_env,
+// registry_token_env and auth_header_env are read here.
+func Parse(data []byte) (*Config, error) {
+	c := Default()
+	md, err := toml.Decode(string(data), c)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		sort.Strings(keys)
+		errs := make([]error, len(keys))
+		for i, k := range keys {
+			errs[i] = fmt.Errorf("%w %s", ErrUnknownKey, k)
+		}
+		return nil, errors.Join(errs...)
+	}
+	for i := range c.Gateway.Engines {
+		if c.Gateway.Engines[i].ProbeInterval.Duration == 0 {
+			c.Gateway.Engines[i].ProbeInterval = D(DefaultProbeInterval)
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// HeartbeatDeadline is how long after its last heartbeat a worker is
+// evicted: heartbeat_miss_limit × heartbeat_interval.
+func (g Gateway) HeartbeatDeadline() time.Duration {
+	return time.Duration(g.HeartbeatMissLimit) * g.HeartbeatInterval.Duration
+}
+
+// HasScope reports whether the key grants scope.
+func (k APIKey) HasScope(scope string) bool {
+	for _, s := range k.Scopes {
+		if s == scope {
+			return true
+		}
+	}
+	return false
+}
+
+// envValue reads a required environment variable; the error names the
+// variable, never a value.
+func envValue(name string) (string, error) {
+	v, ok := os.LookupEnv(name)
+	switch {
+	case !ok:
+		return "", fmt.Errorf("environment variable %s is not set", name)
+	case strings.TrimSpace(v) == "":
+		return "", fmt.Errorf("environment variable %s is empty", name)
+	}
+	return v, nil
+}
