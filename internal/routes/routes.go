@@ -76,8 +76,8 @@ func cloneSlice[T any](s []T) []T {
 
 // PickBackend returns the served model id for requestID: r.Model when the
 // route has no backends, else the backend that the canary draw lands on.
-// The draw is u = (Hash64(requestID) >> 11) / 2^53 (the hash's top 53 bits,
-// uniform in [0, 1)) scaled to the total weight, then the first backend
+// The draw is u = ring.Uniform(requestID) (Hash64's top 53 bits over 2^53,
+// in [0, 1)) scaled to the total weight, then the first backend
 // whose cumulative weight exceeds it; so one request id always gets the
 // same backend and each backend its weight's share in expectation.
 func PickBackend(r Route, requestID string) string {
@@ -91,7 +91,7 @@ func PickBackend(r Route, requestID string) string {
 	for _, b := range r.Backends {
 		total += b.Weight
 	}
-	u := float64(ring.Hash64String(requestID)>>11) / (1 << 53) * total
+	u := ring.Uniform(requestID) * total
 	cum := 0.0
 	for _, b := range r.Backends {
 		cum += b.Weight

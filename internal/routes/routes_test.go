@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tlgate/tlgate/internal/cascade"
+	"github.com/tlgate/tlgate/internal/ring"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -421,5 +422,25 @@ func BenchmarkLookup(b *testing.B) {
 	}
 	for b.Loop() {
 		tbl.Lookup("smol-latest")
+	}
+}
+
+// TestPickBackendDraw pins the draw to its definition: the backend whose
+// cumulative weight interval holds ring.Uniform(id) × total.
+func TestPickBackendDraw(t *testing.T) {
+	r := Route{Model: "m", Backends: []Backend{{"a", 0.25}, {"b", 0.5}, {"c", 0.25}}}
+	for i := range 200 {
+		id := fmt.Sprintf("r%d", i)
+		u := ring.Uniform(id)
+		want := "c"
+		switch {
+		case u < 0.25:
+			want = "a"
+		case u < 0.75:
+			want = "b"
+		}
+		if got := PickBackend(r, id); got != want {
+			t.Fatalf("PickBackend(%q) = %q, want %q (u = %v)", id, got, want, u)
+		}
 	}
 }
