@@ -1,0 +1,207 @@
+package enginesim
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
+)
+
+// Roles an engine can play (Config.Role).
+const (
+	RoleUnified = "unified"
+	RolePrefill = "prefill"
+	RoleDecode  = "decode"
+)
+
+// Defaults of the zero Config fields.
+const (
+	DefaultModel             = "sim"
+	DefaultAddr              = "127.0.0.1:0"
+	DefaultKVBlocks          = 4096
+	DefaultKVFormat          = 1
+	DefaultMaxRunning        = 256
+	DefaultHeartbeatInterval = 2 * time.Second
+	DefaultHoldTimeout       = 60 * time.Second
+	DefaultShutdownTimeout   = 10 * time.Second
+	DefaultMaxBodyBytes      = 4 << 20
+	// BlockTokens is the number of tokens in one KV block.
+	BlockTokens = 16
+)
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("enginesim: invalid config")
+
+var workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// Config configures one engine. The zero value of every field but Logger
+// selects its documented default; the zero Logger logs nothing.
+type Config struct {
+	// ID is the worker id sent in heartbeats ([A-Za-z0-9._:-]{1,128});
+	// default "enginesim-<http port>".
+	ID string
+	// Model is the served model id, the only one the engine answers to;
+	// default "sim".
+	Model string
+	// Role is "unified" (default), "prefill" or "decode".
+	Role string
+
+	// HTTPAddr is the OpenAI-compatible HTTP listen address.
+	HTTPAddr string
+	// GRPCAddr is the tl.engine.v1.EngineControl listen address (prefill
+	// role only).
+	GRPCAddr string
+	// KVAddr is the tl.kv.v1.KvTransferService listen address (decode role
+	// only).
+	KVAddr string
+	// ControlAddr, when set, also serves GET/POST /sim/faults on a listener
+	// that the refuse fault leaves open (so a refusing engine can be told to
+	// stop refusing over HTTP).
+	ControlAddr string
+	// AdvertiseHost replaces an unspecified listen host (0.0.0.0, ::) in the
+	// heartbeat's addresses; default 127.0.0.1.
+	AdvertiseHost string
+	// All listen addresses default to 127.0.0.1:0 (a free port); the
+	// accessors and the log say which port was taken.
+
+	// KVBlocks is the KV capacity in blocks of BlockTokens tokens
+	// (default 4096).
+	KVBlocks int
+	// KVFormat is the KV layout version (default 1); prefill and decode
+	// engines pair only if equal.
+	KVFormat uint32
+	// PrefillPerToken is the prefill time per uncached prompt token and
+	// DecodePerToken the time per generated token (default 0: instant).
+	PrefillPerToken, DecodePerToken time.Duration
+	// MaxRunning bounds the sequences running at once; further requests wait
+	// in the queue (default 256).
+	MaxRunning int
+
+	// WeightsSeed selects the toy model's weights (default: derived from
+	// Model, so every engine serving a model id has the same weights).
+	WeightsSeed uint64
+	// Confidence in (0, 1] is the model's capability: 0.5 (default) is unsure
+	// on about half of all prompts, 0.9 is sure on nearly all.
+	Confidence float64
+
+	// Gateways are the tl.control.v1 WorkerRegistry addresses to heartbeat.
+	Gateways []string
+	// HeartbeatInterval is the initial heartbeat interval (default 2s); a
+	// HeartbeatAck's interval_ms replaces it.
+	HeartbeatInterval time.Duration
+	// RegistryToken, if set, is sent as "authorization: Bearer <token>".
+	RegistryToken string
+
+	// HoldTimeout frees pushed KV blocks that no request resumed (decode
+	// role; default 60s).
+	HoldTimeout time.Duration
+	// ShutdownTimeout bounds Close's wait for in-flight work (default 10s).
+	ShutdownTimeout time.Duration
+	// MaxBodyBytes bounds request bodies (default 4 MiB; larger gets 413).
+	MaxBodyBytes int64
+
+	// Faults are injected from the start (see SetFaults).
+	Faults Faults
+	// Logger receives the engine's logs.
+	Logger zerolog.Logger
+
+	// hooks lets the package's tests observe internal events.
+	hooks *hooks
+}
+
+// hooks are test-only notifications; every channel is optional and sent to
+// without blocking.
+type hooks struct {
+	stalled           chan struct{} // a request started stalling
+	queued            chan struct{} // a sequence started waiting for admission
+	expired           chan struct{} // a KV hold timed out
+	heartbeatSkipped  chan struct{} // a heartbeat was skipped (fault)
+	heartbeatReturned chan error    // a heartbeat RPC returned
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Model == "" {
+		c.Model = DefaultModel
+	}
+	if c.Role == "" {
+		c.Role = RoleUnified
+	}
+	if _, err := roleOf(c.Role); err != nil {
+		return c, err
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = DefaultAddr
+	}
+	if c.GRPCAddr == "" {
+		c.GRPCAddr = DefaultAddr
+	}
+	if c.KVAddr == "" {
+		c.KVAddr = DefaultAddr
+	}
+	if c.AdvertiseHost == "" {
+		c.AdvertiseHost = "127.0.0.1"
+	}
+	if c.KVBlocks == 0 {
+		c.KVBlocks = DefaultKVBlocks
+	}
+	if c.KVFormat == 0 {
+		c.KVFormat = DefaultKVFormat
+	}
+	if c.MaxRunning == 0 {
+		c.MaxRunning = DefaultMaxRunning
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.HoldTimeout == 0 {
+		c.HoldTimeout = DefaultHoldTimeout
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	switch {
+	case c.ID != "" && !workerIDPattern.MatchString(c.ID):
+		return c, fmt.Errorf("%w: id %q does not match [A-Za-z0-9._:-]{1,128}", ErrConfig, c.ID)
+	case c.KVBlocks < 0:
+		return c, fmt.Errorf("%w: kv blocks %d < 0", ErrConfig, c.KVBlocks)
+	case c.MaxRunning < 0:
+		return c, fmt.Errorf("%w: max running %d < 0", ErrConfig, c.MaxRunning)
+	case c.Confidence < 0 || c.Confidence > 1:
+		return c, fmt.Errorf("%w: confidence %v outside [0, 1]", ErrConfig, c.Confidence)
+	case c.PrefillPerToken < 0 || c.DecodePerToken < 0:
+		return c, fmt.Errorf("%w: negative per-token cost", ErrConfig)
+	case c.HeartbeatInterval < 0 || c.HoldTimeout < 0 || c.ShutdownTimeout < 0:
+		return c, fmt.Errorf("%w: negative interval or timeout", ErrConfig)
+	case c.MaxBodyBytes < 0:
+		return c, fmt.Errorf("%w: max body bytes %d < 0", ErrConfig, c.MaxBodyBytes)
+	}
+	for _, g := range c.Gateways {
+		if _, _, err := net.SplitHostPort(g); err != nil {
+			return c, fmt.Errorf("%w: gateway address %q: %w", ErrConfig, g, err)
+		}
+	}
+	if err := c.Faults.validate(); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return c, nil
+}
+
+func roleOf(role string) (controlv1.Role, error) {
+	switch role {
+	case RoleUnified:
+		return controlv1.Role_ROLE_UNIFIED, nil
+	case RolePrefill:
+		return controlv1.Role_ROLE_PREFILL, nil
+	case RoleDecode:
+		return controlv1.Role_ROLE_DECODE, nil
+	}
+	return 0, fmt.Errorf("%w: role %q is not unified, prefill or decode", ErrConfig, role)
+}

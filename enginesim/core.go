@@ -1,0 +1,306 @@
+package enginesim
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	kvv1 "github.com/tlgate/tlgate/protos/tl/kv/v1"
+)
+
+// Errors of admission and KV handles.
+var (
+	errTooLarge     = errors.New("enginesim: request needs more KV blocks than the engine has")
+	errNoBlocks     = errors.New("enginesim: not enough free KV blocks")
+	errHandleExists = errors.New("enginesim: KV handle already held")
+	errCoreClosed   = errors.New("enginesim: engine closed")
+)
+
+// core is the engine's shared state: the KV block pool with its prefix
+// cache, the FCFS queue of sequences waiting for a running slot and blocks,
+// the KV handles held for decode, and the counters. It has no I/O, so its
+// timers can run in a synctest bubble.
+type core struct {
+	mu          sync.Mutex
+	pool        *blockPool
+	maxRunning  int
+	running     int
+	waiting     list.List // of *admission
+	handles     map[string]*handle
+	heldBlocks  int
+	holdTimeout time.Duration
+	closed      bool
+	counters    counters
+	onExpire    func(id string) // called (without the lock) when a hold times out
+	onQueued    func()          // called (without the lock) when a sequence starts waiting
+}
+
+// counters are the engine's cumulative counts (see Stats).
+type counters struct {
+	requests, completed, aborted     uint64
+	prefixQueries, prefixHits        uint64
+	promptTokens, generationTokens   uint64
+	finishedLength, finishedStop     uint64
+	prefills, pushes, releases       uint64
+	handlesReleased, handlesExpired  uint64
+	heartbeatsSent, heartbeatsFailed uint64
+	heartbeatsSkipped                uint64
+}
+
+func newCore(blocks, maxRunning int, holdTimeout time.Duration) *core {
+	return &core{
+		pool:        newBlockPool(blocks),
+		maxRunning:  maxRunning,
+		handles:     make(map[string]*handle),
+		holdTimeout: holdTimeout,
+	}
+}
+
+// admission is a request for a running slot and KV blocks.
+type admission struct {
+	// want are the blocks to acquire: the full prompt blocks (cached and
+	// shared) and private ones.
+	want blockSet
+	// promptLen is the prompt's length, for prefix cache accounting; 0
+	// skips the accounting (a resumed handle's prompt is not looked up).
+	promptLen int
+	// handle, if set, is a taken handle whose blocks the sequence adopts;
+	// want.private more blocks are acquired on top.
+	handle *handle
+
+	cached int           // prompt tokens found in the prefix cache
+	seq    *seq          // set when admitted
+	err    error         // set when failed while waiting
+	ready  chan struct{} // closed when admitted or failed
+	elem   *list.Element
+}
+
+// seq is an admitted sequence: it holds a running slot and its blocks until
+// finish.
+type seq struct {
+	blocks blockSet
+	cached int
+}
+
+// admit waits (FCFS) until a is admitted or ctx ends. It owns a.handle: on
+// error the handle's blocks are freed.
+func (c *core) admit(ctx context.Context, a *admission) (*seq, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.dropLocked(a.handle)
+		c.mu.Unlock()
+		return nil, errCoreClosed
+	}
+	total := a.want.size()
+	if a.handle != nil {
+		total += a.handle.blocks.size()
+	}
+	if total > c.pool.total {
+		c.dropLocked(a.handle)
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d blocks needed, %d in the engine", errTooLarge, total, c.pool.total)
+	}
+	if c.waiting.Len() == 0 && c.tryAdmitLocked(a) {
+		c.mu.Unlock()
+		return a.seq, nil
+	}
+	a.ready = make(chan struct{})
+	a.elem = c.waiting.PushBack(a)
+	onQueued := c.onQueued
+	c.mu.Unlock()
+	if onQueued != nil {
+		onQueued()
+	}
+
+	select {
+	case <-a.ready:
+		return a.seq, a.err
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a.seq != nil { // admitted while we were giving up
+		c.finishLocked(a.seq)
+		return nil, ctx.Err()
+	}
+	if a.err != nil { // failed by close
+		return nil, a.err
+	}
+	c.waiting.Remove(a.elem)
+	c.dropLocked(a.handle)
+	c.pumpLocked()
+	return nil, ctx.Err()
+}
+
+// tryAdmitLocked admits a if a running slot and its blocks are free.
+func (c *core) tryAdmitLocked(a *admission) bool {
+	if c.running >= c.maxRunning || !c.pool.fits(a.want) {
+		return false
+	}
+	if a.promptLen > 0 {
+		// Like vLLM, at least the last prompt token is always computed.
+		hits := min(c.pool.leadingHits(a.want.hashes), (a.promptLen-1)/BlockTokens)
+		a.cached = hits * BlockTokens
+		c.counters.prefixQueries += uint64(a.promptLen)
+		c.counters.prefixHits += uint64(a.cached)
+	}
+	c.pool.acquire(a.want)
+	s := &seq{blocks: a.want, cached: a.cached}
+	if h := a.handle; h != nil {
+		s.blocks.hashes = h.blocks.hashes
+		s.blocks.private += h.blocks.private
+		c.heldBlocks -= h.blocks.size()
+		a.handle = nil
+	}
+	c.running++
+	a.seq = s
+	return true
+}
+
+// pumpLocked admits waiting sequences in order while they fit.
+func (c *core) pumpLocked() {
+	for e := c.waiting.Front(); e != nil && !c.closed; e = c.waiting.Front() {
+		a := e.Value.(*admission)
+		if !c.tryAdmitLocked(a) {
+			return
+		}
+		c.waiting.Remove(e)
+		close(a.ready)
+	}
+}
+
+// finish frees the sequence's slot and blocks (full prompt blocks stay
+// cached) and admits waiting sequences.
+func (c *core) finish(s *seq) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.finishLocked(s)
+}
+
+func (c *core) finishLocked(s *seq) {
+	c.pool.release(s.blocks)
+	c.running--
+	c.pumpLocked()
+}
+
+// handle is a pushed prompt's KV held for one resuming request.
+type handle struct {
+	id     string
+	header *kvv1.KvHeader
+	blocks blockSet
+	timer  *time.Timer
+}
+
+// hold acquires blocks for h at once (no queueing) and keeps them until
+// take, release or the hold timeout.
+func (c *core) hold(h *handle) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return errCoreClosed
+	case c.handles[h.id] != nil:
+		return fmt.Errorf("%w: %q", errHandleExists, h.id)
+	case !c.pool.acquire(h.blocks):
+		return fmt.Errorf("%w: %d needed, %d available", errNoBlocks, h.blocks.size(), c.pool.available())
+	}
+	c.handles[h.id] = h
+	c.heldBlocks += h.blocks.size()
+	c.counters.pushes++
+	h.timer = time.AfterFunc(c.holdTimeout, func() { c.expire(h) })
+	return nil
+}
+
+// take removes a held handle for a resuming request (nil if unknown); its
+// blocks stay held until the request's sequence adopts or drops them.
+func (c *core) take(id string) *handle {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.handles[id]
+	if h == nil {
+		return nil
+	}
+	delete(c.handles, id)
+	h.timer.Stop()
+	return h
+}
+
+// drop frees a taken handle that no sequence adopted.
+func (c *core) drop(h *handle) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dropLocked(h)
+}
+
+func (c *core) dropLocked(h *handle) {
+	if h == nil {
+		return
+	}
+	c.pool.release(h.blocks)
+	c.heldBlocks -= h.blocks.size()
+	c.pumpLocked()
+}
+
+// release frees a held handle (the Release RPC): false for an unknown or
+// already taken one.
+func (c *core) release(id string) (released bool, freed int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counters.releases++
+	h := c.handles[id]
+	if h == nil {
+		return false, 0
+	}
+	delete(c.handles, id)
+	h.timer.Stop()
+	c.dropLocked(h)
+	c.counters.handlesReleased++
+	return true, h.blocks.size()
+}
+
+// expire frees h if it is still held when its timer fires.
+func (c *core) expire(h *handle) {
+	c.mu.Lock()
+	if c.handles[h.id] != h {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.handles, h.id)
+	c.dropLocked(h)
+	c.counters.handlesExpired++
+	onExpire := c.onExpire
+	c.mu.Unlock()
+	if onExpire != nil {
+		onExpire(h.id)
+	}
+}
+
+// close stops admitting, fails the waiting admissions and frees every held
+// handle. Running sequences finish as usual.
+func (c *core) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for e := c.waiting.Front(); e != nil; e = c.waiting.Front() {
+		a := c.waiting.Remove(e).(*admission)
+		c.dropLocked(a.handle)
+		a.handle = nil
+		a.err = errCoreClosed
+		close(a.ready)
+	}
+	for id, h := range c.handles {
+		h.timer.Stop()
+		delete(c.handles, id)
+		c.dropLocked(h)
+	}
+}
+
+// count applies f to the counters under the lock.
+func (c *core) count(f func(*counters)) {
+	c.mu.Lock()
+	f(&c.counters)
+	c.mu.Unlock()
+}

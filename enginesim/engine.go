@@ -1,0 +1,579 @@
+// Package enginesim is the reference engine: a real inference engine
+// without a GPU that speaks every contract the gateway uses, so the gateway
+// can be run, tested, demonstrated and benchmarked against it.
+//
+// It serves OpenAI-compatible HTTP (completions and chat completions,
+// streamed and not, with logprobs; /v1/tokenize; /v1/models; /health; vLLM
+// named /metrics), runs a deterministic toy model (package toymodel) with a
+// reversible tokenizer (package tokenizer), keeps a prefix cache of
+// 16-token KV blocks, queues requests beyond MaxRunning, and plays one of
+// three roles: unified, prefill (tl.engine.v1 EngineControl.Prefill, pushing
+// KV over tl.kv.v1) or decode (tl.kv.v1 KvTransferService, resuming a
+// request from the X-TL-KV-Handle header). It heartbeats to gateways over
+// tl.control.v1 and injects faults on demand (Faults).
+//
+// Start engines in process with Start; cmd/enginesim runs one as a program.
+package enginesim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tlgate/tlgate/enginesim/tokenizer"
+	"github.com/tlgate/tlgate/enginesim/toymodel"
+	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
+	enginev1 "github.com/tlgate/tlgate/protos/tl/engine/v1"
+	kvv1 "github.com/tlgate/tlgate/protos/tl/kv/v1"
+)
+
+// HeaderKVHandle is the HTTP header carrying a KV handle from the gateway to
+// a decode engine.
+const HeaderKVHandle = "X-TL-KV-Handle"
+
+// Engine is a running reference engine.
+type Engine struct {
+	cfg     Config
+	log     zerolog.Logger
+	role    controlv1.Role
+	tok     *tokenizer.Tokenizer
+	model   *toymodel.Model
+	root    uint64 // root of the chained block hashes
+	started time.Time
+	core    *core
+
+	ctx    context.Context // cancelled by Close and Kill
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // serve loops and heartbeats
+
+	httpLis, grpcLis, kvLis, controlLis *gateListener
+	httpSrv, controlSrv                 *http.Server
+	grpcSrv, kvSrv                      *grpc.Server
+	handlers                            tracker
+	hbConns                             []*grpc.ClientConn
+
+	mu       sync.Mutex
+	faults   Faults
+	draining bool
+	kvConns  map[string]*grpc.ClientConn // prefill role: decode targets
+	idle     map[net.Conn]bool           // HTTP connections, true when idle
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start listens on the configured addresses and starts serving. ctx is used
+// only while starting; stop the engine with Close (graceful) or Kill
+// (abrupt).
+func Start(ctx context.Context, cfg Config) (*Engine, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("enginesim: start: %w", err)
+	}
+	role, _ := roleOf(cfg.Role)
+	seed := cfg.WeightsSeed
+	if seed == 0 {
+		seed = toymodel.SeedOf(cfg.Model)
+	}
+	e := &Engine{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		role:    role,
+		tok:     tokenizer.Default(),
+		root:    toymodel.SeedOf("kv:" + cfg.Model),
+		started: time.Now(),
+		core:    newCore(cfg.KVBlocks, cfg.MaxRunning, cfg.HoldTimeout),
+		faults:  cfg.Faults,
+		kvConns: make(map[string]*grpc.ClientConn),
+		idle:    make(map[net.Conn]bool),
+	}
+	e.model = toymodel.New(e.tok, seed, cfg.Confidence)
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	if err := e.listen(); err != nil {
+		e.closeListeners()
+		e.cancel()
+		return nil, err
+	}
+	if e.cfg.ID == "" {
+		e.cfg.ID = "enginesim-" + strconv.Itoa(e.httpLis.Addr().(*net.TCPAddr).Port)
+	}
+	e.log = e.log.With().Str("engine", e.cfg.ID).Logger()
+	e.core.onExpire = func(id string) {
+		e.log.Info().Str("handle", id).Msg("KV hold timed out; blocks freed")
+		e.hook(func(h *hooks) chan struct{} { return h.expired })
+	}
+	e.core.onQueued = func() { e.hook(func(h *hooks) chan struct{} { return h.queued }) }
+	for _, g := range cfg.Gateways {
+		conn, err := grpc.NewClient(g, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			e.stop(true)
+			return nil, fmt.Errorf("enginesim: gateway %s: %w", g, err)
+		}
+		e.hbConns = append(e.hbConns, conn)
+	}
+	e.serve()
+	if cfg.Faults.Refuse {
+		e.applyRefuse(true)
+	}
+	for i, conn := range e.hbConns {
+		e.wg.Go(func() { e.heartbeatLoop(cfg.Gateways[i], conn) })
+	}
+	e.log.Info().Str("model", cfg.Model).Str("role", cfg.Role).
+		Str("http", e.HTTPAddr()).Str("grpc", e.GRPCAddr()).Str("kv", e.KVAddr()).
+		Str("control", e.ControlAddr()).Int("kv_blocks", cfg.KVBlocks).
+		Float64("confidence", e.model.Confidence()).Msg("engine started")
+	return e, nil
+}
+
+func (e *Engine) listen() error {
+	var err error
+	if e.httpLis, err = listen(e.cfg.HTTPAddr); err != nil {
+		return err
+	}
+	if e.cfg.Role == RolePrefill {
+		if e.grpcLis, err = listen(e.cfg.GRPCAddr); err != nil {
+			return err
+		}
+	}
+	if e.cfg.Role == RoleDecode {
+		if e.kvLis, err = listen(e.cfg.KVAddr); err != nil {
+			return err
+		}
+	}
+	if e.cfg.ControlAddr != "" {
+		if e.controlLis, err = listen(e.cfg.ControlAddr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *Engine) closeListeners() {
+	for _, l := range []*gateListener{e.httpLis, e.grpcLis, e.kvLis, e.controlLis} {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+// serve starts the servers on the listeners.
+func (e *Engine) serve() {
+	errLog := log.New(logWriter{e.log}, "", 0)
+	e.httpSrv = &http.Server{
+		Handler:           e.httpHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return e.ctx },
+		ConnState:         e.connState,
+		ErrorLog:          errLog,
+	}
+	e.wg.Go(func() { e.httpSrv.Serve(e.httpLis) })
+	if e.controlLis != nil {
+		e.controlSrv = &http.Server{
+			Handler:           e.controlHandler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			BaseContext:       func(net.Listener) context.Context { return e.ctx },
+			ErrorLog:          errLog,
+		}
+		e.wg.Go(func() { e.controlSrv.Serve(e.controlLis) })
+	}
+	if e.grpcLis != nil {
+		e.grpcSrv = grpc.NewServer(grpc.WaitForHandlers(true))
+		enginev1.RegisterEngineControlServer(e.grpcSrv, &controlServer{e: e})
+		e.wg.Go(func() { e.grpcSrv.Serve(e.grpcLis) })
+	}
+	if e.kvLis != nil {
+		e.kvSrv = grpc.NewServer(grpc.WaitForHandlers(true))
+		kvv1.RegisterKvTransferServiceServer(e.kvSrv, &kvServer{e: e})
+		e.wg.Go(func() { e.kvSrv.Serve(e.kvLis) })
+	}
+}
+
+// ID returns the worker id.
+func (e *Engine) ID() string { return e.cfg.ID }
+
+// Model returns the served model id.
+func (e *Engine) Model() string { return e.cfg.Model }
+
+// Role returns "unified", "prefill" or "decode".
+func (e *Engine) Role() string { return e.cfg.Role }
+
+// HTTPAddr returns the HTTP host:port.
+func (e *Engine) HTTPAddr() string { return addrOf(e.httpLis) }
+
+// GRPCAddr returns the EngineControl host:port ("" unless prefill).
+func (e *Engine) GRPCAddr() string { return addrOf(e.grpcLis) }
+
+// KVAddr returns the KvTransferService host:port ("" unless decode).
+func (e *Engine) KVAddr() string { return addrOf(e.kvLis) }
+
+// ControlAddr returns the /sim control host:port ("" unless configured).
+func (e *Engine) ControlAddr() string { return addrOf(e.controlLis) }
+
+// URL returns the HTTP base URL, e.g. "http://127.0.0.1:8000".
+func (e *Engine) URL() string { return "http://" + e.HTTPAddr() }
+
+func addrOf(l *gateListener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
+}
+
+// advertised returns addr with an unspecified host replaced by
+// AdvertiseHost.
+func (e *Engine) advertised(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || addr == "" {
+		return addr
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = e.cfg.AdvertiseHost
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// Faults returns the faults injected now.
+func (e *Engine) Faults() Faults {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.faults
+}
+
+// SetFaults replaces the injected faults. Turning Refuse off listens again
+// on the same ports, which fails if another process took a port meanwhile.
+func (e *Engine) SetFaults(f Faults) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	was := e.faults.Refuse
+	e.faults = f
+	e.mu.Unlock()
+	e.log.Info().Interface("faults", f).Msg("faults set")
+	if f.Refuse == was {
+		return nil
+	}
+	return e.applyRefuse(f.Refuse)
+}
+
+// applyRefuse closes or reopens the listeners (the control listener stays).
+func (e *Engine) applyRefuse(on bool) error {
+	var errs []error
+	for _, l := range []*gateListener{e.httpLis, e.grpcLis, e.kvLis} {
+		if l == nil {
+			continue
+		}
+		if on {
+			l.refuse()
+		} else {
+			errs = append(errs, l.reopen())
+		}
+	}
+	if on {
+		// gRPC multiplexes on one connection: close them all, or clients
+		// would never notice. Idle HTTP connections close too.
+		for _, l := range []*gateListener{e.grpcLis, e.kvLis} {
+			if l != nil {
+				l.closeConns()
+			}
+		}
+		e.closeIdleHTTP()
+	}
+	return errors.Join(errs...)
+}
+
+// connState tracks idle HTTP connections, closing them while refusing.
+func (e *Engine) connState(c net.Conn, s http.ConnState) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch s {
+	case http.StateHijacked, http.StateClosed:
+		delete(e.idle, c)
+	case http.StateIdle:
+		if e.faults.Refuse {
+			c.Close()
+			delete(e.idle, c)
+			return
+		}
+		e.idle[c] = true
+	default:
+		e.idle[c] = false
+	}
+}
+
+func (e *Engine) closeIdleHTTP() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for c, idle := range e.idle {
+		if idle {
+			c.Close()
+			delete(e.idle, c)
+		}
+	}
+}
+
+// SetDraining sets or clears draining: a draining engine answers 503 to new
+// inference requests (and Unavailable to Prefill and Push), finishes those
+// in flight, and reports draining in its heartbeats. A HeartbeatAck with
+// drain sets it.
+func (e *Engine) SetDraining(on bool) {
+	e.mu.Lock()
+	changed := e.draining != on
+	e.draining = on
+	e.mu.Unlock()
+	if changed {
+		e.log.Info().Bool("draining", on).Msg("draining changed")
+	}
+}
+
+// Draining reports whether the engine is draining.
+func (e *Engine) Draining() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.draining
+}
+
+// Stats are an engine's figures: gauges now and counters since start.
+type Stats struct {
+	// Requests counts HTTP inference requests received (completions and
+	// chat completions, whatever their outcome; not those refused).
+	Requests uint64
+	// Completed counts inference requests answered in full; Aborted those
+	// cut off by a client going away, an error after admission, or the Die
+	// fault.
+	Completed, Aborted uint64
+	// Waiting and Running are the queue depth and the running sequences
+	// (inference requests and Prefill calls).
+	Waiting, Running int
+	// HeldHandles and HeldBlocks are the KV handles pushed and not yet
+	// resumed, released or expired, and their blocks.
+	HeldHandles, HeldBlocks int
+	// FreeBlocks are the KV blocks not referenced by a sequence or handle
+	// (idle cached blocks count as free); TotalBlocks is KVBlocks.
+	FreeBlocks, TotalBlocks int
+	// PrefixQueries and PrefixHits count prompt tokens looked up in the
+	// prefix cache and found there (vLLM's prefix_cache_queries/hits).
+	PrefixQueries, PrefixHits uint64
+	// PromptTokens and GenerationTokens count tokens of finished and
+	// aborted requests.
+	PromptTokens, GenerationTokens uint64
+	// Prefills counts Prefill calls answered; Pushes KV pushes accepted
+	// (decode); Releases Release calls received, HandlesReleased those that
+	// freed a handle, HandlesExpired handles freed by the hold timeout.
+	Prefills, Pushes, Releases, HandlesReleased, HandlesExpired uint64
+	// HeartbeatsSent, HeartbeatsFailed and HeartbeatsSkipped count
+	// heartbeats acknowledged, failed, and skipped by the NoHeartbeat fault.
+	HeartbeatsSent, HeartbeatsFailed, HeartbeatsSkipped uint64
+	// Draining reports draining.
+	Draining bool
+}
+
+// Stats returns the engine's figures.
+func (e *Engine) Stats() Stats {
+	draining := e.Draining()
+	c := e.core
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.counters
+	return Stats{
+		Requests: k.requests, Completed: k.completed, Aborted: k.aborted,
+		Waiting: c.waiting.Len(), Running: c.running,
+		HeldHandles: len(c.handles), HeldBlocks: c.heldBlocks,
+		FreeBlocks: c.pool.total - c.pool.referenced(), TotalBlocks: c.pool.total,
+		PrefixQueries: k.prefixQueries, PrefixHits: k.prefixHits,
+		PromptTokens: k.promptTokens, GenerationTokens: k.generationTokens,
+		Prefills: k.prefills, Pushes: k.pushes, Releases: k.releases,
+		HandlesReleased: k.handlesReleased, HandlesExpired: k.handlesExpired,
+		HeartbeatsSent: k.heartbeatsSent, HeartbeatsFailed: k.heartbeatsFailed,
+		HeartbeatsSkipped: k.heartbeatsSkipped,
+		Draining:          draining,
+	}
+}
+
+// Status returns the WorkerStatus the engine heartbeats.
+func (e *Engine) Status() *controlv1.WorkerStatus {
+	s := e.Stats()
+	return &controlv1.WorkerStatus{
+		WorkerId:        e.cfg.ID,
+		HttpAddress:     e.advertised(e.HTTPAddr()),
+		GrpcAddress:     e.advertised(e.GRPCAddr()),
+		KvAddress:       e.advertised(e.KVAddr()),
+		Role:            e.role,
+		Model:           e.cfg.Model,
+		KvFormat:        e.cfg.KVFormat,
+		QueueDepth:      uint32(s.Waiting),
+		Running:         uint32(s.Running),
+		KvFreeBlocks:    uint32(s.FreeBlocks),
+		KvTotalBlocks:   uint32(s.TotalBlocks),
+		Draining:        s.Draining,
+		KvBlockTokens:   BlockTokens,
+		StartedAtUnixMs: uint64(e.started.UnixMilli()),
+	}
+}
+
+// Kill stops the engine abruptly, like a process death: every listener and
+// every open connection closes at once and in-flight work is cancelled. It
+// returns when the engine's goroutines have ended.
+func (e *Engine) Kill() {
+	e.stop(true)
+}
+
+// Close stops the engine gracefully: it stops heartbeating and accepting,
+// lets in-flight requests finish (up to ShutdownTimeout, then cuts them
+// off), frees held KV and returns when its goroutines have ended.
+func (e *Engine) Close() error {
+	return e.stop(false)
+}
+
+func (e *Engine) stop(abrupt bool) error {
+	e.stopOnce.Do(func() {
+		if abrupt {
+			e.log.Warn().Msg("engine killed")
+			e.cancel()
+		} else {
+			e.log.Info().Msg("engine closing")
+			e.SetDraining(true)
+		}
+		var errs []error
+		e.closeListeners()
+		if abrupt {
+			errs = append(errs, e.closeHTTP(nil))
+			e.stopGRPC(false)
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownTimeout)
+			errs = append(errs, e.closeHTTP(ctx))
+			e.stopGRPC(true)
+			cancel()
+			e.cancel()
+		}
+		e.handlers.wait()
+		e.core.close()
+		e.wg.Wait()
+		for _, c := range e.hbConns {
+			errs = append(errs, c.Close())
+		}
+		e.mu.Lock()
+		for addr, c := range e.kvConns {
+			errs = append(errs, c.Close())
+			delete(e.kvConns, addr)
+		}
+		e.mu.Unlock()
+		e.stopErr = errors.Join(errs...)
+		if e.stopErr != nil {
+			e.stopErr = fmt.Errorf("enginesim: stop: %w", e.stopErr)
+		}
+		e.log.Info().Msg("engine stopped")
+	})
+	return e.stopErr
+}
+
+// closeHTTP shuts the HTTP servers down, gracefully within ctx (nil: at
+// once).
+func (e *Engine) closeHTTP(ctx context.Context) error {
+	var errs []error
+	for _, s := range []*http.Server{e.httpSrv, e.controlSrv} {
+		if s == nil {
+			continue
+		}
+		if ctx != nil {
+			if err := s.Shutdown(ctx); err == nil {
+				continue
+			}
+			e.log.Warn().Msg("in-flight HTTP requests cut off at shutdown timeout")
+		}
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// stopGRPC stops the gRPC servers, gracefully (bounded by
+// ShutdownTimeout) or at once.
+func (e *Engine) stopGRPC(graceful bool) {
+	for _, s := range []*grpc.Server{e.grpcSrv, e.kvSrv} {
+		if s == nil {
+			continue
+		}
+		if !graceful {
+			s.Stop()
+			continue
+		}
+		done := make(chan struct{})
+		go func() {
+			s.GracefulStop()
+			close(done)
+		}()
+		t := time.NewTimer(e.cfg.ShutdownTimeout)
+		select {
+		case <-done:
+		case <-t.C:
+			s.Stop()
+			<-done
+		}
+		t.Stop()
+	}
+}
+
+// tracker counts running HTTP handlers so Kill and Close can wait for them.
+type tracker struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	zero   chan struct{}
+}
+
+// enter registers a handler; false once waiting has begun.
+func (t *tracker) enter() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.n++
+	return true
+}
+
+func (t *tracker) exit() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n--
+	if t.n == 0 && t.zero != nil {
+		close(t.zero)
+		t.zero = nil
+	}
+}
+
+// wait refuses new handlers and waits for the running ones.
+func (t *tracker) wait() {
+	t.mu.Lock()
+	t.closed = true
+	if t.n == 0 {
+		t.mu.Unlock()
+		return
+	}
+	zero := make(chan struct{})
+	t.zero = zero
+	t.mu.Unlock()
+	<-zero
+}
+
+// logWriter adapts zerolog to the standard logger net/http uses.
+type logWriter struct{ log zerolog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Warn().Str("source", "net/http").Msg(string(p))
+	return len(p), nil
+}

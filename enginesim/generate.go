@@ -1,0 +1,165 @@
+package enginesim
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"github.com/tlgate/tlgate/enginesim/toymodel"
+)
+
+// Finish reasons.
+const (
+	finishLength = "length"
+	finishStop   = "stop"
+)
+
+// step is one generated token as the client sees it. The engine reuses it:
+// emit must not keep it.
+type step struct {
+	index   int
+	token   uint32
+	piece   string
+	logprob float64
+	top     []toymodel.Candidate // the most likely tokens, if asked for
+	delta   string               // text to show now (stop strings held back)
+	offset  int                  // offset of delta in the completion text
+	finish  string               // "" until the last token
+	topBuf  [maxTopLogprobs]toymodel.Candidate
+}
+
+// result sums up a generation.
+type result struct {
+	promptTokens, completionTokens int
+	cached                         int
+	finish                         string
+}
+
+// generate admits the request, runs prefill (or adopts the resumed handle's
+// KV) and decodes, calling emit for every token. The sequence's blocks are
+// freed when it returns, also on error.
+func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit func(*step) error) (result, error) {
+	res := result{promptTokens: len(r.prompt)}
+	need := blockCount(len(r.prompt) + r.maxTokens)
+	a := &admission{handle: h}
+	if h == nil {
+		a.want.hashes = blockHashes(e.root, r.prompt)
+		a.want.private = need - len(a.want.hashes)
+		a.promptLen = len(r.prompt)
+	} else {
+		a.want.private = max(0, need-h.blocks.size())
+	}
+	s, err := e.core.admit(ctx, a)
+	if err != nil {
+		return res, err
+	}
+	defer e.core.finish(s)
+	res.cached = s.cached
+	if h == nil {
+		if err := sleepCtx(ctx, time.Duration(len(r.prompt)-s.cached)*e.cfg.PrefillPerToken); err != nil {
+			return res, err
+		}
+	}
+
+	g := e.model.NewGenerator(r.prompt, r.seed, r.params)
+	maxStop := 0
+	for _, st := range r.stop {
+		maxStop = max(maxStop, len(st))
+	}
+	text := make([]byte, 0, 5*r.maxTokens)
+	sent := 0
+	var st step
+	defer func() {
+		e.core.count(func(c *counters) {
+			c.promptTokens += uint64(res.promptTokens)
+			c.generationTokens += uint64(res.completionTokens)
+			switch res.finish {
+			case finishLength:
+				c.finishedLength++
+			case finishStop:
+				c.finishedStop++
+			}
+		})
+	}()
+	for i := range r.maxTokens {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		if i > 0 {
+			if err := sleepCtx(ctx, e.cfg.DecodePerToken); err != nil {
+				return res, err
+			}
+		}
+		d := g.Dist()
+		var c toymodel.Candidate
+		if i == 0 && h != nil {
+			g.Skip(h.header.RngDrawsConsumed)
+			var ok bool
+			if c, ok = d.Find(h.header.FirstToken); !ok {
+				c = toymodel.Candidate{Token: h.header.FirstToken, Logprob: float64(h.header.FirstLogprob)}
+			}
+		} else {
+			c = g.Sample()
+		}
+		st.top = nil
+		if r.logprobs && r.topLogprobs > 0 {
+			st.top = st.topBuf[:copy(st.topBuf[:r.topLogprobs], d.Cands)]
+		}
+		g.Accept(c.Token)
+		res.completionTokens++
+
+		st.index, st.token, st.logprob = i, c.Token, c.Logprob
+		st.piece = e.tok.Piece(c.Token)
+		prevLen := len(text)
+		text = append(text, st.piece...)
+		end := len(text)
+		st.finish = ""
+		if maxStop > 0 {
+			if p := firstStop(text, max(0, prevLen-maxStop+1), r.stop); p >= 0 {
+				text, end, st.finish = text[:p], p, finishStop
+			} else {
+				end = max(sent, len(text)-(maxStop-1))
+			}
+		}
+		if st.finish == "" && i == r.maxTokens-1 {
+			st.finish, end = finishLength, len(text)
+		}
+		st.delta, st.offset = string(text[sent:end]), sent
+		sent = end
+		res.finish = st.finish
+		if err := emit(&st); err != nil {
+			return res, err
+		}
+		if st.finish != "" {
+			break
+		}
+	}
+	return res, nil
+}
+
+// firstStop returns where the earliest stop string starting at or after
+// from begins in text, or -1.
+func firstStop(text []byte, from int, stops []string) int {
+	best := -1
+	for _, s := range stops {
+		if i := bytes.Index(text[from:], []byte(s)); i >= 0 && (best < 0 || from+i < best) {
+			best = from + i
+		}
+	}
+	return best
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,70 @@
+package enginesim
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
+)
+
+// heartbeatLoop sends the engine's status to one gateway registry: at once,
+// then every interval (which the gateway's ack may change), until the engine
+// stops. An ack with drain set makes the engine drain.
+func (e *Engine) heartbeatLoop(addr string, conn *grpc.ClientConn) {
+	client := controlv1.NewWorkerRegistryClient(conn)
+	interval := e.cfg.HeartbeatInterval
+	log := e.log.With().Str("gateway", addr).Logger()
+	failing := false
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if e.Faults().NoHeartbeat {
+			e.core.count(func(c *counters) { c.heartbeatsSkipped++ })
+			e.hook(func(h *hooks) chan struct{} { return h.heartbeatSkipped })
+			t.Reset(interval)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(e.ctx, max(interval, time.Second))
+		if e.cfg.RegistryToken != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+e.cfg.RegistryToken)
+		}
+		ack, err := client.Heartbeat(ctx, e.Status())
+		cancel()
+		if err != nil {
+			e.core.count(func(c *counters) { c.heartbeatsFailed++ })
+			if !failing && e.ctx.Err() == nil {
+				log.Warn().Err(err).Msg("heartbeat failed")
+			}
+			failing = true
+		} else {
+			e.core.count(func(c *counters) { c.heartbeatsSent++ })
+			if failing {
+				log.Info().Msg("heartbeat acknowledged again")
+			}
+			failing = false
+			if ms := ack.GetIntervalMs(); ms > 0 && time.Duration(ms)*time.Millisecond != interval {
+				interval = time.Duration(ms) * time.Millisecond
+				log.Info().Dur("interval", interval).Msg("heartbeat interval set by gateway")
+			}
+			if ack.GetDrain() && !e.Draining() {
+				log.Info().Msg("gateway asked to drain")
+				e.SetDraining(true)
+			}
+		}
+		if e.cfg.hooks != nil && e.cfg.hooks.heartbeatReturned != nil {
+			select {
+			case e.cfg.hooks.heartbeatReturned <- err:
+			default:
+			}
+		}
+		t.Reset(interval)
+	}
+}
