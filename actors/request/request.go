@@ -1,0 +1,433 @@
+// Package request is the per-request actor. One is spawned for every client
+// request by the HTTP edge; it runs the request protocol by messages:
+// route → attempt → on an uncommitted failure exclude the worker and route
+// again (at most MaxAttempts workers) → done; cascades step from a small
+// model to a larger one on the answer's logprobs; disaggregated routes run
+// tokenize → prefill → decode → release. Every piece of I/O runs in a
+// goroutine off the mailbox and reports back as a message; the actor never
+// blocks. It releases what it acquired (in-flight slots, KV handles) on
+// every path, also when it panics: it is supervised with a stop directive
+// and its Stopped handler releases whatever is still held.
+package request
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/cascade"
+	"github.com/tlgate/tlgate/internal/openai"
+	"github.com/tlgate/tlgate/internal/proxy"
+)
+
+// Exchange is one client request as the edge hands it over, and the channel
+// on which the actor hands back its outcome. The edge waits on Done, then on
+// Wait (no attempt goroutine may still touch the response writer), then
+// writes Outcome unless the response was already committed by a stream.
+type Exchange struct {
+	Ctx       context.Context // the client's request context
+	W         http.ResponseWriter
+	Body      []byte
+	Req       openai.Request
+	Path      string // "/v1/chat/completions" or "/v1/completions"
+	RequestID string
+	KeyName   string
+	Debug     bool // the key has the debug scope: X-TL-Route and X-TL-Cascade-Step
+	Received  time.Time
+
+	Done      chan Outcome // buffered (1); receives exactly one Outcome
+	wg        sync.WaitGroup
+	committed atomic.Bool
+}
+
+// NewExchange returns an exchange ready to hand to the actor.
+func NewExchange(ctx context.Context, w http.ResponseWriter, body []byte, req openai.Request, path, requestID string) *Exchange {
+	return &Exchange{Ctx: ctx, W: w, Body: body, Req: req, Path: path, RequestID: requestID, Received: time.Now(), Done: make(chan Outcome, 1)}
+}
+
+// Wait blocks until no attempt goroutine of the exchange is running.
+func (ex *Exchange) Wait() { ex.wg.Wait() }
+
+// Committed reports whether bytes of a streamed answer reached the client.
+func (ex *Exchange) Committed() bool { return ex.committed.Load() }
+
+// Outcome is the actor's verdict, for the edge to write and log.
+type Outcome struct {
+	Status int
+	Header http.Header
+	Body   []byte // the whole response, when not streamed
+	// Code and Message describe an error answer (Body empty).
+	Code, Message string
+	// Streamed: the response was written by a stream attempt.
+	Streamed bool
+	Log      Log
+}
+
+// Log is what the access log and metrics need of a finished request.
+type Log struct {
+	Route, ServedModel, Worker, Prefill, Reason string
+	Attempts, CascadeStep                       int
+	Committed, ClientGone                       bool
+	FirstByte                                   time.Duration
+	Failures                                    []string // reason of each failed attempt
+	Escalations                                 int
+	Phase                                       string // disaggregated: the phase that failed
+	LastError                                   string // the last failed attempt's error
+}
+
+// Deps are the actor's collaborators.
+type Deps struct {
+	Router      *actor.PID
+	Proxy       *proxy.Proxy
+	Engines     Engines
+	MaxAttempts int
+	// Hooks for metrics and tests; each may be nil. They run inside the
+	// actor and must not block.
+	OnRouted   func(ex *Exchange, t router.Target, took time.Duration)
+	OnFailover func(ex *Exchange, t router.Target, reason string)
+	OnCascade  func(ex *Exchange, route string, step int, accepted bool)
+	OnKV       func(event string, d time.Duration) // "prefill", "release", "failure:<phase>"
+}
+
+// Props returns the props of one request actor for ex. Spawn it with the
+// supervisor returned by Guardian, so a panic stops it (and its Stopped
+// handler cleans up) instead of restarting it with a half-done request.
+func Props(d *Deps, ex *Exchange) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return &requestActor{d: d, ex: ex} },
+		actor.WithGuardian(Guardian))
+}
+
+// Guardian stops a failing request actor.
+var Guardian = actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })
+
+// Messages from the actor's goroutines.
+type (
+	fetched struct {
+		resp *proxy.Response
+		err  error
+	}
+	streamed struct{ res proxy.Result }
+	tokenized struct {
+		ids []uint32
+		err error
+	}
+	prefilled struct {
+		handle string
+		took   time.Duration
+		err    error
+	}
+)
+
+type requestActor struct {
+	d  *Deps
+	ex *Exchange
+
+	attempts int
+	step     int
+	exclude  map[string]bool
+	target   router.Target
+	held     []string // worker ids whose in-flight slot is held
+	handle   string   // KV handle held on target's decode worker
+	cancel   context.CancelFunc
+	log      Log
+	seed     uint64
+	ids      []uint32
+	finished bool
+}
+
+// Receive is the actor's switch; each case calls one step of the protocol.
+func (a *requestActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.exclude = map[string]bool{}
+		a.route(ctx)
+	case *router.RouteResult:
+		a.routed(ctx, m)
+	case *fetched:
+		a.onFetched(ctx, m)
+	case *streamed:
+		a.onStreamed(ctx, m)
+	case *tokenized:
+		a.onTokenized(ctx, m)
+	case *prefilled:
+		a.onPrefilled(ctx, m)
+	case *actor.Stopped:
+		a.cleanup(ctx)
+	}
+}
+
+func (a *requestActor) route(ctx actor.Context) {
+	if a.ex.Ctx.Err() != nil {
+		a.log.ClientGone = true
+		a.finish(ctx, Outcome{Status: 499, Code: "client_closed", Message: "client closed the request"})
+		return
+	}
+	ctx.Request(a.d.Router, &router.Route{Request: router.Request{
+		Model: a.ex.Req.Model, RequestID: a.ex.RequestID, PrefixKey: a.ex.Req.PrefixKey,
+		Stream: a.ex.Req.Stream, Step: a.step, Exclude: a.exclude,
+	}})
+}
+
+func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
+	if m.Err != nil {
+		switch {
+		case errors.Is(m.Err, router.ErrModelNotFound):
+			a.finish(ctx, Outcome{Status: http.StatusNotFound, Code: openai.CodeModelNotFound,
+				Message: fmt.Sprintf("The model %q does not exist.", a.ex.Req.Model)})
+		default:
+			msg := fmt.Sprintf("No worker can serve model %q right now.", a.ex.Req.Model)
+			if a.attempts > 0 {
+				msg = fmt.Sprintf("No worker could serve model %q: %d attempt(s) failed before the first byte.", a.ex.Req.Model, a.attempts)
+			}
+			a.finish(ctx, Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeNoCapacity, Message: msg})
+		}
+		return
+	}
+	t := m.Target
+	a.target = t
+	a.held = append(a.held, t.Worker.ID)
+	if t.Prefill != nil {
+		a.held = append(a.held, t.Prefill.ID)
+	}
+	a.attempts++
+	a.log.Attempts = a.attempts
+	a.log.Route, a.log.ServedModel, a.log.Worker, a.log.Reason, a.log.CascadeStep = t.Route, t.ServedModel, t.Worker.ID, t.Reason, t.CascadeStep
+	if t.Prefill != nil {
+		a.log.Prefill = t.Prefill.ID
+	}
+	if a.d.OnRouted != nil {
+		a.d.OnRouted(a.ex, t, m.Took)
+	}
+	if t.Disaggregated() {
+		a.tokenize(ctx)
+		return
+	}
+	a.attempt(ctx, nil)
+}
+
+// body is the client's body with the model rewritten to the served id, and
+// for a cascade step that is not the last, logprobs forced on.
+func (a *requestActor) body(seed *uint64) ([]byte, error) {
+	b, err := openai.WithModel(a.ex.Body, a.target.ServedModel)
+	if err != nil {
+		return nil, err
+	}
+	if a.target.CascadeStep < a.target.CascadeSteps-1 && !a.ex.Req.Stream {
+		if b, err = openai.ForceLogprobs(b, a.ex.Req.Chat); err != nil {
+			return nil, err
+		}
+	}
+	if seed != nil {
+		if b, err = openai.WithSeed(b, *seed); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// attempt sends the request to the target's worker from a goroutine.
+func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
+	var seed *uint64
+	if a.target.Disaggregated() {
+		seed = &a.seed
+	}
+	body, err := a.body(seed)
+	if err != nil {
+		a.finish(ctx, Outcome{Status: http.StatusBadRequest, Code: openai.CodeInvalidRequest, Message: err.Error()})
+		return
+	}
+	h := http.Header{"X-Request-Id": {a.ex.RequestID}, "Content-Type": {"application/json"}}
+	for k, v := range extra {
+		h[k] = v
+	}
+	att := proxy.Attempt{URL: "http://" + a.target.Worker.HTTPAddress + a.ex.Path, Body: body, Header: h}
+	actx, cancel := context.WithCancel(a.ex.Ctx)
+	a.cancel = cancel
+	self, root, ex, p := ctx.Self(), ctx.ActorSystem().Root, a.ex, a.d.Proxy
+	ex.wg.Add(1)
+	if !ex.Req.Stream {
+		go func() {
+			defer ex.wg.Done()
+			resp, err := p.Fetch(actx, att)
+			root.Send(self, &fetched{resp: resp, err: err})
+		}()
+		return
+	}
+	debug, worker, step := ex.Debug, a.target.Worker.ID, a.target.CascadeStep
+	go func() {
+		defer ex.wg.Done()
+		res := p.Stream(actx, att, ex.W, func(status int, uh http.Header) {
+			ex.committed.Store(true)
+			wh := ex.W.Header()
+			wh.Set("X-Request-Id", ex.RequestID)
+			if debug {
+				wh.Set("X-TL-Route", worker)
+				wh.Set("X-TL-Cascade-Step", strconv.Itoa(step))
+			}
+		})
+		root.Send(self, &streamed{res: res})
+	}()
+}
+
+func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
+	a.endAttempt(ctx)
+	if m.err != nil {
+		a.failed(ctx, m.err, "attempt")
+		return
+	}
+	resp := m.resp
+	if a.target.CascadeStep < a.target.CascadeSteps-1 && resp.Status == http.StatusOK {
+		accepted := a.judge(resp.Body)
+		if a.d.OnCascade != nil {
+			a.d.OnCascade(a.ex, a.target.Route, a.target.CascadeStep, accepted)
+		}
+		if !accepted {
+			a.releaseHeld(ctx)
+			a.log.Escalations++
+			a.step = a.target.CascadeStep + 1
+			a.route(ctx)
+			return
+		}
+	}
+	body := resp.Body
+	if a.target.CascadeStep < a.target.CascadeSteps-1 && !a.ex.Req.Logprobs {
+		if b, err := openai.StripLogprobs(body); err == nil {
+			body = b
+		}
+	}
+	h := http.Header{}
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		h.Set("Content-Type", ct)
+	}
+	a.finish(ctx, Outcome{Status: resp.Status, Header: h, Body: body})
+}
+
+// judge applies the step's accept_if to the answer's logprobs; an answer
+// without readable logprobs or tokens is never accepted.
+func (a *requestActor) judge(body []byte) bool {
+	rule, err := cascade.ParseAcceptIf(a.target.AcceptIf)
+	if err != nil {
+		return false
+	}
+	lps, err := cascade.LogprobsOf(body)
+	if err != nil {
+		return false
+	}
+	return rule.Holds(lps)
+}
+
+func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
+	a.endAttempt(ctx)
+	r := m.res
+	a.log.FirstByte = r.FirstByte
+	a.log.Committed = r.Committed
+	a.log.ClientGone = r.ClientGone
+	if !r.Committed && !r.ClientGone && r.Err != nil {
+		a.failed(ctx, r.Err, "decode")
+		return
+	}
+	if r.Done && a.target.Disaggregated() {
+		a.handle = "" // the decode worker freed the blocks when the stream ended
+	}
+	a.finish(ctx, Outcome{Status: r.Status, Streamed: true})
+}
+
+// failed handles an attempt that failed before the first byte: exclude the
+// worker(s) and route again, within MaxAttempts.
+func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
+	reason := "error"
+	var ae *proxy.AttemptError
+	if errors.As(err, &ae) {
+		reason = string(ae.Reason)
+	}
+	if a.ex.Ctx.Err() != nil {
+		a.log.ClientGone = true
+		a.finish(ctx, Outcome{Status: 499, Code: "client_closed", Message: "client closed the request"})
+		return
+	}
+	if a.target.Disaggregated() {
+		a.log.Phase = phase
+		if a.d.OnKV != nil {
+			a.d.OnKV("failure:"+phase, 0)
+		}
+	}
+	a.log.Failures = append(a.log.Failures, reason)
+	a.log.LastError = err.Error()
+	if a.d.OnFailover != nil {
+		a.d.OnFailover(a.ex, a.target, reason)
+	}
+	a.exclude[a.target.Worker.ID] = true
+	if a.target.Prefill != nil && (phase == "tokenize" || phase == "prefill") {
+		a.exclude[a.target.Prefill.ID] = true
+	}
+	a.releaseHeld(ctx)
+	if a.attempts >= a.d.MaxAttempts {
+		a.finish(ctx, Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeNoCapacity,
+			Message: fmt.Sprintf("No worker could serve model %q: %d attempt(s) failed before the first byte (last: %s).", a.ex.Req.Model, a.attempts, reason)})
+		return
+	}
+	a.route(ctx)
+}
+
+func (a *requestActor) endAttempt(_ actor.Context) {
+	if a.cancel != nil {
+		a.cancel()
+		a.cancel = nil
+	}
+}
+
+// releaseHeld returns the in-flight slots and the KV handle.
+func (a *requestActor) releaseHeld(ctx actor.Context) {
+	for _, id := range a.held {
+		ctx.Send(a.d.Router, &router.Release{WorkerID: id})
+	}
+	a.held = a.held[:0]
+	a.releaseHandle()
+}
+
+func (a *requestActor) finish(ctx actor.Context, o Outcome) {
+	if a.finished {
+		return
+	}
+	a.finished = true
+	a.releaseHeld(ctx)
+	a.endAttempt(ctx)
+	if o.Header == nil {
+		o.Header = http.Header{}
+	}
+	o.Header.Set("X-Request-Id", a.ex.RequestID)
+	if a.ex.Debug && a.log.Worker != "" {
+		o.Header.Set("X-TL-Route", a.log.Worker)
+		o.Header.Set("X-TL-Cascade-Step", strconv.Itoa(a.log.CascadeStep))
+	}
+	o.Log = a.log
+	a.ex.Done <- o
+	ctx.Stop(ctx.Self())
+}
+
+// cleanup runs when the actor stops, normally or after a panic: whatever
+// is still held is released and the edge is told, so nothing leaks and no
+// client waits forever.
+func (a *requestActor) cleanup(ctx actor.Context) {
+	if a.finished {
+		return
+	}
+	a.finished = true
+	for _, id := range a.held {
+		ctx.Send(a.d.Router, &router.Release{WorkerID: id})
+	}
+	a.held = nil
+	a.releaseHandle()
+	a.endAttempt(ctx)
+	a.log.Committed = a.ex.Committed()
+	a.ex.Done <- Outcome{Status: http.StatusInternalServerError, Code: "internal_error",
+		Message: "The gateway failed while handling the request.", Header: http.Header{"X-Request-Id": {a.ex.RequestID}}, Log: a.log}
+}

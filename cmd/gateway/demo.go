@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/gateway"
+	"github.com/tlgate/tlgate/internal/routes"
+)
+
+// demoConfig is the embedded default: loopback listeners, no keys (allowed
+// on loopback only), and the example routes of the specification: a canary
+// split, a cascade and a disaggregated route. Its state lives in a fresh
+// temporary folder so the demo never picks up an old route table.
+func demoConfig() *config.Config {
+	cfg := config.Default()
+	gw := &cfg.Gateway
+	gw.StateDir = filepath.Join(os.TempDir(), fmt.Sprintf("tlgate-demo-%d", os.Getpid()))
+	gw.Routes = []routes.Route{
+		{Model: "smol", Aliases: []string{"smol-latest"}, Backends: []routes.Backend{{Model: "smol-v3", Weight: 0.9}, {Model: "smol-v4", Weight: 0.1}}},
+		{Model: "auto", Cascade: []routes.Step{{Model: "smol", AcceptIf: "mean_logprob > -1.2"}, {Model: "big"}}},
+		{Model: "big-pd", Backends: []routes.Backend{{Model: "big", Weight: 1}}, Targets: []string{routes.TargetDisaggregated}},
+	}
+	return cfg
+}
+
+// demoEngines are the in-process reference engines of the demo: two small
+// unified workers (the canary's two versions), a large unified worker, and
+// a prefill worker with two decode workers of the large model.
+var demoEngines = []enginesim.Config{
+	{ID: "smol-v3-a", Model: "smol-v3", Role: enginesim.RoleUnified, Confidence: 0.35},
+	{ID: "smol-v4-a", Model: "smol-v4", Role: enginesim.RoleUnified, Confidence: 0.4},
+	{ID: "big-a", Model: "big", Role: enginesim.RoleUnified, Confidence: 0.9},
+	{ID: "big-prefill-a", Model: "big", Role: enginesim.RolePrefill, Confidence: 0.9},
+	{ID: "big-decode-a", Model: "big", Role: enginesim.RoleDecode, Confidence: 0.9},
+	{ID: "big-decode-b", Model: "big", Role: enginesim.RoleDecode, Confidence: 0.9},
+}
+
+// startDemo starts the demo engines heartbeating to gw, waits until they are
+// routable and prints ready-to-paste commands. The returned func stops them.
+func startDemo(ctx context.Context, gw *gateway.Gateway, logger zerolog.Logger, out io.Writer) (func(), error) {
+	var engines []*enginesim.Engine
+	stop := func() {
+		for _, e := range engines {
+			_ = e.Close()
+		}
+		_ = os.RemoveAll(demoConfig().Gateway.StateDir)
+	}
+	for _, c := range demoEngines {
+		c.Gateways = []string{gw.RegistryAddr()}
+		c.HeartbeatInterval = 2 * time.Second
+		c.DecodePerToken = 20 * time.Millisecond // a visible stream
+		c.PrefillPerToken = 200 * time.Microsecond
+		c.Logger = logger.With().Str("engine", c.ID).Logger().Level(zerolog.WarnLevel)
+		e, err := enginesim.Start(ctx, c)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("demo: engine %s: %w", c.ID, err)
+		}
+		engines = append(engines, e)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !gw.Ready(ctx) {
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("demo: engines did not register within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	u := "http://" + gw.HTTPAddr()
+	fmt.Fprintf(out, `
+tlgate demo is up: %[1]s  (gRPC registry on %[2]s)
+%[3]d reference engines: smol-v3 and smol-v4 (a 90/10 canary behind "smol"), big (unified),
+and big behind "big-pd" as one prefill and two decode workers.
+
+Stream a chat completion:
+  curl -N %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"model":"smol","stream":true,"messages":[{"role":"user","content":"Tell me about gateways."}]}'
+
+A cascade (small model first, the large one when it is unsure):
+  curl -s %[1]s/v1/completions -H 'Content-Type: application/json' -D - \
+    -d '{"model":"auto","prompt":"The capital of France is","max_tokens":12}'
+
+Disaggregated prefill and decode, seeded:
+  curl -N %[1]s/v1/completions -H 'Content-Type: application/json' \
+    -d '{"model":"big-pd","prompt":"Once upon a time","max_tokens":24,"seed":7,"stream":true}'
+
+Models, workers and routes:
+  curl -s %[1]s/v1/models
+  curl -s %[1]s/admin/v1/workers
+  curl -s -D - %[1]s/admin/v1/routes
+  curl -s %[1]s/metrics | grep ^tlgate_
+
+Ctrl-C stops it.
+`, u, gw.RegistryAddr(), len(engines))
+	return stop, nil
+}

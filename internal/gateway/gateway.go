@@ -1,0 +1,284 @@
+// Package gateway is tlgate's composition root as a library: Start builds
+// the actor system, the registry, router and admin actors, the gRPC registry
+// server and the HTTP server (OpenAI API, admin API, ops) in order, and
+// Close stops them in reverse. cmd/gateway and the integration tests both
+// run a gateway through it.
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/tlgate/tlgate/actors/registry"
+	"github.com/tlgate/tlgate/actors/request"
+	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/actorsys"
+	"github.com/tlgate/tlgate/internal/auth"
+	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/engineclient"
+	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/httpedge"
+	"github.com/tlgate/tlgate/internal/policy"
+	"github.com/tlgate/tlgate/internal/proxy"
+	"github.com/tlgate/tlgate/internal/registryrpc"
+	"github.com/tlgate/tlgate/internal/routes"
+)
+
+// Options are what the composition root is given besides the config.
+type Options struct {
+	Logger   zerolog.Logger
+	Registry prometheus.Registerer
+	Gatherer prometheus.Gatherer
+	// Hooks for tests; each may be nil.
+	RequestHooks func(d *request.Deps)
+}
+
+// Gateway is a running gateway.
+type Gateway struct {
+	cfg      *config.Config
+	log      zerolog.Logger
+	sys      *actor.ActorSystem
+	Registry *actor.PID
+	Router   *actor.PID
+	grpc     *grpc.Server
+	http     *http.Server
+	httpLis  net.Listener
+	grpcLis  net.Listener
+	engines  *engineclient.Client
+	proxy    *proxy.Proxy
+	stops    []func(context.Context) error // in start order; run in reverse
+}
+
+// HTTPAddr is the address the HTTP server listens on.
+func (g *Gateway) HTTPAddr() string { return g.httpLis.Addr().String() }
+
+// RegistryAddr is the address the gRPC registry listens on.
+func (g *Gateway) RegistryAddr() string { return g.grpcLis.Addr().String() }
+
+// System is the gateway's actor system.
+func (g *Gateway) System() *actor.ActorSystem { return g.sys }
+
+// ErrOpenWithoutKeys refuses to serve without API keys off loopback.
+var ErrOpenWithoutKeys = errors.New("no api_keys configured and a listener is not on loopback: refusing to serve without authentication")
+
+// Start builds and starts a gateway. On error, whatever was started is
+// stopped again.
+func Start(ctx context.Context, cfg *config.Config, o Options) (*Gateway, error) {
+	g := &Gateway{cfg: cfg, log: o.Logger}
+	if err := g.start(cfg, o); err != nil {
+		_ = g.Close(context.Background())
+		return nil, err
+	}
+	return g, nil
+}
+
+func (g *Gateway) start(cfg *config.Config, o Options) error {
+	gw := cfg.Gateway
+	if len(gw.APIKeys) == 0 && !cfg.AllLoopback() {
+		return fmt.Errorf("gateway: %w", ErrOpenWithoutKeys)
+	}
+	keyring, err := keyringOf(gw.APIKeys)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	pol, err := policy.ParsePolicy(gw.RoutePolicy)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	token, err := gw.RegistryTokenValue()
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+
+	// Route table: the persisted one wins over the config's seed.
+	epoch, rs, err := loadRoutes(gw.StateDir, gw.Routes)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	table, err := routes.NewTable(rs)
+	if err != nil {
+		return fmt.Errorf("gateway: routes: %w", err)
+	}
+
+	// Actor system and actors.
+	g.sys = actorsys.New(o.Logger)
+	g.stops = append(g.stops, func(context.Context) error { g.sys.Shutdown(); return nil })
+	g.Registry = g.sys.Root.Spawn(registry.Props(registry.NewState(registry.Config{
+		Interval: gw.HeartbeatInterval.Duration, MissLimit: gw.HeartbeatMissLimit, Epoch: epoch,
+		OnEvict: func(w fleet.Worker) {
+			o.Logger.Warn().Str("worker", w.ID).Str("model", w.Model).Time("last_heartbeat", w.LastHeartbeat).Msg("worker evicted")
+		},
+		OnRegister: func(w fleet.Worker) {
+			o.Logger.Info().Str("worker", w.ID).Str("model", w.Model).Str("role", string(w.Role)).Str("http", w.HTTPAddress).Str("source", w.Source).Msg("worker registered")
+		},
+	})))
+	g.stops = append(g.stops, g.stopActor(g.Registry))
+	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(router.Config{Policy: pol, LoadFactor: gw.AffinityLoadFactor}, table, epoch), g.Registry))
+	g.stops = append(g.stops, g.stopActor(g.Router))
+
+	// Engine clients.
+	g.proxy = proxy.New(proxy.Options{
+		ConnectTimeout:   gw.ConnectTimeout.Duration,
+		FirstByteTimeout: gw.FirstByteTimeout.Duration,
+		IdleTimeout:      gw.IdleTimeout.Duration,
+	})
+	g.stops = append(g.stops, func(context.Context) error { g.proxy.Close(); return nil })
+	g.engines = engineclient.New(engineclient.Options{Timeout: gw.FirstByteTimeout.Duration})
+	g.stops = append(g.stops, func(context.Context) error { return g.engines.Close() })
+
+	// gRPC registry server.
+	var gopts []grpc.ServerOption
+	serverTLS, err := loadServerTLS(gw.TLSCertFile, gw.TLSKeyFile)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if serverTLS != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(serverTLS)))
+	}
+	g.grpc = grpc.NewServer(gopts...)
+	registryrpc.New(g.sys.Root, g.Registry, registryrpc.Options{Token: token}).Register(g.grpc)
+	if g.grpcLis, err = net.Listen("tcp", gw.RegistryListen); err != nil {
+		return fmt.Errorf("gateway: registry_listen: %w", err)
+	}
+	go func() { _ = g.grpc.Serve(g.grpcLis) }()
+	g.stops = append(g.stops, func(ctx context.Context) error { return stopGRPC(ctx, g.grpc) })
+
+	// HTTP server.
+	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts}
+	if o.RequestHooks != nil {
+		o.RequestHooks(rdeps)
+	}
+	mux := http.NewServeMux()
+	edge := &httpedge.Deps{
+		Root: g.sys.Root, Router: g.Router, Request: rdeps, Keyring: keyring, MaxBodyBytes: gw.MaxBodyBytes,
+		OnDone: func(ex *request.Exchange, out request.Outcome) { accessLog(o.Logger, ex, out) },
+	}
+	httpedge.Register(mux, edge)
+	if o.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
+	}
+	g.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: gw.ReadHeaderTimeout.Duration,
+		IdleTimeout:       gw.ServerIdleTimeout.Duration,
+		TLSConfig:         serverTLS,
+	}
+	if g.httpLis, err = net.Listen("tcp", gw.Listen); err != nil {
+		return fmt.Errorf("gateway: listen: %w", err)
+	}
+	go func() {
+		var err error
+		if serverTLS != nil {
+			err = g.http.ServeTLS(g.httpLis, "", "")
+		} else {
+			err = g.http.Serve(g.httpLis)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			o.Logger.Error().Err(err).Msg("http server")
+		}
+	}()
+	g.stops = append(g.stops, func(ctx context.Context) error { return g.http.Shutdown(ctx) })
+	o.Logger.Info().Str("listen", g.HTTPAddr()).Str("registry_listen", g.RegistryAddr()).
+		Str("route_policy", string(pol)).Uint64("epoch", epoch).Int("routes", table.Len()).Msg("gateway started")
+	return nil
+}
+
+// Close stops everything Start started, in reverse order.
+func (g *Gateway) Close(ctx context.Context) error {
+	var errs []error
+	for i := len(g.stops) - 1; i >= 0; i-- {
+		if err := g.stops[i](ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
+	}
+	g.stops = nil
+	return errors.Join(errs...)
+}
+
+func (g *Gateway) stopActor(pid *actor.PID) func(context.Context) error {
+	return func(context.Context) error { return g.sys.Root.StopFuture(pid).Wait() }
+}
+
+func stopGRPC(ctx context.Context, s *grpc.Server) error {
+	done := make(chan struct{})
+	go func() { s.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.Stop()
+		<-done
+	}
+	return nil
+}
+
+func keyringOf(keys []config.APIKey) (*auth.Keyring, error) {
+	specs := make([]auth.KeySpec, 0, len(keys))
+	for _, k := range keys {
+		d, err := k.Digest()
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, auth.KeySpec{Name: k.Name, SHA256: hex.EncodeToString(d[:]), Scopes: k.Scopes})
+	}
+	return auth.New(specs)
+}
+
+func loadServerTLS(cert, key string) (*tls.Config, error) {
+	if cert == "" && key == "" {
+		return nil, nil
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// accessLog writes one structured line per request; never the key itself.
+func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
+	lg := o.Log
+	ev := l.Info()
+	if o.Status >= 500 {
+		ev = l.Warn()
+	}
+	ev.Str("request_id", ex.RequestID).Str("key", ex.KeyName).Str("model", ex.Req.Model).
+		Str("route", lg.Route).Str("served_model", lg.ServedModel).Str("worker", lg.Worker).
+		Str("reason", lg.Reason).Int("attempts", lg.Attempts).Int("status", o.Status).
+		Bool("stream", ex.Req.Stream).Bool("committed", lg.Committed || ex.Committed()).
+		Dur("ttfb", lg.FirstByte).Dur("duration", time.Since(ex.Received))
+	if lg.Prefill != "" {
+		ev.Str("prefill", lg.Prefill)
+	}
+	if len(lg.Failures) > 0 {
+		ev.Strs("failures", lg.Failures).Str("last_error", lg.LastError)
+		if lg.Phase != "" {
+			ev.Str("phase", lg.Phase)
+		}
+	}
+	if lg.Escalations > 0 {
+		ev.Int("cascade_step", lg.CascadeStep).Int("escalations", lg.Escalations)
+	}
+	if o.Code != "" {
+		ev.Str("code", o.Code)
+	}
+	ev.Msg("request")
+}
+
+// Ready reports whether at least one worker is routable.
+func (g *Gateway) Ready(ctx context.Context) bool {
+	res, err := g.sys.Root.RequestFuture(g.Router, &router.Ready{}, 2*time.Second).Result()
+	return err == nil && res.(bool)
+}
