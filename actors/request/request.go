@@ -114,7 +114,7 @@ type (
 		resp *proxy.Response
 		err  error
 	}
-	streamed struct{ res proxy.Result }
+	streamed  struct{ res proxy.Result }
 	tokenized struct {
 		ids []uint32
 		err error
