@@ -151,6 +151,8 @@ func writePlot(path string, stat cascade.Stat, cost float64, curve []cascade.Cur
 		Title:  fmt.Sprintf("Cascade cost and accuracy (%s, small cost %v)", stat, cost),
 		XLabel: "cost (always large = 1)",
 		YLabel: "accuracy",
+		Width:  960,
+		Height: 600,
 		Series: []svgplot.Series{
 			{Name: "cascade (" + string(stat) + ")", Points: pts, Line: true},
 			{Name: "always large", Points: []svgplot.Point{{X: 1, Y: large, Label: "always large"}}},

@@ -120,7 +120,7 @@ func (p *Plot) WriteSVG(w io.Writer) error {
 	}
 
 	// Series.
-	var placed labeler
+	placed := labeler{width: float64(width), height: float64(height)}
 	for i, s := range p.Series {
 		color := palette[i%len(palette)]
 		fmt.Fprintf(&b, `<g class="series" data-name="%s">`+"\n", esc(s.Name))
@@ -155,8 +155,12 @@ func (p *Plot) WriteSVG(w io.Writer) error {
 				continue
 			}
 			color := palette[i%len(palette)]
-			fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="2"/>`+"\n", f(lx), f(ly), f(lx+18), f(ly), color)
-			fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="3.5" fill="%s"/>`+"\n", f(lx+9), f(ly), color)
+			if s.Line {
+				fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="2"/>`+"\n", f(lx), f(ly), f(lx+18), f(ly), color)
+			}
+			if !s.NoMarkers || !s.Line {
+				fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="3.5" fill="%s"/>`+"\n", f(lx+9), f(ly), color)
+			}
 			text(&b, lx+24, ly+4, "start", "", s.Name)
 			ly += 18
 		}
@@ -168,10 +172,14 @@ func (p *Plot) WriteSVG(w io.Writer) error {
 	return nil
 }
 
-// labeler places point labels greedily: each label takes the first of a
-// few positions around its point whose (estimated) box overlaps no label
-// placed before it, else the first position.
-type labeler struct{ boxes []box }
+// labeler places point labels greedily: each label takes the first of
+// the positions around its point, nearest first, whose (estimated) box
+// stays on the canvas and overlaps no label placed before it; when none is
+// free, the first position.
+type labeler struct {
+	width, height float64 // canvas; zero means unbounded
+	boxes         []box
+}
 
 type box struct{ x0, y0, x1, y1 float64 }
 
@@ -183,6 +191,7 @@ func (b box) overlaps(o box) bool {
 const (
 	labelGlyph  = 5.6
 	labelHeight = 11
+	labelRings  = 4
 )
 
 // place returns the text position and anchor for a label at point (x, y).
@@ -192,9 +201,10 @@ func (l *labeler) place(x, y float64, label string) (tx, ty float64, anchor stri
 		dx, dy float64
 		anchor string
 	}
-	cands := []cand{
-		{6, -6, "start"}, {6, 14, "start"}, {-6, -6, "end"}, {-6, 14, "end"},
-		{6, -18, "start"}, {6, 26, "start"}, {-6, -18, "end"}, {-6, 26, "end"},
+	var cands []cand
+	for r := range labelRings {
+		up, down := -6-12*float64(r), 14+12*float64(r)
+		cands = append(cands, cand{6, up, "start"}, cand{6, down, "start"}, cand{-6, up, "end"}, cand{-6, down, "end"})
 	}
 	boxOf := func(c cand) box {
 		bx := box{x0: x + c.dx, y0: y + c.dy - labelHeight + 2, y1: y + c.dy + 2}
@@ -204,15 +214,18 @@ func (l *labeler) place(x, y float64, label string) (tx, ty float64, anchor stri
 		bx.x1 = bx.x0 + w
 		return bx
 	}
+	onCanvas := func(b box) bool {
+		return l.width == 0 || (b.x0 >= 0 && b.y0 >= 0 && b.x1 <= l.width && b.y1 <= l.height)
+	}
 	chosen := cands[0]
 	for _, c := range cands {
 		bx := boxOf(c)
-		free := true
+		free := onCanvas(bx)
 		for _, o := range l.boxes {
-			if bx.overlaps(o) {
-				free = false
+			if !free {
 				break
 			}
+			free = !bx.overlaps(o)
 		}
 		if free {
 			chosen = c

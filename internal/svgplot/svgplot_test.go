@@ -90,6 +90,10 @@ func TestWriteSVG(t *testing.T) {
 	if got := count(els, "polyline"); got != 1 {
 		t.Errorf("%d polylines, want 1 (only the cascade has a line)", got)
 	}
+	// Grid lines, plus one legend line for the one named series with a line.
+	if got, grid := count(els, "line"), 6+6; got != grid+1 {
+		t.Errorf("%d lines, want %d grid lines and 1 legend line", got, grid)
+	}
 	// 4 markers for the points with markers, 2 for the legend entries.
 	if got := count(els, "circle"); got != 6 {
 		t.Errorf("%d circles, want 6", got)
@@ -203,5 +207,15 @@ func TestLabelsDoNotOverlap(t *testing.T) {
 	// A label far from the others keeps the default position.
 	if x, y, anchor := l.place(400, 300, "far"); x != 406 || y != 294 || anchor != "start" {
 		t.Errorf("lone label at (%v, %v) %s", x, y, anchor)
+	}
+}
+
+func TestLabelsStayOnCanvas(t *testing.T) {
+	l := labeler{width: 200, height: 100}
+	// At the top right corner the default (above right) would leave the
+	// canvas: the label goes below left.
+	x, y, anchor := l.place(195, 3, "label")
+	if anchor != "end" || y <= 3 || x >= 195 {
+		t.Errorf("corner label at (%v, %v) %s", x, y, anchor)
 	}
 }
