@@ -10,6 +10,16 @@
 // engine whose health check passes but whose /metrics is missing or
 // malformed is still up: the probe succeeds with fallback figures (see
 // Figures) and says why in Result.MetricsErr.
+//
+// Manager runs a probe loop per configured engine and feeds the registry
+// actor: an engine is registered by the heartbeat of its 2nd consecutive
+// good probe, is kept (with its last good figures) through fewer than
+// heartbeat_miss_limit (k) consecutive failures by a heartbeat per probe,
+// and is removed with registry.Forget at the k-th, about k·P after its last
+// good probe for a probe interval P. This holds while P stays below k·T (T
+// the registry's heartbeat interval), which bounds the registry's own
+// deadline, last probe + k·T; that deadline still evicts an engine whose
+// probes stop. See Manager for the exact relation.
 package probe
 
 import (
