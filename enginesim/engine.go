@@ -443,7 +443,6 @@ func (e *Engine) stop(abrupt bool) error {
 	e.stopOnce.Do(func() {
 		if abrupt {
 			e.log.Warn().Msg("engine killed")
-			e.cancel()
 		} else {
 			e.log.Info().Msg("engine closing")
 			e.SetDraining(true)
@@ -451,11 +450,12 @@ func (e *Engine) stop(abrupt bool) error {
 		var errs []error
 		e.closeListeners()
 		if abrupt {
-			errs = append(errs, e.closeHTTP(nil))
+			errs = append(errs, e.closeHTTP(context.Background(), false))
 			e.stopGRPC(false)
+			e.cancel()
 		} else {
 			ctx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownTimeout)
-			errs = append(errs, e.closeHTTP(ctx))
+			errs = append(errs, e.closeHTTP(ctx, true))
 			e.stopGRPC(true)
 			cancel()
 			e.cancel()
@@ -481,15 +481,14 @@ func (e *Engine) stop(abrupt bool) error {
 	return e.stopErr
 }
 
-// closeHTTP shuts the HTTP servers down, gracefully within ctx (nil: at
-// once).
-func (e *Engine) closeHTTP(ctx context.Context) error {
+// closeHTTP shuts the HTTP servers down, gracefully within ctx or at once.
+func (e *Engine) closeHTTP(ctx context.Context, graceful bool) error {
 	var errs []error
 	for _, s := range []*http.Server{e.httpSrv, e.controlSrv} {
 		if s == nil {
 			continue
 		}
-		if ctx != nil {
+		if graceful {
 			if err := s.Shutdown(ctx); err == nil {
 				continue
 			}

@@ -224,3 +224,57 @@ func (g *generation) addChat(lp chatTokenLogprobJSON) {
 	}
 	g.Top = append(g.Top, top)
 }
+
+func decodeInto(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// stream is an open SSE response read chunk by chunk.
+type stream struct {
+	resp *http.Response
+	sc   *bufio.Scanner
+}
+
+func openStream(t testing.TB, ctx context.Context, c *http.Client, url string, body any) *stream {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("POST %s: %d %s", url, resp.StatusCode, data)
+	}
+	return &stream{resp: resp, sc: bufio.NewScanner(resp.Body)}
+}
+
+// next returns the next data payload.
+func (s *stream) next(t testing.TB) string {
+	t.Helper()
+	d, err := s.tryNext()
+	if err != nil {
+		t.Fatalf("reading stream: %v", err)
+	}
+	return d
+}
+
+func (s *stream) tryNext() (string, error) {
+	for s.sc.Scan() {
+		if line := s.sc.Text(); line != "" {
+			return strings.TrimPrefix(line, "data: "), nil
+		}
+	}
+	if err := s.sc.Err(); err != nil {
+		return "", err
+	}
+	return "", io.EOF
+}
+
+func (s *stream) close() { s.resp.Body.Close() }

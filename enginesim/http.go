@@ -91,6 +91,12 @@ func (e *Engine) handleInference(chat bool) http.HandlerFunc {
 		if id := r.Header.Get("X-Request-Id"); id != "" {
 			w.Header().Set("X-Request-Id", id)
 		}
+		// Read the body first: only then does net/http notice a client that
+		// goes away (and cancel the request's context) during a stall.
+		body, ok := e.readBody(w, r)
+		if !ok {
+			return
+		}
 		f := e.Faults()
 		if f.StallMS > 0 {
 			e.hook(func(h *hooks) chan struct{} { return h.stalled })
@@ -105,10 +111,6 @@ func (e *Engine) handleInference(chat bool) http.HandlerFunc {
 		}
 		if e.Draining() {
 			writeError(w, http.StatusServiceUnavailable, "server_error", "draining", "engine is draining")
-			return
-		}
-		body, ok := e.readBody(w, r)
-		if !ok {
 			return
 		}
 		req, g, err := parseRequest(e.tok, body, chat)
@@ -142,14 +144,16 @@ func (e *Engine) handleInference(chat bool) http.HandlerFunc {
 			panic(http.ErrAbortHandler)
 		case err != nil:
 			e.core.count(func(c *counters) { c.aborted++ })
-			if !out.started {
-				e.writeGenerateError(w, err)
+			if out.started {
+				// Never end a broken stream cleanly: no terminating chunk.
+				panic(http.ErrAbortHandler)
 			}
+			e.writeGenerateError(w, err)
 			return
 		}
 		if err := out.finish(res); err != nil {
 			e.core.count(func(c *counters) { c.aborted++ })
-			return
+			panic(http.ErrAbortHandler)
 		}
 		e.core.count(func(c *counters) { c.completed++ })
 	}
