@@ -1,0 +1,158 @@
+// Command enginesim runs the reference engine (package enginesim): an
+// OpenAI-compatible inference engine with a deterministic toy model that
+// speaks the tl.control.v1, tl.engine.v1 and tl.kv.v1 contracts, for running,
+// testing, demonstrating and benchmarking the gateway without GPUs.
+//
+//	enginesim -model smol -http 127.0.0.1:8001 -gateway 127.0.0.1:9090
+//
+// It stops gracefully on SIGINT or SIGTERM. Run enginesim -h for the flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tlgate/tlgate/enginesim"
+)
+
+// tokenEnv is read for the registry token when -registry-token is not given,
+// so the token need not appear in the process list.
+const tokenEnv = "ENGINESIM_REGISTRY_TOKEN"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, err := parseFlags(os.Args[1:], os.Stderr, os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "enginesim:", err)
+		os.Exit(2)
+	}
+	if err := run(ctx, cfg, nil); err != nil {
+		cfg.Logger.Error().Err(err).Msg("enginesim failed")
+		os.Exit(1)
+	}
+}
+
+// run starts the engine, sends it on ready (if not nil), and closes it
+// gracefully when ctx ends.
+func run(ctx context.Context, cfg enginesim.Config, ready chan<- *enginesim.Engine) error {
+	e, err := enginesim.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if ready != nil {
+		ready <- e
+	}
+	<-ctx.Done()
+	return e.Close()
+}
+
+// listFlag collects a repeatable, comma-separated flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+// parseFlags turns the command line into a Config (with its logger).
+func parseFlags(args []string, stderr io.Writer, getenv func(string) string) (enginesim.Config, error) {
+	var cfg enginesim.Config
+	fs := flag.NewFlagSet("enginesim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: enginesim [flags]
+
+Runs the tlgate reference engine: OpenAI-compatible HTTP (/v1/completions,
+/v1/chat/completions, /v1/tokenize, /v1/models, /health, /metrics, and
+/sim/faults for fault injection), tl.engine.v1 EngineControl (prefill role)
+and tl.kv.v1 KvTransferService (decode role), heartbeating to gateways over
+tl.control.v1. Port 0 takes a free port; the ports taken are logged.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	var gateways listFlag
+	var dieAfter int
+	var logLevel, logFormat string
+	fs.StringVar(&cfg.ID, "id", "", "worker `id` in heartbeats, [A-Za-z0-9._:-]{1,128} (default enginesim-<http port>)")
+	fs.StringVar(&cfg.Model, "model", enginesim.DefaultModel, "served model `id`: the only model the engine answers to")
+	fs.StringVar(&cfg.Role, "role", enginesim.RoleUnified, "`role`: unified, prefill or decode")
+	fs.StringVar(&cfg.HTTPAddr, "http", "127.0.0.1:8000", "HTTP listen `address`")
+	fs.StringVar(&cfg.GRPCAddr, "grpc", enginesim.DefaultAddr, "EngineControl gRPC listen `address` (prefill role)")
+	fs.StringVar(&cfg.KVAddr, "kv", enginesim.DefaultAddr, "KvTransferService gRPC listen `address` (decode role)")
+	fs.StringVar(&cfg.ControlAddr, "control", "", "optional listen `address` for /sim/faults that the refuse fault leaves open")
+	fs.StringVar(&cfg.AdvertiseHost, "advertise-host", "127.0.0.1", "`host` advertised in heartbeats when listening on 0.0.0.0 or ::")
+	fs.IntVar(&cfg.KVBlocks, "kv-blocks", enginesim.DefaultKVBlocks, "KV capacity in `blocks` of 16 tokens")
+	kvFormat := fs.Uint("kv-format", enginesim.DefaultKVFormat, "KV layout `version`; prefill and decode engines pair only if equal")
+	fs.DurationVar(&cfg.PrefillPerToken, "prefill-per-token", 0, "prefill `time` per uncached prompt token")
+	fs.DurationVar(&cfg.DecodePerToken, "decode-per-token", 0, "decode `time` per generated token")
+	fs.IntVar(&cfg.MaxRunning, "max-running", enginesim.DefaultMaxRunning, "sequences running at once; more wait in the queue")
+	fs.Uint64Var(&cfg.WeightsSeed, "weights-seed", 0, "toy model weights `seed` (default derived from -model)")
+	fs.Float64Var(&cfg.Confidence, "confidence", 0.5, "model capability in (0, 1]: 0.5 is unsure on about half the prompts, 0.9 sure on nearly all")
+	fs.Var(&gateways, "gateway", "gateway registry `address` to heartbeat (repeatable or comma-separated)")
+	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", enginesim.DefaultHeartbeatInterval, "heartbeat `interval` (a gateway's ack may change it)")
+	fs.StringVar(&cfg.RegistryToken, "registry-token", "", "bearer `token` for the gateway registry (default $"+tokenEnv+")")
+	fs.DurationVar(&cfg.HoldTimeout, "hold-timeout", enginesim.DefaultHoldTimeout, "`time` a decode engine holds pushed KV that nobody resumes")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", enginesim.DefaultShutdownTimeout, "`time` in-flight requests get to finish at shutdown")
+	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", enginesim.DefaultMaxBodyBytes, "largest request body in `bytes`")
+	fs.BoolVar(&cfg.Faults.Refuse, "fault-refuse", false, "fault: refuse connections")
+	fs.BoolVar(&cfg.Faults.Unavailable, "fault-unavailable", false, "fault: answer 503 (gRPC Unavailable)")
+	fs.IntVar(&dieAfter, "fault-die-after", -1, "fault: close completions connections abruptly after `N` tokens (0: before the first byte; -1: off)")
+	fs.IntVar(&cfg.Faults.StallMS, "fault-stall-ms", 0, "fault: stall `ms` milliseconds before the first byte")
+	fs.BoolVar(&cfg.Faults.NoHeartbeat, "fault-no-heartbeat", false, "fault: stop heartbeating")
+	fs.StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
+	fs.StringVar(&logFormat, "log-format", "console", "log `format`: console or json")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg.Gateways = gateways
+	cfg.KVFormat = uint32(*kvFormat)
+	if cfg.RegistryToken == "" {
+		cfg.RegistryToken = getenv(tokenEnv)
+	}
+	if dieAfter >= 0 {
+		cfg.Faults.Die, cfg.Faults.DieAfterTokens = true, dieAfter
+	}
+	if cfg.Confidence <= 0 || cfg.Confidence > 1 {
+		return cfg, fmt.Errorf("-confidence %v outside (0, 1]", cfg.Confidence)
+	}
+	level, err := zerolog.ParseLevel(logLevel)
+	if err != nil {
+		return cfg, fmt.Errorf("-log-level: %w", err)
+	}
+	var out io.Writer
+	switch logFormat {
+	case "console":
+		out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.RFC3339}
+	case "json":
+		out = stderr
+	default:
+		return cfg, fmt.Errorf("-log-format %q is not console or json", logFormat)
+	}
+	cfg.Logger = zerolog.New(out).Level(level).With().Timestamp().Logger()
+	return cfg, nil
+}

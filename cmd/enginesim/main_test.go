@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tlgate/tlgate/enginesim"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func noEnv(string) string { return "" }
+
+func TestParseFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want func(*enginesim.Config)
+	}{
+		{"defaults", nil, nil, func(c *enginesim.Config) {}},
+		{"everything", []string{
+			"-id", "d-1", "-model", "big", "-role", "decode", "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:1",
+			"-kv", "127.0.0.1:2", "-control", "127.0.0.1:3", "-advertise-host", "10.0.0.1", "-kv-blocks", "64", "-kv-format", "2",
+			"-prefill-per-token", "1ms", "-decode-per-token", "20ms", "-max-running", "8", "-weights-seed", "99",
+			"-confidence", "0.9", "-gateway", "a:1,b:2", "-gateway", "c:3", "-heartbeat-interval", "500ms",
+			"-registry-token", "tok", "-hold-timeout", "5s", "-shutdown-timeout", "1s", "-max-body-bytes", "1000",
+			"-fault-refuse", "-fault-unavailable", "-fault-die-after", "3", "-fault-stall-ms", "100", "-fault-no-heartbeat",
+		}, nil, func(c *enginesim.Config) {
+			c.ID, c.Model, c.Role = "d-1", "big", "decode"
+			c.HTTPAddr, c.GRPCAddr, c.KVAddr, c.ControlAddr, c.AdvertiseHost = "127.0.0.1:0", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "10.0.0.1"
+			c.KVBlocks, c.KVFormat = 64, 2
+			c.PrefillPerToken, c.DecodePerToken, c.MaxRunning = time.Millisecond, 20*time.Millisecond, 8
+			c.WeightsSeed, c.Confidence = 99, 0.9
+			c.Gateways, c.HeartbeatInterval, c.RegistryToken = []string{"a:1", "b:2", "c:3"}, 500*time.Millisecond, "tok"
+			c.HoldTimeout, c.ShutdownTimeout, c.MaxBodyBytes = 5*time.Second, time.Second, 1000
+			c.Faults = enginesim.Faults{Refuse: true, Unavailable: true, Die: true, DieAfterTokens: 3, StallMS: 100, NoHeartbeat: true}
+		}},
+		{"token from the environment", nil, map[string]string{tokenEnv: "from-env"}, func(c *enginesim.Config) { c.RegistryToken = "from-env" }},
+		{"die before the first byte", []string{"-fault-die-after", "0"}, nil, func(c *enginesim.Config) { c.Faults.Die = true }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			getenv := func(k string) string { return tt.env[k] }
+			got, err := parseFlags(tt.args, &bytes.Buffer{}, getenv)
+			if err != nil {
+				t.Fatalf("parseFlags: %v", err)
+			}
+			want := enginesim.Config{
+				Model: "sim", Role: "unified", HTTPAddr: "127.0.0.1:8000", GRPCAddr: "127.0.0.1:0", KVAddr: "127.0.0.1:0",
+				AdvertiseHost: "127.0.0.1", KVBlocks: 4096, KVFormat: 1, MaxRunning: 256, Confidence: 0.5,
+				HeartbeatInterval: 2 * time.Second, HoldTimeout: time.Minute, ShutdownTimeout: 10 * time.Second,
+				MaxBodyBytes: 4 << 20,
+			}
+			tt.want(&want)
+			got.Logger = want.Logger // loggers do not compare; the log flags are tested below
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("config\n%+v\nwant\n%+v", got, want)
+			}
+		})
+	}
+}
+
+func TestParseFlagsErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"-confidence", "0"}, {"-confidence", "2"}, {"-heartbeat-interval", "soon"},
+		{"-log-level", "loud"}, {"-log-format", "xml"}, {"extra"}, {"-nope"},
+	} {
+		if _, err := parseFlags(args, &bytes.Buffer{}, noEnv); err == nil {
+			t.Errorf("parseFlags(%q) succeeded", args)
+		}
+	}
+	var out bytes.Buffer
+	if _, err := parseFlags([]string{"-h"}, &out, noEnv); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	for _, f := range []string{"-id", "-model", "-role", "-http", "-grpc", "-kv", "-kv-blocks", "-kv-format",
+		"-prefill-per-token", "-decode-per-token", "-max-running", "-weights-seed", "-confidence", "-gateway",
+		"-heartbeat-interval", "-registry-token", "-hold-timeout", "-fault-refuse", "-fault-unavailable",
+		"-fault-die-after", "-fault-stall-ms", "-fault-no-heartbeat"} {
+		if !strings.Contains(out.String(), "  "+f+" ") && !strings.Contains(out.String(), "  "+f+"\n") {
+			t.Errorf("-h does not document %s", f)
+		}
+	}
+}
+
+func TestRunStopsOnCancel(t *testing.T) {
+	cfg, err := parseFlags([]string{"-http", "127.0.0.1:0", "-model", "m", "-log-level", "error"}, &bytes.Buffer{}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan *enginesim.Engine, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg, ready) }()
+	e := <-ready
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Get(e.URL() + "/health")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("health: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+func TestRunFailsToListen(t *testing.T) {
+	cfg, err := parseFlags([]string{"-http", "127.0.0.1:-1", "-log-level", "error"}, &bytes.Buffer{}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(context.Background(), cfg, nil); err == nil {
+		t.Fatal("run with a bad address succeeded")
+	}
+}
