@@ -1,0 +1,103 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFetch(t *testing.T) {
+	const limit = 4096
+	big := strings.Repeat("x", limit)
+	tests := []struct {
+		name       string
+		handler    http.HandlerFunc // nil: nothing listens
+		cancel     bool             // the client goes away once the engine has the request
+		wantStatus int
+		wantBody   string
+		reason     Failure // "" when a Response is expected
+		retryable  bool
+	}{
+		{name: "200 read whole", handler: func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			for range 4 { // chunked, in pieces
+				_, _ = io.WriteString(w, big[:limit/4])
+				_ = http.NewResponseController(w).Flush()
+			}
+		}, wantStatus: 200, wantBody: big},
+		{name: "400 relayed", handler: func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(400)
+			_, _ = io.WriteString(w, `{"error":{"message":"bad"}}`)
+		}, wantStatus: 400, wantBody: `{"error":{"message":"bad"}}`},
+		{name: "500 relayed", handler: func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(500)
+			_, _ = io.WriteString(w, "boom")
+		}, wantStatus: 500, wantBody: "boom"},
+		{name: "refused", reason: FailRefused, retryable: true},
+		{name: "503", handler: func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(503)
+		}, reason: FailStatus503, retryable: true},
+		{name: "reset", handler: func(w http.ResponseWriter, r *http.Request) { resetConn(t, w) },
+			reason: FailReset, retryable: true},
+		{name: "timeout", handler: func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
+			reason: FailTimeout, retryable: true},
+		{name: "truncated", handler: func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "100")
+			_, _ = io.WriteString(w, "0123456789")
+			_ = http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler)
+		}, reason: FailEOF, retryable: true},
+		{name: "too large by Content-Length", handler: func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", strconv.Itoa(limit+1))
+			_, _ = io.WriteString(w, big+"x")
+		}, reason: FailTooLarge},
+		{name: "too large, chunked", handler: func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, big)
+			_ = http.NewResponseController(w).Flush()
+			_, _ = io.WriteString(w, "x")
+		}, reason: FailTooLarge},
+		{name: "client gone", cancel: true, handler: func(w http.ResponseWriter, r *http.Request) {
+			<-r.Context().Done()
+		}, reason: FailCanceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			url := "http://" + closedAddr(t)
+			if tt.handler != nil {
+				url = upstream(t, func(w http.ResponseWriter, r *http.Request) {
+					if r.Header.Get("Accept") != "application/json" || r.Header.Get("X-Request-Id") != "r1" {
+						t.Errorf("upstream headers %v", r.Header)
+					}
+					if tt.cancel {
+						cancel()
+					}
+					tt.handler(w, r)
+				}).URL
+			}
+			p := newProxy(t, Options{ResponseTimeout: 50 * time.Millisecond, MaxResponseBytes: limit})
+			resp, err := p.Fetch(ctx, Attempt{URL: url, Body: []byte(`{}`), Header: http.Header{"X-Request-Id": {"r1"}}})
+			if tt.reason != "" {
+				if resp != nil || ReasonOf(err) != tt.reason || IsRetryable(err) != tt.retryable {
+					t.Fatalf("Fetch = %v, %v (reason %q), want reason %q retryable %v", resp, err, ReasonOf(err), tt.reason, tt.retryable)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Fetch: %v", err)
+			}
+			if resp.Status != tt.wantStatus || string(resp.Body) != tt.wantBody {
+				t.Fatalf("Fetch = %d %q, want %d %q", resp.Status, resp.Body, tt.wantStatus, tt.wantBody)
+			}
+			if resp.Header.Get("Content-Type") == "" {
+				t.Fatal("no Content-Type in the response header")
+			}
+		})
+	}
+}

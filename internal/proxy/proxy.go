@@ -1,0 +1,256 @@
+// Package proxy sends one attempt of a client request to one engine and
+// relays the answer, keeping the commitment boundary of SPEC section 5:
+// every failure before the first byte reaches the client is reported as
+// retryable (the caller routes again, to another worker); after it nothing
+// is retried, and a failed stream ends with one SSE error event and no
+// [DONE]. Non-streamed answers are read whole before anything is written,
+// so every engine failure on them is uncommitted.
+//
+// A Proxy is safe for concurrent use; each call handles one attempt and
+// blocks until it is over, so callers run it off their mailbox.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultConnectTimeout   = 3 * time.Second
+	DefaultFirstByteTimeout = 60 * time.Second
+	DefaultIdleTimeout      = 60 * time.Second
+	DefaultResponseTimeout  = 10 * time.Minute
+	DefaultMaxResponseBytes = 16 << 20
+	DefaultMaxEventBytes    = 1 << 20
+)
+
+// relayBufSize is the initial relay buffer of a stream: most SSE events of a
+// completion are a few hundred bytes, so one read usually holds several.
+const relayBufSize = 32 << 10
+
+// Options configures a Proxy. Zero fields take the Default values.
+type Options struct {
+	// Client sends the attempts. When nil, New builds one on a transport
+	// pooled for many engines, dialing with ConnectTimeout. A given Client is
+	// used as it is: leave its Timeout zero (the timeouts below apply) and
+	// make it not follow redirects.
+	Client *http.Client
+	// ConnectTimeout bounds dialing an engine (built client only).
+	ConnectTimeout time.Duration
+	// FirstByteTimeout bounds a streamed attempt from sending the request to
+	// the first complete SSE event: it covers an engine that accepts the
+	// connection, or even sends headers, and then stalls.
+	FirstByteTimeout time.Duration
+	// IdleTimeout bounds the wait for more bytes of a committed stream.
+	IdleTimeout time.Duration
+	// ResponseTimeout bounds a non-streamed attempt from sending the request
+	// to the last byte of the answer (the engine generates the whole answer
+	// before its first byte).
+	ResponseTimeout time.Duration
+	// MaxResponseBytes bounds a non-streamed answer, which is read whole.
+	MaxResponseBytes int64
+	// MaxEventBytes bounds one SSE event, which the relay holds until it is
+	// complete so that a client never receives half an event.
+	MaxEventBytes int
+}
+
+// Proxy sends attempts to engines.
+type Proxy struct {
+	o         Options
+	client    *http.Client
+	transport *http.Transport // nil with a caller's Client
+	bufs      sync.Pool       // *[]byte of relayBufSize
+}
+
+// New returns a Proxy for o.
+func New(o Options) *Proxy {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.ConnectTimeout, DefaultConnectTimeout)
+	def(&o.FirstByteTimeout, DefaultFirstByteTimeout)
+	def(&o.IdleTimeout, DefaultIdleTimeout)
+	def(&o.ResponseTimeout, DefaultResponseTimeout)
+	if o.MaxResponseBytes <= 0 {
+		o.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if o.MaxEventBytes <= 0 {
+		o.MaxEventBytes = DefaultMaxEventBytes
+	}
+	p := &Proxy{o: o, client: o.Client}
+	p.bufs.New = func() any { b := make([]byte, relayBufSize); return &b }
+	if p.client == nil {
+		p.transport = &http.Transport{
+			Proxy: nil, // engines are reached directly, never through an environment proxy
+			DialContext: (&net.Dialer{
+				Timeout:   o.ConnectTimeout,
+				KeepAlive: 30 * time.Second,
+			}).DialContext,
+			MaxIdleConns:        4096,
+			MaxIdleConnsPerHost: 256, // many concurrent streams to one engine
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true, // relay the engine's bytes as they are
+			ReadBufferSize:      32 << 10,
+			WriteBufferSize:     32 << 10,
+		}
+		p.client = &http.Client{
+			Transport: p.transport,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		}
+	}
+	return p
+}
+
+// Close closes idle connections to engines. Attempts in progress are not
+// affected.
+func (p *Proxy) Close() { p.client.CloseIdleConnections() }
+
+// Attempt is one try of a request against one engine.
+type Attempt struct {
+	// URL is the engine endpoint, e.g. "http://host:port/v1/chat/completions".
+	URL string
+	// Body is the request body as rewritten for this engine.
+	Body []byte
+	// Header holds extra upstream headers (X-Request-Id, X-TL-KV-Handle).
+	Header http.Header
+}
+
+// Failure is why an attempt failed.
+type Failure string
+
+// The failures. Before commit, every failure but FailCanceled, FailTooLarge
+// and FailInvalid is retryable on another worker.
+const (
+	FailRefused   Failure = "refused"    // connection refused
+	FailReset     Failure = "reset"      // connection reset or broken
+	FailTimeout   Failure = "timeout"    // connect, first-byte, idle or response timeout
+	FailStatus503 Failure = "status_503" // the engine answered 503 (draining, full)
+	FailEOF       Failure = "eof"        // the engine closed early: no answer, a truncated one, or a stream without [DONE]
+	FailTransport Failure = "transport"  // any other transport error
+	FailTooLarge  Failure = "too_large"  // answer over MaxResponseBytes, or an event over MaxEventBytes
+	FailCanceled  Failure = "canceled"   // the client went away (ctx done or a write to it failed)
+	FailInvalid   Failure = "invalid"    // the attempt could not be sent (bad URL)
+)
+
+// AttemptError reports a failed attempt.
+type AttemptError struct {
+	Reason Failure
+	// Committed is true when bytes had reached the client before the failure.
+	Committed bool
+	Err       error
+}
+
+// Error implements error.
+func (e *AttemptError) Error() string {
+	phase := "before first byte"
+	if e.Committed {
+		phase = "after first byte"
+	}
+	return fmt.Sprintf("proxy: attempt failed %s (%s): %v", phase, e.Reason, e.Err)
+}
+
+// Unwrap returns the underlying error.
+func (e *AttemptError) Unwrap() error { return e.Err }
+
+// Retryable reports whether the request may be sent to another worker:
+// nothing reached the client, the client is still there, and the failure is
+// the engine's.
+func (e *AttemptError) Retryable() bool {
+	if e.Committed {
+		return false
+	}
+	switch e.Reason {
+	case FailRefused, FailReset, FailTimeout, FailStatus503, FailEOF, FailTransport:
+		return true
+	}
+	return false
+}
+
+// IsRetryable reports whether err is an *AttemptError that is Retryable.
+func IsRetryable(err error) bool {
+	var ae *AttemptError
+	return errors.As(err, &ae) && ae.Retryable()
+}
+
+// ReasonOf returns the Failure of an *AttemptError in err's chain, or "".
+func ReasonOf(err error) Failure {
+	var ae *AttemptError
+	if errors.As(err, &ae) {
+		return ae.Reason
+	}
+	return ""
+}
+
+// Response is a non-streamed engine answer, read whole.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+var (
+	errTimeout     = errors.New("proxy: engine timed out")
+	errClientWrite = errors.New("proxy: write to client failed")
+	errNoDone      = errors.New("proxy: stream ended without [DONE]")
+	errEmpty       = errors.New("proxy: engine closed the stream before its first event")
+	err503         = errors.New("proxy: engine answered 503")
+)
+
+// newRequest builds the upstream request of an attempt.
+func newRequest(ctx context.Context, a Attempt, accept string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.URL, bytes.NewReader(a.Body))
+	if err != nil {
+		return nil, &AttemptError{Reason: FailInvalid, Err: fmt.Errorf("proxy: build request: %w", err)}
+	}
+	for k, vs := range a.Header {
+		req.Header[k] = append(req.Header[k], vs...)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", accept)
+	req.Header.Set("User-Agent", "tlgate")
+	return req, nil
+}
+
+// classify turns a transport error into an AttemptError. ctx is the
+// caller's context (the client's), actx the attempt's, canceled with
+// errTimeout by the proxy's own timers.
+func classify(ctx, actx context.Context, err error, committed bool) *AttemptError {
+	reason := FailTransport
+	switch {
+	case ctx.Err() != nil:
+		return &AttemptError{Reason: FailCanceled, Committed: committed, Err: context.Cause(ctx)}
+	case errors.Is(context.Cause(actx), errTimeout):
+		reason, err = FailTimeout, fmt.Errorf("%w: %w", errTimeout, err)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		reason = FailRefused
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED):
+		reason = FailReset
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		reason = FailEOF
+	default:
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			reason = FailTimeout
+		}
+	}
+	return &AttemptError{Reason: reason, Committed: committed, Err: err}
+}
+
+// discard reads and drops up to 64 KiB of a body that is not relayed (a 503
+// answer), so its connection can be reused.
+func discard(body io.Reader) {
+	_, _ = io.CopyN(io.Discard, body, 64<<10)
+}

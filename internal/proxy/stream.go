@@ -1,0 +1,300 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/tlgate/tlgate/internal/openai"
+)
+
+// Result is the outcome of a streamed attempt.
+type Result struct {
+	// Committed is true once bytes were written to the client: the request
+	// must not be retried, whatever Err says.
+	Committed bool
+	// ClientGone is true when the client went away (its context ended or a
+	// write to it failed); the upstream request was canceled at once.
+	ClientGone bool
+	// Done is true when the stream finished: an SSE stream relayed through
+	// its "data: [DONE]" event, any other body relayed to its clean end.
+	Done bool
+	// Status is the engine's HTTP status (0 if none arrived).
+	Status int
+	// Err is nil when Done; otherwise an *AttemptError (see Retryable).
+	Err error
+	// FirstByte is the time from the call to the commit.
+	FirstByte time.Duration
+	// Events counts the SSE events relayed, [DONE] included.
+	Events int
+	// Bytes counts the engine's bytes relayed (not the SSE error event).
+	Bytes int64
+}
+
+// doneGrace bounds reading the end of an engine's response after its
+// [DONE] event, which lets the connection return to the pool.
+const doneGrace = time.Second
+
+// Stream sends a streamed attempt and relays the engine's answer to w.
+//
+// The commitment boundary is the first write to the client. Before it, any
+// failure (refused, reset, FirstByteTimeout, a 503 answer, an engine that
+// closes before its first complete SSE event) returns Result{Committed:
+// false} with a retryable Err and w untouched. The attempt commits when the
+// first complete SSE event has arrived (for any other body, its first byte;
+// for an empty non-SSE body, its end): Stream then sets Content-Type (and,
+// for SSE, Cache-Control: no-cache) on w, calls commit(status, engine
+// header) once so the caller can set its own headers (X-Request-Id,
+// X-TL-Route) and learn that it committed, writes the status, and relays.
+// commit may be nil.
+//
+// SSE answers (2xx, Content-Type text/event-stream or none) are relayed
+// event by event as they arrive and flushed after each read, whole events
+// only, without buffering the stream. After commit, a failure (reset, an end
+// without "data: [DONE]", IdleTimeout between reads, an event over
+// MaxEventBytes) writes exactly one SSE event
+// `data: {"error":{...,"code":"upstream_failed"}}` and returns Committed with
+// Err; no [DONE] follows. Other answers (4xx, 5xx other than 503, non-SSE
+// 2xx) are relayed as they are, a committed relay and not an error of the
+// attempt; if one fails midway no error event can be appended (the body is
+// not SSE), Err says so and the caller may abort the connection.
+//
+// If ctx ends or a write to the client fails, the upstream request is
+// canceled at once and the Result has ClientGone.
+func (p *Proxy) Stream(ctx context.Context, a Attempt, w http.ResponseWriter, commit func(status int, h http.Header)) Result {
+	start := time.Now()
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := time.AfterFunc(p.o.FirstByteTimeout, func() { cancel(errTimeout) })
+	defer timer.Stop()
+
+	req, err := newRequest(actx, a, "text/event-stream")
+	if err != nil {
+		return Result{Err: err}
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		ae := classify(ctx, actx, err, false)
+		return Result{Err: ae, ClientGone: ae.Reason == FailCanceled}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		discard(resp.Body)
+		return Result{Status: resp.StatusCode, Err: &AttemptError{Reason: FailStatus503, Err: err503}}
+	}
+	r := relay{
+		p: p, ctx: ctx, actx: actx, cancel: cancel, timer: timer, start: start,
+		w: w, commitFn: commit, resp: resp,
+		sse: resp.StatusCode/100 == 2 && isEventStream(resp.Header.Get("Content-Type")),
+	}
+	r.res.Status = resp.StatusCode
+	bp := p.bufs.Get().(*[]byte)
+	if r.sse {
+		r.events(*bp)
+	} else {
+		r.passthrough(*bp)
+	}
+	p.bufs.Put(bp)
+	return r.res
+}
+
+func isEventStream(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "text/event-stream"
+}
+
+// relay is the state of one Stream after the engine's headers arrived.
+type relay struct {
+	p         *Proxy
+	ctx, actx context.Context
+	cancel    context.CancelCauseFunc
+	timer     *time.Timer
+	start     time.Time
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	commitFn  func(int, http.Header)
+	resp      *http.Response
+	sse       bool
+	res       Result
+}
+
+// events relays an SSE body, whole events at a time. b is the initial
+// buffer; it grows (up to about twice MaxEventBytes) for large events.
+func (r *relay) events(b []byte) {
+	var sc sseScanner
+	filled := 0
+	for {
+		if filled == len(b) {
+			nb := make([]byte, 2*len(b))
+			copy(nb, b[:filled])
+			b = nb
+		}
+		n, rerr := r.resp.Body.Read(b[filled:])
+		if n > 0 && r.res.Committed {
+			r.timer.Stop()
+		}
+		filled += n
+		end, endEvent, done := sc.scan(b[:filled])
+		if !r.res.Committed && endEvent == 0 {
+			end = 0 // comments alone do not commit
+		}
+		if end > 0 {
+			if !r.res.Committed {
+				r.timer.Stop()
+				r.commit()
+			}
+			if !r.write(b[:end]) {
+				return
+			}
+			r.res.Events += sc.take()
+			if done {
+				r.res.Done = true
+				r.drain()
+				return
+			}
+			filled = copy(b, b[end:filled])
+			sc.shift(end)
+		}
+		switch {
+		case rerr == io.EOF && r.res.Committed:
+			r.failWith(FailEOF, errNoDone)
+			return
+		case rerr == io.EOF:
+			r.failWith(FailEOF, errEmpty)
+			return
+		case rerr != nil:
+			r.fail(rerr)
+			return
+		case filled > r.p.o.MaxEventBytes:
+			r.failWith(FailTooLarge, fmt.Errorf("proxy: an SSE event is over the %d-byte limit", r.p.o.MaxEventBytes))
+			return
+		}
+		if r.res.Committed && n > 0 {
+			r.timer.Reset(r.p.o.IdleTimeout)
+		}
+	}
+}
+
+// passthrough relays a non-SSE body as it arrives.
+func (r *relay) passthrough(b []byte) {
+	for {
+		n, rerr := r.resp.Body.Read(b)
+		if n > 0 || (rerr == io.EOF && !r.res.Committed) {
+			r.timer.Stop()
+			if !r.res.Committed {
+				r.commit()
+			}
+			if !r.write(b[:n]) {
+				return
+			}
+		}
+		switch {
+		case rerr == io.EOF:
+			r.res.Done = true
+			return
+		case rerr != nil:
+			r.fail(rerr)
+			return
+		}
+		if n > 0 {
+			r.timer.Reset(r.p.o.IdleTimeout)
+		}
+	}
+}
+
+// commit sets the response headers, lets the caller add its own, and
+// writes the status.
+func (r *relay) commit() {
+	h := r.w.Header()
+	if ct := r.resp.Header.Get("Content-Type"); ct != "" {
+		h.Set("Content-Type", ct)
+	}
+	if r.sse {
+		if h.Get("Content-Type") == "" {
+			h.Set("Content-Type", "text/event-stream")
+		}
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Accel-Buffering", "no")
+	}
+	if r.commitFn != nil {
+		r.commitFn(r.res.Status, r.resp.Header)
+	}
+	r.res.Committed = true
+	r.res.FirstByte = time.Since(r.start)
+	r.rc = http.NewResponseController(r.w)
+	r.w.WriteHeader(r.res.Status)
+}
+
+// write sends p to the client and flushes. It reports false, after
+// canceling the upstream request, when the client is gone.
+func (r *relay) write(p []byte) bool {
+	if len(p) > 0 {
+		n, err := r.w.Write(p)
+		r.res.Bytes += int64(n)
+		if err != nil {
+			r.clientGone(err)
+			return false
+		}
+	}
+	if err := r.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		r.clientGone(err)
+		return false
+	}
+	return true
+}
+
+func (r *relay) clientGone(err error) {
+	r.cancel(errClientWrite)
+	r.res.ClientGone = true
+	r.res.Err = &AttemptError{Reason: FailCanceled, Committed: r.res.Committed, Err: fmt.Errorf("%w: %w", errClientWrite, err)}
+}
+
+// fail ends the relay on a read error from the engine.
+func (r *relay) fail(err error) {
+	r.end(classify(r.ctx, r.actx, err, r.res.Committed))
+}
+
+func (r *relay) failWith(reason Failure, err error) {
+	r.end(&AttemptError{Reason: reason, Committed: r.res.Committed, Err: err})
+}
+
+// end records a failure; after commit of an SSE stream it writes the one
+// SSE error event, unless the client is gone.
+func (r *relay) end(ae *AttemptError) {
+	r.cancel(ae.Err)
+	r.res.Err = ae
+	if ae.Reason == FailCanceled {
+		r.res.ClientGone = true
+		return
+	}
+	if !r.res.Committed || !r.sse {
+		return
+	}
+	if _, err := r.w.Write(errorEvent(ae.Reason)); err != nil {
+		r.res.ClientGone = true
+		return
+	}
+	if err := r.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		r.res.ClientGone = true
+	}
+}
+
+// errorEvent is the SSE event that ends a stream failed after commit.
+func errorEvent(reason Failure) []byte {
+	return openai.SSEError(openai.CodeUpstreamFailed,
+		"The engine failed after the response started ("+string(reason)+"); the response is incomplete.")
+}
+
+// drain reads what follows [DONE] (normally only the end of the chunked
+// body) so the connection can be reused; it is never relayed.
+func (r *relay) drain() {
+	r.timer.Reset(min(r.p.o.IdleTimeout, doneGrace))
+	_, _ = io.CopyN(io.Discard, r.resp.Body, 64<<10)
+}
