@@ -29,7 +29,8 @@ type Result struct {
 	Err error
 	// FirstByte is the time from the call to the commit.
 	FirstByte time.Duration
-	// Events counts the SSE events relayed, [DONE] included.
+	// Events counts the SSE events relayed, [DONE] included (comment-only
+	// blocks such as ": keep-alive" are relayed but not counted).
 	Events int
 	// Bytes counts the engine's bytes relayed (not the SSE error event).
 	Bytes int64
@@ -54,7 +55,8 @@ const doneGrace = time.Second
 //
 // SSE answers (2xx, Content-Type text/event-stream or none) are relayed
 // event by event as they arrive and flushed after each read, whole events
-// only, without buffering the stream. After commit, a failure (reset, an end
+// only, without buffering the stream; a comment-only block (": keep-alive")
+// is relayed but does not commit. Nothing after the [DONE] event is relayed. After commit, a failure (reset, an end
 // without "data: [DONE]", IdleTimeout between reads, an event over
 // MaxEventBytes) writes exactly one SSE event
 // `data: {"error":{...,"code":"upstream_failed"}}` and returns Committed with
