@@ -57,3 +57,17 @@ func BenchmarkGenerateParallel(b *testing.B) {
 	})
 	b.ReportMetric(float64(256*b.N)/b.Elapsed().Seconds(), "tokens/s")
 }
+
+// BenchmarkStartClose measures starting and closing a unified engine (tests
+// start many).
+func BenchmarkStartClose(b *testing.B) {
+	for b.Loop() {
+		e, err := Start(b.Context(), Config{Model: "m"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := e.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -146,6 +146,15 @@ func TestHeartbeatDrain(t *testing.T) {
 	if last != "[DONE]" {
 		t.Fatalf("in-flight stream did not finish: last %q", last)
 	}
+	// Stop asking to drain, then undrain once no old ack can arrive: the
+	// heartbeat received after clearing may carry an old ack, the one after
+	// it cannot (the engine sends one heartbeat at a time).
+	r.setAck(&controlv1.HeartbeatAck{IntervalMs: 1})
+	for len(r.got) > 0 {
+		<-r.got
+	}
+	<-r.got
+	<-r.got
 	e.SetDraining(false)
 	complete(t, c, e.URL(), false, completionBody("m", "undrained", nil))
 }
