@@ -12,6 +12,7 @@
 package admin
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -94,6 +95,12 @@ type Deps struct {
 	Epoch uint64
 	// AskTimeout bounds each question to the router or registry.
 	AskTimeout time.Duration
+	// OnWrite, if set, is called with the outcome of every PUT (ok,
+	// if_match_required, etag_mismatch, invalid_routes, internal_error);
+	// OnEpoch with every new epoch; OnDrain with every drained model.
+	OnWrite func(outcome string)
+	OnEpoch func(epoch uint64)
+	OnDrain func(model string)
 }
 
 // Props returns the admin actor's props. The state is created once here
@@ -118,10 +125,32 @@ func (a *adminActor) Receive(ctx actor.Context) {
 	case *GetRoutes:
 		ctx.Respond(a.st.Routes())
 	case *PutRoutes:
-		ctx.Respond(a.put(ctx, m))
+		res := a.put(ctx, m)
+		if a.deps.OnWrite != nil {
+			a.deps.OnWrite(WriteOutcome(res.Err))
+		}
+		if res.Err == nil && a.deps.OnEpoch != nil {
+			a.deps.OnEpoch(res.Epoch)
+		}
+		ctx.Respond(res)
 	case *Drain:
 		a.drain(ctx, m)
 	}
+}
+
+// WriteOutcome names the outcome of a PUT for metrics.
+func WriteOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrIfMatchRequired):
+		return "if_match_required"
+	case errors.Is(err, ErrETagMismatch):
+		return "etag_mismatch"
+	case errors.Is(err, ErrInvalidRoutes):
+		return "invalid_routes"
+	}
+	return "internal_error"
 }
 
 // put validates, persists, installs and announces a new table.
@@ -187,6 +216,11 @@ func (a *adminActor) drain(ctx actor.Context, m *Drain) {
 // every one is answered: by then the registry has told the router.
 func (a *adminActor) apply(ctx actor.Context, m *Drain, served []string) {
 	a.st.MarkDrained(served, m.On)
+	if m.On && a.deps.OnDrain != nil {
+		for _, s := range served {
+			a.deps.OnDrain(s)
+		}
+	}
 	res := &DrainResult{Models: served}
 	done := func() {
 		ev := a.deps.Logger.Info()

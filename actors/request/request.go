@@ -76,6 +76,7 @@ type Log struct {
 	Route, ServedModel, Worker, Prefill, Reason string
 	Attempts, CascadeStep                       int
 	Committed, ClientGone                       bool
+	Done                                        bool // a stream ended cleanly
 	FirstByte                                   time.Duration
 	Failures                                    []string // reason of each failed attempt
 	Escalations                                 int
@@ -330,6 +331,7 @@ func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 	a.log.FirstByte = r.FirstByte
 	a.log.Committed = r.Committed
 	a.log.ClientGone = r.ClientGone
+	a.log.Done = r.Done
 	if !r.Committed && !r.ClientGone && r.Err != nil {
 		a.failed(ctx, r.Err, "decode")
 		return

@@ -91,7 +91,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	<-ctx.Done()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for waiting := true; waiting; {
+		select {
+		case <-ctx.Done():
+			waiting = false
+		case <-hup:
+			reload(*configPath, gw, logger)
+		}
+	}
 	logger.Info().Msg("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.Gateway.ShutdownTimeout.Duration+time.Second)
 	defer cancel()
@@ -99,6 +109,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		stopDemo()
 	}
 	return gw.Close(sctx)
+}
+
+// reload re-reads the configuration on SIGHUP and applies what can change
+// at run time: the list of probed engines. A bad file changes nothing.
+func reload(path string, gw *gateway.Gateway, logger zerolog.Logger) {
+	if path == "" {
+		logger.Warn().Msg("SIGHUP ignored: no -config file to reload")
+		return
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		logger.Error().Err(err).Msg("reload refused; nothing changed")
+		return
+	}
+	gw.ApplyEngines(cfg.Gateway.Engines)
+	logger.Info().Int("engines", len(cfg.Gateway.Engines)).Msg("reloaded the probed engines")
 }
 
 func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {

@@ -22,16 +22,20 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/tlgate/tlgate/actors/admin"
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/request"
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/actorsys"
+	"github.com/tlgate/tlgate/internal/adminhttp"
 	"github.com/tlgate/tlgate/internal/auth"
 	"github.com/tlgate/tlgate/internal/config"
 	"github.com/tlgate/tlgate/internal/engineclient"
 	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/httpedge"
+	"github.com/tlgate/tlgate/internal/metrics"
 	"github.com/tlgate/tlgate/internal/policy"
+	"github.com/tlgate/tlgate/internal/probe"
 	"github.com/tlgate/tlgate/internal/proxy"
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	"github.com/tlgate/tlgate/internal/routes"
@@ -53,6 +57,9 @@ type Gateway struct {
 	sys      *actor.ActorSystem
 	Registry *actor.PID
 	Router   *actor.PID
+	Admin    *actor.PID
+	Metrics  *metrics.Metrics
+	probes   *probe.Manager
 	grpc     *grpc.Server
 	http     *http.Server
 	httpLis  net.Listener
@@ -113,21 +120,37 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		return fmt.Errorf("gateway: routes: %w", err)
 	}
 
+	// Metrics, on the registry the caller passes in.
+	if o.Registry != nil {
+		if g.Metrics, err = metrics.New(o.Registry); err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
+		g.Metrics.Epoch(epoch)
+	}
+	m := g.Metrics
+
 	// Actor system and actors.
 	g.sys = actorsys.New(o.Logger)
 	g.stops = append(g.stops, func(context.Context) error { g.sys.Shutdown(); return nil })
 	g.Registry = g.sys.Root.Spawn(registry.Props(registry.NewState(registry.Config{
 		Interval: gw.HeartbeatInterval.Duration, MissLimit: gw.HeartbeatMissLimit, Epoch: epoch,
 		OnEvict: func(w fleet.Worker) {
+			m.Eviction(w.Model)
 			o.Logger.Warn().Str("worker", w.ID).Str("model", w.Model).Time("last_heartbeat", w.LastHeartbeat).Msg("worker evicted")
 		},
 		OnRegister: func(w fleet.Worker) {
+			m.Registration(w.Model, w.Source)
 			o.Logger.Info().Str("worker", w.ID).Str("model", w.Model).Str("role", string(w.Role)).Str("http", w.HTTPAddress).Str("source", w.Source).Msg("worker registered")
 		},
 	})))
 	g.stops = append(g.stops, g.stopActor(g.Registry))
 	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(router.Config{Policy: pol, LoadFactor: gw.AffinityLoadFactor}, table, epoch), g.Registry))
 	g.stops = append(g.stops, g.stopActor(g.Router))
+	g.Admin = g.sys.Root.Spawn(admin.Props(admin.Deps{
+		Router: g.Router, Registry: g.Registry, StateDir: gw.StateDir, Logger: o.Logger,
+		Table: table, Epoch: epoch, OnWrite: m.AdminWrite, OnEpoch: m.Epoch, OnDrain: m.Drain,
+	}))
+	g.stops = append(g.stops, g.stopActor(g.Admin))
 
 	// Engine clients.
 	g.proxy = proxy.New(proxy.Options{
@@ -149,7 +172,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(serverTLS)))
 	}
 	g.grpc = grpc.NewServer(gopts...)
-	registryrpc.New(g.sys.Root, g.Registry, registryrpc.Options{Token: token}).Register(g.grpc)
+	rpc := registryrpc.New(g.sys.Root, g.Registry, registryrpc.Options{Token: token})
+	rpc.OnReject = m.HeartbeatRejected
+	rpc.Register(g.grpc)
 	if g.grpcLis, err = net.Listen("tcp", gw.RegistryListen); err != nil {
 		return fmt.Errorf("gateway: registry_listen: %w", err)
 	}
@@ -158,17 +183,29 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 
 	// HTTP server.
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts}
+	instrument(rdeps, m)
 	if o.RequestHooks != nil {
 		o.RequestHooks(rdeps)
 	}
 	mux := http.NewServeMux()
 	edge := &httpedge.Deps{
 		Root: g.sys.Root, Router: g.Router, Request: rdeps, Keyring: keyring, MaxBodyBytes: gw.MaxBodyBytes,
-		OnDone: func(ex *request.Exchange, out request.Outcome) { accessLog(o.Logger, ex, out) },
+		OnDone: func(ex *request.Exchange, out request.Outcome) {
+			observe(m, ex, out)
+			accessLog(o.Logger, ex, out)
+		},
+		OnReject: func(_ int, code string) { m.Rejected(code) },
 	}
 	httpedge.Register(mux, edge)
+	mux.Handle("/admin/v1/", adminhttp.New(adminhttp.Deps{
+		Root: g.sys.Root, Admin: g.Admin, Router: g.Router, Keyring: keyring, MaxBodyBytes: gw.MaxBodyBytes,
+	}))
 	if o.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
+		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})
+		mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			g.refreshGauges()
+			metricsHandler.ServeHTTP(w, r)
+		}))
 	}
 	g.http = &http.Server{
 		Handler:           mux,
@@ -191,6 +228,14 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		}
 	}()
 	g.stops = append(g.stops, func(ctx context.Context) error { return g.http.Shutdown(ctx) })
+
+	// Engines that do not heartbeat: probed, fed to the registry alike.
+	g.probes = probe.NewManager(probe.ManagerConfig{
+		Root: g.sys.Root, Registry: g.Registry, MissLimit: gw.HeartbeatMissLimit, Logger: o.Logger,
+		OnProbe: m.Probe,
+	})
+	g.probes.Apply(gw.Engines)
+	g.stops = append(g.stops, func(context.Context) error { g.probes.Close(); return nil })
 	o.Logger.Info().Str("listen", g.HTTPAddr()).Str("registry_listen", g.RegistryAddr()).
 		Str("route_policy", string(pol)).Uint64("epoch", epoch).Int("routes", table.Len()).Msg("gateway started")
 	return nil
@@ -276,6 +321,10 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	}
 	ev.Msg("request")
 }
+
+// ApplyEngines replaces the list of probed engines (SIGHUP reload): new
+// ones are probed, removed ones forgotten, unchanged ones left alone.
+func (g *Gateway) ApplyEngines(engines []config.Engine) { g.probes.Apply(engines) }
 
 // Ready reports whether at least one worker is routable.
 func (g *Gateway) Ready(ctx context.Context) bool {
