@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -142,6 +143,8 @@ type requestActor struct {
 	seed     uint64
 	ids      []uint32
 	finished bool
+	// prefillFailed lists prefill workers whose Prefill failed once.
+	prefillFailed []string
 }
 
 // Receive is the actor's switch; each case calls one step of the protocol.
@@ -314,15 +317,11 @@ func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 // judge applies the step's accept_if to the answer's logprobs; an answer
 // without readable logprobs or tokens is never accepted.
 func (a *requestActor) judge(body []byte) bool {
-	rule, err := cascade.ParseAcceptIf(a.target.AcceptIf)
-	if err != nil {
-		return false
-	}
 	lps, err := cascade.LogprobsOf(body)
 	if err != nil {
 		return false
 	}
-	return rule.Holds(lps)
+	return a.target.Rule.Holds(lps)
 }
 
 func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
@@ -366,9 +365,9 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 	if a.d.OnFailover != nil {
 		a.d.OnFailover(a.ex, a.target, reason)
 	}
-	a.exclude[a.target.Worker.ID] = true
-	if a.target.Prefill != nil && (phase == "tokenize" || phase == "prefill") {
-		a.exclude[a.target.Prefill.ID] = true
+	a.exclude[ExcludeAfter(a.target, phase, a.prefillFailed)] = true
+	if phase == PhasePrefill {
+		a.prefillFailed = append(a.prefillFailed, a.target.Prefill.ID)
 	}
 	a.releaseHeld(ctx)
 	if a.attempts >= a.d.MaxAttempts {
@@ -377,6 +376,23 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 		return
 	}
 	a.route(ctx)
+}
+
+// ExcludeAfter returns the worker to exclude after an attempt failed in
+// phase. Tokenize runs on the prefill worker alone, so it is the one to
+// blame; a failed Prefill may be the prefill worker's fault or the decode
+// worker's (P pushes the KV to D), so D is excluded first and P only when
+// it fails a second time, with another D.
+func ExcludeAfter(t router.Target, phase string, prefillFailed []string) string {
+	switch {
+	case t.Prefill == nil:
+		return t.Worker.ID
+	case phase == PhaseTokenize:
+		return t.Prefill.ID
+	case phase == PhasePrefill && slices.Contains(prefillFailed, t.Prefill.ID):
+		return t.Prefill.ID
+	}
+	return t.Worker.ID
 }
 
 func (a *requestActor) endAttempt(_ actor.Context) {

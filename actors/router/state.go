@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/tlgate/tlgate/internal/cascade"
 	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/policy"
 	"github.com/tlgate/tlgate/internal/ring"
@@ -53,6 +54,7 @@ type Target struct {
 	CascadeStep  int
 	CascadeSteps int
 	AcceptIf     string
+	Rule         cascade.Accept // AcceptIf parsed (zero on the last step)
 	Epoch        uint64
 }
 
@@ -217,6 +219,7 @@ func (s *State) Pick(req *Request, now time.Time) (Target, error) {
 		}
 		if depth == 0 {
 			t.CascadeStep, t.CascadeSteps, t.AcceptIf = step, len(r.Cascade), r.Cascade[step].AcceptIf
+			t.Rule, _ = s.table.Rule(r.Model, step)
 		}
 		r = s.table.Resolve(r.Cascade[step].Model)
 		req = &Request{Model: r.Model, RequestID: req.RequestID, PrefixKey: req.PrefixKey, Stream: req.Stream, Exclude: req.Exclude, Step: len(r.Cascade) - 1}

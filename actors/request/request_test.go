@@ -1,0 +1,71 @@
+package request
+
+import (
+	"fmt"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/openai"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestSamplingDefaults(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	i := func(v int) *int { return &v }
+	cases := []struct {
+		name string
+		req  openai.Request
+		want string
+	}{
+		{"completions defaults", openai.Request{}, "temp=1 top_p=1 top_k=0 max=16 seed=9 stop=[] pres=0 freq=0 lp=false top_lp=0"},
+		{"chat defaults", openai.Request{Chat: true}, "temp=1 top_p=1 top_k=0 max=256 seed=9 stop=[] pres=0 freq=0 lp=false top_lp=0"},
+		{"client values", openai.Request{Temperature: f(0), TopP: f(0.5), TopK: i(40), MaxTokens: i(7), Stop: []string{"\n"},
+			PresencePenalty: f(0.25), FrequencyPenalty: f(-0.5), Logprobs: true, TopLogprobs: i(3)},
+			"temp=0 top_p=0.5 top_k=40 max=7 seed=9 stop=[\n] pres=0.25 freq=-0.5 lp=true top_lp=3"},
+		{"top_k -1 means off", openai.Request{TopK: i(-1)}, "temp=1 top_p=1 top_k=0 max=16 seed=9 stop=[] pres=0 freq=0 lp=false top_lp=0"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Sampling(tc.req, 9)
+			got := fmtSampling(s.Temperature, s.TopP, s.TopK, s.MaxTokens, s.Seed, s.Stop, s.PresencePenalty, s.FrequencyPenalty, s.Logprobs, s.TopLogprobs)
+			if got != tc.want {
+				t.Fatalf("got  %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestExcludeAfter(t *testing.T) {
+	d := fleet.Worker{ID: "d"}
+	p := &fleet.Worker{ID: "p"}
+	pair := router.Target{Worker: d, Prefill: p}
+	cases := []struct {
+		name   string
+		t      router.Target
+		phase  string
+		failed []string
+		want   string
+	}{
+		{"unified attempt", router.Target{Worker: fleet.Worker{ID: "u"}}, "attempt", nil, "u"},
+		{"tokenize blames P", pair, PhaseTokenize, nil, "p"},
+		{"first prefill failure blames D", pair, PhasePrefill, nil, "d"},
+		{"second prefill failure of P blames P", pair, PhasePrefill, []string{"p"}, "p"},
+		{"decode blames D", pair, PhaseDecode, []string{"p"}, "d"},
+	}
+	for _, tc := range cases {
+		if got := ExcludeAfter(tc.t, tc.phase, tc.failed); got != tc.want {
+			t.Errorf("%s: excluded %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+func fmtSampling(temp, topP float32, topK, max uint32, seed uint64, stop []string, pres, freq float32, lp bool, topLP uint32) string {
+	if stop == nil {
+		stop = []string{}
+	}
+	return fmt.Sprintf("temp=%g top_p=%g top_k=%d max=%d seed=%d stop=%v pres=%g freq=%g lp=%v top_lp=%d", temp, topP, topK, max, seed, stop, pres, freq, lp, topLP)
+}
