@@ -323,3 +323,22 @@ func sorted(s []string) []string {
 	sort.Strings(s)
 	return s
 }
+
+// postTo posts JSON to any URL (an engine, bypassing the gateway).
+func (c *cluster) postTo(url string, body any) []byte {
+	c.t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		c.t.Fatalf("POST %s: %d %s %v", url, resp.StatusCode, out, err)
+	}
+	return out
+}

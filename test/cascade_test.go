@@ -1,0 +1,216 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tlgate/tlgate/enginesim"
+)
+
+const cascadeRoutes = `
+[[gateway.routes]]
+model = "auto"
+cascade = [{ model = "small", accept_if = "mean_logprob > -1.2" }, { model = "large" }]
+`
+
+// cascadeFakes runs a small engine whose confidence is written in the
+// prompt ("sure" or "unsure", or "empty" for an answer with no tokens) and a
+// large one that counts its calls.
+type cascadeFakes struct {
+	mu          sync.Mutex
+	smallBodies []map[string]any
+	largeCalls  atomic.Int32
+}
+
+func (f *cascadeFakes) small(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	var req map[string]any
+	_ = json.Unmarshal(b, &req)
+	f.mu.Lock()
+	f.smallBodies = append(f.smallBodies, req)
+	f.mu.Unlock()
+	prompt := fmt.Sprint(req["messages"])
+	lps := `[{"token":"a","logprob":-0.1},{"token":"b","logprob":-0.3}]`
+	text := "small answer"
+	switch {
+	case strings.Contains(prompt, "unsure"):
+		lps = `[{"token":"a","logprob":-2.5},{"token":"b","logprob":-3.0}]`
+	case strings.Contains(prompt, "empty"):
+		lps, text = `[]`, ""
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"id":"s","object":"chat.completion","model":"small","choices":[{"index":0,"message":{"role":"assistant","content":%q},"logprobs":{"content":%s},"finish_reason":"stop"}]}`, text, lps)
+}
+
+func (f *cascadeFakes) large(w http.ResponseWriter, r *http.Request) {
+	f.largeCalls.Add(1)
+	b, _ := io.ReadAll(r.Body)
+	if strings.Contains(string(b), `"stream":true`) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"object\":\"chat.completion.chunk\",\"model\":\"large\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"large answer\"}}]}\n\ndata: [DONE]\n\n")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprint(w, `{"id":"l","object":"chat.completion","model":"large","choices":[{"index":0,"message":{"role":"assistant","content":"large answer"},"logprobs":null,"finish_reason":"stop"}]}`)
+}
+
+func chatMsg(content string, extra map[string]any) map[string]any {
+	m := map[string]any{"model": "auto", "messages": []map[string]string{{"role": "user", "content": content}}}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
+
+// TestCascadeAcceptsOrEscalates: a confident small answer is kept (the large
+// worker never called, logprobs requested from the small one and removed
+// from the answer when the client did not ask); an unsure one or an empty
+// one is escalated; a streamed request goes straight to the last step.
+func TestCascadeAcceptsOrEscalates(t *testing.T) {
+	c := newCluster(t, cascadeRoutes, []clusterOpt{keys()})
+	f := &cascadeFakes{}
+	c.addFake("small-1", "small", f.small)
+	c.addFake("large-1", "large", f.large)
+	content := func(b []byte) (string, any) {
+		var v struct {
+			Choices []struct {
+				Message struct {
+					Content string `json:"content"`
+				} `json:"message"`
+				Logprobs any `json:"logprobs"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(b, &v); err != nil || len(v.Choices) == 0 {
+			t.Fatalf("answer %s: %v", b, err)
+		}
+		return v.Choices[0].Message.Content, v.Choices[0].Logprobs
+	}
+
+	// Confident: kept, large never called.
+	r := c.post("/v1/chat/completions", "key-debug", chatMsg("I am sure", nil))
+	text, lp := content(r.body)
+	if r.status != 200 || text != "small answer" || f.largeCalls.Load() != 0 {
+		t.Fatalf("confident: %d %q, large called %d times", r.status, text, f.largeCalls.Load())
+	}
+	if lp != nil {
+		t.Fatalf("forced logprobs leaked to a client that did not ask: %v", lp)
+	}
+	if got := r.header.Get("X-TL-Cascade-Step"); got != "0" {
+		t.Fatalf("X-TL-Cascade-Step %q, want 0", got)
+	}
+	f.mu.Lock()
+	if f.smallBodies[0]["logprobs"] != true {
+		t.Fatalf("small step not asked for logprobs: %v", f.smallBodies[0])
+	}
+	f.mu.Unlock()
+
+	// The client asked for logprobs: they are returned.
+	r = c.post("/v1/chat/completions", "key-plain", chatMsg("I am sure", map[string]any{"logprobs": true}))
+	if _, lp := content(r.body); lp == nil {
+		t.Fatal("logprobs the client asked for were removed")
+	}
+
+	// Unsure: escalated to the large model.
+	r = c.post("/v1/chat/completions", "key-debug", chatMsg("I am unsure", nil))
+	if text, _ := content(r.body); text != "large answer" || f.largeCalls.Load() != 1 || r.header.Get("X-TL-Cascade-Step") != "1" {
+		t.Fatalf("unsure: %q step %q large calls %d", text, r.header.Get("X-TL-Cascade-Step"), f.largeCalls.Load())
+	}
+
+	// No tokens: never accepted.
+	r = c.post("/v1/chat/completions", "key-plain", chatMsg("empty please", nil))
+	if text, _ := content(r.body); text != "large answer" || f.largeCalls.Load() != 2 {
+		t.Fatalf("empty answer accepted: %q", text)
+	}
+
+	// Streamed: straight to the last step, the small model never asked.
+	f.mu.Lock()
+	before := len(f.smallBodies)
+	f.mu.Unlock()
+	r = c.post("/v1/chat/completions", "key-plain", chatMsg("I am sure", map[string]any{"stream": true}))
+	if r.status != 200 || !strings.Contains(completionText(t, r.body), "large answer") {
+		t.Fatalf("streamed cascade: %d %s", r.status, r.body)
+	}
+	f.mu.Lock()
+	after := len(f.smallBodies)
+	f.mu.Unlock()
+	if after != before || f.largeCalls.Load() != 3 {
+		t.Fatalf("streamed request asked the small model (%d -> %d) or not the large (%d)", before, after, f.largeCalls.Load())
+	}
+	_, _, cascades := c.hooks.snapshot()
+	want := "auto:0:accepted,auto:0:accepted,auto:0:escalated,auto:0:escalated"
+	if strings.Join(cascades, ",") != want {
+		t.Fatalf("cascade decisions %v, want %s", cascades, want)
+	}
+}
+
+// TestCascadeEndToEnd runs the cascade over reference engines of a small
+// and a large model: for each prompt the gateway's choice matches the
+// small model's mean token logprob against the rule, computed here from the
+// small engine's own answer.
+func TestCascadeEndToEnd(t *testing.T) {
+	c := newCluster(t, cascadeRoutes, nil,
+		enginesim.Config{ID: "small-1", Model: "small", Confidence: 0.5},
+		enginesim.Config{ID: "large-1", Model: "large", Confidence: 0.9})
+	small := c.engines["small-1"]
+	accepted, escalated := 0, 0
+	for i := range 16 {
+		prompt := fmt.Sprintf("Question %d: what is the answer to item %d?", i, i*7)
+		body := map[string]any{"model": "auto", "prompt": prompt, "max_tokens": 8, "seed": i}
+		r := c.post("/v1/completions", "", body)
+		if r.status != 200 {
+			t.Fatalf("prompt %d: %d %s", i, r.status, r.body)
+		}
+		var got struct {
+			Model   string `json:"model"`
+			Choices []struct {
+				Logprobs any `json:"logprobs"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(r.body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Choices[0].Logprobs != nil {
+			t.Fatalf("prompt %d: forced logprobs returned", i)
+		}
+		// The small model's own answer with logprobs, straight from it.
+		direct := map[string]any{"model": "small", "prompt": prompt, "max_tokens": 8, "seed": i, "logprobs": 0}
+		dr := c.postTo(small.URL()+"/v1/completions", direct)
+		var dv struct {
+			Choices []struct {
+				Logprobs struct {
+					TokenLogprobs []float64 `json:"token_logprobs"`
+				} `json:"logprobs"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(dr, &dv); err != nil {
+			t.Fatal(err)
+		}
+		lps := dv.Choices[0].Logprobs.TokenLogprobs
+		mean := 0.0
+		for _, l := range lps {
+			mean += l
+		}
+		mean /= math.Max(1, float64(len(lps)))
+		wantModel := "large"
+		if len(lps) > 0 && mean > -1.2 {
+			wantModel = "small"
+			accepted++
+		} else {
+			escalated++
+		}
+		if got.Model != wantModel {
+			t.Fatalf("prompt %d: mean logprob %.3f, answered by %s, want %s", i, mean, got.Model, wantModel)
+		}
+	}
+	if accepted == 0 || escalated == 0 {
+		t.Fatalf("the cascade made no real decisions: %d accepted, %d escalated", accepted, escalated)
+	}
+	t.Logf("%d accepted, %d escalated", accepted, escalated)
+}
