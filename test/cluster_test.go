@@ -69,6 +69,13 @@ func withPolicy(p string) clusterOpt {
 
 func newCluster(t *testing.T, cfgRoutes string, opts []clusterOpt, engines ...enginesim.Config) *cluster {
 	t.Helper()
+	return newClusterDeps(t, cfgRoutes, opts, nil, engines...)
+}
+
+// newClusterDeps is newCluster with a last say on the request actors'
+// dependencies (to wrap the engine calls, say).
+func newClusterDeps(t *testing.T, cfgRoutes string, opts []clusterOpt, deps func(*request.Deps), engines ...enginesim.Config) *cluster {
+	t.Helper()
 	cfg, err := config.Parse([]byte(`
 [gateway]
 listen = "127.0.0.1:0"
@@ -107,6 +114,9 @@ idle_timeout = "5s"
 				hl.mu.Lock()
 				hl.cascades = append(hl.cascades, route+":"+string(rune('0'+step))+":"+map[bool]string{true: "accepted", false: "escalated"}[accepted])
 				hl.mu.Unlock()
+			}
+			if deps != nil {
+				deps(d)
 			}
 		},
 	})
@@ -342,3 +352,8 @@ func (c *cluster) postTo(url string, body any) []byte {
 	}
 	return out
 }
+
+// eventuallyUnit scales eventually's bounds.
+const eventuallyUnit = time.Second
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -1,0 +1,236 @@
+package test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tlgate/tlgate/actors/request"
+	"github.com/tlgate/tlgate/enginesim"
+	enginev1 "github.com/tlgate/tlgate/protos/tl/engine/v1"
+	kvv1 "github.com/tlgate/tlgate/protos/tl/kv/v1"
+)
+
+const pdRoutes = `
+[[gateway.routes]]
+model = "big-pd"
+backends = [{ model = "big", weight = 1 }]
+targets = ["disaggregated"]
+`
+
+// recorder wraps the gateway's engine calls and keeps what they carried.
+type recorder struct {
+	request.Engines
+	mu       sync.Mutex
+	prefills []*enginev1.PrefillRequest
+	handles  []string // handles returned by Prefill
+	releases []string // "kvAddr/handle"
+}
+
+func (r *recorder) Prefill(ctx context.Context, addr string, req *enginev1.PrefillRequest) (*enginev1.PrefillResponse, error) {
+	resp, err := r.Engines.Prefill(ctx, addr, req)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.prefills = append(r.prefills, proto.Clone(req).(*enginev1.PrefillRequest))
+	if resp != nil {
+		r.handles = append(r.handles, resp.GetHandleId())
+	}
+	return resp, err
+}
+
+func (r *recorder) Release(addr, handle string) (*kvv1.ReleaseResponse, error) {
+	r.mu.Lock()
+	r.releases = append(r.releases, addr+"/"+handle)
+	r.mu.Unlock()
+	return r.Engines.Release(addr, handle)
+}
+
+func (r *recorder) snapshot() (prefills []*enginev1.PrefillRequest, handles, releases []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append(prefills, r.prefills...), append(handles, r.handles...), append(releases, r.releases...)
+}
+
+func newPDCluster(t *testing.T, decoders int, decodePerToken time.Duration) (*cluster, *recorder) {
+	rec := &recorder{}
+	engines := []enginesim.Config{
+		{ID: "u", Model: "big", Confidence: 0.9},
+		{ID: "p", Model: "big", Role: enginesim.RolePrefill, Confidence: 0.9},
+	}
+	for i := range decoders {
+		engines = append(engines, enginesim.Config{ID: fmt.Sprintf("d%d", i+1), Model: "big", Role: enginesim.RoleDecode, Confidence: 0.9, DecodePerToken: decodePerToken})
+	}
+	c := newClusterDeps(t, pdRoutes, nil, func(d *request.Deps) {
+		rec.Engines = d.Engines
+		d.Engines = rec
+	}, engines...)
+	return c, rec
+}
+
+// TestDisaggregatedEqualsUnified: the disaggregated stream equals the
+// unified one for the same seed, greedy and sampled, chat and completions;
+// P got the prompt ids, the defaults and decode_target = D's KV address; a
+// seed the gateway generated reaches D.
+func TestDisaggregatedEqualsUnified(t *testing.T) {
+	c, rec := newPDCluster(t, 1, 0)
+	cases := []struct {
+		name string
+		path string
+		body map[string]any
+	}{
+		{"completions greedy", "/v1/completions", map[string]any{"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}},
+		{"completions sampled", "/v1/completions", map[string]any{"prompt": "Once upon a time", "max_tokens": 12, "temperature": 1, "seed": 7}},
+		{"chat sampled", "/v1/chat/completions", map[string]any{"messages": []map[string]string{{"role": "user", "content": "Tell me a story."}}, "max_tokens": 12, "temperature": 0.8, "top_p": 0.9, "seed": 11}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			texts := map[string]string{}
+			for _, model := range []string{"big", "big-pd"} {
+				b := map[string]any{"model": model, "stream": true}
+				for k, v := range tc.body {
+					b[k] = v
+				}
+				r := c.post(tc.path, "", b)
+				if r.status != 200 || !strings.Contains(string(r.body), "data: [DONE]") {
+					t.Fatalf("%s: %d %s", model, r.status, r.body)
+				}
+				texts[model] = completionText(t, r.body)
+			}
+			if texts["big"] == "" || texts["big"] != texts["big-pd"] {
+				t.Fatalf("unified %q, disaggregated %q", texts["big"], texts["big-pd"])
+			}
+		})
+	}
+	prefills, _, _ := rec.snapshot()
+	if len(prefills) != len(cases) {
+		t.Fatalf("%d prefills for %d disaggregated requests", len(prefills), len(cases))
+	}
+	p := prefills[0]
+	d := c.engines["d1"]
+	if p.GetDecodeTarget() != d.KVAddr() || p.GetDecodeTarget() == d.HTTPAddr() {
+		t.Fatalf("decode_target %q, want D's KV address %q", p.GetDecodeTarget(), d.KVAddr())
+	}
+	ids := tokenize(t, c, c.engines["p"], "Once upon a time")
+	if fmt.Sprint(p.GetPromptIds()) != fmt.Sprint(ids) {
+		t.Fatalf("prompt ids %v, want %v", p.GetPromptIds(), ids)
+	}
+	s := p.GetSampling()
+	if s.GetTemperature() != 0 || s.GetTopP() != 1 || s.GetTopK() != 0 || s.GetMaxTokens() != 12 || len(s.GetStop()) != 0 ||
+		s.GetPresencePenalty() != 0 || s.GetFrequencyPenalty() != 0 || s.GetLogprobs() || s.GetTopLogprobs() != 0 || s.GetSeed() == 0 {
+		t.Fatalf("sampling %v: want the client's values and the contract's defaults, and a seed", s)
+	}
+	if p.GetModel() != "big" || p.GetKvFormat() != 1 || p.GetRequestId() == "" {
+		t.Fatalf("prefill request %v", p)
+	}
+
+	// No client seed: the gateway draws one and it reaches D, so the
+	// sampled stream equals the unified one for that seed.
+	r := c.post("/v1/completions", "", map[string]any{"model": "big-pd", "prompt": "A seedless tale", "max_tokens": 12, "temperature": 1, "stream": true})
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	prefills, _, _ = rec.snapshot()
+	seed := prefills[len(prefills)-1].GetSampling().GetSeed()
+	u := c.post("/v1/completions", "", map[string]any{"model": "big", "prompt": "A seedless tale", "max_tokens": 12, "temperature": 1, "stream": true, "seed": seed})
+	if got, want := completionText(t, r.body), completionText(t, u.body); got != want {
+		t.Fatalf("generated seed %d: disaggregated %q, unified with that seed %q", seed, got, want)
+	}
+	eventually(t, 5*eventuallyUnit, func() bool { return d.Stats().HeldHandles == 0 }, "D holds no handles")
+}
+
+func tokenize(t *testing.T, c *cluster, e *enginesim.Engine, prompt string) []uint32 {
+	t.Helper()
+	var v struct {
+		Tokens []uint32 `json:"tokens"`
+	}
+	b := c.postTo(e.URL()+"/v1/tokenize", map[string]any{"model": "big", "prompt": prompt})
+	if err := jsonUnmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v.Tokens
+}
+
+// TestDisaggregatedReleaseOnAbort: D dies mid-stream, or the client goes
+// away: Release is called with the handle and D holds no blocks after.
+func TestDisaggregatedReleaseOnAbort(t *testing.T) {
+	t.Run("decode worker dies", func(t *testing.T) {
+		c, rec := newPDCluster(t, 1, 0)
+		d := c.engines["d1"]
+		if err := d.SetFaults(enginesim.Faults{Die: true, DieAfterTokens: 2}); err != nil {
+			t.Fatal(err)
+		}
+		r := c.post("/v1/completions", "", map[string]any{"model": "big-pd", "prompt": "Once upon a time", "max_tokens": 16, "stream": true})
+		if r.status != 200 || !strings.Contains(string(r.body), "upstream_failed") {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		checkReleased(t, rec, d)
+	})
+	t.Run("client disconnects", func(t *testing.T) {
+		// D decodes slowly: the stream would last 50 s.
+		c, rec := newPDCluster(t, 1, 100*time.Millisecond)
+		d := c.engines["d1"]
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.url+"/v1/completions",
+			strings.NewReader(`{"model":"big-pd","prompt":"Once upon a time","max_tokens":500,"stream":true}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+			t.Fatalf("first line %q %v", line, err)
+		}
+		cancel()
+		resp.Body.Close()
+		checkReleased(t, rec, d)
+	})
+}
+
+func checkReleased(t *testing.T, rec *recorder, d *enginesim.Engine) {
+	t.Helper()
+	eventually(t, 5*eventuallyUnit, func() bool { _, _, rel := rec.snapshot(); return len(rel) >= 1 }, "Release called")
+	_, handles, releases := rec.snapshot()
+	if len(handles) != 1 || releases[0] != d.KVAddr()+"/"+handles[0] {
+		t.Fatalf("handles %v releases %v, want Release(%s) on %s", handles, releases, handles, d.KVAddr())
+	}
+	eventually(t, 5*eventuallyUnit, func() bool { s := d.Stats(); return s.HeldHandles == 0 && s.HeldBlocks == 0 }, "D holds no blocks")
+}
+
+// TestDisaggregatedFailoverBeforeCommit: a decode worker that fails before
+// the first byte: its handle is released and the request completes on the
+// other decode worker with the same output as a unified engine.
+func TestDisaggregatedFailoverBeforeCommit(t *testing.T) {
+	c, rec := newPDCluster(t, 2, 0)
+	d1, d2 := c.engines["d1"], c.engines["d2"]
+	if err := d1.SetFaults(enginesim.Faults{Die: true, DieAfterTokens: 0}); err != nil {
+		t.Fatal(err)
+	}
+	body := map[string]any{"prompt": "Once upon a time", "max_tokens": 12, "seed": 5, "stream": true}
+	body["model"] = "big-pd"
+	r := c.post("/v1/completions", "", body)
+	if r.status != 200 || !strings.Contains(string(r.body), "data: [DONE]") {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	routed, failovers, _ := c.hooks.snapshot()
+	if strings.Join(routed, ",") != "d1,d2" || len(failovers) != 1 || !strings.HasPrefix(failovers[0], "d1:") {
+		t.Fatalf("routed %v failovers %v, want d1 then d2", routed, failovers)
+	}
+	_, handles, releases := rec.snapshot()
+	if len(handles) != 2 || len(releases) < 1 || releases[0] != d1.KVAddr()+"/"+handles[0] {
+		t.Fatalf("handles %v releases %v: d1's handle not released", handles, releases)
+	}
+	body["model"] = "big"
+	u := c.post("/v1/completions", "", body)
+	if got, want := completionText(t, r.body), completionText(t, u.body); got != want {
+		t.Fatalf("after failover %q, unified %q", got, want)
+	}
+	for _, e := range []*enginesim.Engine{d1, d2} {
+		eventually(t, 5*eventuallyUnit, func() bool { s := e.Stats(); return s.HeldHandles == 0 && s.HeldBlocks == 0 }, "decode workers hold nothing")
+	}
+}
