@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -67,7 +68,8 @@ type poolKey struct {
 }
 
 type pool struct {
-	ids  []string // live members, sorted
+	ids  []string        // members, sorted
+	ws   []*fleet.Worker // parallel to ids
 	ring *ring.Ring
 	swrr policy.SWRR
 }
@@ -109,10 +111,11 @@ func (s *State) SetWorker(w fleet.Worker) {
 	p := s.pool(poolKey{w.Model, w.Role})
 	i := sort.SearchStrings(p.ids, w.ID)
 	if i == len(p.ids) || p.ids[i] != w.ID {
-		p.ids = append(p.ids, "")
-		copy(p.ids[i+1:], p.ids[i:])
-		p.ids[i] = w.ID
+		p.ids = slices.Insert(p.ids, i, w.ID)
+		p.ws = slices.Insert(p.ws, i, &cp)
 		p.ring.Add(w.ID)
+	} else {
+		p.ws[i] = &cp
 	}
 }
 
@@ -146,7 +149,8 @@ func (s *State) leavePool(w *fleet.Worker) {
 	}
 	i := sort.SearchStrings(p.ids, w.ID)
 	if i < len(p.ids) && p.ids[i] == w.ID {
-		p.ids = append(p.ids[:i], p.ids[i+1:]...)
+		p.ids = slices.Delete(p.ids, i, i+1)
+		p.ws = slices.Delete(p.ws, i, i+1)
 		p.ring.Remove(w.ID)
 	}
 	if len(p.ids) == 0 {
@@ -224,33 +228,44 @@ func (s *State) Pick(req *Request, now time.Time) (Target, error) {
 		r = s.table.Resolve(r.Cascade[step].Model)
 		req = &Request{Model: r.Model, RequestID: req.RequestID, PrefixKey: req.PrefixKey, Stream: req.Stream, Exclude: req.Exclude, Step: len(r.Cascade) - 1}
 	}
-	for _, served := range servedOrder(r, req.RequestID) {
-		var err error
-		if r.IsDisaggregated() {
-			err = s.pickPair(&t, served, req, now)
-		} else {
-			err = s.pickOne(&t, served, fleet.RoleUnified, req, now)
-		}
-		if err == nil {
-			t.ServedModel = served
-			s.inflight[t.Worker.ID]++
-			if t.Prefill != nil {
-				s.inflight[t.Prefill.ID]++
+	first := routes.PickBackend(r, req.RequestID)
+	if s.pickServed(&t, r, first, req, now) {
+		return t, nil
+	}
+	if len(r.Backends) > 1 {
+		for _, served := range fallbacks(r, first) {
+			if s.pickServed(&t, r, served, req, now) {
+				return t, nil
 			}
-			return t, nil
 		}
 	}
 	return Target{}, fmt.Errorf("router: %q: %w", req.Model, ErrNoCapacity)
 }
 
-// servedOrder is the canary draw first, then the route's other backends by
-// descending weight: when the drawn backend has no routable worker left the
-// request is served by another rather than refused.
-func servedOrder(r routes.Route, requestID string) []string {
-	first := routes.PickBackend(r, requestID)
-	if len(r.Backends) < 2 {
-		return []string{first}
+// pickServed picks workers serving served for route r and counts them in
+// flight; it reports whether it found any.
+func (s *State) pickServed(t *Target, r routes.Route, served string, req *Request, now time.Time) bool {
+	var err error
+	if r.IsDisaggregated() {
+		err = s.pickPair(t, served, req, now)
+	} else {
+		err = s.pickOne(t, served, fleet.RoleUnified, req, now)
 	}
+	if err != nil {
+		return false
+	}
+	t.ServedModel = served
+	s.inflight[t.Worker.ID]++
+	if t.Prefill != nil {
+		s.inflight[t.Prefill.ID]++
+	}
+	return true
+}
+
+// fallbacks are a canary route's backends other than the drawn one, by
+// descending weight: when the drawn backend has no routable worker left
+// the request is served by another rather than refused.
+func fallbacks(r routes.Route, first string) []string {
 	rest := make([]routes.Backend, 0, len(r.Backends))
 	for _, b := range r.Backends {
 		if b.Model != first {
@@ -258,9 +273,9 @@ func servedOrder(r routes.Route, requestID string) []string {
 		}
 	}
 	sort.SliceStable(rest, func(i, j int) bool { return rest[i].Weight > rest[j].Weight })
-	out := []string{first}
-	for _, b := range rest {
-		out = append(out, b.Model)
+	out := make([]string, len(rest))
+	for i, b := range rest {
+		out[i] = b.Model
 	}
 	return out
 }
@@ -273,12 +288,11 @@ func (s *State) candidates(model string, role fleet.Role, req *Request, now time
 	if !ok {
 		return nil, false
 	}
-	for _, id := range p.ids {
-		w := s.workers[id]
-		if !w.Routable(now) || req.Exclude[id] || keep != nil && !keep(w) {
+	for _, w := range p.ws {
+		if !w.Routable(now) || len(req.Exclude) > 0 && req.Exclude[w.ID] || keep != nil && !keep(w) {
 			continue
 		}
-		s.cands = append(s.cands, policy.Candidate{ID: id, Load: s.Load(w), Weight: w.KVTotalBlocks})
+		s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: s.Load(w), Weight: w.KVTotalBlocks})
 		s.members = append(s.members, w)
 	}
 	return p, len(s.cands) > 0
