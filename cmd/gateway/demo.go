@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/config"
 	"github.com/tlgate/tlgate/internal/gateway"
@@ -44,8 +45,9 @@ var demoEngines = []enginesim.Config{
 	{ID: "big-decode-b", Model: "big", Role: enginesim.RoleDecode, Confidence: 0.9},
 }
 
-// startDemo starts the demo engines heartbeating to gw, waits until they are
-// routable and prints ready-to-paste commands. The returned func stops them.
+// startDemo starts the demo engines heartbeating to gw, waits until every
+// one is routable and prints ready-to-paste commands carrying the address
+// the gateway listens on. The returned func stops them.
 func startDemo(ctx context.Context, gw *gateway.Gateway, logger zerolog.Logger, out io.Writer) (func(), error) {
 	var engines []*enginesim.Engine
 	stop := func() {
@@ -67,13 +69,9 @@ func startDemo(ctx context.Context, gw *gateway.Gateway, logger zerolog.Logger, 
 		}
 		engines = append(engines, e)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !gw.Ready(ctx) {
-		if time.Now().After(deadline) {
-			stop()
-			return nil, fmt.Errorf("demo: engines did not register within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := waitRoutable(ctx, gw, 10*time.Second); err != nil {
+		stop()
+		return nil, err
 	}
 	u := "http://" + gw.HTTPAddr()
 	fmt.Fprintf(out, `
@@ -83,7 +81,7 @@ and big behind "big-pd" as one prefill and two decode workers.
 
 Stream a chat completion:
   curl -N %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
-    -d '{"model":"smol","stream":true,"messages":[{"role":"user","content":"Tell me about gateways."}]}'
+    -d '{"model":"smol","stream":true,"max_tokens":48,"messages":[{"role":"user","content":"Tell me about gateways."}]}'
 
 A cascade (small model first, the large one when it is unsure):
   curl -s %[1]s/v1/completions -H 'Content-Type: application/json' -D - \
@@ -102,4 +100,48 @@ Models, workers and routes:
 Ctrl-C stops it.
 `, u, gw.RegistryAddr(), len(engines))
 	return stop, nil
+}
+
+// waitRoutable polls the router until every demo engine is routable, ctx
+// ends (its error) or within passes.
+func waitRoutable(ctx context.Context, gw *gateway.Gateway, within time.Duration) error {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if n := routableDemoEngines(gw); n == len(demoEngines) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("demo: %w", ctx.Err())
+		case <-deadline.C:
+			return fmt.Errorf("demo: %d of %d engines routable after %v", routableDemoEngines(gw), len(demoEngines), within)
+		case <-tick.C:
+		}
+	}
+}
+
+// routableDemoEngines counts the demo engines the router can route to.
+func routableDemoEngines(gw *gateway.Gateway) int {
+	res, err := gw.System().Root.RequestFuture(gw.Router, &router.ListWorkers{}, 2*time.Second).Result()
+	if err != nil {
+		return 0
+	}
+	list, ok := res.(*router.WorkersResult)
+	if !ok {
+		return 0
+	}
+	routable := map[string]bool{}
+	for _, w := range list.Workers {
+		routable[w.ID] = w.Routable
+	}
+	n := 0
+	for _, c := range demoEngines {
+		if routable[c.ID] {
+			n++
+		}
+	}
+	return n
 }

@@ -3,8 +3,12 @@
 //	gateway -config tlgate.toml     run with a configuration file
 //	gateway -demo                   run with in-process reference engines
 //
+// -listen and -registry-listen override the listeners of either (port 0
+// picks a free port; the demo prints the address it got).
+//
 // main parses flags and calls run, which builds the logger, the metrics
-// registry and the gateway, and stops them in reverse on SIGINT/SIGTERM.
+// registry and the gateway, reloads the probed engines on SIGHUP and stops
+// everything in reverse on SIGINT/SIGTERM.
 package main
 
 import (
@@ -29,7 +33,10 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, hup); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
@@ -38,11 +45,17 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// run runs the gateway until ctx ends, then stops it and returns nil (or
+// why it could not start or stop cleanly). Each value received on reload
+// (main feeds it SIGHUP) re-reads the -config file and applies its probed
+// engines; a nil reload never fires.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-chan os.Signal) error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "path of the TOML configuration file")
 	demo := fs.Bool("demo", false, "run with in-process reference engines and example routes on loopback")
+	listen := fs.String("listen", "", "HTTP listener host:port, overriding the config's listen (port 0: any free port)")
+	registryListen := fs.String("registry-listen", "", "gRPC registry listener host:port, overriding the config's registry_listen")
 	logFormat := fs.String("log-format", "", "json or console (default: the config's log_format; console with -demo)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -64,6 +77,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	default:
 		return errors.New("-config FILE or -demo is required (see -h)")
+	}
+	if err := overrideListeners(cfg, *listen, *registryListen); err != nil {
+		return err
 	}
 	format := cfg.Gateway.LogFormat
 	if *demo {
@@ -88,18 +104,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *demo {
 		if stopDemo, err = startDemo(ctx, gw, logger, stdout); err != nil {
 			_ = gw.Close(context.Background())
+			if ctx.Err() != nil {
+				return nil // stopped while starting: not a failure
+			}
 			return err
 		}
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	for waiting := true; waiting; {
 		select {
 		case <-ctx.Done():
 			waiting = false
-		case <-hup:
-			reload(*configPath, gw, logger)
+		case <-reload:
+			reloadEngines(*configPath, gw, logger)
 		}
 	}
 	logger.Info().Msg("shutting down")
@@ -111,9 +127,38 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return gw.Close(sctx)
 }
 
-// reload re-reads the configuration on SIGHUP and applies what can change
-// at run time: the list of probed engines. A bad file changes nothing.
-func reload(path string, gw *gateway.Gateway, logger zerolog.Logger) {
+// overrideListeners applies -listen and -registry-listen (empty: keep the
+// config's) and validates the result, naming the flags on error.
+func overrideListeners(cfg *config.Config, listen, registryListen string) error {
+	var flags []string
+	if listen != "" {
+		cfg.Gateway.Listen = listen
+		flags = append(flags, "-listen")
+	}
+	if registryListen != "" {
+		cfg.Gateway.RegistryListen = registryListen
+		flags = append(flags, "-registry-listen")
+	}
+	if len(flags) == 0 {
+		return nil
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", joinFlags(flags), err)
+	}
+	return nil
+}
+
+func joinFlags(flags []string) string {
+	if len(flags) == 1 {
+		return flags[0]
+	}
+	return flags[0] + " and " + flags[1]
+}
+
+// reloadEngines re-reads the configuration on SIGHUP and applies what can
+// change at run time: the list of probed engines. A bad file changes
+// nothing.
+func reloadEngines(path string, gw *gateway.Gateway, logger zerolog.Logger) {
 	if path == "" {
 		logger.Warn().Msg("SIGHUP ignored: no -config file to reload")
 		return
