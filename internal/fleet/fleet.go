@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"regexp"
 	"strconv"
 	"time"
@@ -156,6 +157,10 @@ func checkHostPort(field, addr string, required bool) error {
 		if r <= ' ' || r == '/' || r == '@' || r == '?' || r == '#' || r > 0x7e {
 			return fmt.Errorf("%s: %w: %q has a bad host", field, ErrInvalidAddress, truncate(addr))
 		}
+	}
+	// The gateway dials it as http://addr/...: it must be a URL host as is.
+	if u, err := url.Parse("http://" + addr); err != nil || u.Host != addr {
+		return fmt.Errorf("%s: %w: %q is not a URL host", field, ErrInvalidAddress, truncate(addr))
 	}
 	return nil
 }
