@@ -91,6 +91,8 @@ type Deps struct {
 	Proxy       *proxy.Proxy
 	Engines     Engines
 	MaxAttempts int
+	// Scheme of the engines' HTTP surface: "http" (default) or "https".
+	Scheme string
 	// Hooks for metrics and tests; each may be nil. They run inside the
 	// actor and must not block.
 	OnRouted   func(ex *Exchange, t router.Target, took time.Duration)
@@ -252,7 +254,11 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 	for k, v := range extra {
 		h[k] = v
 	}
-	att := proxy.Attempt{URL: "http://" + a.target.Worker.HTTPAddress + a.ex.Path, Body: body, Header: h}
+	scheme := a.d.Scheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	att := proxy.Attempt{URL: scheme + "://" + a.target.Worker.HTTPAddress + a.ex.Path, Body: body, Header: h}
 	actx, cancel := context.WithCancel(a.ex.Ctx)
 	a.cancel = cancel
 	self, root, ex, p := ctx.Self(), ctx.ActorSystem().Root, a.ex, a.d.Proxy

@@ -40,6 +40,8 @@ type Options struct {
 	Timeout time.Duration // per call (default 10 s)
 	// TLS, when set, is used for gRPC connections to engines.
 	TLS credentials.TransportCredentials
+	// Scheme of engines' HTTP surface: "http" (default) or "https".
+	Scheme string
 }
 
 // Client implements the calls; it is safe for concurrent use.
@@ -57,6 +59,9 @@ func New(o Options) *Client {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Second
+	}
+	if o.Scheme == "" {
+		o.Scheme = "http"
 	}
 	return &Client{o: o, conns: map[string]*grpc.ClientConn{}}
 }
@@ -112,7 +117,7 @@ func (c *Client) Tokenize(ctx context.Context, httpAddr, model string, body []by
 	b, _ := json.Marshal(out)
 	ctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+httpAddr+"/v1/tokenize", bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.o.Scheme+"://"+httpAddr+"/v1/tokenize", bytes.NewReader(b))
 	if err != nil {
 		return nil, fmt.Errorf("engineclient: %w: %v", ErrTokenize, err)
 	}

@@ -8,11 +8,13 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -152,14 +154,29 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	}))
 	g.stops = append(g.stops, g.stopActor(g.Admin))
 
-	// Engine clients.
+	// Engine clients, over TLS when an engine CA is configured.
+	engineTLS, err := loadEngineTLS(gw.EngineCAFile)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	scheme, probeClient := "http", http.DefaultClient
+	var grpcCreds credentials.TransportCredentials
+	if engineTLS != nil {
+		scheme = "https"
+		grpcCreds = credentials.NewTLS(engineTLS)
+		probeClient = &http.Client{Transport: &http.Transport{TLSClientConfig: engineTLS}}
+	}
 	g.proxy = proxy.New(proxy.Options{
 		ConnectTimeout:   gw.ConnectTimeout.Duration,
 		FirstByteTimeout: gw.FirstByteTimeout.Duration,
 		IdleTimeout:      gw.IdleTimeout.Duration,
+		TLS:              engineTLS,
 	})
 	g.stops = append(g.stops, func(context.Context) error { g.proxy.Close(); return nil })
-	g.engines = engineclient.New(engineclient.Options{Timeout: gw.FirstByteTimeout.Duration})
+	g.engines = engineclient.New(engineclient.Options{
+		Timeout: gw.FirstByteTimeout.Duration, TLS: grpcCreds, Scheme: scheme,
+		HTTP: &http.Client{Transport: &http.Transport{TLSClientConfig: engineTLS}},
+	})
 	g.stops = append(g.stops, func(context.Context) error { return g.engines.Close() })
 
 	// gRPC registry server.
@@ -182,7 +199,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.stops = append(g.stops, func(ctx context.Context) error { return stopGRPC(ctx, g.grpc) })
 
 	// HTTP server.
-	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts}
+	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme}
 	instrument(rdeps, m)
 	if o.RequestHooks != nil {
 		o.RequestHooks(rdeps)
@@ -232,7 +249,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	// Engines that do not heartbeat: probed, fed to the registry alike.
 	g.probes = probe.NewManager(probe.ManagerConfig{
 		Root: g.sys.Root, Registry: g.Registry, MissLimit: gw.HeartbeatMissLimit, Logger: o.Logger,
-		OnProbe: m.Probe,
+		OnProbe: m.Probe, Client: probeClient,
 	})
 	g.probes.Apply(gw.Engines)
 	g.stops = append(g.stops, func(context.Context) error { g.probes.Close(); return nil })
@@ -290,6 +307,23 @@ func loadServerTLS(cert, key string) (*tls.Config, error) {
 		return nil, fmt.Errorf("tls: %w", err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// loadEngineTLS returns the TLS configuration for engines whose
+// certificates chain to the CA in caFile, or nil when caFile is empty.
+func loadEngineTLS(caFile string) (*tls.Config, error) {
+	if caFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("engine_ca_file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("engine_ca_file: %s holds no PEM certificate", caFile)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
 // accessLog writes one structured line per request; never the key itself.

@@ -13,6 +13,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -61,6 +62,9 @@ type Options struct {
 	// MaxEventBytes bounds one SSE event, which the relay holds until it is
 	// complete so that a client never receives half an event.
 	MaxEventBytes int
+	// TLS, when set, is the TLS configuration for https engines (built
+	// client only).
+	TLS *tls.Config
 }
 
 // Proxy sends attempts to engines.
@@ -101,6 +105,7 @@ func New(o Options) *Proxy {
 			MaxIdleConnsPerHost: 256, // many concurrent streams to one engine
 			IdleConnTimeout:     90 * time.Second,
 			DisableCompression:  true, // relay the engine's bytes as they are
+			TLSClientConfig:     o.TLS,
 			ReadBufferSize:      32 << 10,
 			WriteBufferSize:     32 << 10,
 		}
