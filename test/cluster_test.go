@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 
 // cluster is a gateway with engines heartbeating to it.
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	gw      *gateway.Gateway
 	url     string
 	engines map[string]*enginesim.Engine
@@ -67,14 +67,14 @@ func withPolicy(p string) clusterOpt {
 	return func(c *config.Config) { c.Gateway.RoutePolicy = p }
 }
 
-func newCluster(t *testing.T, cfgRoutes string, opts []clusterOpt, engines ...enginesim.Config) *cluster {
+func newCluster(t testing.TB, cfgRoutes string, opts []clusterOpt, engines ...enginesim.Config) *cluster {
 	t.Helper()
 	return newClusterDeps(t, cfgRoutes, opts, nil, engines...)
 }
 
 // newClusterDeps is newCluster with a last say on the request actors'
 // dependencies (to wrap the engine calls, say).
-func newClusterDeps(t *testing.T, cfgRoutes string, opts []clusterOpt, deps func(*request.Deps), engines ...enginesim.Config) *cluster {
+func newClusterDeps(t testing.TB, cfgRoutes string, opts []clusterOpt, deps func(*request.Deps), engines ...enginesim.Config) *cluster {
 	t.Helper()
 	cfg, err := config.Parse([]byte(`
 [gateway]
@@ -189,7 +189,7 @@ func (c *cluster) waitRoutable(ids ...string) {
 }
 
 // eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, cond func() bool, format string, args ...any) {
+func eventually(t testing.TB, within time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {

@@ -212,11 +212,12 @@ func TestConfigValidation(t *testing.T) {
 		{"no scopes", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k\"", []string{`gateway.api_keys[0].scopes: at least one of "inference", "debug", "admin" required`}},
 		{"route error prefixed", "[[gateway.routes]]\nmodel = \"a\"\n[[gateway.routes]]\nmodel = \"auto\"\ncascade = [{ model = \"smol\", accept_if = \"mean_logprob => -1.2\" }, { model = \"big\" }]", []string{`gateway.routes[1].cascade[0].accept_if: unknown operator "=>" at column 14 (want > or >=)`}},
 		{"route errors all", "[[gateway.routes]]\nmodel = \"\"\n[[gateway.routes]]\nmodel = \"b\"\nbackends = [{ model = \"x\", weight = 0 }]", []string{"gateway.routes[0].model: required", "gateway.routes[1].backends[0].weight: must be > 0, got 0"}},
+		{"engine model discovered", "[[gateway.engines]]\nid = \"v1\"\nhttp_address = \"127.0.0.1:8000\"\nkind = \"vllm\"", nil},
 		{"engine ok", "[[gateway.engines]]\nid = \"llama-1\"\nhttp_address = \"127.0.0.1:8081\"\nmodel = \"smol-v3\"\nkind = \"llamacpp\"\nauth_header_env = \"TLGATE_TEST_SET\"", nil},
-		{"engine fields", "[[gateway.engines]]\nid = \"bad id\"\nhttp_address = \":8081\"\nmodel = \"\"\nkind = \"tgi\"\nprobe_interval = \"-1s\"", []string{
+		{"engine fields", "[[gateway.engines]]\nid = \"bad id\"\nhttp_address = \":8081\"\nmodel = \"a b\"\nkind = \"tgi\"\nprobe_interval = \"-1s\"", []string{
 			`gateway.engines[0].id: invalid id "bad id": byte 4 is ' ' (allowed: A-Z a-z 0-9 . _ : -)`,
 			`gateway.engines[0].http_address: host required, got ":8081"`,
-			"gateway.engines[0].model: required",
+			`gateway.engines[0].model: invalid model id "a b": byte 2 is ' ' (allowed: A-Z a-z 0-9 . _ : / -)`,
 			`gateway.engines[0].kind: must be "vllm", "sglang", "llamacpp" or "openai", got "tgi"`,
 			"gateway.engines[0].probe_interval: must be > 0, got -1s",
 		}},

@@ -286,8 +286,10 @@ func (v *checker) engines(es []Engine) {
 			ids[e.ID] = i
 		}
 		v.hostPort(at+".http_address", e.HTTPAddress, true, false)
-		if err := routes.CheckModelID(e.Model); err != nil {
-			v.add(at+".model", "%s", err)
+		if e.Model != "" { // empty: discovered from the engine's GET /v1/models
+			if err := routes.CheckModelID(e.Model); err != nil {
+				v.add(at+".model", "%s", err)
+			}
 		}
 		switch e.Kind {
 		case KindVLLM, KindSGLang, KindLlamaCPP, KindOpenAI:

@@ -118,24 +118,21 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
 	d.Root.Spawn(request.Props(d.Request, ex))
 	o := <-ex.Done
 	ex.Wait() // no attempt goroutine touches w after this
+	if !o.Streamed && !ex.Committed() && o.Status != 499 {
+		for k, v := range o.Header {
+			w.Header()[k] = v
+		}
+		if o.Code != "" {
+			openai.WriteError(w, o.Status, o.Code, o.Message, nil)
+		} else {
+			w.WriteHeader(o.Status)
+			_, _ = w.Write(o.Body)
+			o.Log.Committed = true // the first byte went out just now
+		}
+	}
 	if d.OnDone != nil {
 		d.OnDone(ex, o)
 	}
-	if o.Streamed || ex.Committed() {
-		return
-	}
-	for k, v := range o.Header {
-		w.Header()[k] = v
-	}
-	if o.Code != "" {
-		if o.Status == 499 { // the client is gone: nobody reads this
-			return
-		}
-		openai.WriteError(w, o.Status, o.Code, o.Message, nil)
-		return
-	}
-	w.WriteHeader(o.Status)
-	_, _ = w.Write(o.Body)
 }
 
 func (d *Deps) ask(ctx context.Context, msg any) (any, error) {
