@@ -244,7 +244,14 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			o.Logger.Error().Err(err).Msg("http server")
 		}
 	}()
-	g.stops = append(g.stops, func(ctx context.Context) error { return g.http.Shutdown(ctx) })
+	g.stops = append(g.stops, func(ctx context.Context) error {
+		// Let requests in flight finish; past the deadline, cut them off.
+		if err := g.http.Shutdown(ctx); err != nil {
+			_ = g.http.Close()
+			return fmt.Errorf("gateway: http shutdown: %w", err)
+		}
+		return nil
+	})
 
 	// Engines that do not heartbeat: probed, fed to the registry alike.
 	g.probes = probe.NewManager(probe.ManagerConfig{
