@@ -1,0 +1,204 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tlgate/tlgate/internal/bench/loadgen"
+	"github.com/tlgate/tlgate/internal/bench/nginxproxy"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// protoactor's dead-letter throttle parks one goroutine for one
+		// throttle interval (1 s) after a dead letter, then it ends.
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
+	)
+}
+
+// smallest is the least configuration that runs every experiment: a few
+// requests per run, tiny engine costs, two fleet sizes, a few streams.
+func smallest(out string) settings {
+	c := preset(true)
+	c.out = out
+	c.timeout = time.Minute
+	c.engines, c.requests, c.concurrency = 2, 12, 4
+	c.prefill, c.decode, c.maxTokens = 10*time.Microsecond, 200*time.Microsecond, 4
+	c.systemPrompts, c.systemBytes, c.userBytes = 2, 200, 40
+	c.kvBlocks = 64
+	c.heartbeat = 500 * time.Millisecond
+	c.sweepPrompts = []int{4}
+	c.rate, c.rateDuration, c.rounds = 100, 100*time.Millisecond, 1
+	c.tputConcurrency, c.tputDuration = 4, 100*time.Millisecond
+	c.workers, c.pickBudget, c.pickMinOps = []int{4, 16}, time.Millisecond, 200
+	c.streams = []int{20}
+	return c
+}
+
+// tableRows returns the first cells of the rows of the markdown table
+// under the heading, keyed by the first two cells.
+func tableRows(t *testing.T, md, heading string) map[string]bool {
+	t.Helper()
+	i := strings.Index(md, "## "+heading+"\n")
+	if i < 0 {
+		t.Fatalf("no section %q in:\n%s", heading, md)
+	}
+	sec := md[i+len(heading)+4:]
+	if j := strings.Index(sec, "\n## "); j >= 0 {
+		sec = sec[:j]
+	}
+	rows := map[string]bool{}
+	for _, line := range strings.Split(sec, "\n") {
+		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| ---") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) >= 2 {
+			rows[cells[0]+" "+cells[1]] = true
+		}
+	}
+	return rows
+}
+
+func TestQuickRun(t *testing.T) {
+	dir := t.TempDir()
+	var out, log bytes.Buffer
+	if err := run(context.Background(), smallest(dir), &out, &log); err != nil {
+		t.Fatalf("run: %v\n%s", err, log.String())
+	}
+	md := out.String()
+
+	routing := tableRows(t, md, "Routing quality")
+	for _, k := range loadgen.Kinds {
+		for _, p := range policies {
+			if !routing[string(k)+" "+p] {
+				t.Errorf("routing table has no row %s %s", k, p)
+			}
+		}
+	}
+	for _, p := range sweepPolicies {
+		if !routing["4 "+p] {
+			t.Errorf("sweep table has no row for 4 prompts, %s", p)
+		}
+	}
+	if strings.Contains(md, "| 0.0% | 0.0 |") {
+		t.Errorf("a routing run measured nothing:\n%s", md)
+	}
+
+	overhead := tableRows(t, md, "Gateway overhead")
+	paths := []string{pathDirect, pathGateway}
+	if _, err := nginxproxy.Lookup(""); err == nil {
+		paths = append(paths, pathNginx)
+	} else if !strings.Contains(md, "nginx is not installed") {
+		t.Error("nginx is missing and the report does not say so")
+	}
+	for _, m := range overheadModes {
+		for _, p := range paths {
+			if !overhead[m.name+" "+p] {
+				t.Errorf("overhead table has no row %s %s", m.name, p)
+			}
+		}
+	}
+
+	scale := tableRows(t, md, "Route decision time")
+	for _, n := range []string{"4", "16"} {
+		for _, p := range scalePolicies {
+			if !scale[n+" "+string(p)] {
+				t.Errorf("route decision table has no row %s %s", n, p)
+			}
+		}
+	}
+	memory := tableRows(t, md, "Gateway memory per open stream")
+	if len(memory) != 2 { // the header and the row of 20 streams
+		t.Errorf("memory table rows %v", memory)
+	}
+	for _, want := range []string{"## Machine", "Target: affinity ≥ 2×", "Target: under 50 KiB per open stream at 20 streams"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+
+	results, err := os.ReadFile(filepath.Join(dir, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(results), md) {
+		t.Error("results.md does not hold the printed report")
+	}
+	for _, name := range []string{"routing", "routing-sweep", "overhead", "route-decision", "memory"} {
+		b, err := os.ReadFile(filepath.Join(dir, name+".svg"))
+		if err != nil {
+			t.Errorf("plot %s: %v", name, err)
+			continue
+		}
+		if !bytes.HasPrefix(b, []byte("<svg")) && !bytes.Contains(b[:min(len(b), 200)], []byte("<svg")) {
+			t.Errorf("%s.svg is not an SVG document", name)
+		}
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	c, err := parseFlags([]string{"-quick", "-only", "scale, routing", "-workers", "2,8", "-streams", "10", "-requests", "5",
+		"-workloads", "distinct", "-out", "x", "-rate", "50", "-timeout", "30s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.only, []string{expScale, expRouting}) || !slices.Equal(c.workers, []int{2, 8}) || !slices.Equal(c.streams, []int{10}) ||
+		c.requests != 5 || !slices.Equal(c.workloads, []loadgen.Kind{loadgen.Distinct}) || c.out != "x" || c.rate != 50 || c.timeout != 30*time.Second {
+		t.Errorf("parsed %+v", c)
+	}
+	full, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(full.only, experiments) || !slices.Equal(full.workers, []int{4, 64, 1024}) || !slices.Equal(full.streams, []int{1000, 10000}) {
+		t.Errorf("defaults %+v", full)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-only", "speed"}, `-only: unknown experiment "speed"`},
+		{[]string{"-workers", "4,x"}, `-workers: not a positive integer: "x"`},
+		{[]string{"-streams", "0"}, `-streams: not a positive integer: "0"`},
+		{[]string{"-requests", "-1"}, "-requests: must be positive, got -1"},
+		{[]string{"-workloads", "burst"}, `-workloads: unknown workload "burst"`},
+		{[]string{"-rate", "-5"}, "-timeout and -rate must not be negative"},
+		{[]string{"extra"}, `unexpected arguments ["extra"]`},
+	} {
+		if _, err := parseFlags(tc.args, io.Discard); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("parseFlags(%q) = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := parseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+}
+
+func TestMaxOverMean(t *testing.T) {
+	for _, tc := range []struct {
+		counts []uint64
+		want   float64
+	}{
+		{nil, 0},
+		{[]uint64{0, 0}, 0},
+		{[]uint64{10, 10, 10, 10}, 1},
+		{[]uint64{20, 10, 5, 5}, 2},
+		{[]uint64{3}, 1},
+	} {
+		if got := maxOverMean(tc.counts); got != tc.want {
+			t.Errorf("maxOverMean(%v) = %v, want %v", tc.counts, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,337 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+
+	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/bench/loadgen"
+	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/svgplot"
+)
+
+// Routing policies compared: the gateway's three, and two baselines that
+// bypass the gateway and pick an engine in the client.
+const (
+	baseRandom     = "random"
+	baseRoundRobin = "round_robin"
+)
+
+var policies = []string{config.PolicyLeastOutstanding, config.PolicyWeighted, config.PolicyAffinity, baseRandom, baseRoundRobin}
+
+// viaGateway reports whether a policy is the gateway's.
+func viaGateway(p string) bool { return p != baseRandom && p != baseRoundRobin }
+
+// routingRow is one (workload, policy) run.
+type routingRow struct {
+	workload  loadgen.Kind
+	prompts   int // shared system prompts of the workload
+	policy    string
+	hitRate   float64 // prefix cache hits / queries, in tokens
+	ttft, e2e loadgen.Summary
+	rps       float64
+	perEngine []uint64 // requests each engine received
+	maxMean   float64
+	res       *loadgen.Result
+}
+
+// routingEngines returns the engine configurations of a routing run.
+func routingEngines(c settings) []enginesim.Config {
+	out := make([]enginesim.Config, c.engines)
+	for i := range out {
+		out[i] = enginesim.Config{
+			ID: fmt.Sprintf("engine-%d", i), Model: c.model,
+			PrefillPerToken: c.prefill, DecodePerToken: c.decode,
+			KVBlocks: c.kvBlocks, MaxRunning: c.maxRunning,
+			HeartbeatInterval: c.heartbeat,
+		}
+	}
+	return out
+}
+
+// routingExperiment runs every workload under every policy, each run on
+// fresh engines (cold caches).
+func routingExperiment(ctx context.Context, c settings, logOut io.Writer) (section, []plotFile, error) {
+	var rows []routingRow
+	var meanTokens = map[loadgen.Kind]float64{}
+	for wi, kind := range c.workloads {
+		w, err := loadgen.Build(loadgen.WorkloadConfig{
+			Kind: kind, Requests: c.requests, Model: c.model,
+			SystemPrompts: c.systemPrompts, SystemBytes: c.systemBytes, UserBytes: c.userBytes,
+			MaxTokens: c.maxTokens, StreamFraction: c.streamFraction, Seed: c.seed + uint64(wi),
+		})
+		if err != nil {
+			return section{}, nil, err
+		}
+		meanTokens[kind] = w.MeanPromptTokens
+		for _, p := range policies {
+			row, err := routingRun(ctx, c, kind, p, w)
+			if err != nil {
+				return section{}, nil, fmt.Errorf("%s/%s: %w", kind, p, err)
+			}
+			row.prompts = c.systemPrompts
+			logRouting(logOut, row)
+			rows = append(rows, row)
+		}
+	}
+	sec := routingSection(c, rows, meanTokens)
+	plots := routingPlots(rows)
+	if len(c.sweepPrompts) == 0 {
+		return sec, plots, nil
+	}
+	// How the hit rate depends on the prefix working set: more shared
+	// system prompts than one engine's cache holds.
+	var sweep []routingRow
+	for _, n := range c.sweepPrompts {
+		w, err := loadgen.Build(loadgen.WorkloadConfig{
+			Kind: loadgen.Shared, Requests: c.requests, Model: c.model,
+			SystemPrompts: n, SystemBytes: c.systemBytes, UserBytes: c.userBytes,
+			MaxTokens: c.maxTokens, StreamFraction: c.streamFraction, Seed: c.seed,
+		})
+		if err != nil {
+			return section{}, nil, err
+		}
+		for _, p := range sweepPolicies {
+			row, err := routingRun(ctx, c, loadgen.Shared, p, w)
+			if err != nil {
+				return section{}, nil, fmt.Errorf("shared with %d prompts/%s: %w", n, p, err)
+			}
+			row.prompts = n
+			logRouting(logOut, row)
+			sweep = append(sweep, row)
+		}
+	}
+	sec.tables = append(sec.tables, sweepTable(sweep))
+	sec.notes = append(sec.notes, sweepNotes(c, sweep)...)
+	return sec, append(plots, sweepPlots(sweep)...), nil
+}
+
+// sweepPolicies are compared over the prompt-count sweep.
+var sweepPolicies = []string{config.PolicyLeastOutstanding, config.PolicyAffinity, baseRoundRobin}
+
+func logRouting(w io.Writer, r routingRow) {
+	fmt.Fprintf(w, "tlbench:   %-8s %3d prompts %-17s hit %5.1f%%  ttft p50 %6s ms  %6.1f req/s  max/mean %.2f\n",
+		r.workload, r.prompts, r.policy, 100*r.hitRate, ms(r.ttft.P50), r.rps, r.maxMean)
+}
+
+// routingRun starts a fresh cluster for one policy and drives the workload.
+func routingRun(ctx context.Context, c settings, kind loadgen.Kind, p string, w *loadgen.Workload) (routingRow, error) {
+	var gc *gatewayConfig
+	if viaGateway(p) {
+		gc = &gatewayConfig{policy: p, loadFactor: c.loadFactor, heartbeat: c.heartbeat}
+	}
+	cl, err := startCluster(ctx, gc, routingEngines(c))
+	if err != nil {
+		return routingRow{}, err
+	}
+	defer cl.close()
+	var picker loadgen.Picker
+	switch p {
+	case baseRandom:
+		picker = loadgen.Random(cl.engineURLs(), c.seed)
+	case baseRoundRobin:
+		picker = loadgen.RoundRobin(cl.engineURLs())
+	default:
+		picker = loadgen.Fixed(cl.url())
+	}
+	client := loadgen.NewClient(c.concurrency)
+	defer client.CloseIdleConnections()
+	before := cl.stats()
+	res := loadgen.RunClosed(ctx, client, picker, loadgen.Closed{Concurrency: c.concurrency, Requests: w.Requests})
+	if err := ctx.Err(); err != nil {
+		return routingRow{}, err
+	}
+	if res.OK == 0 {
+		return routingRow{}, fmt.Errorf("no request succeeded (%d failed: %s)", res.Failed, res.FirstError())
+	}
+	after := cl.stats()
+	row := routingRow{workload: kind, policy: p, ttft: loadgen.Summarize(res.TTFT), e2e: loadgen.Summarize(res.Latency),
+		rps: res.Throughput(), res: res}
+	var hits, queries uint64
+	for i := range after {
+		hits += after[i].PrefixHits - before[i].PrefixHits
+		queries += after[i].PrefixQueries - before[i].PrefixQueries
+		row.perEngine = append(row.perEngine, after[i].Requests-before[i].Requests)
+	}
+	if queries > 0 {
+		row.hitRate = float64(hits) / float64(queries)
+	}
+	row.maxMean = maxOverMean(row.perEngine)
+	return row, nil
+}
+
+// maxOverMean is the largest count over the mean count (1 is perfectly
+// even); 0 when nothing was counted.
+func maxOverMean(counts []uint64) float64 {
+	var sum, top uint64
+	for _, n := range counts {
+		sum += n
+		top = max(top, n)
+	}
+	if sum == 0 {
+		return 0
+	}
+	return float64(top) * float64(len(counts)) / float64(sum)
+}
+
+// perEngine formats the per-engine request counts.
+func (r routingRow) perEngineString() string {
+	s := ""
+	for i, n := range r.perEngine {
+		if i > 0 {
+			s += " "
+		}
+		s += strconv.FormatUint(n, 10)
+	}
+	return s
+}
+
+func routingSection(c settings, rows []routingRow, meanTokens map[loadgen.Kind]float64) section {
+	t := &table{header: []string{"workload", "policy", "prefix-cache hit rate", "TTFT p50 ms", "TTFT p99 ms",
+		"latency p50 ms", "latency p99 ms", "req/s", "max/mean load", "requests per engine", "failed"}}
+	for _, r := range rows {
+		t.add(string(r.workload), r.policy, pct(r.hitRate), ms(r.ttft.P50), ms(r.ttft.P99), ms(r.e2e.P50), ms(r.e2e.P99),
+			f1(r.rps), f2(r.maxMean), r.perEngineString(), strconv.Itoa(r.res.Failed))
+	}
+	lead := fmt.Sprintf("%d engines (prefill %v per uncached prompt token, decode %v per token, prefix cache in %d-token blocks, "+
+		"%d KV blocks and %d running sequences each), %d concurrent keep-alive clients, %d chat requests per run "+
+		"(max_tokens %d, %.0f%% streamed), fresh engines for every run. "+
+		"shared: %d system prompts of about %d bytes with random user messages of about %d bytes; distinct: a system prompt of its own per request; mixed: half and half. "+
+		"Mean prompt: %s tokens (shared), %s (distinct), %s (mixed). "+
+		"least_outstanding, weighted and affinity go through the gateway (route_policy, affinity_load_factor %v); random and round_robin are clients that send straight to the engines. "+
+		"Hit rate = the engines' prefix-cache hits / queries (tokens); TTFT from the streamed requests, latency (to the last byte) from all; "+
+		"max/mean load = the busiest engine's request count over the mean.",
+		c.engines, c.prefill, c.decode, enginesim.BlockTokens, c.kvBlocks, c.maxRunning, c.concurrency, c.requests,
+		c.maxTokens, 100*c.streamFraction, c.systemPrompts, c.systemBytes, c.userBytes,
+		tokensOf(meanTokens, loadgen.Shared), tokensOf(meanTokens, loadgen.Distinct), tokensOf(meanTokens, loadgen.Mixed), c.loadFactor)
+	return section{title: "Routing quality", lead: lead, tables: []*table{t}, notes: routingNotes(c, rows)}
+}
+
+func tokensOf(m map[loadgen.Kind]float64, k loadgen.Kind) string {
+	v, ok := m[k]
+	if !ok {
+		return "-"
+	}
+	return strconv.Itoa(int(math.Round(v)))
+}
+
+// routingNotes checks the targets: affinity at least twice the hit rate of
+// least_outstanding on the shared workload, with max/mean load within the
+// load factor.
+func routingNotes(c settings, rows []routingRow) []string {
+	find := func(k loadgen.Kind, p string) (routingRow, bool) {
+		for _, r := range rows {
+			if r.workload == k && r.policy == p {
+				return r, true
+			}
+		}
+		return routingRow{}, false
+	}
+	aff, ok1 := find(loadgen.Shared, config.PolicyAffinity)
+	lo, ok2 := find(loadgen.Shared, config.PolicyLeastOutstanding)
+	if !ok1 || !ok2 {
+		return nil
+	}
+	ratio := math.Inf(1)
+	if lo.hitRate > 0 {
+		ratio = aff.hitRate / lo.hitRate
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "MISSED"
+	}
+	return []string{
+		fmt.Sprintf("Target: affinity ≥ 2× the hit rate of least_outstanding on shared prompts: %s vs %s = %.2f× — %s.",
+			pct(aff.hitRate), pct(lo.hitRate), ratio, verdict(ratio >= 2)),
+		fmt.Sprintf("Target: affinity's max/mean load within the load factor %v: %.2f — %s.",
+			c.loadFactor, aff.maxMean, verdict(aff.maxMean <= c.loadFactor)),
+	}
+}
+
+// routingPlots draws the hit rate against TTFT p50, one series per policy,
+// each point labelled with its workload.
+func routingPlots(rows []routingRow) []plotFile {
+	var series []svgplot.Series
+	for _, p := range policies {
+		s := svgplot.Series{Name: p}
+		for _, r := range rows {
+			if r.policy == p && r.ttft.Count > 0 {
+				s.Points = append(s.Points, svgplot.Point{X: 100 * r.hitRate, Y: float64(r.ttft.P50) / 1e6, Label: string(r.workload)})
+			}
+		}
+		if len(s.Points) > 0 {
+			series = append(series, s)
+		}
+	}
+	if len(series) == 0 {
+		return nil
+	}
+	return []plotFile{{name: "routing", plot: svgplot.Plot{
+		Title: "Routing: prefix-cache hit rate and TTFT p50 per policy", XLabel: "prefix-cache hit rate (%)", YLabel: "TTFT p50 (ms)",
+		Width: 960, Height: 600, Series: series,
+	}}}
+}
+
+// sweepTable lists the shared workload's runs by number of system prompts.
+func sweepTable(rows []routingRow) *table {
+	t := &table{header: []string{"shared system prompts", "policy", "prefix-cache hit rate", "TTFT p50 ms", "TTFT p99 ms",
+		"req/s", "max/mean load", "requests per engine", "failed"}}
+	for _, r := range rows {
+		t.add(strconv.Itoa(r.prompts), r.policy, pct(r.hitRate), ms(r.ttft.P50), ms(r.ttft.P99), f1(r.rps), f2(r.maxMean),
+			r.perEngineString(), strconv.Itoa(r.res.Failed))
+	}
+	return t
+}
+
+// sweepNotes states the hit-rate ratio of affinity over least_outstanding
+// at every prompt count.
+func sweepNotes(c settings, rows []routingRow) []string {
+	var notes []string
+	for _, n := range c.sweepPrompts {
+		var aff, lo *routingRow
+		for i := range rows {
+			switch {
+			case rows[i].prompts != n:
+			case rows[i].policy == config.PolicyAffinity:
+				aff = &rows[i]
+			case rows[i].policy == config.PolicyLeastOutstanding:
+				lo = &rows[i]
+			}
+		}
+		if aff == nil || lo == nil || lo.hitRate == 0 {
+			continue
+		}
+		r := aff.hitRate / lo.hitRate
+		notes = append(notes, fmt.Sprintf("Sweep, %d shared system prompts: affinity %s vs least_outstanding %s = %.2f× (≥ 2×: %s), affinity max/mean load %.2f (≤ %v: %s).",
+			n, pct(aff.hitRate), pct(lo.hitRate), r, metOrMissed(r >= 2), aff.maxMean, c.loadFactor, metOrMissed(aff.maxMean <= c.loadFactor)))
+	}
+	return notes
+}
+
+// sweepPlots draws the hit rate against the number of shared prompts.
+func sweepPlots(rows []routingRow) []plotFile {
+	var series []svgplot.Series
+	for _, p := range sweepPolicies {
+		s := svgplot.Series{Name: p, Line: true}
+		for _, r := range rows {
+			if r.policy == p {
+				s.Points = append(s.Points, svgplot.Point{X: float64(r.prompts), Y: 100 * r.hitRate})
+			}
+		}
+		if len(s.Points) > 0 {
+			series = append(series, s)
+		}
+	}
+	if len(series) == 0 {
+		return nil
+	}
+	return []plotFile{{name: "routing-sweep", plot: svgplot.Plot{
+		Title: "Shared prompts: prefix-cache hit rate by number of system prompts", XLabel: "shared system prompts",
+		YLabel: "prefix-cache hit rate (%)", Width: 960, Height: 600, Series: series,
+	}}}
+}

@@ -1,0 +1,295 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeEngine answers chat and completions requests like an OpenAI server:
+// a JSON body, or SSE (a chat stream opens with a role-only chunk) ending
+// with [DONE]. mode changes how it answers.
+type fakeEngine struct {
+	mode     string // "" ok, "503", "truncate", "error-event"
+	requests atomic.Int64
+}
+
+func (f *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.requests.Add(1)
+	var body struct {
+		Stream bool `json:"stream"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if f.mode == "503" {
+		http.Error(w, `{"error":{"message":"busy"}}`, http.StatusServiceUnavailable)
+		return
+	}
+	if !body.Stream {
+		io.WriteString(w, `{"choices":[{"text":"hi"}]}`)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	if r.URL.Path == ChatPath {
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n")
+	}
+	io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n")
+	switch f.mode {
+	case "truncate":
+		return
+	case "error-event":
+		io.WriteString(w, "data: {\"error\":{\"message\":\"upstream failed\",\"code\":\"upstream_failed\"}}\n\n")
+		return
+	}
+	io.WriteString(w, "data: [DONE]\n\n")
+}
+
+func chatRequests(t *testing.T, n int, stream float64) []Request {
+	t.Helper()
+	w, err := Build(WorkloadConfig{Kind: Mixed, Requests: n, Model: "m", SystemPrompts: 2, SystemBytes: 100, UserBytes: 20,
+		MaxTokens: 2, StreamFraction: stream, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w.Requests
+}
+
+func serve(t *testing.T, h http.Handler) string {
+	t.Helper()
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+func newTestClient(t *testing.T) *http.Client {
+	t.Helper()
+	c := NewClient(8)
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+func TestRunClosed(t *testing.T) {
+	f := &fakeEngine{}
+	url := serve(t, f)
+	reqs := chatRequests(t, 40, 0.5)
+	streamed := 0
+	for _, r := range reqs {
+		if r.Stream {
+			streamed++
+		}
+	}
+	res := RunClosed(context.Background(), newTestClient(t), Fixed(url), Closed{Concurrency: 4, Requests: reqs})
+	if res.OK != 40 || res.Failed != 0 || len(res.Latency) != 40 || len(res.TTFT) != streamed {
+		t.Fatalf("OK %d, failed %d (%v), %d latencies, %d TTFTs (%d streamed)", res.OK, res.Failed, res.Errors, len(res.Latency), len(res.TTFT), streamed)
+	}
+	if f.requests.Load() != 40 {
+		t.Errorf("the engine saw %d requests, want each of the 40 once", f.requests.Load())
+	}
+	for i := range res.TTFT {
+		if res.TTFT[i] <= 0 {
+			t.Fatalf("TTFT %v", res.TTFT[i])
+		}
+	}
+	if res.Elapsed <= 0 || res.Throughput() <= 0 {
+		t.Errorf("elapsed %v, throughput %v", res.Elapsed, res.Throughput())
+	}
+}
+
+func TestRunClosedCountsFailures(t *testing.T) {
+	for _, tc := range []struct {
+		mode   string
+		stream float64
+		want   error
+	}{
+		{"503", 0, ErrStatus},
+		{"truncate", 1, ErrTruncated},
+		{"error-event", 1, ErrTruncated},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			url := serve(t, &fakeEngine{mode: tc.mode})
+			res := RunClosed(context.Background(), newTestClient(t), Fixed(url), Closed{Concurrency: 2, Requests: chatRequests(t, 6, tc.stream)})
+			if res.OK != 0 || res.Failed != 6 || len(res.Latency) != 0 {
+				t.Fatalf("OK %d, failed %d, want 6 failures", res.OK, res.Failed)
+			}
+			if msg := res.FirstError(); !strings.HasPrefix(msg, tc.want.Error()) || res.Errors[msg] != 6 {
+				t.Errorf("errors %v, want 6 of %q", res.Errors, tc.want)
+			}
+		})
+	}
+}
+
+func TestRunClosedCycleStopsAtDuration(t *testing.T) {
+	url := serve(t, &fakeEngine{})
+	res := RunClosed(context.Background(), newTestClient(t), Fixed(url), Closed{
+		Concurrency: 2, Requests: chatRequests(t, 3, 0), Cycle: true, Duration: 50 * time.Millisecond,
+	})
+	// Cycling sends the three requests again and again until the end.
+	if res.Failed != 0 || res.OK < 3 {
+		t.Errorf("OK %d, failed %d (%v)", res.OK, res.Failed, res.Errors)
+	}
+	// Cycling without a duration would never end: it sends nothing.
+	if res := RunClosed(context.Background(), newTestClient(t), Fixed(url), Closed{Concurrency: 2, Requests: chatRequests(t, 3, 0), Cycle: true}); res.OK+res.Failed != 0 {
+		t.Errorf("cycle without duration sent %d", res.OK+res.Failed)
+	}
+}
+
+func TestRunOpen(t *testing.T) {
+	f := &fakeEngine{}
+	url := serve(t, f)
+	res := RunOpen(context.Background(), newTestClient(t), Fixed(url), Open{
+		Rate: 400, Duration: 50 * time.Millisecond, Requests: []Request{Completion("m", 2, true), Completion("m", 2, false)}, MaxInFlight: 64,
+	})
+	// Arrivals at 0, 2.5, ..., 47.5 ms: 20 of them, each sent or dropped.
+	if res.OK+res.Failed+res.Dropped != 20 || res.Failed != 0 {
+		t.Fatalf("OK %d, failed %d, dropped %d: want 20 arrivals, none failed", res.OK, res.Failed, res.Dropped)
+	}
+	if int(f.requests.Load()) != res.OK || len(res.TTFT) == 0 || len(res.TTFT) == len(res.Latency) {
+		t.Errorf("engine saw %d, OK %d, %d TTFTs of %d", f.requests.Load(), res.OK, len(res.TTFT), len(res.Latency))
+	}
+}
+
+func TestPickers(t *testing.T) {
+	urls := []string{"a", "b", "c"}
+	rr := RoundRobin(urls)
+	var got []string
+	for range 7 {
+		got = append(got, rr.Next())
+	}
+	if strings.Join(got, "") != "abcabca" {
+		t.Errorf("round robin picked %v", got)
+	}
+	seq := func(seed uint64) string {
+		r := Random(urls, seed)
+		var b strings.Builder
+		for range 300 {
+			b.WriteString(r.Next())
+		}
+		return b.String()
+	}
+	a := seq(1)
+	if a != seq(1) {
+		t.Error("random picks are not reproducible from the seed")
+	}
+	if a == seq(2) {
+		t.Error("two seeds pick the same sequence")
+	}
+	for _, u := range urls {
+		if n := strings.Count(a, u); n < 60 {
+			t.Errorf("random picked %q %d times of 300", u, n)
+		}
+	}
+	if Fixed("x").Next() != "x" {
+		t.Error("Fixed")
+	}
+}
+
+// TestTTFTSkipsTheRoleChunk checks that a chat stream's first token is the
+// first content chunk, not the role-only chunk before it: the token is
+// written into a pipe only after the role chunk was consumed.
+func TestTTFTSkipsTheRoleChunk(t *testing.T) {
+	pr, pw := io.Pipe()
+	var tokenWritten atomic.Bool
+	go func() {
+		io.WriteString(pw, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n")
+		tokenWritten.Store(true)
+		io.WriteString(pw, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
+		pw.Close()
+	}()
+	calls := 0
+	ttft, err := readStream(pr, time.Now(), func() {
+		calls++
+		if !tokenWritten.Load() {
+			t.Error("first token seen before the token chunk was written")
+		}
+	})
+	if err != nil || calls != 1 || ttft <= 0 {
+		t.Errorf("readStream: ttft %v, %d calls, %v", ttft, calls, err)
+	}
+	// A stream with no token before [DONE] is a failure.
+	if _, err := readStream(strings.NewReader("data: [DONE]\n\n"), time.Now(), nil); !errors.Is(err, ErrTruncated) {
+		t.Errorf("no token: %v", err)
+	}
+	// An over-long event is refused, not skipped.
+	long := "data: " + strings.Repeat("x", maxEventBytes) + "\n\n"
+	if _, err := readStream(strings.NewReader(long), time.Now(), nil); !errors.Is(err, ErrTruncated) {
+		t.Errorf("long event: %v", err)
+	}
+}
+
+// stallingEngine sends one SSE event and then holds the stream open until
+// the client goes away; open counts the streams it holds.
+type stallingEngine struct {
+	open, peak atomic.Int64
+	wg         sync.WaitGroup
+	fail       bool
+}
+
+func (s *stallingEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.fail {
+		http.Error(w, "no", http.StatusInternalServerError)
+		return
+	}
+	s.wg.Add(1)
+	defer s.wg.Done()
+	n := s.open.Add(1)
+	defer s.open.Add(-1)
+	for {
+		p := s.peak.Load()
+		if n <= p || s.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	io.WriteString(w, "data: {\"choices\":[{\"text\":\"a\"}]}\n\n")
+	w.(http.Flusher).Flush()
+	<-r.Context().Done()
+}
+
+func TestHold(t *testing.T) {
+	eng := &stallingEngine{}
+	url := serve(t, eng)
+	c := newTestClient(t)
+	s, err := Hold(context.Background(), c, Fixed(url), Completion("m", 2, true), 12, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every stream delivered its first event and none has ended.
+	if got := eng.open.Load(); got != 12 {
+		t.Errorf("%d streams open at the engine, want 12", got)
+	}
+	s.Close()
+	eng.wg.Wait() // every handler saw its client go away
+	if got := eng.open.Load(); got != 0 {
+		t.Errorf("%d streams still open after Close", got)
+	}
+
+	if _, err := Hold(context.Background(), c, Fixed(url), Completion("m", 2, false), 1, 1); err == nil {
+		t.Error("Hold of a non-streamed request succeeded")
+	}
+	bad := serve(t, &stallingEngine{fail: true})
+	if _, err := Hold(context.Background(), c, Fixed(bad), Completion("m", 2, true), 4, 2); !errors.Is(err, ErrStatus) {
+		t.Errorf("Hold against a failing engine: %v, want ErrStatus", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Hold(ctx, c, Fixed(url), Completion("m", 2, true), 4, 2); !errors.Is(err, context.Canceled) {
+		t.Errorf("Hold with a cancelled context: %v", err)
+	}
+}
+
+func ExampleSummarize() {
+	s := Summarize([]time.Duration{3 * time.Millisecond, 1 * time.Millisecond, 2 * time.Millisecond})
+	fmt.Println(s.P50, s.P99, s.Mean)
+	// Output: 2ms 3ms 2ms
+}
