@@ -136,7 +136,9 @@ func TestDrillVanishingClient(t *testing.T) {
 				cancel() // gone after the first event
 				resp.Body.Close()
 			} else {
-				go func() { gone <- c.drillSend(ctx, "/v1/completions", drillKey, "vanish-"+tc.name, drillBody(tc.model, tokens, false)) }()
+				go func() {
+					gone <- c.drillSend(ctx, "/v1/completions", drillKey, "vanish-"+tc.name, drillBody(tc.model, tokens, false))
+				}()
 				eventually(t, 5*time.Second, func() bool { return e.Stats().Running == 1 }, "the engine running the request")
 				cancel()
 				if o := <-gone; o.err == nil {
