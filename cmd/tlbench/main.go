@@ -26,6 +26,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -100,6 +101,7 @@ type settings struct {
 	pickMinOps int
 	streams    []int
 	memprofile string // heap profile of the held streams, if set
+	cpuprofile string // CPU profile of the run, if set
 }
 
 // preset returns the full benchmark's configuration, or the quick one.
@@ -151,6 +153,7 @@ func parseFlags(args []string, errOut io.Writer) (settings, error) {
 	workers := fs.String("workers", "", "fleet sizes of the route decision timing (default 4,64,1024)")
 	streams := fs.String("streams", "", "open-stream counts of the memory measurement (default 1000,10000; 1000 with -quick)")
 	workloads := fs.String("workloads", "", "comma-separated routing workloads (default shared,distinct,mixed)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (every party in the process) to this file")
 	memprofile := fs.String("memprofile", "", "write a heap profile while the largest stream count is held open through the gateway")
 	seed := fs.Uint64("seed", 1, "seed of the workloads and the random baseline")
 	if err := fs.Parse(args); err != nil {
@@ -160,7 +163,7 @@ func parseFlags(args []string, errOut io.Writer) (settings, error) {
 		return settings{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	c := preset(*quick)
-	c.out, c.nginx, c.seed, c.memprofile = *out, *nginx, *seed, *memprofile
+	c.out, c.nginx, c.seed, c.memprofile, c.cpuprofile = *out, *nginx, *seed, *memprofile, *cpuprofile
 	if *only != "" {
 		c.only = nil
 		for _, e := range strings.Split(*only, ",") {
@@ -237,6 +240,17 @@ func parseInts(s string) ([]int, error) {
 func run(ctx context.Context, c settings, out, logOut io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
+	if c.cpuprofile != "" {
+		f, err := os.Create(c.cpuprofile)
+		if err != nil {
+			return fmt.Errorf("cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	started := time.Now()
 	rep := &report{}
 	rep.add(out, machineSection(ctx, c))

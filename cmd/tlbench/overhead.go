@@ -39,6 +39,18 @@ type overheadCell struct {
 	rps        float64 // closed-loop maximum
 	failed     int
 	dropped    int
+	// Whole-process allocation and collections over the fixed-rate runs.
+	allocBytes, requests uint64
+	gcs                  uint32
+	gcPause              time.Duration
+}
+
+// allocPerRequest is the bytes the whole process allocated per request.
+func (c *overheadCell) allocPerRequest() float64 {
+	if c.requests == 0 {
+		return 0
+	}
+	return float64(c.allocBytes) / float64(c.requests)
 }
 
 // overheadExperiment measures latency at a fixed rate and the maximum
@@ -82,10 +94,17 @@ func overheadExperiment(ctx context.Context, c settings, logOut io.Writer) (sect
 		// noise from the shared machine spreads over all of them.
 		for range c.rounds {
 			for _, p := range paths {
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
 				res := loadgen.RunOpen(ctx, client, loadgen.Fixed(p.url), loadgen.Open{
 					Rate: c.rate, Duration: c.rateDuration, Requests: reqs, MaxInFlight: 512,
 				})
+				runtime.ReadMemStats(&after)
 				cell := byPath[p.name]
+				cell.allocBytes += after.TotalAlloc - before.TotalAlloc
+				cell.requests += uint64(res.OK + res.Failed)
+				cell.gcs += after.NumGC - before.NumGC
+				cell.gcPause += time.Duration(after.PauseTotalNs - before.PauseTotalNs)
 				cell.samples = append(cell.samples, res.Latency...)
 				cell.failed += res.Failed
 				cell.dropped += res.Dropped
@@ -118,20 +137,23 @@ func findCell(cells []*overheadCell, mode, path string) *overheadCell {
 }
 
 func overheadSection(c settings, cells []*overheadCell, nginxNote string) section {
-	t := &table{header: []string{"mode", "path", "p50 µs", "p90 µs", "p99 µs", "added p50 µs", "added p99 µs", "max req/s", "failed", "dropped"}}
+	t := &table{header: []string{"mode", "path", "p50 µs", "p90 µs", "p99 µs", "added p50 µs", "added p99 µs", "max req/s",
+		"process KiB allocated per request", "GC cycles (pause ms)", "failed", "dropped"}}
 	for _, cell := range cells {
 		added50, added99 := "-", "-"
 		if d := findCell(cells, cell.mode, pathDirect); d != nil && cell.path != pathDirect {
 			added50, added99 = signedUS(cell.lat.P50-d.lat.P50), signedUS(cell.lat.P99-d.lat.P99)
 		}
 		t.add(cell.mode, cell.path, us(cell.lat.P50), us(cell.lat.P90), us(cell.lat.P99), added50, added99,
-			fmt.Sprintf("%.0f", cell.rps), fmt.Sprint(cell.failed), fmt.Sprint(cell.dropped))
+			fmt.Sprintf("%.0f", cell.rps), f1(cell.allocPerRequest()/1024),
+			fmt.Sprintf("%d (%s)", cell.gcs, ms(cell.gcPause)), fmt.Sprint(cell.failed), fmt.Sprint(cell.dropped))
 	}
 	lead := fmt.Sprintf("One zero-cost engine (no prefill or decode delay; %d tokens per answer from the toy model) reached straight, "+
 		"through the gateway (least_outstanding, access log encoded, metrics on) and through nginx (a plain reverse proxy: "+
 		"%d worker processes, upstream keep-alive, proxy_buffering off). Latency to the last byte at an open-loop %.0f requests/s "+
 		"for %v per path, %d interleaved rounds pooled; added = the path's percentile minus the direct one. "+
-		"Max req/s: %d closed-loop keep-alive clients for %v.",
+		"Max req/s: %d closed-loop keep-alive clients for %v. The allocation and GC columns are the whole process's (client, engine, and the gateway "+
+		"when on the path) over the fixed-rate runs; nginx allocates outside the Go heap.",
 		c.overheadTokens, runtime.NumCPU(), c.rate, c.rateDuration, c.rounds, c.tputConcurrency, c.tputDuration)
 	var notes []string
 	if nginxNote != "" {

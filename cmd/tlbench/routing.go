@@ -246,7 +246,7 @@ func routingNotes(c settings, rows []routingRow) []string {
 		return "MISSED"
 	}
 	return []string{
-		fmt.Sprintf("Target: affinity ≥ 2× the hit rate of least_outstanding on shared prompts: %s vs %s = %.2f× — %s.",
+		fmt.Sprintf("Target: affinity ≥ 2× the hit rate of least_outstanding on shared prompts: %s vs %s = %.3f× — %s.",
 			pct(aff.hitRate), pct(lo.hitRate), ratio, verdict(ratio >= 2)),
 		fmt.Sprintf("Target: affinity's max/mean load within the load factor %v: %.2f — %s.",
 			c.loadFactor, aff.maxMean, verdict(aff.maxMean <= c.loadFactor)),
@@ -307,7 +307,7 @@ func sweepNotes(c settings, rows []routingRow) []string {
 			continue
 		}
 		r := aff.hitRate / lo.hitRate
-		notes = append(notes, fmt.Sprintf("Sweep, %d shared system prompts: affinity %s vs least_outstanding %s = %.2f× (≥ 2×: %s), affinity max/mean load %.2f (≤ %v: %s).",
+		notes = append(notes, fmt.Sprintf("Sweep, %d shared system prompts: affinity %s vs least_outstanding %s = %.3f× (≥ 2×: %s), affinity max/mean load %.2f (≤ %v: %s).",
 			n, pct(aff.hitRate), pct(lo.hitRate), r, metOrMissed(r >= 2), aff.maxMean, c.loadFactor, metOrMissed(aff.maxMean <= c.loadFactor)))
 	}
 	return notes

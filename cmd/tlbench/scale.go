@@ -49,7 +49,11 @@ func scalePlots(results []routerbench.Result) []plotFile {
 				continue
 			}
 			x := math.Log10(float64(r.Workers))
-			actor.Points = append(actor.Points, svgplot.Point{X: x, Y: r.ActorNsPerOp / 1e3})
+			label := ""
+			if p == policy.NameAffinity {
+				label = strconv.Itoa(r.Workers) + " workers"
+			}
+			actor.Points = append(actor.Points, svgplot.Point{X: x, Y: r.ActorNsPerOp / 1e3, Label: label})
 			pick.Points = append(pick.Points, svgplot.Point{X: x, Y: r.PickNsPerOp / 1e3})
 		}
 		if len(actor.Points) > 0 {

@@ -256,6 +256,10 @@ func RunOpen(ctx context.Context, c *http.Client, p Picker, cfg Open) *Result {
 // maxEventBytes bounds one SSE line the reader accepts.
 const maxEventBytes = 64 << 10
 
+// readers are reused stream readers: the load generator should not add
+// its own garbage to the process it measures.
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, maxEventBytes) }}
+
 var (
 	dataPrefix = []byte("data: ")
 	doneEvent  = []byte("[DONE]")
@@ -298,7 +302,9 @@ func Do(ctx context.Context, c *http.Client, base string, r Request) (latency, t
 // readStream reads SSE events until [DONE]. It returns the time from start
 // to the first token event; firstToken, if set, is called then.
 func readStream(body io.Reader, start time.Time, firstToken func()) (time.Duration, error) {
-	br := bufio.NewReaderSize(body, maxEventBytes)
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(body)
+	defer func() { br.Reset(nil); readers.Put(br) }()
 	var ttft time.Duration
 	for {
 		line, err := br.ReadSlice('\n')
