@@ -369,4 +369,3 @@ func TestOpenAIClientStreamsThroughGateway(t *testing.T) {
 		t.Fatalf("streamed %q, non-streamed %q", acc.Choices[0].Message.Content, resp.Choices[0].Message.Content)
 	}
 }
-
