@@ -140,7 +140,7 @@ func memoryRun(ctx context.Context, c settings, n int) (memoryRow, error) {
 		return row, fmt.Errorf("direct: %w", err)
 	}
 	profile := ""
-	if n == slices.Max(c.streams) {
+	if row.requested == slices.Max(c.streams) {
 		profile = c.memprofile
 	}
 	if row.viaGW, row.openGateway, err = holdAndMeasure(ctx, loadgen.Fixed(cl.url()), req, n, profile); err != nil {
@@ -235,8 +235,9 @@ func memorySection(rows []memoryRow) section {
 
 func memoryPlots(rows []memoryRow) []plotFile {
 	gw := svgplot.Series{Name: "gateway", Line: true}
-	whole := svgplot.Series{Name: "whole process via gateway", Line: true}
-	direct := svgplot.Series{Name: "client + engine (direct)", Line: true}
+	whole := svgplot.Series{Name: "whole process", Line: true}
+	direct := svgplot.Series{Name: "client + engine", Line: true}
+	target := svgplot.Series{Name: "target 50 KiB", Line: true, NoMarkers: true}
 	for _, r := range rows {
 		x := float64(r.streams)
 		gw.Points = append(gw.Points, svgplot.Point{X: x, Y: r.gatewayPerStream() / 1024, Label: fmt.Sprintf("%.1f", r.gatewayPerStream()/1024)})
@@ -246,8 +247,9 @@ func memoryPlots(rows []memoryRow) []plotFile {
 	if len(gw.Points) == 0 {
 		return nil
 	}
+	target.Points = []svgplot.Point{{X: gw.Points[0].X, Y: 50}, {X: gw.Points[len(gw.Points)-1].X, Y: 50}}
 	return []plotFile{{name: "memory", plot: svgplot.Plot{
 		Title: "Memory per open stream", XLabel: "open streams", YLabel: "KiB per stream (HeapInuse+StackInuse)",
-		Width: 960, Height: 600, Series: []svgplot.Series{gw, whole, direct},
+		Width: 960, Height: 600, Series: []svgplot.Series{gw, whole, direct, target},
 	}}}
 }
