@@ -19,12 +19,16 @@ import (
 // a JSON body, or SSE (a chat stream opens with a role-only chunk) ending
 // with [DONE]. mode changes how it answers.
 type fakeEngine struct {
-	mode     string // "" ok, "503", "truncate", "error-event"
-	requests atomic.Int64
+	mode      string // "" ok, "503", "truncate", "error-event"
+	requests  atomic.Int64
+	onRequest func(n int64) // if set, called with the count of requests so far
 }
 
 func (f *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.requests.Add(1)
+	n := f.requests.Add(1)
+	if f.onRequest != nil {
+		f.onRequest(n)
+	}
 	var body struct {
 		Stream bool `json:"stream"`
 	}
@@ -129,14 +133,22 @@ func TestRunClosedCountsFailures(t *testing.T) {
 	}
 }
 
-func TestRunClosedCycleStopsAtDuration(t *testing.T) {
-	url := serve(t, &fakeEngine{})
-	res := RunClosed(context.Background(), newTestClient(t), Fixed(url), Closed{
-		Concurrency: 2, Requests: chatRequests(t, 3, 0), Cycle: true, Duration: 50 * time.Millisecond,
+func TestRunClosedCycles(t *testing.T) {
+	// The engine ends the run once it has seen 10 requests: cycling sent
+	// the three requests again and again until then.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := &fakeEngine{onRequest: func(n int64) {
+		if n == 10 {
+			cancel()
+		}
+	}}
+	url := serve(t, f)
+	res := RunClosed(ctx, newTestClient(t), Fixed(url), Closed{
+		Concurrency: 2, Requests: chatRequests(t, 3, 0), Cycle: true, Duration: time.Minute,
 	})
-	// Cycling sends the three requests again and again until the end.
-	if res.Failed != 0 || res.OK < 3 {
-		t.Errorf("OK %d, failed %d (%v)", res.OK, res.Failed, res.Errors)
+	if f.requests.Load() < 10 || res.Failed != 0 {
+		t.Errorf("engine saw %d requests; OK %d, failed %d (%v)", f.requests.Load(), res.OK, res.Failed, res.Errors)
 	}
 	// Cycling without a duration would never end: it sends nothing.
 	if res := RunClosed(context.Background(), newTestClient(t), Fixed(url), Closed{Concurrency: 2, Requests: chatRequests(t, 3, 0), Cycle: true}); res.OK+res.Failed != 0 {
