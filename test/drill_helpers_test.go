@@ -64,6 +64,12 @@ func (o drillOutcome) finishedOK(stream bool) bool {
 // send runs one request and reads the whole answer; it never fails the
 // test, so it may run in any goroutine.
 func (c *cluster) drillSend(ctx context.Context, path, key, id string, body any) drillOutcome {
+	return c.drillSendWatched(ctx, path, key, id, body, nil)
+}
+
+// drillSendWatched is drillSend that calls head with the answer's headers
+// as soon as they arrive (for a stream: once the gateway committed it).
+func (c *cluster) drillSendWatched(ctx context.Context, path, key, id string, body any, head func(h http.Header)) drillOutcome {
 	o := drillOutcome{id: id, start: time.Now()}
 	defer func() { o.end = time.Now() }()
 	b, err := json.Marshal(body)
@@ -89,6 +95,9 @@ func (c *cluster) drillSend(ctx context.Context, path, key, id string, body any)
 	}
 	defer resp.Body.Close()
 	o.status, o.route = resp.StatusCode, resp.Header.Get("X-TL-Route")
+	if head != nil {
+		head(resp.Header)
+	}
 	o.body, o.err = io.ReadAll(resp.Body)
 	o.end = time.Now()
 	o.parse(resp.Header.Get("Content-Type"))
@@ -132,6 +141,7 @@ type drillLoad struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	out    []drillOutcome
+	open   map[string]string // request id → worker, for answers being read
 }
 
 // startLoad starts n clients; client i sends body(i, seq) to path with a
@@ -139,7 +149,7 @@ type drillLoad struct {
 // deadline error).
 func (c *cluster) drillStartLoad(n int, path string, perRequest time.Duration, body func(client, seq int) any) *drillLoad {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &drillLoad{cancel: cancel, stop: make(chan struct{})}
+	l := &drillLoad{cancel: cancel, stop: make(chan struct{}), open: map[string]string{}}
 	for i := range n {
 		l.wg.Go(func() {
 			for seq := 0; ; seq++ {
@@ -149,9 +159,15 @@ func (c *cluster) drillStartLoad(n int, path string, perRequest time.Duration, b
 				default:
 				}
 				rctx, rcancel := context.WithTimeout(ctx, perRequest)
-				o := c.drillSend(rctx, path, drillKey, fmt.Sprintf("load-%d-%d", i, seq), body(i, seq))
+				id := fmt.Sprintf("load-%d-%d", i, seq)
+				o := c.drillSendWatched(rctx, path, drillKey, id, body(i, seq), func(h http.Header) {
+					l.mu.Lock()
+					l.open[id] = h.Get("X-TL-Route")
+					l.mu.Unlock()
+				})
 				rcancel()
 				l.mu.Lock()
+				delete(l.open, id)
 				l.out = append(l.out, o)
 				l.mu.Unlock()
 			}
@@ -167,6 +183,20 @@ func (l *drillLoad) count(keep func(drillOutcome) bool) int {
 	n := 0
 	for _, o := range l.out {
 		if keep(o) {
+			n++
+		}
+	}
+	return n
+}
+
+// reading counts the answers from worker being read now: for streams,
+// those the gateway committed and has not finished.
+func (l *drillLoad) reading(worker string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, w := range l.open {
+		if w == worker {
 			n++
 		}
 	}

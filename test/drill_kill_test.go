@@ -41,7 +41,7 @@ func TestDrillKillDecodeUnderLoad(t *testing.T) {
 
 	l := c.drillStartLoad(6, "/v1/completions", 10*time.Second, func(int, int) any { return drillBody("pd", tokens, true) })
 	// Kill d1 while it decodes committed streams.
-	eventually(t, 10*time.Second, func() bool { return d1.Stats().Running >= 2 }, "d1 decoding two streams")
+	eventually(t, 10*time.Second, func() bool { return l.reading("d1") >= 2 }, "two streams committed on d1")
 	killed := time.Now()
 	d1.Kill()
 	lateBy := c.drillWaitEvicted("d1", drillTTL)
@@ -140,8 +140,22 @@ func TestDrillKillUnifiedUnderMixedLoad(t *testing.T) {
 	l := c.drillStartLoad(8, "/v1/completions", 10*time.Second, func(client, _ int) any {
 		return drillBody("m", tokens, stream(client))
 	})
-	// Kill u1 while it runs streams and non-streamed requests alike.
-	eventually(t, 10*time.Second, func() bool { return u1.Stats().Running >= 3 }, "u1 busy")
+	// Kill u1 while it runs a committed stream and an uncommitted request
+	// (non-streamed, or a stream before its first byte).
+	// A stream commits at its first token, a few milliseconds after it
+	// starts, while a non-streamed request stays uncommitted for its whole
+	// 0.5 s: a surplus of running requests over committed streams that
+	// lasts 50 ms is a non-streamed request.
+	surplus := 0
+	eventually(t, 10*time.Second, func() bool {
+		committed := l.reading("u1")
+		if committed >= 1 && u1.Stats().Running > committed {
+			surplus++
+		} else {
+			surplus = 0
+		}
+		return surplus >= 5
+	}, "u1 running committed and uncommitted requests")
 	killed := time.Now()
 	u1.Kill()
 	c.drillWaitEvicted("u1", drillTTL)
@@ -162,7 +176,7 @@ func TestDrillKillUnifiedUnderMixedLoad(t *testing.T) {
 		case !isStream && o.errCode != "":
 			return "a non-streamed request failed"
 		case !isStream:
-			if o.route != "u1" && o.start.Before(killed) && o.end.After(killed) {
+			if o.start.Before(killed) && o.end.After(killed) {
 				moved++
 			}
 			if o.route == "u1" && o.end.After(killed) {
@@ -184,12 +198,19 @@ func TestDrillKillUnifiedUnderMixedLoad(t *testing.T) {
 		t.Error("no committed stream on u1 was cut")
 	}
 	_, failovers, _ := c.hooks.snapshot()
+	inFlightMoved := 0
 	for _, f := range failovers {
 		if !strings.HasPrefix(f, "u1:") {
 			t.Errorf("failover from a live worker: %s", f)
 		}
+		if f != "u1:refused" {
+			inFlightMoved++ // cut off by the death, not refused after it
+		}
 	}
-	t.Logf("%d requests; %d committed streams cut on u1; %d requests in flight at the kill answered by u2/u3; failovers %v",
+	if inFlightMoved == 0 {
+		t.Errorf("no uncommitted request running on u1 at its death failed over: %v", failovers)
+	}
+	t.Logf("%d requests; %d committed streams cut on u1; %d non-streamed requests spanning the kill, all answered; failovers %v",
 		len(outs), cut, moved, drillCount(failovers))
 	c.drillWaitIdle()
 	if o := c.drillSend(context.Background(), "/v1/completions", drillKey, "after", drillBody("m", 4, false)); !o.finishedOK(false) {
