@@ -36,7 +36,7 @@ const (
 
 // relayBufSize is the initial relay buffer of a stream: most SSE events of a
 // completion are a few hundred bytes, so one read usually holds several.
-const relayBufSize = 32 << 10
+const relayBufSize = 4 << 10
 
 // Options configures a Proxy. Zero fields take the Default values.
 type Options struct {
@@ -106,8 +106,8 @@ func New(o Options) *Proxy {
 			IdleConnTimeout:     90 * time.Second,
 			DisableCompression:  true, // relay the engine's bytes as they are
 			TLSClientConfig:     o.TLS,
-			ReadBufferSize:      32 << 10,
-			WriteBufferSize:     32 << 10,
+			ReadBufferSize:      4 << 10, // per connection: thousands of open streams
+			WriteBufferSize:     4 << 10,
 		}
 		p.client = &http.Client{
 			Transport: p.transport,
