@@ -329,7 +329,8 @@ func (e *Engine) closeIdleHTTP() {
 // SetDraining sets or clears draining: a draining engine answers 503 to new
 // inference requests (and Unavailable to Prefill and Push), finishes those
 // in flight, and reports draining in its heartbeats. A HeartbeatAck with
-// drain sets it.
+// drain sets it, and a later ack from the same gateway without drain (the
+// model was resumed) clears it again.
 func (e *Engine) SetDraining(on bool) {
 	e.mu.Lock()
 	changed := e.draining != on

@@ -18,6 +18,10 @@ func (e *Engine) heartbeatLoop(addr string, conn *grpc.ClientConn) {
 	interval := e.cfg.HeartbeatInterval
 	log := e.log.With().Str("gateway", addr).Logger()
 	failing := false
+	// drainedByAck: this gateway's ack started the drain, so its ack
+	// without drain (an operator's :resume) ends it. A drain set by the
+	// operator of the engine (SetDraining) is left alone.
+	drainedByAck := false
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -54,9 +58,15 @@ func (e *Engine) heartbeatLoop(addr string, conn *grpc.ClientConn) {
 				interval = time.Duration(ms) * time.Millisecond
 				log.Info().Dur("interval", interval).Msg("heartbeat interval set by gateway")
 			}
-			if ack.GetDrain() && !e.Draining() {
+			switch {
+			case ack.GetDrain() && !e.Draining():
 				log.Info().Msg("gateway asked to drain")
 				e.SetDraining(true)
+				drainedByAck = true
+			case !ack.GetDrain() && drainedByAck:
+				log.Info().Msg("gateway resumed the drained model")
+				e.SetDraining(false)
+				drainedByAck = false
 			}
 		}
 		if e.cfg.hooks != nil && e.cfg.hooks.heartbeatReturned != nil {

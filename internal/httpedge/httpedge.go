@@ -53,6 +53,13 @@ func Register(mux *http.ServeMux, d *Deps) {
 	mux.Handle("POST /v1/completions", inf(func(w http.ResponseWriter, r *http.Request) { d.infer(w, r, false) }))
 	mux.Handle("GET /v1/models", inf(d.models))
 	mux.Handle("GET /v1/models/{id...}", inf(d.model))
+	// Any other method on these paths: an OpenAI-shaped 405, not
+	// ServeMux's plain-text one.
+	for path, allow := range map[string]string{
+		"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models": "GET, HEAD", "/v1/models/{id...}": "GET, HEAD",
+	} {
+		mux.Handle(path, d.Keyring.Require(auth.ScopeInference, methodNotAllowed(allow)))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -178,6 +185,14 @@ func (d *Deps) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = io.WriteString(w, "ready\n")
+}
+
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		openai.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed",
+			fmt.Sprintf("%s is not allowed on %s (allowed: %s).", r.Method, r.URL.Path, allow), nil)
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
