@@ -137,6 +137,7 @@ func drillCode(b []byte) string {
 // load runs clients that send requests back to back until stopped.
 type drillLoad struct {
 	cancel context.CancelFunc
+	once   sync.Once
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -144,12 +145,18 @@ type drillLoad struct {
 	open   map[string]string // request id → worker, for answers being read
 }
 
-// startLoad starts n clients; client i sends body(i, seq) to path with a
-// per-request deadline of perRequest (a request that hangs shows up as a
-// deadline error).
+// drillStartLoad starts n clients; client i sends body(i, seq) to path
+// with a per-request deadline of perRequest (a request that hangs shows up
+// as a deadline error). A test that ends without calling finish has its
+// clients stopped, and their requests canceled, when it is cleaned up.
 func (c *cluster) drillStartLoad(n int, path string, perRequest time.Duration, body func(client, seq int) any) *drillLoad {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &drillLoad{cancel: cancel, stop: make(chan struct{}), open: map[string]string{}}
+	c.t.Cleanup(func() {
+		l.once.Do(func() { close(l.stop) })
+		l.cancel()
+		l.wg.Wait()
+	})
 	for i := range n {
 		l.wg.Go(func() {
 			for seq := 0; ; seq++ {
@@ -207,7 +214,7 @@ func (l *drillLoad) reading(worker string) int {
 // drillOutcome. It does not cancel requests in flight: a hang shows up as the
 // per-request deadline.
 func (l *drillLoad) finish() []drillOutcome {
-	close(l.stop)
+	l.once.Do(func() { close(l.stop) })
 	l.wg.Wait()
 	l.cancel()
 	l.mu.Lock()
@@ -301,6 +308,7 @@ func (c *cluster) drillOpenStream(ctx context.Context, key, id string, body any)
 		resp.Body.Close()
 		return nil, nil, fmt.Errorf("status %d: %s", resp.StatusCode, b)
 	}
+	c.t.Cleanup(func() { resp.Body.Close() }) // if the test ends early
 	br := bufio.NewReader(resp.Body)
 	line, err := br.ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "data: ") {

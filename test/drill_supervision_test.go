@@ -116,7 +116,10 @@ func TestDrillSupervision(t *testing.T) {
 			}
 
 			tc.crash(t)
-			// Requests sent right after the crash are answered.
+			if tc.after != nil {
+				tc.after(t, before)
+			}
+			// Requests sent after the crash are answered.
 			var wg sync.WaitGroup
 			outs := make([]drillOutcome, 6)
 			for i := range outs {
@@ -124,9 +127,6 @@ func TestDrillSupervision(t *testing.T) {
 					outs[i] = c.drillSend(context.Background(), "/v1/completions", drillKey,
 						fmt.Sprintf("%s-short-%d", tc.name, i), drillBody("m", 2, i%2 == 0))
 				})
-			}
-			if tc.after != nil {
-				tc.after(t, before)
 			}
 			wg.Wait()
 			drillFailIf(t, outs, func(o drillOutcome) string {

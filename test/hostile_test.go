@@ -299,13 +299,13 @@ func settledGoroutines(t *testing.T, want int) int {
 // passes (never before), and the gateway serves others meanwhile.
 func TestHostileSlowloris(t *testing.T) {
 	c := hostileCluster(t)
+	start := time.Now() // before the server can start its header timer
 	conn, err := net.Dial("tcp", c.gw.HTTPAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	head := "POST /v1/completions HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer key-plain\r\nContent-Type: application/json\r\nX-Padding: " + strings.Repeat("z", 200) + "\r\n\r\n"
-	start := time.Now()
 	wrote := make(chan int, 1)
 	go func() {
 		// A byte every 20 ms: the whole head would take over 5 s.
