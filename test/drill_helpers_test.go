@@ -22,6 +22,11 @@ import (
 // goroutines) and report what they saw, a load generator, and views of
 // the router's workers.
 
+// drillRequestTimeout bounds a drill's request that has no deadline of its
+// own: far longer than any drill request takes, far shorter than the
+// package's timeout.
+const drillRequestTimeout = 30 * time.Second
+
 // drillKey is the harness's debug key (keys()): answers carry X-TL-Route.
 const drillKey = "key-debug"
 
@@ -70,6 +75,13 @@ func (c *cluster) drillSend(ctx context.Context, path, key, id string, body any)
 // drillSendWatched is drillSend that calls head with the answer's headers
 // as soon as they arrive (for a stream: once the gateway committed it).
 func (c *cluster) drillSendWatched(ctx context.Context, path, key, id string, body any, head func(h http.Header)) drillOutcome {
+	if _, ok := ctx.Deadline(); !ok {
+		// A request the gateway never answers fails the drill, not the
+		// package's timeout.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, drillRequestTimeout)
+		defer cancel()
+	}
 	o := drillOutcome{id: id, start: time.Now()}
 	defer func() { o.end = time.Now() }()
 	b, err := json.Marshal(body)
@@ -287,6 +299,11 @@ func drillBody(model string, n int, stream bool) map[string]any {
 // openStream starts a streamed request and returns once its first event
 // arrived; the caller reads the rest (or not) and closes it.
 func (c *cluster) drillOpenStream(ctx context.Context, key, id string, body any) (*http.Response, *bufio.Reader, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, drillRequestTimeout)
+		c.t.Cleanup(cancel)
+	}
 	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, nil, err
