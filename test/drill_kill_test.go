@@ -78,11 +78,10 @@ func TestDrillKillDecodeUnderLoad(t *testing.T) {
 			return "committed to d1 after it was killed"
 		}
 		failedOnD1++
-		if d := o.end.Sub(killed); d > slowest {
-			slowest = d
-		}
-		if slowest > 3*time.Second {
-			return "committed stream ended long after the kill"
+		d := o.end.Sub(killed)
+		slowest = max(slowest, d)
+		if d > time.Second {
+			return "committed stream ended more than a second after the kill"
 		}
 		return ""
 	})
@@ -190,6 +189,9 @@ func TestDrillKillUnifiedUnderMixedLoad(t *testing.T) {
 			return ""
 		case o.errCode == "upstream_failed" && o.route == "u1" && o.start.Before(killed):
 			cut++
+			if o.end.Sub(killed) > time.Second {
+				return "committed stream ended more than a second after the kill"
+			}
 			return ""
 		}
 		return "stream neither finished nor cut on u1"
