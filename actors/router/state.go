@@ -70,6 +70,7 @@ type poolKey struct {
 type pool struct {
 	ids  []string        // members, sorted
 	ws   []*fleet.Worker // parallel to ids
+	ns   []*counter      // parallel to ids: their in-flight counts
 	ring *ring.Ring
 	swrr policy.SWRR
 }
@@ -82,7 +83,7 @@ type State struct {
 	table    *routes.Table
 	epoch    uint64
 	workers  map[string]*fleet.Worker
-	inflight map[string]int
+	inflight map[string]*counter // per worker id; outlives the worker until released
 	pools    map[poolKey]*pool
 	cands    []policy.Candidate // scratch, reused per pick
 	members  []*fleet.Worker    // scratch, parallel to cands
@@ -96,7 +97,7 @@ func NewState(cfg Config, table *routes.Table, epoch uint64) *State {
 	return &State{
 		cfg: cfg, table: table, epoch: epoch,
 		workers:  map[string]*fleet.Worker{},
-		inflight: map[string]int{},
+		inflight: map[string]*counter{},
 		pools:    map[poolKey]*pool{},
 	}
 }
@@ -113,6 +114,7 @@ func (s *State) SetWorker(w fleet.Worker) {
 	if i == len(p.ids) || p.ids[i] != w.ID {
 		p.ids = slices.Insert(p.ids, i, w.ID)
 		p.ws = slices.Insert(p.ws, i, &cp)
+		p.ns = slices.Insert(p.ns, i, s.counter(w.ID))
 		p.ring.Add(w.ID)
 	} else {
 		p.ws[i] = &cp
@@ -127,7 +129,7 @@ func (s *State) RemoveWorker(id string) {
 		s.leavePool(w)
 		delete(s.workers, id)
 	}
-	if s.inflight[id] <= 0 {
+	if c := s.inflight[id]; c != nil && c.n <= 0 {
 		delete(s.inflight, id)
 	}
 }
@@ -151,6 +153,7 @@ func (s *State) leavePool(w *fleet.Worker) {
 	if i < len(p.ids) && p.ids[i] == w.ID {
 		p.ids = slices.Delete(p.ids, i, i+1)
 		p.ws = slices.Delete(p.ws, i, i+1)
+		p.ns = slices.Delete(p.ns, i, i+1)
 		p.ring.Remove(w.ID)
 	}
 	if len(p.ids) == 0 {
@@ -167,21 +170,44 @@ func (s *State) pool(k poolKey) *pool {
 	return p
 }
 
+// counter is one worker's in-flight count, shared by the pools that list
+// the worker so a pick reads it without a map lookup.
+type counter struct{ n int }
+
+func (s *State) counter(id string) *counter {
+	c := s.inflight[id]
+	if c == nil {
+		c = &counter{}
+		s.inflight[id] = c
+	}
+	return c
+}
+
 // Release ends one in-flight request on worker id. A release for a worker
 // that is gone, or one more than was acquired, is harmless.
 func (s *State) Release(id string) {
-	if n := s.inflight[id]; n > 1 {
-		s.inflight[id] = n - 1
-	} else {
+	c := s.inflight[id]
+	if c == nil {
+		return
+	}
+	if c.n > 0 {
+		c.n--
+	}
+	if _, live := s.workers[id]; c.n == 0 && !live {
 		delete(s.inflight, id)
 	}
 }
 
 // InFlight returns the gateway's in-flight count on worker id.
-func (s *State) InFlight(id string) int { return s.inflight[id] }
+func (s *State) InFlight(id string) int {
+	if c := s.inflight[id]; c != nil {
+		return c.n
+	}
+	return 0
+}
 
 // Load is the policies' load: in flight plus the engine's queue depth.
-func (s *State) Load(w *fleet.Worker) int { return s.inflight[w.ID] + w.QueueDepth }
+func (s *State) Load(w *fleet.Worker) int { return s.InFlight(w.ID) + w.QueueDepth }
 
 // SetRoutes installs a new table and epoch.
 func (s *State) SetRoutes(t *routes.Table, epoch uint64) { s.table, s.epoch = t, epoch }
@@ -255,9 +281,9 @@ func (s *State) pickServed(t *Target, r routes.Route, served string, req *Reques
 		return false
 	}
 	t.ServedModel = served
-	s.inflight[t.Worker.ID]++
+	s.counter(t.Worker.ID).n++
 	if t.Prefill != nil {
-		s.inflight[t.Prefill.ID]++
+		s.counter(t.Prefill.ID).n++
 	}
 	return true
 }
@@ -288,11 +314,11 @@ func (s *State) candidates(model string, role fleet.Role, req *Request, now time
 	if !ok {
 		return nil, false
 	}
-	for _, w := range p.ws {
+	for i, w := range p.ws {
 		if !w.Routable(now) || len(req.Exclude) > 0 && req.Exclude[w.ID] || keep != nil && !keep(w) {
 			continue
 		}
-		s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: s.Load(w), Weight: w.KVTotalBlocks})
+		s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: p.ns[i].n + w.QueueDepth, Weight: w.KVTotalBlocks})
 		s.members = append(s.members, w)
 	}
 	return p, len(s.cands) > 0
@@ -366,7 +392,7 @@ type WorkerView struct {
 func (s *State) Workers(now time.Time) []WorkerView {
 	out := make([]WorkerView, 0, len(s.workers))
 	for _, w := range s.workers {
-		out = append(out, WorkerView{Worker: *w, InFlight: s.inflight[w.ID], Routable: w.Routable(now)})
+		out = append(out, WorkerView{Worker: *w, InFlight: s.InFlight(w.ID), Routable: w.Routable(now)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
