@@ -144,7 +144,7 @@ func TestDrillKillUnifiedUnderMixedLoad(t *testing.T) {
 	// A stream commits at its first token, a few milliseconds after it
 	// starts, while a non-streamed request stays uncommitted for its whole
 	// 0.5 s: a surplus of running requests over committed streams that
-	// lasts 50 ms is a non-streamed request.
+	// lasts 200 ms (20 polls) is a non-streamed request.
 	surplus := 0
 	eventually(t, 10*time.Second, func() bool {
 		committed := l.reading("u1")
@@ -153,7 +153,7 @@ func TestDrillKillUnifiedUnderMixedLoad(t *testing.T) {
 		} else {
 			surplus = 0
 		}
-		return surplus >= 5
+		return surplus >= 20
 	}, "u1 running committed and uncommitted requests")
 	killed := time.Now()
 	u1.Kill()
