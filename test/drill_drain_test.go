@@ -63,8 +63,9 @@ func (s drillStream) rest() (bool, error) {
 // TestDrillRollingDrainResume drains and resumes the route's served models
 // one after the other with streams in flight on them: the streams finish,
 // no new request reaches a drained worker (the engines' request counters
-// do not move) while the route keeps answering from the other model, and a
-// resume makes the workers routable and used again.
+// do not move) while the route keeps answering from the other model, the
+// engines drain themselves on their acks, and a resume makes them stop
+// draining and the workers routable and used again.
 func TestDrillRollingDrainResume(t *testing.T) {
 	const perToken = 10 * time.Millisecond
 	c := newCluster(t, drillCanaryRoutes, []clusterOpt{keys()},
@@ -129,6 +130,16 @@ func TestDrillRollingDrainResume(t *testing.T) {
 			}
 		}
 
+		// The engines obeyed their drain acks: they report draining.
+		eventually(t, 5*time.Second, func() bool {
+			for _, id := range drained {
+				if w, _ := c.drillWorker(id); !w.Draining || !c.engines[id].Draining() {
+					return false
+				}
+			}
+			return true
+		}, "the drained engines draining themselves")
+
 		body = c.drillAdmin(t, model, "resume")
 		if !slices.Equal(body.Resumed, []string{model}) || body.Workers != 2 {
 			t.Fatalf("resume %s: %+v", model, body)
@@ -137,12 +148,6 @@ func TestDrillRollingDrainResume(t *testing.T) {
 			if w, _ := c.drillWorker(id); w.Drained {
 				t.Fatalf("worker %s still drained by the gateway after the resume", id)
 			}
-			// The reference engine obeyed the drain ack and keeps draining
-			// itself: enginesim's heartbeat loop sets draining on an ack
-			// with drain and never clears it on one without, so it reports
-			// draining (not routable) until told otherwise. Undrain the
-			// process as its operator would.
-			c.engines[id].SetDraining(false)
 		}
 		c.waitRoutable(drained...)
 		// Routing is restored: request ids the canary draws for this model

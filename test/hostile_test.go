@@ -195,8 +195,9 @@ func TestHostileRequests(t *testing.T) {
 		{name: "inference key on admin", method: "GET", path: "/admin/v1/workers", key: "key-plain", status: 403, code: "insufficient_scope"},
 		{name: "no key on admin", method: "PUT", path: "/admin/v1/routes", header: []string{"If-Match", etag}, body: `{"routes":[]}`, status: 401, code: "invalid_api_key"},
 		// Wrong methods.
-		{name: "GET chat", method: "GET", path: chat, key: "key-plain", status: 405, check: allows("POST")},
-		{name: "PUT completions", method: "PUT", path: compl, key: "key-plain", body: `{}`, status: 405, check: allows("POST")},
+		{name: "GET chat", method: "GET", path: chat, key: "key-plain", status: 405, code: "method_not_allowed", check: allows("POST")},
+		{name: "PUT completions", method: "PUT", path: compl, key: "key-plain", body: `{}`, status: 405, code: "method_not_allowed", check: allows("POST")},
+		{name: "DELETE models", method: "DELETE", path: "/v1/models", key: "key-plain", status: 405, code: "method_not_allowed"},
 		{name: "DELETE routes", method: "DELETE", path: "/admin/v1/routes", key: "key-admin", status: 405, code: "method_not_allowed", check: allows("GET, HEAD, PUT")},
 		{name: "POST workers", method: "POST", path: "/admin/v1/workers", key: "key-admin", status: 405, code: "method_not_allowed", check: allows("GET, HEAD")},
 		{name: "GET drain", method: "GET", path: "/admin/v1/models/smol:drain", key: "key-admin", status: 405, code: "method_not_allowed", check: allows("POST")},
