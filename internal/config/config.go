@@ -89,6 +89,9 @@ type Gateway struct {
 	IdleTimeout Duration `toml:"idle_timeout"`
 	// ReadHeaderTimeout is the HTTP server's ReadHeaderTimeout.
 	ReadHeaderTimeout Duration `toml:"read_header_timeout"`
+	// ReadBodyTimeout bounds reading an inference request's body once its
+	// headers are in (a client dribbling its body is cut off).
+	ReadBodyTimeout Duration `toml:"read_body_timeout"`
 	// ServerIdleTimeout is the HTTP server's IdleTimeout (keep-alive).
 	ServerIdleTimeout Duration `toml:"server_idle_timeout"`
 	// ShutdownTimeout bounds the graceful drain of in-flight requests.
@@ -173,6 +176,7 @@ func Default() *Config {
 		FirstByteTimeout:   D(30 * time.Second),
 		IdleTimeout:        D(60 * time.Second),
 		ReadHeaderTimeout:  D(10 * time.Second),
+		ReadBodyTimeout:    D(30 * time.Second),
 		ServerIdleTimeout:  D(120 * time.Second),
 		ShutdownTimeout:    D(10 * time.Second),
 		LogFormat:          LogJSON,

@@ -70,6 +70,7 @@ func (c *Config) Validate() error {
 	v.positive("gateway.first_byte_timeout", g.FirstByteTimeout)
 	v.positive("gateway.idle_timeout", g.IdleTimeout)
 	v.positive("gateway.read_header_timeout", g.ReadHeaderTimeout)
+	v.positive("gateway.read_body_timeout", g.ReadBodyTimeout)
 	v.positive("gateway.server_idle_timeout", g.ServerIdleTimeout)
 	v.positive("gateway.shutdown_timeout", g.ShutdownTimeout)
 

@@ -33,6 +33,8 @@ type Deps struct {
 	Request      *request.Deps
 	Keyring      *auth.Keyring
 	MaxBodyBytes int64
+	// BodyTimeout bounds reading a request body (0: no bound).
+	BodyTimeout time.Duration
 	// Timeout bounds queries to the router (models, readiness).
 	Timeout time.Duration
 	// OnDone, if set, is called once per finished inference request with
@@ -74,6 +76,25 @@ func (d *Deps) reject(w http.ResponseWriter, status int, code, msg string, param
 	openai.WriteError(w, status, code, msg, param)
 }
 
+// ReadBody reads a request body of at most max bytes within timeout (the
+// connection's read deadline is set for the body alone and cleared after,
+// so a long streamed response is not cut by it).
+func ReadBody(w http.ResponseWriter, r *http.Request, max int64, timeout time.Duration) ([]byte, error) {
+	if timeout > 0 {
+		rc := http.NewResponseController(w)
+		if err := rc.SetReadDeadline(time.Now().Add(timeout)); err == nil {
+			defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		// The rest of the body will not be read: close the connection after
+		// the answer rather than let the server wait for it.
+		w.Header().Set("Connection", "close")
+	}
+	return body, err
+}
+
 // RequestID returns the client's X-Request-Id when it is acceptable (1 to
 // 128 printable ASCII characters), else a fresh random id.
 func RequestID(r *http.Request) string {
@@ -97,7 +118,7 @@ func RequestID(r *http.Request) string {
 func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
 	rid := RequestID(r)
 	w.Header().Set("X-Request-Id", rid)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, d.MaxBodyBytes))
+	body, err := ReadBody(w, r, d.MaxBodyBytes, d.BodyTimeout)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
