@@ -170,7 +170,10 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		ConnectTimeout:   gw.ConnectTimeout.Duration,
 		FirstByteTimeout: gw.FirstByteTimeout.Duration,
 		IdleTimeout:      gw.IdleTimeout.Duration,
-		TLS:              engineTLS,
+		// A client that reads nothing for as long as an engine may stay
+		// silent is gone.
+		ClientWriteTimeout: gw.IdleTimeout.Duration,
+		TLS:                engineTLS,
 	})
 	g.stops = append(g.stops, func(context.Context) error { g.proxy.Close(); return nil })
 	g.engines = engineclient.New(engineclient.Options{

@@ -62,6 +62,9 @@ type Options struct {
 	// MaxEventBytes bounds one SSE event, which the relay holds until it is
 	// complete so that a client never receives half an event.
 	MaxEventBytes int
+	// ClientWriteTimeout bounds each write of a stream to the client (0:
+	// none). A client that reads nothing for this long is treated as gone.
+	ClientWriteTimeout time.Duration
 	// TLS, when set, is the TLS configuration for https engines (built
 	// client only).
 	TLS *tls.Config

@@ -101,6 +101,7 @@ func (p *Proxy) Stream(ctx context.Context, a Attempt, w http.ResponseWriter, co
 		r.passthrough(*bp)
 	}
 	p.bufs.Put(bp)
+	r.clearWriteDeadline()
 	return r.res
 }
 
@@ -234,9 +235,22 @@ func (r *relay) commit() {
 	r.w.WriteHeader(r.res.Status)
 }
 
+// clearWriteDeadline undoes the per-write deadlines once the relay is over:
+// the client's connection may carry its next request.
+func (r *relay) clearWriteDeadline() {
+	if r.rc != nil && r.p.o.ClientWriteTimeout > 0 {
+		_ = r.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
 // write sends p to the client and flushes. It reports false, after
 // canceling the upstream request, when the client is gone.
 func (r *relay) write(p []byte) bool {
+	if r.p.o.ClientWriteTimeout > 0 {
+		// A client that stops reading for this long is gone: its slot and
+		// the engine's work are freed instead of held for ever.
+		_ = r.rc.SetWriteDeadline(time.Now().Add(r.p.o.ClientWriteTimeout))
+	}
 	if len(p) > 0 {
 		n, err := r.w.Write(p)
 		r.res.Bytes += int64(n)
