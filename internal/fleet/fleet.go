@@ -7,6 +7,7 @@ package fleet
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"regexp"
@@ -194,7 +195,7 @@ func FromStatus(s *controlv1.WorkerStatus, arrived time.Time, ttl time.Duration,
 		Deadline:      arrived.Add(ttl),
 		Source:        source,
 	}
-	if ms := s.GetStartedAtUnixMs(); ms > 0 {
+	if ms := s.GetStartedAtUnixMs(); ms > 0 && ms <= math.MaxInt64 {
 		w.StartedAt = time.UnixMilli(int64(ms)).UTC()
 	}
 	return w
