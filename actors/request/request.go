@@ -276,12 +276,7 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 		defer ex.wg.Done()
 		res := p.Stream(actx, att, ex.W, func(status int, uh http.Header) {
 			ex.committed.Store(true)
-			wh := ex.W.Header()
-			wh.Set("X-Request-Id", ex.RequestID)
-			if debug {
-				wh.Set("X-TL-Route", worker)
-				wh.Set("X-TL-Cascade-Step", strconv.Itoa(step))
-			}
+			responseHeaders(ex.W.Header(), ex.RequestID, debug, worker, step)
 		})
 		root.Send(self, &streamed{res: res})
 	}()
@@ -427,14 +422,20 @@ func (a *requestActor) finish(ctx actor.Context, o Outcome) {
 	if o.Header == nil {
 		o.Header = http.Header{}
 	}
-	o.Header.Set("X-Request-Id", a.ex.RequestID)
-	if a.ex.Debug && a.log.Worker != "" {
-		o.Header.Set("X-TL-Route", a.log.Worker)
-		o.Header.Set("X-TL-Cascade-Step", strconv.Itoa(a.log.CascadeStep))
-	}
+	responseHeaders(o.Header, a.ex.RequestID, a.ex.Debug, a.log.Worker, a.log.CascadeStep)
 	o.Log = a.log
 	a.ex.Done <- o
 	ctx.Stop(ctx.Self())
+}
+
+// responseHeaders sets the headers every answer carries: the request id,
+// and for keys with the debug scope the worker and the cascade step.
+func responseHeaders(h http.Header, requestID string, debug bool, worker string, step int) {
+	h.Set("X-Request-Id", requestID)
+	if debug && worker != "" {
+		h.Set("X-TL-Route", worker)
+		h.Set("X-TL-Cascade-Step", strconv.Itoa(step))
+	}
 }
 
 // cleanup runs when the actor stops, normally or after a panic: whatever
@@ -445,11 +446,7 @@ func (a *requestActor) cleanup(ctx actor.Context) {
 		return
 	}
 	a.finished = true
-	for _, id := range a.held {
-		ctx.Send(a.d.Router, &router.Release{WorkerID: id})
-	}
-	a.held = nil
-	a.releaseHandle()
+	a.releaseHeld(ctx)
 	a.endAttempt(ctx)
 	a.log.Committed = a.ex.Committed()
 	a.ex.Done <- Outcome{Status: http.StatusInternalServerError, Code: "internal_error",
