@@ -63,10 +63,6 @@ func withKeys(keys ...config.APIKey) clusterOpt {
 	return func(c *config.Config) { c.Gateway.APIKeys = keys }
 }
 
-func withPolicy(p string) clusterOpt {
-	return func(c *config.Config) { c.Gateway.RoutePolicy = p }
-}
-
 func newCluster(t testing.TB, cfgRoutes string, opts []clusterOpt, engines ...enginesim.Config) *cluster {
 	t.Helper()
 	return newClusterDeps(t, cfgRoutes, opts, nil, engines...)

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,11 +17,9 @@ import (
 // gateway by heartbeats like any engine: for checks the reference engine
 // cannot make (what body arrived, whether the request context ended).
 type fakeEngine struct {
-	srv    *httptest.Server
-	mu     sync.Mutex
-	bodies [][]byte
-	stop   chan struct{}
-	done   chan struct{}
+	srv  *httptest.Server
+	stop chan struct{}
+	done chan struct{}
 }
 
 func (c *cluster) addFake(id, model string, h http.HandlerFunc) *fakeEngine {
