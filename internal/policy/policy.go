@@ -47,14 +47,14 @@ var (
 )
 
 // ParsePolicy returns the policy named s, which must be one of
-// least_outstanding, weighted or affinity, exactly.
+// least_outstanding, weighted, affinity or cache_aware, exactly.
 func ParsePolicy(s string) (Name, error) {
 	switch n := Name(s); n {
-	case NameLeastOutstanding, NameWeighted, NameAffinity:
+	case NameLeastOutstanding, NameWeighted, NameAffinity, NameCacheAware:
 		return n, nil
 	}
-	return "", fmt.Errorf("%w %q (want %s, %s or %s)", ErrUnknownPolicy, s,
-		NameLeastOutstanding, NameWeighted, NameAffinity)
+	return "", fmt.Errorf("%w %q (want %s, %s, %s or %s)", ErrUnknownPolicy, s,
+		NameLeastOutstanding, NameWeighted, NameAffinity, NameCacheAware)
 }
 
 // LeastOutstanding returns the index of the candidate with the smallest
