@@ -178,7 +178,7 @@ func (a *requestActor) route(ctx actor.Context) {
 	}
 	ctx.Request(a.d.Router, &router.Route{Request: router.Request{
 		Model: a.ex.Req.Model, RequestID: a.ex.RequestID, PrefixKey: a.ex.Req.PrefixKey,
-		Stream: a.ex.Req.Stream, Step: a.step, Exclude: a.exclude,
+		Stream: a.ex.Req.Stream, Step: a.step, Exclude: a.exclude, Prompt: a.ex.Req.Prompt,
 	}})
 }
 

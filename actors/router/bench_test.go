@@ -3,6 +3,7 @@ package router
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,5 +77,50 @@ func BenchmarkRouteActor(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkPickCacheAware is one cache_aware decision (lookup, cost,
+// record and release) by the pure State for a 2,000-token prompt (8,000
+// bytes at the default 4 bytes a token) at 64 workers: 16 system prompts
+// of 6,000 bytes, each warm on 4 workers, then a question of its own.
+func BenchmarkPickCacheAware(b *testing.B) {
+	s, now := benchState(b, policy.NameCacheAware, 64)
+	for _, w := range s.workers { // 4,096 blocks of 16 tokens: 4,096 chunks each
+		x := *w
+		x.KVTotalBlocks, x.KVBlockTokens = 4096, 16
+		s.SetWorker(x)
+	}
+	systems := make([]string, 16)
+	for i := range systems {
+		systems[i] = fmt.Sprintf("%06d", i) + strings.Repeat("shared system prompt words ", 6000/27+1)[:5994]
+	}
+	prompts := make([]string, 256)
+	for i := range prompts {
+		prompts[i] = systems[i%16] + fmt.Sprintf("%06d", i) + strings.Repeat("the question of its own ", 2000/24+1)[:1994]
+	}
+	req := &Request{Model: "m", RequestID: "r"}
+	for i := range 64 { // warm: each system prompt on 4 workers
+		req.Prompt = prompts[i%16]
+		t, err := s.Pick(req, now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = t
+	}
+	for id := range s.inflight {
+		for s.InFlight(id) > 0 {
+			s.Release(id)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		req.Prompt = prompts[i%len(prompts)]
+		t, err := s.Pick(req, now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Release(t.Worker.ID)
 	}
 }

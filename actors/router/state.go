@@ -10,6 +10,7 @@ import (
 	"github.com/tlgate/tlgate/internal/cascade"
 	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/policy"
+	"github.com/tlgate/tlgate/internal/prefixindex"
 	"github.com/tlgate/tlgate/internal/ring"
 	"github.com/tlgate/tlgate/internal/routes"
 )
@@ -26,6 +27,10 @@ var (
 type Config struct {
 	Policy     policy.Name
 	LoadFactor float64 // affinity_load_factor c
+	// CacheAware weighs the cache_aware policy (zero: the defaults) and
+	// PrefixIndex sets its index's chunking.
+	CacheAware  policy.CacheAwareConfig
+	PrefixIndex prefixindex.Config
 }
 
 // Request is what routing needs to know of a client request.
@@ -40,6 +45,9 @@ type Request struct {
 	Step int
 	// Exclude lists worker ids that already failed this request.
 	Exclude map[string]bool
+	// Prompt is the whole rendered prompt (openai.Request.Prompt), which
+	// the cache_aware policy looks up in its prefix index.
+	Prompt string
 }
 
 // Target is the router's answer: where an attempt goes.
@@ -57,6 +65,9 @@ type Target struct {
 	AcceptIf     string
 	Rule         cascade.Accept // AcceptIf parsed (zero on the last step)
 	Epoch        uint64
+	// MatchedTokens is, for a cache_aware pick, the estimated prompt tokens
+	// the worker holds cached (0 for other policies).
+	MatchedTokens int
 }
 
 // Disaggregated reports whether the target is a prefill/decode pair.
@@ -87,6 +98,8 @@ type State struct {
 	pools    map[poolKey]*pool
 	cands    []policy.Candidate // scratch, reused per pick
 	members  []*fleet.Worker    // scratch, parallel to cands
+	ctrs     []*counter         // scratch, parallel to cands
+	prefix   *cacheState        // the cache_aware policy's index; nil for others
 }
 
 // NewState returns a router state with the given table and epoch.
@@ -99,11 +112,13 @@ func NewState(cfg Config, table *routes.Table, epoch uint64) *State {
 		workers:  map[string]*fleet.Worker{},
 		inflight: map[string]*counter{},
 		pools:    map[poolKey]*pool{},
+		prefix:   newCacheState(cfg),
 	}
 }
 
 // SetWorker records a worker's new snapshot.
 func (s *State) SetWorker(w fleet.Worker) {
+	s.observeWorker(w)
 	if old, ok := s.workers[w.ID]; ok && (old.Model != w.Model || old.Role != w.Role) {
 		s.leavePool(old)
 	}
@@ -129,6 +144,7 @@ func (s *State) RemoveWorker(id string) {
 		s.leavePool(w)
 		delete(s.workers, id)
 	}
+	s.forgetWorker(id)
 	if c := s.inflight[id]; c != nil && c.n <= 0 {
 		delete(s.inflight, id)
 	}
@@ -141,6 +157,7 @@ func (s *State) ResetWorkers(ws []fleet.Worker) {
 	for _, w := range ws {
 		s.SetWorker(w)
 	}
+	s.retainWorkers()
 }
 
 func (s *State) leavePool(w *fleet.Worker) {
@@ -172,7 +189,11 @@ func (s *State) pool(k poolKey) *pool {
 
 // counter is one worker's in-flight count, shared by the pools that list
 // the worker so a pick reads it without a map lookup.
-type counter struct{ n int }
+type counter struct {
+	n           int
+	atHeartbeat int // n when the worker's last heartbeat arrived
+	slot        int // the worker's prefix index slot (cache_aware)
+}
 
 func (s *State) counter(id string) *counter {
 	c := s.inflight[id]
@@ -252,7 +273,7 @@ func (s *State) Pick(req *Request, now time.Time) (Target, error) {
 			t.Rule, _ = s.table.Rule(r.Model, step)
 		}
 		r = s.table.Resolve(r.Cascade[step].Model)
-		req = &Request{Model: r.Model, RequestID: req.RequestID, PrefixKey: req.PrefixKey, Stream: req.Stream, Exclude: req.Exclude, Step: len(r.Cascade) - 1}
+		req = &Request{Model: r.Model, RequestID: req.RequestID, PrefixKey: req.PrefixKey, Stream: req.Stream, Exclude: req.Exclude, Step: len(r.Cascade) - 1, Prompt: req.Prompt}
 	}
 	first := routes.PickBackend(r, req.RequestID)
 	if s.pickServed(&t, r, first, req, now) {
@@ -309,7 +330,7 @@ func fallbacks(r routes.Route, first string) []string {
 // candidates fills the scratch slices with the routable, non-excluded
 // members of a pool.
 func (s *State) candidates(model string, role fleet.Role, req *Request, now time.Time, keep func(*fleet.Worker) bool) (*pool, bool) {
-	s.cands, s.members = s.cands[:0], s.members[:0]
+	s.cands, s.members, s.ctrs = s.cands[:0], s.members[:0], s.ctrs[:0]
 	p, ok := s.pools[poolKey{model, role}]
 	if !ok {
 		return nil, false
@@ -320,6 +341,7 @@ func (s *State) candidates(model string, role fleet.Role, req *Request, now time
 		}
 		s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: p.ns[i].n + w.QueueDepth, Weight: w.KVTotalBlocks})
 		s.members = append(s.members, w)
+		s.ctrs = append(s.ctrs, p.ns[i])
 	}
 	return p, len(s.cands) > 0
 }
@@ -335,6 +357,8 @@ func (s *State) pickOne(t *Target, model string, role fleet.Role, req *Request, 
 		i, t.Reason = p.swrr.Pick(s.cands), policy.ReasonWeighted
 	case policy.NameAffinity:
 		i, t.Reason = policy.Affinity(p.ring, req.PrefixKey, s.cands, s.cfg.LoadFactor)
+	case policy.NameCacheAware:
+		i, t.Reason = s.pickCacheAware(t, model, req)
 	default:
 		i, t.Reason = policy.LeastOutstanding(s.cands), policy.ReasonLeastOutstanding
 	}
@@ -386,13 +410,16 @@ type WorkerView struct {
 	fleet.Worker
 	InFlight int  `json:"in_flight"`
 	Routable bool `json:"routable"`
+	// PrefixIndexChunks is the worker's share of the cache_aware prefix
+	// index, in chunks (0 under other policies).
+	PrefixIndexChunks int `json:"prefix_index_chunks"`
 }
 
 // Workers lists every known worker at now, sorted by id.
 func (s *State) Workers(now time.Time) []WorkerView {
 	out := make([]WorkerView, 0, len(s.workers))
 	for _, w := range s.workers {
-		out = append(out, WorkerView{Worker: *w, InFlight: s.InFlight(w.ID), Routable: w.Routable(now)})
+		out = append(out, WorkerView{Worker: *w, InFlight: s.InFlight(w.ID), Routable: w.Routable(now), PrefixIndexChunks: s.indexChunks(w.ID)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

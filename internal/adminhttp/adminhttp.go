@@ -93,6 +93,9 @@ type Worker struct {
 	// Source is heartbeat or probe; Kind the probed engine's kind.
 	Source string `json:"source"`
 	Kind   string `json:"kind"`
+	// PrefixIndexChunks is the worker's share of the cache_aware prefix
+	// index in chunks (0 under other policies).
+	PrefixIndexChunks int `json:"prefix_index_chunks"`
 }
 
 // WorkersBody is the body of GET /admin/v1/workers.
@@ -189,6 +192,7 @@ func workerOf(v router.WorkerView) Worker {
 		Draining: v.Draining, Drained: v.Drained, InFlight: v.InFlight, Routable: v.Routable,
 		LastHeartbeat: v.LastHeartbeat.UTC().Format(time.RFC3339Nano),
 		Source:        v.Source, Kind: v.Kind,
+		PrefixIndexChunks: v.PrefixIndexChunks,
 	}
 	if !v.StartedAt.IsZero() {
 		out.StartedAt = v.StartedAt.UTC().Format(time.RFC3339Nano)

@@ -23,6 +23,7 @@ const (
 	PolicyLeastOutstanding = "least_outstanding"
 	PolicyWeighted         = "weighted"
 	PolicyAffinity         = "affinity"
+	PolicyCacheAware       = "cache_aware"
 )
 
 // API key scopes (gateway.api_keys[].scopes).
@@ -120,6 +121,21 @@ type Gateway struct {
 	Routes []routes.Route `toml:"routes"`
 	// Engines are engines that do not heartbeat; the gateway probes them.
 	Engines []Engine `toml:"engines"`
+	// CacheAwarePrefillWeight and CacheAwareLoadWeight weigh the
+	// cache_aware cost: prompt tokens to prefill on a worker and its load in
+	// engine slots (>= 0, not both 0).
+	CacheAwarePrefillWeight float64 `toml:"cache_aware_prefill_weight"`
+	CacheAwareLoadWeight    float64 `toml:"cache_aware_load_weight"`
+	// CacheAwareBalanceAbs (>= 0) and CacheAwareBalanceRel (>= 1) are the
+	// balance guard: a worker more than abs slots and rel times above the
+	// least loaded is passed over for it.
+	CacheAwareBalanceAbs int     `toml:"cache_aware_balance_abs"`
+	CacheAwareBalanceRel float64 `toml:"cache_aware_balance_rel"`
+	// CacheAwareChunkBytes is the prefix index's chunk of rendered prompt
+	// (bytes, 16..4096); CacheAwareBytesPerToken converts bytes to tokens
+	// (> 0, <= 64).
+	CacheAwareChunkBytes    int     `toml:"cache_aware_chunk_bytes"`
+	CacheAwareBytesPerToken float64 `toml:"cache_aware_bytes_per_token"`
 }
 
 // APIKey is one client key. Exactly one of Key, KeyEnv and KeySHA256 is set.
@@ -180,6 +196,13 @@ func Default() *Config {
 		ServerIdleTimeout:  D(120 * time.Second),
 		ShutdownTimeout:    D(10 * time.Second),
 		LogFormat:          LogJSON,
+
+		CacheAwarePrefillWeight: 1,
+		CacheAwareLoadWeight:    128,
+		CacheAwareBalanceAbs:    64,
+		CacheAwareBalanceRel:    1.5,
+		CacheAwareChunkBytes:    128,
+		CacheAwareBytesPerToken: 4,
 	}}
 }
 

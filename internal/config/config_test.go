@@ -51,7 +51,9 @@ func TestConfig(t *testing.T) {
 			ConnectTimeout: D(2 * time.Second), FirstByteTimeout: D(30 * time.Second),
 			IdleTimeout: D(60 * time.Second), ReadHeaderTimeout: D(10 * time.Second), ReadBodyTimeout: D(30 * time.Second),
 			ServerIdleTimeout: D(120 * time.Second), ShutdownTimeout: D(10 * time.Second),
-			LogFormat: "json",
+			LogFormat:               "json",
+			CacheAwarePrefillWeight: 1, CacheAwareLoadWeight: 128, CacheAwareBalanceAbs: 64, CacheAwareBalanceRel: 1.5,
+			CacheAwareChunkBytes: 128, CacheAwareBytesPerToken: 4,
 		}
 		if !reflect.DeepEqual(c.Gateway, want) {
 			t.Fatalf("defaults\n got %+v\nwant %+v", c.Gateway, want)
@@ -170,9 +172,19 @@ func TestConfigValidation(t *testing.T) {
 		{"listen port zero is fine", `listen = "127.0.0.1:0"` + "\n" + `registry_listen = "127.0.0.1:0"`, nil},
 		{"ipv6 and localhost listeners", `listen = "[::1]:8080"` + "\n" + `registry_listen = "localhost:9090"`, nil},
 		{"registry_listen same as listen", `registry_listen = "127.0.0.1:8080"`, []string{`gateway.registry_listen: must differ from listen, both are "127.0.0.1:8080"`}},
-		{"route_policy", `route_policy = "random"`, []string{`gateway.route_policy: must be "least_outstanding", "weighted" or "affinity", got "random"`}},
+		{"route_policy", `route_policy = "random"`, []string{`gateway.route_policy: must be "least_outstanding", "weighted", "affinity" or "cache_aware", got "random"`}},
 		{"weighted", `route_policy = "weighted"`, nil},
 		{"affinity", `route_policy = "affinity"`, nil},
+		{"cache_aware", `route_policy = "cache_aware"`, nil},
+		{"cache_aware weights", "cache_aware_prefill_weight = -1\ncache_aware_load_weight = nan", []string{
+			"gateway.cache_aware_prefill_weight: must be >= 0, got -1", "gateway.cache_aware_load_weight: must be >= 0, got NaN"}},
+		{"cache_aware weights both 0", "cache_aware_prefill_weight = 0.0\ncache_aware_load_weight = 0.0", []string{
+			"gateway.cache_aware_load_weight: must be > 0 when cache_aware_prefill_weight is 0"}},
+		{"cache_aware load only", "cache_aware_prefill_weight = 0.0", nil},
+		{"cache_aware thresholds", "cache_aware_balance_abs = -1\ncache_aware_balance_rel = 0.5", []string{
+			"gateway.cache_aware_balance_abs: must be >= 0, got -1", "gateway.cache_aware_balance_rel: must be >= 1, got 0.5"}},
+		{"cache_aware chunking", "cache_aware_chunk_bytes = 8\ncache_aware_bytes_per_token = 0.0", []string{
+			"gateway.cache_aware_chunk_bytes: must be in 16..4096, got 8", "gateway.cache_aware_bytes_per_token: must be > 0 and <= 64, got 0"}},
 		{"affinity_load_factor", `affinity_load_factor = 0.8`, []string{"gateway.affinity_load_factor: must be > 1, got 0.8"}},
 		{"affinity_load_factor one", `affinity_load_factor = 1.0`, []string{"gateway.affinity_load_factor: must be > 1, got 1"}},
 		{"affinity_load_factor nan", `affinity_load_factor = nan`, []string{"gateway.affinity_load_factor: must be > 1, got NaN"}},

@@ -46,10 +46,11 @@ func (c *Config) Validate() error {
 		v.add("gateway.registry_listen", "must differ from listen, both are %q", g.Listen)
 	}
 	switch g.RoutePolicy {
-	case PolicyLeastOutstanding, PolicyWeighted, PolicyAffinity:
+	case PolicyLeastOutstanding, PolicyWeighted, PolicyAffinity, PolicyCacheAware:
 	default:
-		v.add("gateway.route_policy", "must be %q, %q or %q, got %q", PolicyLeastOutstanding, PolicyWeighted, PolicyAffinity, g.RoutePolicy)
+		v.add("gateway.route_policy", "must be %q, %q, %q or %q, got %q", PolicyLeastOutstanding, PolicyWeighted, PolicyAffinity, PolicyCacheAware, g.RoutePolicy)
 	}
+	validateCacheAware(v, g)
 	if !(g.AffinityLoadFactor > 1) || math.IsInf(g.AffinityLoadFactor, 0) {
 		v.add("gateway.affinity_load_factor", "must be > 1, got %v", g.AffinityLoadFactor)
 	}

@@ -31,8 +31,10 @@ import (
 
 // Defaults of Config.
 const (
-	// DefaultChunkBytes is about one 16-token KV block of English text.
-	DefaultChunkBytes = 64
+	// DefaultChunkBytes is about two 16-token KV blocks of English text:
+	// half the hashing, lookups and memory of one block a chunk, for a
+	// matched length rounded down to 32 tokens rather than 16.
+	DefaultChunkBytes = 128
 	// DefaultBytesPerToken is the usual 4 bytes of English text per token.
 	DefaultBytesPerToken = 4.0
 	// DefaultCapacityTokens bounds a worker that reports no KV figures.
@@ -70,8 +72,7 @@ type Index struct {
 	cfg     Config
 	models  map[string]*model
 	workers map[string]*worker
-	free    *node // recycled nodes, linked through next
-	digest  *xxhash.Digest
+	free    *node  // recycled nodes, linked through next
 	q       Query  // scratch of the last lookup
 	evicted uint64 // pairs evicted so far: a query's entries are stale once it moves
 }
@@ -85,7 +86,7 @@ func New(cfg Config) *Index {
 	if !(cfg.BytesPerToken > 0) || math.IsInf(cfg.BytesPerToken, 0) {
 		cfg.BytesPerToken = DefaultBytesPerToken
 	}
-	return &Index{cfg: cfg, models: map[string]*model{}, workers: map[string]*worker{}, digest: xxhash.New()}
+	return &Index{cfg: cfg, models: map[string]*model{}, workers: map[string]*worker{}}
 }
 
 // Config returns the index's (defaulted) config.
@@ -132,17 +133,27 @@ func (x *Index) Chunks(n int) int { return n / x.cfg.ChunkBytes }
 func (x *Index) Tokens(n int) int { return int(float64(n) / x.cfg.BytesPerToken) }
 
 // Hashes appends to dst the chained hashes of prompt's whole chunks: the
-// i-th is the xxhash of prompt[:(i+1)·ChunkBytes]. A trailing partial chunk
-// has no hash (engines cache whole blocks only).
+// i-th covers prompt[:(i+1)·ChunkBytes], as the xxhash of chunk i mixed
+// with the (i-1)-th. A trailing partial chunk has no hash (engines cache
+// whole blocks only).
 func (x *Index) Hashes(dst []uint64, prompt string) []uint64 {
-	d := x.digest
-	d.Reset()
 	cb := x.cfg.ChunkBytes
+	prev := uint64(0x9e3779b97f4a7c15)
 	for end := cb; end <= len(prompt); end += cb {
-		_, _ = d.WriteString(prompt[end-cb : end])
-		dst = append(dst, d.Sum64())
+		prev = chain(prev, xxhash.Sum64String(prompt[end-cb:end]))
+		dst = append(dst, prev)
 	}
 	return dst
+}
+
+// chain mixes a chunk's hash into its prefix's (splitmix64's finalizer over
+// both, so the order matters and equal chunks after different prefixes
+// differ).
+func chain(prev, h uint64) uint64 {
+	z := prev*0xbf58476d1ce4e5b9 ^ h
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
 }
 
 // Capacity is the number of chunks a worker's KV cache is estimated to
@@ -237,6 +248,16 @@ func (x *Index) Retain(keep func(id string) bool) {
 	}
 }
 
+// Slot returns the worker's slot in its model, for Query.ChunksAt: stable
+// until the worker is forgotten (an Observe that forgets it may give it
+// another). ok is false for an unknown worker.
+func (x *Index) Slot(id string) (slot int, ok bool) {
+	if w := x.workers[id]; w != nil {
+		return w.slot, true
+	}
+	return -1, false
+}
+
 // WorkerStats is one worker's share of the index.
 type WorkerStats struct {
 	Chunks   int // chunks held
@@ -277,12 +298,21 @@ type Query struct {
 	evicted uint64   // Index.evicted at lookup
 	hits    []Hit
 	seen    []uint64
-	depth   []int
+	depth   []int // by slot: the hits
 }
 
 // Hits lists every worker holding a prefix of the prompt, with its length
 // in chunks, in no particular order.
 func (q *Query) Hits() []Hit { return q.hits }
+
+// ChunksAt returns the longest prefix, in chunks, held by the worker in
+// slot (see Slot): a hit's Chunks without looking its id up.
+func (q *Query) ChunksAt(slot int) int {
+	if slot < 0 || slot >= len(q.depth) {
+		return 0
+	}
+	return q.depth[slot]
+}
 
 // PromptBytes is the looked-up prompt's length.
 func (q *Query) PromptBytes() int { return q.bytes }
@@ -294,11 +324,13 @@ func (x *Index) Lookup(modelID, prompt string) *Query {
 	q := &x.q
 	q.model, q.bytes, q.evicted = modelID, len(prompt), x.evicted
 	q.hashes = x.Hashes(q.hashes[:0], prompt)
-	q.entries, q.hits = q.entries[:0], q.hits[:0]
+	q.entries, q.hits, q.depth = q.entries[:0], q.hits[:0], q.depth[:0]
 	m := x.models[modelID]
 	if m == nil {
 		return q
 	}
+	q.depth = slices.Grow(q.depth, len(m.slots))[:len(m.slots)]
+	clear(q.depth)
 	for _, h := range q.hashes {
 		e := m.chunks[h]
 		if e == nil {
@@ -319,6 +351,7 @@ func (x *Index) Lookup(modelID, prompt string) *Query {
 				b := bits.TrailingZeros64(fresh)
 				fresh &= fresh - 1
 				q.hits = append(q.hits, Hit{ID: m.slots[wi*64+b].id, Chunks: i + 1})
+				q.depth[wi*64+b] = i + 1
 			}
 		}
 	}

@@ -212,7 +212,7 @@ func TestPrefixIndexForgetsRestartedWorker(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			x := New(Config{})
+			x := New(Config{ChunkBytes: 64, BytesPerToken: 4})
 			a, b := fw("a", 1000), fw("b", 1000)
 			x.Observe(a)
 			x.Observe(b)
@@ -232,7 +232,7 @@ func TestPrefixIndexForgetsRestartedWorker(t *testing.T) {
 		})
 	}
 	t.Run("evicted", func(t *testing.T) {
-		x := New(Config{})
+		x := New(Config{ChunkBytes: 64, BytesPerToken: 4})
 		x.Observe(fw("a", 1000))
 		x.Observe(fw("b", 1000))
 		x.Record(x.Lookup("m", p), "a")
@@ -251,7 +251,7 @@ func TestPrefixIndexForgetsRestartedWorker(t *testing.T) {
 		}
 	})
 	t.Run("retain", func(t *testing.T) {
-		x := New(Config{})
+		x := New(Config{ChunkBytes: 64, BytesPerToken: 4})
 		for _, id := range []string{"a", "b", "c"} {
 			x.Observe(fw(id, 1000))
 			x.Record(x.Lookup("m", p), id)
@@ -265,7 +265,7 @@ func TestPrefixIndexForgetsRestartedWorker(t *testing.T) {
 
 func TestPrefixIndexManyWorkers(t *testing.T) {
 	// Slots past the first machine word, freed and reused.
-	x := New(Config{})
+	x := New(Config{ChunkBytes: 64, BytesPerToken: 4})
 	p := text("shared", 64*8)
 	for i := range 150 {
 		id := fmt.Sprintf("w%03d", i)
@@ -315,7 +315,7 @@ func TestConfigValidate(t *testing.T) {
 // BenchmarkLookup is one lookup and record of a 2,000-token prompt
 // (8,000 bytes) whose first 6,000 bytes 64 workers share.
 func BenchmarkLookup(b *testing.B) {
-	x := New(Config{})
+	x := New(Config{ChunkBytes: 64, BytesPerToken: 4})
 	shared := text("shared", 6000)
 	for i := range 64 {
 		id := fmt.Sprintf("w%02d", i)
@@ -332,5 +332,16 @@ func BenchmarkLookup(b *testing.B) {
 		q := x.Lookup("m", prompts[i%len(prompts)])
 		x.Record(q, "w07")
 		i++
+	}
+}
+
+// BenchmarkHashes cuts and hashes an 8,000-byte prompt.
+func BenchmarkHashes(b *testing.B) {
+	x := New(Config{ChunkBytes: 64, BytesPerToken: 4})
+	p := text("p", 8000)
+	var dst []uint64
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		dst = x.Hashes(dst[:0], p)
 	}
 }

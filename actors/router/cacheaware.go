@@ -1,0 +1,101 @@
+package router
+
+import (
+	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/policy"
+	"github.com/tlgate/tlgate/internal/prefixindex"
+)
+
+// cacheState is the cache_aware policy's part of the router state: the
+// prefix index of what each worker was sent, and scratch for a pick.
+type cacheState struct {
+	cfg     policy.CacheAwareConfig
+	index   *prefixindex.Index
+	prefill []int // parallel to State.cands
+}
+
+// newCacheState returns the cache-aware state of cfg, or nil when the
+// policy is another (nothing is indexed then).
+func newCacheState(cfg Config) *cacheState {
+	if cfg.Policy != policy.NameCacheAware {
+		return nil
+	}
+	ca := cfg.CacheAware
+	if ca == (policy.CacheAwareConfig{}) {
+		ca = policy.DefaultCacheAware()
+	}
+	return &cacheState{cfg: ca, index: prefixindex.New(cfg.PrefixIndex)}
+}
+
+// observeWorker runs before SetWorker stores w: a new heartbeat resets the
+// count of requests sent since the last one, and the index follows the
+// worker (a restart or rebuilt KV forgets what it held).
+func (s *State) observeWorker(w fleet.Worker) {
+	c := s.counter(w.ID)
+	if old, ok := s.workers[w.ID]; !ok || !old.LastHeartbeat.Equal(w.LastHeartbeat) {
+		c.atHeartbeat = c.n
+	}
+	if s.prefix == nil {
+		return
+	}
+	s.prefix.index.Observe(w)
+	c.slot, _ = s.prefix.index.Slot(w.ID)
+}
+
+// forgetWorker drops an evicted worker's index entries.
+func (s *State) forgetWorker(id string) {
+	if s.prefix != nil {
+		s.prefix.index.Forget(id)
+	}
+}
+
+// retainWorkers drops the index entries of workers no longer known (after
+// a reset of the view).
+func (s *State) retainWorkers() {
+	if s.prefix != nil {
+		s.prefix.index.Retain(func(id string) bool { _, ok := s.workers[id]; return ok })
+	}
+}
+
+// slotLoad is a worker's load in engine slots: what it reported running and
+// queued at its last heartbeat, plus the change in the gateway's in-flight
+// count since (requests sent since the heartbeat, less those of them and
+// of earlier ones that ended), and never less than the gateway's own
+// in-flight count.
+func slotLoad(w *fleet.Worker, c *counter) int {
+	return max(c.n, w.Running+w.QueueDepth+c.n-c.atHeartbeat)
+}
+
+// pickCacheAware picks among s.cands by policy.CacheAware and records the
+// prompt as sent to the pick. It returns the pick's index and reason.
+func (s *State) pickCacheAware(t *Target, model string, req *Request) (int, string) {
+	ca := s.prefix
+	if ca == nil || len(s.cands) == 0 {
+		return -1, ""
+	}
+	q := ca.index.Lookup(model, req.Prompt)
+	tokens := ca.index.Tokens(q.PromptBytes())
+	chunk := ca.index.Config().ChunkBytes
+	ca.prefill = ca.prefill[:0]
+	for i := range s.cands {
+		c := s.ctrs[i]
+		s.cands[i].Load = slotLoad(s.members[i], c)
+		ca.prefill = append(ca.prefill, tokens-min(tokens, ca.index.Tokens(q.ChunksAt(c.slot)*chunk)))
+	}
+	i, reason := policy.CacheAware(s.cands, ca.prefill, ca.cfg)
+	if i < 0 {
+		return -1, ""
+	}
+	ca.index.Record(q, s.cands[i].ID)
+	t.MatchedTokens = tokens - ca.prefill[i]
+	return i, reason
+}
+
+// indexChunks is a worker's share of the prefix index, in chunks.
+func (s *State) indexChunks(id string) int {
+	if s.prefix == nil {
+		return 0
+	}
+	st, _ := s.prefix.index.Stats(id)
+	return st.Chunks
+}
