@@ -26,6 +26,8 @@ type gatewayConfig struct {
 	// idleTimeout, when set, replaces the gap allowed between two chunks
 	// of an engine's stream (held streams need a long one).
 	idleTimeout time.Duration
+	// cacheLoadWeight, when set, replaces cache_aware_load_weight.
+	cacheLoadWeight float64
 }
 
 // cluster is a set of in-process engines, with a gateway they heartbeat to
@@ -57,6 +59,9 @@ func startCluster(ctx context.Context, gc *gatewayConfig, engines []enginesim.Co
 		}
 		if gc.idleTimeout > 0 {
 			g.IdleTimeout = config.D(gc.idleTimeout)
+		}
+		if gc.cacheLoadWeight > 0 {
+			g.CacheAwareLoadWeight = gc.cacheLoadWeight
 		}
 		dir, err := os.MkdirTemp("", "tlbench-state-")
 		if err != nil {

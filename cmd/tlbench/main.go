@@ -86,6 +86,14 @@ type settings struct {
 	heartbeat              time.Duration
 	workloads              []loadgen.Kind
 	sweepPrompts           []int // shared prompt counts of the working-set sweep
+	// Long-prompt workloads (multi-turn, rag) run on engines of
+	// kvBlocksLong blocks.
+	kvBlocksLong                                  int
+	conversations, turnSystemBytes, turnUserBytes int
+	answerBytes                                   int
+	documents, documentBytes, ragSystemBytes      int
+	cacheLoadWeight                               float64  // cache_aware_load_weight; 0: the gateway's default
+	routePolicies                                 []string // policies the routing runs compare
 
 	// Overhead.
 	rate            float64
@@ -117,7 +125,9 @@ func preset(quick bool) settings {
 		kvBlocks: 160, maxRunning: 8, maxTokens: 24,
 		systemPrompts: 4, systemBytes: 1536, userBytes: 160,
 		streamFraction: 0.5, loadFactor: 1.25, heartbeat: time.Second,
-		workloads: slices.Clone(loadgen.Kinds), sweepPrompts: []int{4, 8, 16, 32},
+		workloads: slices.Clone(loadgen.Kinds), sweepPrompts: []int{4, 8, 16, 32, 64},
+		kvBlocksLong: 512, conversations: 64, turnSystemBytes: 512, turnUserBytes: 128, answerBytes: 96,
+		documents: 40, documentBytes: 3072, ragSystemBytes: 256, routePolicies: slices.Clone(policies),
 
 		rate: 1000, rateDuration: 3 * time.Second, rounds: 3,
 		tputConcurrency: 32, tputDuration: 3 * time.Second, overheadTokens: 4,
@@ -152,10 +162,13 @@ func parseFlags(args []string, errOut io.Writer) (settings, error) {
 	rate := fs.Float64("rate", 0, "requests per second of the overhead latency runs (default 1000)")
 	workers := fs.String("workers", "", "fleet sizes of the route decision timing (default 4,64,1024)")
 	streams := fs.String("streams", "", "open-stream counts of the memory measurement (default 1000,10000; 1000 with -quick)")
-	workloads := fs.String("workloads", "", "comma-separated routing workloads (default shared,distinct,mixed)")
+	workloads := fs.String("workloads", "", "comma-separated routing workloads (default shared,distinct,mixed,multi-turn,rag)")
+	pols := fs.String("policies", "", "comma-separated routing policies to compare (default all: "+strings.Join(policies, ",")+")")
+	sweep := fs.String("sweep", "", "shared system prompt counts of the routing sweep (default 4,8,16,32,64; 16 with -quick)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (every party in the process) to this file")
 	memprofile := fs.String("memprofile", "", "write a heap profile while the largest stream count is held open through the gateway")
 	seed := fs.Uint64("seed", 1, "seed of the workloads and the random baseline")
+	loadWeight := fs.Float64("cache-load-weight", 0, "cache_aware_load_weight of the cache_aware runs (default: the gateway's)")
 	if err := fs.Parse(args); err != nil {
 		return settings{}, err
 	}
@@ -164,6 +177,10 @@ func parseFlags(args []string, errOut io.Writer) (settings, error) {
 	}
 	c := preset(*quick)
 	c.out, c.nginx, c.seed, c.memprofile, c.cpuprofile = *out, *nginx, *seed, *memprofile, *cpuprofile
+	if *loadWeight < 0 {
+		return settings{}, fmt.Errorf("-cache-load-weight: must not be negative, got %v", *loadWeight)
+	}
+	c.cacheLoadWeight = *loadWeight
 	if *only != "" {
 		c.only = nil
 		for _, e := range strings.Split(*only, ",") {
@@ -212,6 +229,21 @@ func parseFlags(args []string, errOut io.Writer) (settings, error) {
 				return settings{}, fmt.Errorf("-workloads: unknown workload %q", w)
 			}
 			c.workloads = append(c.workloads, k)
+		}
+	}
+	if *pols != "" {
+		c.routePolicies = nil
+		for _, p := range strings.Split(*pols, ",") {
+			p = strings.TrimSpace(p)
+			if !slices.Contains(policies, p) {
+				return settings{}, fmt.Errorf("-policies: unknown policy %q (want %s)", p, strings.Join(policies, ", "))
+			}
+			c.routePolicies = append(c.routePolicies, p)
+		}
+	}
+	if *sweep != "" {
+		if c.sweepPrompts, err = parseInts(*sweep); err != nil {
+			return settings{}, fmt.Errorf("-sweep: %w", err)
 		}
 	}
 	if *streams != "" {

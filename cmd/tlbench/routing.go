@@ -20,7 +20,7 @@ const (
 	baseRoundRobin = "round_robin"
 )
 
-var policies = []string{config.PolicyLeastOutstanding, config.PolicyWeighted, config.PolicyAffinity, baseRandom, baseRoundRobin}
+var policies = []string{config.PolicyLeastOutstanding, config.PolicyWeighted, config.PolicyAffinity, config.PolicyCacheAware, baseRandom, baseRoundRobin}
 
 // viaGateway reports whether a policy is the gateway's.
 func viaGateway(p string) bool { return p != baseRandom && p != baseRoundRobin }
@@ -38,14 +38,38 @@ type routingRow struct {
 	res       *loadgen.Result
 }
 
-// routingEngines returns the engine configurations of a routing run.
-func routingEngines(c settings) []enginesim.Config {
+// longPrompts reports whether a workload runs on the engines with more KV.
+func longPrompts(k loadgen.Kind) bool { return k == loadgen.MultiTurn || k == loadgen.RAG }
+
+// workloadConfig is the workload of kind with n shared system prompts.
+func workloadConfig(c settings, kind loadgen.Kind, n int, seed uint64) loadgen.WorkloadConfig {
+	w := loadgen.WorkloadConfig{
+		Kind: kind, Requests: c.requests, Model: c.model,
+		SystemPrompts: n, SystemBytes: c.systemBytes, UserBytes: c.userBytes,
+		MaxTokens: c.maxTokens, StreamFraction: c.streamFraction, Seed: seed,
+	}
+	switch kind {
+	case loadgen.MultiTurn:
+		w.SystemBytes, w.UserBytes, w.Conversations, w.AnswerBytes = c.turnSystemBytes, c.turnUserBytes, c.conversations, c.answerBytes
+	case loadgen.RAG:
+		w.SystemBytes, w.Documents, w.DocumentBytes = c.ragSystemBytes, c.documents, c.documentBytes
+	}
+	return w
+}
+
+// routingEngines returns the engine configurations of a routing run of
+// workload kind.
+func routingEngines(c settings, kind loadgen.Kind) []enginesim.Config {
 	out := make([]enginesim.Config, c.engines)
+	blocks := c.kvBlocks
+	if longPrompts(kind) {
+		blocks = c.kvBlocksLong
+	}
 	for i := range out {
 		out[i] = enginesim.Config{
 			ID: fmt.Sprintf("engine-%d", i), Model: c.model,
 			PrefillPerToken: c.prefill, DecodePerToken: c.decode,
-			KVBlocks: c.kvBlocks, MaxRunning: c.maxRunning,
+			KVBlocks: blocks, MaxRunning: c.maxRunning,
 			HeartbeatInterval: c.heartbeat,
 		}
 	}
@@ -58,16 +82,12 @@ func routingExperiment(ctx context.Context, c settings, logOut io.Writer) (secti
 	var rows []routingRow
 	var meanTokens = map[loadgen.Kind]float64{}
 	for wi, kind := range c.workloads {
-		w, err := loadgen.Build(loadgen.WorkloadConfig{
-			Kind: kind, Requests: c.requests, Model: c.model,
-			SystemPrompts: c.systemPrompts, SystemBytes: c.systemBytes, UserBytes: c.userBytes,
-			MaxTokens: c.maxTokens, StreamFraction: c.streamFraction, Seed: c.seed + uint64(wi),
-		})
+		w, err := loadgen.Build(workloadConfig(c, kind, c.systemPrompts, c.seed+uint64(wi)))
 		if err != nil {
 			return section{}, nil, err
 		}
 		meanTokens[kind] = w.MeanPromptTokens
-		for _, p := range policies {
+		for _, p := range c.routePolicies {
 			row, err := routingRun(ctx, c, kind, p, w)
 			if err != nil {
 				return section{}, nil, fmt.Errorf("%s/%s: %w", kind, p, err)
@@ -86,15 +106,11 @@ func routingExperiment(ctx context.Context, c settings, logOut io.Writer) (secti
 	// system prompts than one engine's cache holds.
 	var sweep []routingRow
 	for _, n := range c.sweepPrompts {
-		w, err := loadgen.Build(loadgen.WorkloadConfig{
-			Kind: loadgen.Shared, Requests: c.requests, Model: c.model,
-			SystemPrompts: n, SystemBytes: c.systemBytes, UserBytes: c.userBytes,
-			MaxTokens: c.maxTokens, StreamFraction: c.streamFraction, Seed: c.seed,
-		})
+		w, err := loadgen.Build(workloadConfig(c, loadgen.Shared, n, c.seed))
 		if err != nil {
 			return section{}, nil, err
 		}
-		for _, p := range sweepPolicies {
+		for _, p := range c.routePolicies {
 			row, err := routingRun(ctx, c, loadgen.Shared, p, w)
 			if err != nil {
 				return section{}, nil, fmt.Errorf("shared with %d prompts/%s: %w", n, p, err)
@@ -106,24 +122,28 @@ func routingExperiment(ctx context.Context, c settings, logOut io.Writer) (secti
 	}
 	sec.tables = append(sec.tables, sweepTable(sweep))
 	sec.notes = append(sec.notes, sweepNotes(c, sweep)...)
+	t, notes := cacheAwareTargets(rows, sweep)
+	sec.tables = append(sec.tables, t)
+	sec.notes = append(sec.notes, notes...)
 	return sec, append(plots, sweepPlots(sweep)...), nil
 }
 
-// sweepPolicies are compared over the prompt-count sweep.
-var sweepPolicies = []string{config.PolicyLeastOutstanding, config.PolicyAffinity, baseRoundRobin}
+// sweepPolicies are compared over the prompt-count sweep: all of them, so
+// that cache_aware is held to the best of the others at every count.
+var sweepPolicies = policies
 
 func logRouting(w io.Writer, r routingRow) {
-	fmt.Fprintf(w, "tlbench:   %-8s %3d prompts %-17s hit %5.1f%%  ttft p50 %6s ms  %6.1f req/s  max/mean %.2f\n",
-		r.workload, r.prompts, r.policy, 100*r.hitRate, ms(r.ttft.P50), r.rps, r.maxMean)
+	fmt.Fprintf(w, "tlbench:   %-10s %3d prompts %-17s hit %5.1f%%  ttft p50 %6s p99 %6s ms  %6.1f req/s  max/mean %.2f\n",
+		r.workload, r.prompts, r.policy, 100*r.hitRate, ms(r.ttft.P50), ms(r.ttft.P99), r.rps, r.maxMean)
 }
 
 // routingRun starts a fresh cluster for one policy and drives the workload.
 func routingRun(ctx context.Context, c settings, kind loadgen.Kind, p string, w *loadgen.Workload) (routingRow, error) {
 	var gc *gatewayConfig
 	if viaGateway(p) {
-		gc = &gatewayConfig{policy: p, loadFactor: c.loadFactor, heartbeat: c.heartbeat}
+		gc = &gatewayConfig{policy: p, loadFactor: c.loadFactor, heartbeat: c.heartbeat, cacheLoadWeight: c.cacheLoadWeight}
 	}
-	cl, err := startCluster(ctx, gc, routingEngines(c))
+	cl, err := startCluster(ctx, gc, routingEngines(c, kind))
 	if err != nil {
 		return routingRow{}, err
 	}
@@ -200,13 +220,20 @@ func routingSection(c settings, rows []routingRow, meanTokens map[loadgen.Kind]f
 		"%d KV blocks and %d running sequences each), %d concurrent keep-alive clients, %d chat requests per run "+
 		"(max_tokens %d, %.0f%% streamed), fresh engines for every run. "+
 		"shared: %d system prompts of about %d bytes with random user messages of about %d bytes; distinct: a system prompt of its own per request; mixed: half and half. "+
-		"Mean prompt: %s tokens (shared), %s (distinct), %s (mixed). "+
-		"least_outstanding, weighted and affinity go through the gateway (route_policy, affinity_load_factor %v); random and round_robin are clients that send straight to the engines. "+
+		"multi-turn: %d conversations interleaved (each round of turns in a new random order, a turn sent only once the conversation's previous one is answered), each opening with a system prompt of its own of about %d bytes; "+
+		"every turn's prompt is the previous prompt, an answer of about %d bytes and a new user message of about %d bytes. "+
+		"rag: one system prompt of about %d bytes, one of %d documents of about %d bytes drawn at random, and a question of about %d bytes. "+
+		"multi-turn and rag run on engines with %d KV blocks each (their working set is larger than one engine's cache, smaller than the fleet's). "+
+		"Mean prompt: %s tokens (shared), %s (distinct), %s (mixed), %s (multi-turn), %s (rag). "+
+		"least_outstanding, weighted, affinity and cache_aware go through the gateway (route_policy, affinity_load_factor %v, cache_aware with %s); random and round_robin are clients that send straight to the engines. "+
 		"Hit rate = the engines' prefix-cache hits / queries (tokens); TTFT from the streamed requests, latency (to the last byte) from all; "+
 		"max/mean load = the busiest engine's request count over the mean.",
 		c.engines, c.prefill, c.decode, enginesim.BlockTokens, c.kvBlocks, c.maxRunning, c.concurrency, c.requests,
 		c.maxTokens, 100*c.streamFraction, c.systemPrompts, c.systemBytes, c.userBytes,
-		tokensOf(meanTokens, loadgen.Shared), tokensOf(meanTokens, loadgen.Distinct), tokensOf(meanTokens, loadgen.Mixed), c.loadFactor)
+		c.conversations, c.turnSystemBytes, c.answerBytes, c.turnUserBytes,
+		c.ragSystemBytes, c.documents, c.documentBytes, c.userBytes, c.kvBlocksLong,
+		tokensOf(meanTokens, loadgen.Shared), tokensOf(meanTokens, loadgen.Distinct), tokensOf(meanTokens, loadgen.Mixed),
+		tokensOf(meanTokens, loadgen.MultiTurn), tokensOf(meanTokens, loadgen.RAG), c.loadFactor, cacheWeights(c))
 	return section{title: "Routing quality", lead: lead, tables: []*table{t}, notes: routingNotes(c, rows)}
 }
 

@@ -144,7 +144,9 @@ func (r *recorder) add(lat, ttft time.Duration, stream bool, err error) {
 }
 
 // Closed is a closed-loop run: Concurrency clients each send a request,
-// wait for its answer, and send the next.
+// wait for its answer, and send the next. A request with After set waits
+// (holding its client) until that earlier request is answered, on the
+// first pass through Requests.
 type Closed struct {
 	Concurrency int
 	// Requests are sent in order, each once; with Cycle they are sent
@@ -167,6 +169,7 @@ func RunClosed(ctx context.Context, c *http.Client, p Picker, cfg Closed) *Resul
 		ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
 		defer cancel()
 	}
+	done := afterChannels(cfg.Requests)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -178,7 +181,18 @@ func RunClosed(ctx context.Context, c *http.Client, p Picker, cfg Closed) *Resul
 					return
 				}
 				r := cfg.Requests[i%len(cfg.Requests)]
+				first := done != nil && i < len(cfg.Requests)
+				if first && r.After > 0 && r.After <= i {
+					select {
+					case <-done[r.After-1]:
+					case <-ctx.Done():
+						return
+					}
+				}
 				lat, ttft, err := Do(ctx, c, p.Next(), r)
+				if first {
+					close(done[i])
+				}
 				if err != nil && ctx.Err() != nil {
 					return // cut off by the end of the run, not a failure
 				}
@@ -189,6 +203,21 @@ func RunClosed(ctx context.Context, c *http.Client, p Picker, cfg Closed) *Resul
 	wg.Wait()
 	rec.res.Elapsed = time.Since(start)
 	return &rec.res
+}
+
+// afterChannels returns one channel per request, closed when it is
+// answered, if any request waits for another; nil otherwise.
+func afterChannels(reqs []Request) []chan struct{} {
+	for _, r := range reqs {
+		if r.After > 0 {
+			done := make([]chan struct{}, len(reqs))
+			for i := range done {
+				done[i] = make(chan struct{})
+			}
+			return done
+		}
+	}
+	return nil
 }
 
 // Open is an open-loop run: requests arrive at Rate per second whatever

@@ -22,8 +22,12 @@ type Request struct {
 	Body   []byte
 	Stream bool
 	// Prefix is the index of the shared system prompt the request opens
-	// with, or -1 for a prompt of its own.
+	// with (the document, for RAG), or -1 for a prompt of its own.
 	Prefix int
+	// After is 1 + the index, in its workload, of the request that must
+	// have been answered before this one is sent (a conversation's previous
+	// turn), or 0.
+	After int
 }
 
 // Kind names a workload.
@@ -38,10 +42,17 @@ const (
 	Distinct Kind = "distinct"
 	// Mixed: half shared, half distinct, interleaved at random.
 	Mixed Kind = "mixed"
+	// MultiTurn: Conversations chats interleaved, each opening with a
+	// system prompt of its own; every turn's prompt is the previous turn's
+	// prompt, its answer and a new user message.
+	MultiTurn Kind = "multi-turn"
+	// RAG: one shared system prompt, then one of Documents long documents
+	// drawn at random, then a question.
+	RAG Kind = "rag"
 )
 
 // Kinds lists the workloads in report order.
-var Kinds = []Kind{Shared, Distinct, Mixed}
+var Kinds = []Kind{Shared, Distinct, Mixed, MultiTurn, RAG}
 
 // ErrWorkload is wrapped by the errors of an invalid WorkloadConfig.
 var ErrWorkload = errors.New("loadgen: invalid workload")
@@ -61,6 +72,12 @@ type WorkloadConfig struct {
 	StreamFraction float64
 	// Seed makes the workload reproducible.
 	Seed uint64
+	// Conversations (MultiTurn, >= 1) are interleaved, turn after turn in
+	// a new random order each round; AnswerBytes is the length of the
+	// assistant message standing in for each turn's answer.
+	Conversations, AnswerBytes int
+	// Documents (RAG, >= 1) of DocumentBytes each.
+	Documents, DocumentBytes int
 }
 
 // Workload is a built list of requests with its figures.
@@ -92,8 +109,10 @@ type chatMessage struct {
 // the same requests.
 func Build(c WorkloadConfig) (*Workload, error) {
 	switch {
+	case c.Kind == MultiTurn || c.Kind == RAG:
+		return buildLong(c)
 	case c.Kind != Shared && c.Kind != Distinct && c.Kind != Mixed:
-		return nil, fmt.Errorf("%w: kind %q is not shared, distinct or mixed", ErrWorkload, c.Kind)
+		return nil, fmt.Errorf("%w: kind %q is not shared, distinct, mixed, multi-turn or rag", ErrWorkload, c.Kind)
 	case c.Requests < 1:
 		return nil, fmt.Errorf("%w: %d requests", ErrWorkload, c.Requests)
 	case c.Kind != Distinct && c.SystemPrompts < 1:
