@@ -126,7 +126,7 @@ func preset(quick bool) settings {
 		systemPrompts: 4, systemBytes: 1536, userBytes: 160,
 		streamFraction: 0.5, loadFactor: 1.25, heartbeat: time.Second,
 		workloads: slices.Clone(loadgen.Kinds), sweepPrompts: []int{4, 8, 16, 32, 64},
-		kvBlocksLong: 512, conversations: 64, turnSystemBytes: 512, turnUserBytes: 128, answerBytes: 96,
+		kvBlocksLong: 512, conversations: 64, turnSystemBytes: 256, turnUserBytes: 128, answerBytes: 96,
 		documents: 40, documentBytes: 3072, ragSystemBytes: 256, routePolicies: slices.Clone(policies),
 
 		rate: 1000, rateDuration: 3 * time.Second, rounds: 3,
@@ -159,6 +159,7 @@ func parseFlags(args []string, errOut io.Writer) (settings, error) {
 	requests := fs.Int("requests", 0, "requests per routing run (default 600, 160 with -quick)")
 	concurrency := fs.Int("concurrency", 0, "concurrent clients of a routing run (default 48, 32 with -quick)")
 	kvBlocks := fs.Int("kv-blocks", 0, "KV blocks of 16 tokens per routing engine (default 160)")
+	kvBlocksLong := fs.Int("kv-blocks-long", 0, "KV blocks of 16 tokens per engine of the multi-turn and rag runs (default 512)")
 	rate := fs.Float64("rate", 0, "requests per second of the overhead latency runs (default 1000)")
 	workers := fs.String("workers", "", "fleet sizes of the route decision timing (default 4,64,1024)")
 	streams := fs.String("streams", "", "open-stream counts of the memory measurement (default 1000,10000; 1000 with -quick)")
@@ -197,7 +198,7 @@ func parseFlags(args []string, errOut io.Writer) (settings, error) {
 		name string
 		v    *int
 		dst  *int
-	}{{"requests", requests, &c.requests}, {"concurrency", concurrency, &c.concurrency}, {"kv-blocks", kvBlocks, &c.kvBlocks}}
+	}{{"requests", requests, &c.requests}, {"concurrency", concurrency, &c.concurrency}, {"kv-blocks", kvBlocks, &c.kvBlocks}, {"kv-blocks-long", kvBlocksLong, &c.kvBlocksLong}}
 	for _, p := range positive {
 		if *p.v < 0 {
 			return settings{}, fmt.Errorf("-%s: must be positive, got %d", p.name, *p.v)

@@ -165,6 +165,13 @@ func TestParseFlags(t *testing.T) {
 		c.requests != 5 || !slices.Equal(c.workloads, []loadgen.Kind{loadgen.Distinct}) || c.out != "x" || c.rate != 50 || c.timeout != 30*time.Second {
 		t.Errorf("parsed %+v", c)
 	}
+	ca, err := parseFlags([]string{"-policies", "cache_aware, least_outstanding", "-sweep", "8,64", "-cache-load-weight", "200"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ca.routePolicies, []string{"cache_aware", "least_outstanding"}) || !slices.Equal(ca.sweepPrompts, []int{8, 64}) || ca.cacheLoadWeight != 200 {
+		t.Errorf("parsed %+v", ca)
+	}
 	full, err := parseFlags(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -183,6 +190,9 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-workloads", "burst"}, `-workloads: unknown workload "burst"`},
 		{[]string{"-rate", "-5"}, "-timeout and -rate must not be negative"},
 		{[]string{"extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"-policies", "least_outstanding,magic"}, `-policies: unknown policy "magic"`},
+		{[]string{"-sweep", "4,0"}, `-sweep: not a positive integer: "0"`},
+		{[]string{"-cache-load-weight", "-1"}, "-cache-load-weight: must not be negative, got -1"},
 	} {
 		if _, err := parseFlags(tc.args, io.Discard); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("parseFlags(%q) = %v, want %q", tc.args, err, tc.want)

@@ -220,7 +220,7 @@ func routingSection(c settings, rows []routingRow, meanTokens map[loadgen.Kind]f
 		"%d KV blocks and %d running sequences each), %d concurrent keep-alive clients, %d chat requests per run "+
 		"(max_tokens %d, %.0f%% streamed), fresh engines for every run. "+
 		"shared: %d system prompts of about %d bytes with random user messages of about %d bytes; distinct: a system prompt of its own per request; mixed: half and half. "+
-		"multi-turn: %d conversations interleaved (each round of turns in a new random order, a turn sent only once the conversation's previous one is answered), each opening with a system prompt of its own of about %d bytes; "+
+		"multi-turn: %d conversations interleaved (each round of turns in a new random order, a turn sent only once the conversation's previous one is answered), all opening with the same system prompt of about %d bytes; "+
 		"every turn's prompt is the previous prompt, an answer of about %d bytes and a new user message of about %d bytes. "+
 		"rag: one system prompt of about %d bytes, one of %d documents of about %d bytes drawn at random, and a question of about %d bytes. "+
 		"multi-turn and rag run on engines with %d KV blocks each (their working set is larger than one engine's cache, smaller than the fleet's). "+

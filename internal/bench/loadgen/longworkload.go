@@ -46,8 +46,9 @@ func buildLong(c WorkloadConfig) (*Workload, error) {
 	case MultiTurn:
 		convs := make([][]chatMessage, c.Conversations)
 		last := make([]int, c.Conversations) // 1 + index of the previous turn
+		sys := words.text(rng, c.SystemBytes) // the application's, shared
 		for i := range convs {
-			convs[i] = []chatMessage{{Role: "system", Content: words.text(rng, c.SystemBytes)}}
+			convs[i] = []chatMessage{{Role: "system", Content: sys}}
 		}
 		order := make([]int, c.Conversations)
 		for i := range order {

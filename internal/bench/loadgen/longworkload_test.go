@@ -31,8 +31,12 @@ func TestBuildMultiTurn(t *testing.T) {
 	// and waits for it; the first turns of the 7 conversations wait for
 	// nothing.
 	firsts := 0
+	sys := decodeBody(t, w.Requests[0]).Messages[0].Content
 	for i, r := range w.Requests {
 		d := decodeBody(t, r)
+		if d.Messages[0].Content != sys {
+			t.Fatalf("request %d: the conversations do not share the system prompt", i)
+		}
 		if r.After == 0 {
 			firsts++
 			if len(d.Messages) != 2 || d.Messages[0].Role != "system" || d.Messages[1].Role != "user" {

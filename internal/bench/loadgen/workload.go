@@ -42,9 +42,11 @@ const (
 	Distinct Kind = "distinct"
 	// Mixed: half shared, half distinct, interleaved at random.
 	Mixed Kind = "mixed"
-	// MultiTurn: Conversations chats interleaved, each opening with a
-	// system prompt of its own; every turn's prompt is the previous turn's
-	// prompt, its answer and a new user message.
+	// MultiTurn: Conversations chats interleaved, all opening with the
+	// same system prompt (an application's); every turn's prompt is the
+	// previous turn's prompt, its answer and a new user message. Prompts
+	// differ only after the system prompt, where a key of the first 64
+	// bytes cannot see them.
 	MultiTurn Kind = "multi-turn"
 	// RAG: one shared system prompt, then one of Documents long documents
 	// drawn at random, then a question.
