@@ -45,7 +45,7 @@ func buildLong(c WorkloadConfig) (*Workload, error) {
 	switch c.Kind {
 	case MultiTurn:
 		convs := make([][]chatMessage, c.Conversations)
-		last := make([]int, c.Conversations) // 1 + index of the previous turn
+		last := make([]int, c.Conversations)  // 1 + index of the previous turn
 		sys := words.text(rng, c.SystemBytes) // the application's, shared
 		for i := range convs {
 			convs[i] = []chatMessage{{Role: "system", Content: sys}}
