@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/tlgate/tlgate/internal/bench/loadgen"
@@ -58,8 +59,13 @@ func cacheAwareTargets(rows, sweep []routingRow) (*table, []string) {
 		}
 		add(label, r.workload, r.prompts, r)
 	}
+	main := len(groups)
 	for _, r := range sweep {
-		add("shared "+strconv.Itoa(r.prompts), loadgen.Shared, r.prompts, r)
+		label := "shared " + strconv.Itoa(r.prompts)
+		if slices.ContainsFunc(groups[:main], func(g caGroup) bool { return g.label == label }) {
+			continue // the main table's runs of the same workload
+		}
+		add(label, loadgen.Shared, r.prompts, r)
 	}
 	t := &table{header: []string{"workload", "cache_aware hit rate", "best other hit rate", "TTFT p50 ms (best other)", "TTFT p99 ms (best other)",
 		"vs least_outstanding: hit ×, TTFT p50 ×", "max/mean load", "verdict"}}
