@@ -59,10 +59,10 @@ func cacheAwareTargets(rows, sweep []routingRow) (*table, []string) {
 		}
 		add(label, r.workload, r.prompts, r)
 	}
-	main := len(groups)
+	fromMain := len(groups)
 	for _, r := range sweep {
 		label := "shared " + strconv.Itoa(r.prompts)
-		if slices.ContainsFunc(groups[:main], func(g caGroup) bool { return g.label == label }) {
+		if slices.ContainsFunc(groups[:fromMain], func(g caGroup) bool { return g.label == label }) {
 			continue // the main table's runs of the same workload
 		}
 		add(label, loadgen.Shared, r.prompts, r)
