@@ -198,7 +198,7 @@ func Default() *Config {
 		LogFormat:          LogJSON,
 
 		CacheAwarePrefillWeight: 1,
-		CacheAwareLoadWeight:    192,
+		CacheAwareLoadWeight:    128,
 		CacheAwareBalanceAbs:    64,
 		CacheAwareBalanceRel:    1.5,
 		CacheAwareChunkBytes:    128,

@@ -52,7 +52,7 @@ func TestConfig(t *testing.T) {
 			IdleTimeout: D(60 * time.Second), ReadHeaderTimeout: D(10 * time.Second), ReadBodyTimeout: D(30 * time.Second),
 			ServerIdleTimeout: D(120 * time.Second), ShutdownTimeout: D(10 * time.Second),
 			LogFormat:               "json",
-			CacheAwarePrefillWeight: 1, CacheAwareLoadWeight: 192, CacheAwareBalanceAbs: 64, CacheAwareBalanceRel: 1.5,
+			CacheAwarePrefillWeight: 1, CacheAwareLoadWeight: 128, CacheAwareBalanceAbs: 64, CacheAwareBalanceRel: 1.5,
 			CacheAwareChunkBytes: 128, CacheAwareBytesPerToken: 4,
 		}
 		if !reflect.DeepEqual(c.Gateway, want) {
