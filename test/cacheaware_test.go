@@ -1,0 +1,63 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/config"
+)
+
+// TestCacheAwareEndToEnd: under route_policy cache_aware, requests sharing
+// a long system prompt, sent one after another, all go to the engine that
+// got the first of them, which answers them from its prefix cache; the
+// admin workers view shows that engine's share of the prefix index.
+func TestCacheAwareEndToEnd(t *testing.T) {
+	c := newCluster(t, "", []clusterOpt{keys(), func(cfg *config.Config) { cfg.Gateway.RoutePolicy = config.PolicyCacheAware }},
+		enginesim.Config{ID: "w1", Model: "m"}, enginesim.Config{ID: "w2", Model: "m"}, enginesim.Config{ID: "w3", Model: "m"})
+	sys := strings.Repeat("You answer questions about the tlgate gateway, briefly and exactly. ", 40)
+	for i := range 8 {
+		body := map[string]any{"model": "m", "max_tokens": 2, "messages": []map[string]string{
+			{"role": "system", "content": sys}, {"role": "user", "content": fmt.Sprintf("question number %d", i)}}}
+		if r := c.post("/v1/chat/completions", "key-plain", body); r.status != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
+	}
+	c.hooks.mu.Lock()
+	routed := append([]string(nil), c.hooks.routed...)
+	c.hooks.mu.Unlock()
+	if len(routed) != 8 {
+		t.Fatalf("routed %v", routed)
+	}
+	home := routed[0]
+	for i, id := range routed {
+		if id != home {
+			t.Fatalf("request %d went to %s, the shared prompt is on %s (%v)", i, id, home, routed)
+		}
+	}
+	if s := c.engines[home].Stats(); s.PrefixHits == 0 {
+		t.Fatalf("%s: no prefix cache hits (%d queries)", home, s.PrefixQueries)
+	}
+
+	r := c.get("/admin/v1/workers", "key-admin")
+	var view struct {
+		Workers []struct {
+			ID     string `json:"id"`
+			Chunks *int   `json:"prefix_index_chunks"`
+		} `json:"workers"`
+	}
+	if err := json.Unmarshal(r.body, &view); err != nil || r.status != http.StatusOK || len(view.Workers) != 3 {
+		t.Fatalf("workers: %d %s (%v)", r.status, r.body, err)
+	}
+	for _, w := range view.Workers {
+		if w.Chunks == nil {
+			t.Fatalf("%s: no prefix_index_chunks in %s", w.ID, r.body)
+		}
+		if held := *w.Chunks > 0; held != (w.ID == home) {
+			t.Errorf("%s holds %d chunks (home %s)", w.ID, *w.Chunks, home)
+		}
+	}
+}
