@@ -41,6 +41,7 @@ import (
 	"github.com/tlgate/tlgate/internal/proxy"
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/tracing"
 )
 
 // Options are what the composition root is given besides the config.
@@ -50,6 +51,10 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Hooks for tests; each may be nil.
 	RequestHooks func(d *request.Deps)
+	// Tracing, when set, replaces the provider [gateway.tracing] would
+	// build (tests pass one with an in-memory exporter). The caller shuts
+	// it down.
+	Tracing *tracing.Provider
 }
 
 // Gateway is a running gateway.
@@ -69,6 +74,7 @@ type Gateway struct {
 	engines  *engineclient.Client
 	proxy    *proxy.Proxy
 	stops    []func(context.Context) error // in start order; run in reverse
+	tracing  *tracing.Provider
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -130,6 +136,11 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		g.Metrics.Epoch(epoch)
 	}
 	m := g.Metrics
+
+	// Tracing: off (and free) unless configured or given.
+	if g.tracing, err = g.startTracing(cfg.Gateway.Tracing, o.Tracing); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 
 	// Actor system and actors.
 	g.sys = actorsys.New(o.Logger)
@@ -204,6 +215,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	// HTTP server.
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme}
 	instrument(rdeps, m)
+	rdeps.Tracer = g.tracing.Tracer()
 	if o.RequestHooks != nil {
 		o.RequestHooks(rdeps)
 	}
@@ -216,13 +228,14 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			accessLog(o.Logger, ex, out)
 		},
 		OnReject: func(_ int, code string) { m.Rejected(code) },
+		Trace:    g.tracing.Enabled(),
 	}
 	httpedge.Register(mux, edge)
 	mux.Handle("/admin/v1/", adminhttp.New(adminhttp.Deps{
 		Root: g.sys.Root, Admin: g.Admin, Router: g.Router, Keyring: keyring, MaxBodyBytes: gw.MaxBodyBytes,
 	}))
 	if o.Gatherer != nil {
-		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})
+		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true})
 		mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			g.refreshGauges()
 			metricsHandler.ServeHTTP(w, r)
@@ -363,6 +376,9 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	}
 	if o.Code != "" {
 		ev.Str("code", o.Code)
+	}
+	if sc := ex.TraceContext(); sc.IsValid() {
+		ev.Str("trace_id", sc.TraceID().String()).Str("span_id", sc.SpanID().String())
 	}
 	ev.Msg("request")
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/auth"
 	"github.com/tlgate/tlgate/internal/openai"
+	"github.com/tlgate/tlgate/internal/tracing"
 )
 
 // Deps are the edge's collaborators.
@@ -43,6 +44,9 @@ type Deps struct {
 	// OnReject, if set, is called for requests refused by the edge itself
 	// (status and error code).
 	OnReject func(status int, code string)
+	// Trace: continue a client's W3C trace context (traceparent,
+	// tracestate) into the request; off with tracing, and then free.
+	Trace bool
 }
 
 // Register mounts the OpenAI API and the ops endpoints on mux.
@@ -140,7 +144,11 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	key, _ := auth.FromContext(r.Context())
-	ex := request.NewExchange(r.Context(), w, body, req, r.URL.Path, rid)
+	rctx := r.Context()
+	if d.Trace {
+		rctx = tracing.Extract(rctx, r.Header)
+	}
+	ex := request.NewExchange(rctx, w, body, req, r.URL.Path, rid)
 	ex.KeyName = key.Name
 	ex.Debug = key.Has(auth.ScopeDebug)
 	d.Root.Spawn(request.Props(d.Request, ex))

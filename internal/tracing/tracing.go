@@ -261,7 +261,7 @@ func (c mdCarrier) Keys() []string {
 	return keys
 }
 
-// SampledTraceID returns the trace id of ctx's span context when it is
+// SampledTraceID returns the trace id of sc when it is
 // sampled (its spans are exported), else "": what an exemplar or a log
 // line may point to.
 func SampledTraceID(sc trace.SpanContext) string {
