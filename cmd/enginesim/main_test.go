@@ -51,7 +51,7 @@ func TestParseFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			getenv := func(k string) string { return tt.env[k] }
-			got, err := parseFlags(tt.args, &bytes.Buffer{}, getenv)
+			got, _, err := parseFlags(tt.args, &bytes.Buffer{}, getenv)
 			if err != nil {
 				t.Fatalf("parseFlags: %v", err)
 			}
@@ -75,12 +75,12 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"-confidence", "0"}, {"-confidence", "2"}, {"-heartbeat-interval", "soon"},
 		{"-log-level", "loud"}, {"-log-format", "xml"}, {"extra"}, {"-nope"},
 	} {
-		if _, err := parseFlags(args, &bytes.Buffer{}, noEnv); err == nil {
+		if _, _, err := parseFlags(args, &bytes.Buffer{}, noEnv); err == nil {
 			t.Errorf("parseFlags(%q) succeeded", args)
 		}
 	}
 	var out bytes.Buffer
-	if _, err := parseFlags([]string{"-h"}, &out, noEnv); !errors.Is(err, flag.ErrHelp) {
+	if _, _, err := parseFlags([]string{"-h"}, &out, noEnv); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
 	for _, f := range []string{"-id", "-model", "-role", "-http", "-grpc", "-kv", "-kv-blocks", "-kv-format",
@@ -94,7 +94,7 @@ func TestParseFlagsErrors(t *testing.T) {
 }
 
 func TestRunStopsOnCancel(t *testing.T) {
-	cfg, err := parseFlags([]string{"-http", "127.0.0.1:0", "-model", "m", "-log-level", "error"}, &bytes.Buffer{}, noEnv)
+	cfg, _, err := parseFlags([]string{"-http", "127.0.0.1:0", "-model", "m", "-log-level", "error"}, &bytes.Buffer{}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 }
 
 func TestRunFailsToListen(t *testing.T) {
-	cfg, err := parseFlags([]string{"-http", "127.0.0.1:-1", "-log-level", "error"}, &bytes.Buffer{}, noEnv)
+	cfg, _, err := parseFlags([]string{"-http", "127.0.0.1:-1", "-log-level", "error"}, &bytes.Buffer{}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -228,7 +228,6 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			accessLog(o.Logger, ex, out)
 		},
 		OnReject: func(_ int, code string) { m.Rejected(code) },
-		Trace:    g.tracing.Enabled(),
 	}
 	httpedge.Register(mux, edge)
 	mux.Handle("/admin/v1/", adminhttp.New(adminhttp.Deps{

@@ -44,9 +44,6 @@ type Deps struct {
 	// OnReject, if set, is called for requests refused by the edge itself
 	// (status and error code).
 	OnReject func(status int, code string)
-	// Trace: continue a client's W3C trace context (traceparent,
-	// tracestate) into the request; off with tracing, and then free.
-	Trace bool
 }
 
 // Register mounts the OpenAI API and the ops endpoints on mux.
@@ -145,7 +142,7 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	key, _ := auth.FromContext(r.Context())
 	rctx := r.Context()
-	if d.Trace {
+	if d.Request.Tracer != nil { // continue the client's W3C trace context
 		rctx = tracing.Extract(rctx, r.Header)
 	}
 	ex := request.NewExchange(rctx, w, body, req, r.URL.Path, rid)
