@@ -169,7 +169,7 @@ func (c *Client) Release(ctx context.Context, kvAddr, handle string) (*kvv1.Rele
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(tracing.OutgoingGRPC(context.WithoutCancel(ctx)), c.o.Timeout)
+	ctx, cancel := context.WithTimeout(tracing.OutgoingGRPC(tracing.Detached(ctx)), c.o.Timeout)
 	defer cancel()
 	resp, err := kvv1.NewKvTransferServiceClient(cc).Release(ctx, &kvv1.ReleaseRequest{HandleId: handle})
 	if err != nil {

@@ -261,6 +261,17 @@ func (c mdCarrier) Keys() []string {
 	return keys
 }
 
+// Detached returns a context free of ctx's deadline and cancellation that
+// carries only ctx's span context: for calls that must outlive the request
+// (a KV Release). Without a valid span context it is context.Background().
+func Detached(ctx context.Context) context.Context {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return context.Background()
+	}
+	return trace.ContextWithSpanContext(context.Background(), sc)
+}
+
 // SampledTraceID returns the trace id of sc when it is
 // sampled (its spans are exported), else "": what an exemplar or a log
 // line may point to.
