@@ -368,3 +368,41 @@ func TestTraceContinuesClientTrace(t *testing.T) {
 		t.Fatalf("new trace %s, engine got %q", tid, engine.traceparent)
 	}
 }
+
+// TestTraceCascadeSteps: a cascade whose small step is unsure shows two
+// cascade step spans: the first with its accept_if, the statistic measured
+// and "escalated", the last "final"; each holds its attempt.
+func TestTraceCascadeSteps(t *testing.T) {
+	p, exp := memTracing(t, "tlgate")
+	c := newClusterDeps(t, cascadeRoutes, nil, withTracer(p))
+	f := &cascadeFakes{}
+	c.addFake("small-1", "small", f.small)
+	c.addFake("large-1", "large", f.large)
+	if r := c.post("/v1/chat/completions", "", chatMsg("unsure", nil)); r.status != http.StatusOK {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	spans := spanSet(exp.GetSpans())
+	steps := spans.named(request.SpanCascadeStep)
+	if len(steps) != 2 {
+		t.Fatalf("%d cascade step spans: %v", len(steps), spans.names())
+	}
+	for i, want := range []map[string]string{
+		{"tlgate.cascade.step": "0", "tlgate.cascade.accept_if": "mean_logprob > -1.2", "tlgate.cascade.statistic": "mean_logprob",
+			"tlgate.cascade.value": "-2.75", "tlgate.outcome": "escalated"},
+		{"tlgate.cascade.step": "1", "tlgate.outcome": "final"},
+	} {
+		for k, v := range want {
+			if got := attr(steps[i], k); got != v {
+				t.Errorf("step %d: %s = %q, want %q", i, k, got, v)
+			}
+		}
+	}
+	for _, at := range spans.named(request.SpanAttempt) {
+		if parent, ok := spans.byID(at.Parent.SpanID()); !ok || parent.Name != request.SpanCascadeStep {
+			t.Errorf("attempt span's parent %q, want a cascade step", parent.Name)
+		}
+	}
+	if root := spans.named("chat auto"); len(root) != 1 || attr(root[0], "tlgate.escalations") != "1" || attr(root[0], "gen_ai.response.model") != "large" {
+		t.Errorf("request span: %v", root)
+	}
+}

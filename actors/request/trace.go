@@ -66,6 +66,10 @@ const (
 	OutcomeEscalated = "escalated" // a cascade step whose answer was refused
 	OutcomeError     = "error"     // the request ended with an error answer
 	OutcomeBroken    = "broken"    // a committed stream that did not finish
+	// Outcomes of a cascade step span besides OutcomeEscalated and
+	// OutcomeFailed.
+	OutcomeAccepted = "accepted" // accept_if held: the step's answer is the answer
+	OutcomeFinal    = "final"    // the last step: answered without a judgement
 )
 
 // traceState holds the open spans of one request. All of it stays zero
@@ -142,6 +146,9 @@ func (a *requestActor) traceRouted(m *router.RouteResult) {
 	if t.CascadeSteps > 1 {
 		parent, a.tr.step = a.d.Tracer.Start(a.tr.ctx, SpanCascadeStep, trace.WithTimestamp(a.tr.routeAt),
 			trace.WithAttributes(AttrRoute.String(t.Route), AttrStep.Int(t.CascadeStep), AttrAcceptIf.String(t.AcceptIf)))
+		if t.CascadeStep == t.CascadeSteps-1 {
+			a.tr.step.SetAttributes(AttrOutcome.String(OutcomeFinal))
+		}
 	}
 	a.tr.attCtx, a.tr.attempt = a.d.Tracer.Start(parent, SpanAttempt, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(AttrAttempt.Int(a.attempts+1), AttrWorker.String(t.Worker.ID),
@@ -188,7 +195,7 @@ func (a *requestActor) traceJudged(lps []float64, accepted bool) {
 	}
 	outcome := OutcomeEscalated
 	if accepted {
-		outcome = "accepted"
+		outcome = OutcomeAccepted
 	}
 	a.tr.step.SetAttributes(AttrStatistic.String(string(a.target.Rule.Stat)), AttrOutcome.String(outcome))
 	if v, ok := a.target.Rule.Stat.Of(lps); ok {
@@ -209,9 +216,12 @@ func (a *requestActor) traceAttemptEnd(outcome, reason string, err error) {
 	if reason != "" {
 		sp.SetAttributes(AttrFailure.String(reason))
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		sp.RecordError(err)
 		sp.SetStatus(codes.Error, reason)
+	case outcome == OutcomeBroken:
+		sp.SetStatus(codes.Error, "the stream failed after its first byte")
 	}
 	sp.End()
 	if a.tr.step != nil {
