@@ -73,7 +73,7 @@ func (s spanSet) names() []string {
 func attr(sp tracetest.SpanStub, key string) string {
 	for _, kv := range sp.Attributes {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
