@@ -70,10 +70,22 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+func TestParseFlagsOTLP(t *testing.T) {
+	_, tc, err := parseFlags([]string{"-otlp-endpoint", "http://127.0.0.1:4318", "-otlp-protocol", "http", "-otlp-sample-ratio", "0.5"}, &bytes.Buffer{}, noEnv)
+	if err != nil || tc.Endpoint != "http://127.0.0.1:4318" || tc.Protocol != "http" || tc.SampleRatio != 0.5 || tc.ServiceName != "enginesim" {
+		t.Fatalf("parseFlags: %+v, %v", tc, err)
+	}
+	if _, tc, _ := parseFlags(nil, &bytes.Buffer{}, noEnv); tc.Endpoint != "" {
+		t.Fatalf("tracing on by default: %+v", tc)
+	}
+}
+
 func TestParseFlagsErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"-confidence", "0"}, {"-confidence", "2"}, {"-heartbeat-interval", "soon"},
 		{"-log-level", "loud"}, {"-log-format", "xml"}, {"extra"}, {"-nope"},
+		{"-otlp-endpoint", "127.0.0.1:4317"}, {"-otlp-endpoint", "http://h:4317", "-otlp-protocol", "thrift"},
+		{"-otlp-endpoint", "http://h:4317", "-otlp-sample-ratio", "2"},
 	} {
 		if _, _, err := parseFlags(args, &bytes.Buffer{}, noEnv); err == nil {
 			t.Errorf("parseFlags(%q) succeeded", args)

@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	if *otlp != "" {
 		cfg.Gateway.Tracing.Endpoint = *otlp
 		if err := cfg.Validate(); err != nil {
-			return err
+			return fmt.Errorf("-otlp-endpoint: %w", err)
 		}
 	}
 	format := cfg.Gateway.LogFormat
