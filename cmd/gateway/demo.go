@@ -60,7 +60,7 @@ func startDemo(ctx context.Context, gw *gateway.Gateway, tc config.Tracing, logg
 		for _, e := range engines {
 			_ = e.Close()
 		}
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = tp.Shutdown(sctx)
 		cancel()
 		_ = os.RemoveAll(demoConfig().Gateway.StateDir)

@@ -3,10 +3,14 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/tlgate/tlgate/internal/config"
 	"github.com/tlgate/tlgate/internal/tracing"
 )
+
+// flushTimeout bounds the flush of the spans not yet exported at Close.
+const flushTimeout = 2 * time.Second
 
 // startTracing returns the provider given in Options, or the one the
 // [gateway.tracing] table configures (off without an endpoint); a provider
@@ -33,6 +37,15 @@ func (g *Gateway) startTracing(c config.Tracing, given *tracing.Provider) (*trac
 	if err != nil {
 		return nil, err
 	}
-	g.stops = append(g.stops, p.Shutdown)
+	g.stops = append(g.stops, func(ctx context.Context) error {
+		// Flushing to a receiver that is down would retry until ctx ends;
+		// losing the last spans is no reason to fail the shutdown.
+		ctx, cancel := context.WithTimeout(ctx, flushTimeout)
+		defer cancel()
+		if err := p.Shutdown(ctx); err != nil {
+			g.log.Warn().Err(err).Msg("spans not flushed")
+		}
+		return nil
+	})
 	return p, nil
 }
