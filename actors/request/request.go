@@ -48,7 +48,7 @@ type Exchange struct {
 	Done      chan Outcome // buffered (1); receives exactly one Outcome
 	wg        sync.WaitGroup
 	committed atomic.Bool
-	trace     trace.SpanContext // the request span's, set by the actor
+	trace     *trace.SpanContext // the request span's, set by the actor (nil: tracing off)
 }
 
 // NewExchange returns an exchange ready to hand to the actor.
@@ -151,7 +151,7 @@ type requestActor struct {
 	finished bool
 	// prefillFailed lists prefill workers whose Prefill failed once.
 	prefillFailed []string
-	tr            traceState
+	tr            *traceState // nil: tracing off
 }
 
 // Receive is the actor's switch; each case calls one step of the protocol.

@@ -72,10 +72,11 @@ const (
 	OutcomeFinal    = "final"    // the last step: answered without a judgement
 )
 
-// traceState holds the open spans of one request. All of it stays zero
-// when the Deps have no Tracer: every trace hook returns at once then, and
-// allocates nothing.
+// traceState holds the open spans of one request. It is allocated only
+// when the Deps have a Tracer; without one every trace hook returns at once
+// and allocates nothing.
 type traceState struct {
+	tracer  trace.Tracer
 	ctx     context.Context // the request span's: parent of route, step, attempt
 	req     trace.Span
 	route   trace.Span
@@ -89,7 +90,12 @@ type traceState struct {
 // TraceContext is the span context of the request span (invalid when
 // tracing is off): the trace id for the access log and exemplars. Read it
 // after Done.
-func (ex *Exchange) TraceContext() trace.SpanContext { return ex.trace }
+func (ex *Exchange) TraceContext() trace.SpanContext {
+	if ex.trace == nil {
+		return trace.SpanContext{}
+	}
+	return *ex.trace
+}
 
 // traceStart opens the request span, a child of the client's trace when
 // the edge extracted one into ex.Ctx.
@@ -98,6 +104,7 @@ func (a *requestActor) traceStart() {
 	if tr == nil {
 		return
 	}
+	a.tr = &traceState{tracer: tr}
 	op := semconv.GenAIOperationNameTextCompletion
 	if a.ex.Req.Chat {
 		op = semconv.GenAIOperationNameChat
@@ -107,23 +114,24 @@ func (a *requestActor) traceStart() {
 		trace.WithAttributes(op, semconv.GenAIRequestModel(a.ex.Req.Model),
 			AttrRequestID.String(a.ex.RequestID), AttrKeyName.String(a.ex.KeyName),
 			AttrStream.Bool(a.ex.Req.Stream), attribute.String("url.path", a.ex.Path)))
-	a.ex.trace = a.tr.req.SpanContext()
+	sc := a.tr.req.SpanContext()
+	a.ex.trace = &sc
 }
 
 // traceRoute opens the span of one route decision.
 func (a *requestActor) traceRoute() {
-	if a.d.Tracer == nil {
+	if a.tr == nil {
 		return
 	}
 	a.tr.routeAt = time.Now()
-	_, a.tr.route = a.d.Tracer.Start(a.tr.ctx, SpanRoute, trace.WithTimestamp(a.tr.routeAt),
+	_, a.tr.route = a.tr.tracer.Start(a.tr.ctx, SpanRoute, trace.WithTimestamp(a.tr.routeAt),
 		trace.WithAttributes(AttrStep.Int(a.step), AttrExcluded.Int(len(a.exclude))))
 }
 
 // traceRouted closes the route span with the decision and opens the
 // attempt span (inside a cascade step span on cascade routes).
 func (a *requestActor) traceRouted(m *router.RouteResult) {
-	if a.d.Tracer == nil || a.tr.route == nil {
+	if a.tr == nil || a.tr.route == nil {
 		return
 	}
 	sp := a.tr.route
@@ -144,13 +152,13 @@ func (a *requestActor) traceRouted(m *router.RouteResult) {
 	sp.End()
 	parent := a.tr.ctx
 	if t.CascadeSteps > 1 {
-		parent, a.tr.step = a.d.Tracer.Start(a.tr.ctx, SpanCascadeStep, trace.WithTimestamp(a.tr.routeAt),
+		parent, a.tr.step = a.tr.tracer.Start(a.tr.ctx, SpanCascadeStep, trace.WithTimestamp(a.tr.routeAt),
 			trace.WithAttributes(AttrRoute.String(t.Route), AttrStep.Int(t.CascadeStep), AttrAcceptIf.String(t.AcceptIf)))
 		if t.CascadeStep == t.CascadeSteps-1 {
 			a.tr.step.SetAttributes(AttrOutcome.String(OutcomeFinal))
 		}
 	}
-	a.tr.attCtx, a.tr.attempt = a.d.Tracer.Start(parent, SpanAttempt, trace.WithSpanKind(trace.SpanKindClient),
+	a.tr.attCtx, a.tr.attempt = a.tr.tracer.Start(parent, SpanAttempt, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(AttrAttempt.Int(a.attempts+1), AttrWorker.String(t.Worker.ID),
 			semconv.ServerAddress(t.Worker.HTTPAddress), semconv.GenAIResponseModel(t.ServedModel)))
 	if t.Prefill != nil {
@@ -162,12 +170,12 @@ func (a *requestActor) traceRouted(m *router.RouteResult) {
 // its headers: the attempt span's, or on a disaggregated route the decode
 // span's, opened here.
 func (a *requestActor) traceInject(h http.Header) {
-	if a.d.Tracer == nil || a.tr.attempt == nil {
+	if a.tr == nil || a.tr.attempt == nil {
 		return
 	}
 	ctx := a.tr.attCtx
 	if a.target.Disaggregated() {
-		ctx, a.tr.phase = a.d.Tracer.Start(a.tr.attCtx, SpanDecode, trace.WithSpanKind(trace.SpanKindClient),
+		ctx, a.tr.phase = a.tr.tracer.Start(a.tr.attCtx, SpanDecode, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(AttrWorker.String(a.target.Worker.ID), AttrKVHandle.String(a.handle)))
 	}
 	tracing.Inject(ctx, h)
@@ -176,7 +184,7 @@ func (a *requestActor) traceInject(h http.Header) {
 // traceAnswered records the engine's answer (or failure) on the attempt
 // and closes the decode span.
 func (a *requestActor) traceAnswered(status int, ttfb time.Duration, err error) {
-	if a.d.Tracer == nil || a.tr.attempt == nil {
+	if a.tr == nil || a.tr.attempt == nil {
 		return
 	}
 	if status > 0 {
@@ -190,7 +198,7 @@ func (a *requestActor) traceAnswered(status int, ttfb time.Duration, err error) 
 
 // traceJudged records a cascade step's verdict.
 func (a *requestActor) traceJudged(lps []float64, accepted bool) {
-	if a.d.Tracer == nil || a.tr.step == nil {
+	if a.tr == nil || a.tr.step == nil {
 		return
 	}
 	outcome := OutcomeEscalated
@@ -206,7 +214,7 @@ func (a *requestActor) traceJudged(lps []float64, accepted bool) {
 // traceAttemptEnd closes the current attempt (and its open phase and step)
 // with outcome; reason and err say why it failed.
 func (a *requestActor) traceAttemptEnd(outcome, reason string, err error) {
-	if a.d.Tracer == nil || a.tr.attempt == nil {
+	if a.tr == nil || a.tr.attempt == nil {
 		return
 	}
 	a.tracePhaseEnd(err)
@@ -236,10 +244,10 @@ func (a *requestActor) traceAttemptEnd(outcome, reason string, err error) {
 // traceTokenize opens the tokenize span; the returned context carries it
 // to the engine call (ex.Ctx when tracing is off).
 func (a *requestActor) traceTokenize() context.Context {
-	if a.d.Tracer == nil || a.tr.attCtx == nil {
+	if a.tr == nil || a.tr.attCtx == nil {
 		return a.ex.Ctx
 	}
-	_, sp := a.d.Tracer.Start(a.tr.attCtx, SpanTokenize, trace.WithSpanKind(trace.SpanKindClient),
+	_, sp := a.tr.tracer.Start(a.tr.attCtx, SpanTokenize, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(AttrPrefillWorker.String(a.target.Prefill.ID)))
 	a.tr.phase = sp
 	return trace.ContextWithSpan(a.ex.Ctx, sp)
@@ -248,10 +256,10 @@ func (a *requestActor) traceTokenize() context.Context {
 // tracePrefill opens the prefill span; the returned context carries it to
 // the gRPC call.
 func (a *requestActor) tracePrefill() context.Context {
-	if a.d.Tracer == nil || a.tr.attCtx == nil {
+	if a.tr == nil || a.tr.attCtx == nil {
 		return a.ex.Ctx
 	}
-	_, sp := a.d.Tracer.Start(a.tr.attCtx, SpanPrefill, trace.WithSpanKind(trace.SpanKindClient),
+	_, sp := a.tr.tracer.Start(a.tr.attCtx, SpanPrefill, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(AttrPrefillWorker.String(a.target.Prefill.ID), AttrKVTarget.String(a.target.Worker.KVAddress),
 			AttrPromptTokens.Int(len(a.ids))))
 	a.tr.phase = sp
@@ -261,7 +269,7 @@ func (a *requestActor) tracePrefill() context.Context {
 // tracePhaseEnd closes the open phase span, with err when it failed and
 // attrs besides.
 func (a *requestActor) tracePhaseEnd(err error, attrs ...attribute.KeyValue) {
-	if a.tr.phase == nil {
+	if a.tr == nil || a.tr.phase == nil {
 		return
 	}
 	sp := a.tr.phase
@@ -273,10 +281,10 @@ func (a *requestActor) tracePhaseEnd(err error, attrs ...attribute.KeyValue) {
 // traceRelease opens the Release span of handle; the goroutine that calls
 // Release ends it with endSpan.
 func (a *requestActor) traceRelease(handle string) (context.Context, trace.Span) {
-	if a.d.Tracer == nil || a.tr.ctx == nil {
+	if a.tr == nil || a.tr.ctx == nil {
 		return context.Background(), nil
 	}
-	ctx, sp := a.d.Tracer.Start(a.tr.ctx, SpanRelease, trace.WithSpanKind(trace.SpanKindClient),
+	ctx, sp := a.tr.tracer.Start(a.tr.ctx, SpanRelease, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(AttrWorker.String(a.target.Worker.ID), AttrKVHandle.String(handle)))
 	return ctx, sp
 }
@@ -296,7 +304,7 @@ func endSpan(sp trace.Span, err error) {
 
 // traceEnd closes every open span and the request span with the outcome.
 func (a *requestActor) traceEnd(o Outcome) {
-	if a.d.Tracer == nil || a.tr.req == nil {
+	if a.tr == nil || a.tr.req == nil {
 		return
 	}
 	if a.tr.route != nil {

@@ -20,7 +20,7 @@ import (
 // tracedRequest runs every trace hook of one disaggregated cascade request
 // that fails over once, in the order the actor calls them.
 func tracedRequest(a *requestActor, h http.Header, rr *router.RouteResult, o Outcome, fail error) {
-	a.tr = traceState{}
+	a.tr = nil
 	a.traceStart()
 	for range 2 {
 		a.traceRoute()
