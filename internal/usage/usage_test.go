@@ -141,3 +141,29 @@ func BenchmarkWriter(b *testing.B) {
 		_, _ = w.Write(p)
 	}
 }
+
+func TestAskInStream(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{`{"model":"m","stream":true}`, `{"model":"m","stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"stream_options":null,"stream":true}`, `{"stream_options":{"include_usage":true},"stream":true}`},
+		{`{"stream_options":{"continuous_usage_stats":false}}`, `{"stream_options":{"continuous_usage_stats":false,"include_usage":true}}`},
+		{`{"stream_options":{"include_usage":false}}`, `{"stream_options":{"include_usage":true}}`},
+		{`{"stream_options":{"include_usage":true}}`, `{"stream_options":{"include_usage":true}}`},
+	}
+	for _, tc := range cases {
+		in := []byte(tc.in)
+		got, err := AskInStream(in)
+		if err != nil || string(got) != tc.want {
+			t.Errorf("AskInStream(%s) = %s, %v; want %s", tc.in, got, err, tc.want)
+		}
+		if string(in) != tc.in {
+			t.Errorf("AskInStream modified its input: %s", in)
+		}
+		if !Asked(got) {
+			t.Errorf("Asked(%s) = false", got)
+		}
+	}
+	if Asked([]byte(`{"stream_options":{"include_usage":"yes"}}`)) {
+		t.Error("a non-boolean include_usage counts as asked")
+	}
+}
