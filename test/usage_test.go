@@ -17,6 +17,7 @@ import (
 
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/gateway"
 )
 
 // lockedBuffer collects the access log.
@@ -222,5 +223,33 @@ func TestUsageCounted(t *testing.T) {
 	r := c.post("/v1/chat/completions", "key-alice", chat("bare", false, false))
 	if got, want := r.header.Get("x-ratelimit-remaining-tokens"), fmt.Sprint(1_000_000-all); got != want {
 		t.Errorf("remaining tokens %s, want %s", got, want)
+	}
+}
+
+// TestUsageCountsEveryCascadeStep: a cascade whose first step is never
+// accepted answers twice; the key is charged and counted for both answers.
+func TestUsageCountsEveryCascadeStep(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := newClusterGateway(t, `
+[[gateway.routes]]
+model = "twice"
+cascade = [{ model = "sim", accept_if = "mean_logprob > 1" }, { model = "sim" }]
+`, []clusterOpt{withKeys(config.APIKey{Name: "alice", Key: "key-alice", Scopes: []string{"inference"}})}, nil,
+		func(o *gateway.Options) { o.Registry, o.Gatherer = reg, reg }, enginesim.Config{ID: "w1", Model: "sim"})
+	body := map[string]any{"model": "sim", "prompt": "hello there", "max_tokens": 4}
+	r := c.post("/v1/completions", "key-alice", body)
+	if r.status != http.StatusOK {
+		t.Fatalf("direct: %d %s", r.status, r.body)
+	}
+	p, n := usageOf(t, r.body)
+	body["model"] = "twice"
+	if r = c.post("/v1/completions", "key-alice", body); r.status != http.StatusOK {
+		t.Fatalf("cascade: %d %s", r.status, r.body)
+	}
+	waitKeyRequests(t, reg, "alice", 2)
+	for kind, want := range map[string]int{"prompt": 2 * p, "completion": 2 * n} {
+		if got := counter(t, reg, "tlgate_tokens_total", map[string]string{"key": "alice", "model": "twice", "kind": kind}); got != float64(want) {
+			t.Errorf("tlgate_tokens_total{model=twice,kind=%s} = %v, want %d (both steps)", kind, got, want)
+		}
 	}
 }
