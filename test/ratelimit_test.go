@@ -67,6 +67,15 @@ func limitedCluster(t *testing.T, clk *fakeClock, lim config.APIKey, reg *promet
 	}, engines...)
 }
 
+// withLimitedKey adds the key "limited" (key-limited): one request and
+// 1000 tokens per minute.
+func withLimitedKey() clusterOpt {
+	return func(c *config.Config) {
+		c.Gateway.APIKeys = append(c.Gateway.APIKeys, config.APIKey{Name: "limited", Key: "key-limited",
+			Scopes: []string{"inference"}, RequestsPerMinute: 1, TokensPerMinute: 1000})
+	}
+}
+
 // wantHeaders checks the x-ratelimit-* headers of an answer.
 func wantHeaders(t *testing.T, what string, h http.Header, want map[string]string) {
 	t.Helper()
