@@ -46,7 +46,7 @@ func tool(t *testing.T, name string) string {
 // recorder is a prometheus.Registerer that keeps what is registered.
 type recorder struct{ cs []prometheus.Collector }
 
-func (r *recorder) Register(c prometheus.Collector) error { r.cs = append(r.cs, c); return nil }
+func (r *recorder) Register(c prometheus.Collector) error   { r.cs = append(r.cs, c); return nil }
 func (r *recorder) MustRegister(cs ...prometheus.Collector) { r.cs = append(r.cs, cs...) }
 func (r *recorder) Unregister(prometheus.Collector) bool    { return false }
 
@@ -58,6 +58,9 @@ func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	r := &recorder{}
 	if _, err := metrics.New(r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := metrics.NewKeyMetrics(r); err != nil {
 		t.Fatal(err)
 	}
 	names := map[string]bool{}
@@ -254,7 +257,7 @@ type manifest struct {
 					} `yaml:"envFrom"`
 					ReadinessProbe probe `yaml:"readinessProbe"`
 					LivenessProbe  probe `yaml:"livenessProbe"`
-					VolumeMounts []struct {
+					VolumeMounts   []struct {
 						Name      string `yaml:"name"`
 						MountPath string `yaml:"mountPath"`
 					} `yaml:"volumeMounts"`

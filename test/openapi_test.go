@@ -15,6 +15,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/gateway"
 	"github.com/tlgate/tlgate/internal/openapi"
 )
 
@@ -24,7 +25,7 @@ import (
 // OpenAPI document the gateway serves: status documented, headers and body
 // matching the schema.
 func TestOpenAPIMatchesResponses(t *testing.T) {
-	c := newCluster(t, `
+	c := newClusterGateway(t, `
 [[gateway.routes]]
 model = "smol"
 aliases = ["smol-latest"]
@@ -33,7 +34,8 @@ backends = [{ model = "m", weight = 1 }]
 [[gateway.routes]]
 model = "auto"
 cascade = [{ model = "m", accept_if = "mean_logprob > -1.2" }, { model = "m" }]
-`, []clusterOpt{keys()}, enginesim.Config{ID: "w1", Model: "m"}, enginesim.Config{ID: "w2", Model: "m"})
+`, []clusterOpt{keys(), withLimitedKey()}, nil, func(o *gateway.Options) { o.Now = newFakeClock().now },
+		enginesim.Config{ID: "w1", Model: "m"}, enginesim.Config{ID: "w2", Model: "m"})
 
 	served := c.get("/openapi.json", "")
 	if served.status != http.StatusOK {
@@ -67,6 +69,8 @@ cascade = [{ model = "m", accept_if = "mean_logprob > -1.2" }, { model = "m" }]
 		{"chat stream", "POST", "/v1/chat/completions", "key-plain", `{"model":"smol","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"stream":true}`, nil, 200},
 		{"completion", "POST", "/v1/completions", "key-debug", `{"model":"smol-latest","prompt":"hello","max_tokens":3,"logprobs":1}`, nil, 200},
 		{"cascade", "POST", "/v1/completions", "key-plain", `{"model":"auto","prompt":"hello","max_tokens":3}`, nil, 200},
+		{"limited key", "POST", "/v1/completions", "key-limited", `{"model":"smol","prompt":"hello","max_tokens":3}`, nil, 200},
+		{"rate limited", "POST", "/v1/chat/completions", "key-limited", `{"model":"smol","messages":[{"role":"user","content":"hi"}]}`, nil, 429},
 		{"bad json", "POST", "/v1/completions", "key-plain", `{"model":`, nil, 400},
 		{"unknown model", "POST", "/v1/completions", "key-plain", `{"model":"nope","prompt":"x"}`, nil, 404},
 		{"no key", "POST", "/v1/completions", "", `{"model":"smol","prompt":"x"}`, nil, 401},

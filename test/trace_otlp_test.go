@@ -169,7 +169,8 @@ func TestTraceExportedOverOTLP(t *testing.T) {
 			if root.parent != "" || root.kind != tracev1.Span_SPAN_KIND_SERVER || len(root.trace) != 32 {
 				t.Fatalf("request span: parent %q kind %v trace %q, want a server root", root.parent, root.kind, root.trace)
 			}
-			if root.attrs["gen_ai.operation.name"] != "chat" || root.attrs["gen_ai.request.model"] != "m" || root.attrs["http.response.status_code"] != "200" {
+			if root.attrs["gen_ai.operation.name"] != "chat" || root.attrs["gen_ai.request.model"] != "m" || root.attrs["http.response.status_code"] != "200" ||
+				root.attrs["gen_ai.usage.output_tokens"] != "4" || root.attrs["gen_ai.usage.input_tokens"] == "" {
 				t.Errorf("request span attributes: %v", root.attrs)
 			}
 			for _, s := range []otlpSpan{route, att, eng} {

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/tidwall/gjson"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
@@ -57,6 +56,9 @@ const (
 	AttrKVTarget      = attribute.Key("tlgate.kv.target")
 	AttrPromptTokens  = semconv.GenAIUsageInputTokensKey
 	AttrOutputTokens  = semconv.GenAIUsageOutputTokensKey
+	// AttrUsageEstimated: the engine reported no usage, the gateway
+	// estimated it (internal/usage).
+	AttrUsageEstimated = attribute.Key("tlgate.usage.estimated")
 )
 
 // Outcomes of an attempt span (AttrOutcome).
@@ -331,11 +333,11 @@ func (a *requestActor) traceEnd(o Outcome) {
 	if lg.Escalations > 0 {
 		sp.SetAttributes(AttrEscalations.Int(lg.Escalations), AttrStep.Int(lg.CascadeStep))
 	}
-	if len(o.Body) > 0 {
-		if u := gjson.GetBytes(o.Body, "usage"); u.Exists() {
-			sp.SetAttributes(AttrPromptTokens.Int64(u.Get("prompt_tokens").Int()), AttrOutputTokens.Int64(u.Get("completion_tokens").Int()))
-		}
-	} else if a.ids != nil {
+	switch {
+	case lg.Usage.Total() > 0: // every answered step, streamed or not
+		sp.SetAttributes(AttrPromptTokens.Int(lg.Usage.PromptTokens), AttrOutputTokens.Int(lg.Usage.CompletionTokens),
+			AttrUsageEstimated.Bool(lg.Usage.Estimated))
+	case a.ids != nil:
 		sp.SetAttributes(AttrPromptTokens.Int(len(a.ids)))
 	}
 	if o.Code != "" {

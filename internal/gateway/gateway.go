@@ -52,6 +52,8 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Hooks for tests; each may be nil.
 	RequestHooks func(d *request.Deps)
+	// Now is the clock of the per-key rate limits; nil means time.Now.
+	Now func() time.Time
 	// Tracing, when set, replaces the provider [gateway.tracing] would
 	// build (tests pass one with an in-memory exporter). The caller shuts
 	// it down.
@@ -75,7 +77,9 @@ type Gateway struct {
 	engines  *engineclient.Client
 	proxy    *proxy.Proxy
 	stops    []func(context.Context) error // in start order; run in reverse
-	tracing  *tracing.Provider
+	// Keys holds the per-key usage metrics (nil without a Registry).
+	Keys    *metrics.KeyMetrics
+	tracing *tracing.Provider
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -135,6 +139,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			return fmt.Errorf("gateway: %w", err)
 		}
 		g.Metrics.Epoch(epoch)
+		if g.Keys, err = metrics.NewKeyMetrics(o.Registry); err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
 	}
 	m := g.Metrics
 
@@ -226,9 +233,12 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		BodyTimeout: gw.ReadBodyTimeout.Duration,
 		OnDone: func(ex *request.Exchange, out request.Outcome) {
 			observe(m, ex, out)
+			observeKey(g.Keys, ex, out)
 			accessLog(o.Logger, ex, out)
 		},
-		OnReject: func(_ int, code string) { m.Rejected(code) },
+		OnReject:  func(_ int, code string) { m.Rejected(code) },
+		Limits:    limiterOf(gw.APIKeys, o.Now),
+		OnLimited: g.Keys.RateLimited,
 	}
 	httpedge.Register(mux, edge)
 	mux.Handle("/admin/v1/", adminhttp.New(adminhttp.Deps{
@@ -378,6 +388,7 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	if o.Code != "" {
 		ev.Str("code", o.Code)
 	}
+	logUsage(ev, lg.Usage)
 	if sc := ex.TraceContext(); sc.IsValid() {
 		ev.Str("trace_id", sc.TraceID().String()).Str("span_id", sc.SpanID().String())
 	}
