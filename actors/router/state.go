@@ -68,6 +68,10 @@ type Target struct {
 	// MatchedTokens is, for a cache_aware pick, the estimated prompt tokens
 	// the worker holds cached (0 for other policies).
 	MatchedTokens int
+	// Policy is the route policy that picked Worker, Candidates how many
+	// workers it chose among (for traces).
+	Policy     string
+	Candidates int
 }
 
 // Disaggregated reports whether the target is a prefill/decode pair.
@@ -366,6 +370,7 @@ func (s *State) pickOne(t *Target, model string, role fleet.Role, req *Request, 
 		return ErrNoCapacity
 	}
 	t.Worker = *s.members[i]
+	t.Policy, t.Candidates = string(s.cfg.Policy), len(s.cands)
 	return nil
 }
 

@@ -136,7 +136,34 @@ type Gateway struct {
 	// (> 0, <= 64).
 	CacheAwareChunkBytes    int     `toml:"cache_aware_chunk_bytes"`
 	CacheAwareBytesPerToken float64 `toml:"cache_aware_bytes_per_token"`
+	// Tracing is the [gateway.tracing] table: OpenTelemetry traces over
+	// OTLP, off unless an endpoint is set.
+	Tracing Tracing `toml:"tracing"`
 }
+
+// Tracing is the [gateway.tracing] table.
+type Tracing struct {
+	// Endpoint is the OTLP receiver's URL (http://host:4317 for grpc,
+	// http://host:4318 for http); empty turns tracing off.
+	Endpoint string `toml:"endpoint"`
+	// Protocol is grpc or http.
+	Protocol string `toml:"protocol"`
+	// SampleRatio is the share of new traces recorded, in [0, 1]; requests
+	// that bring a traceparent follow its sampled flag.
+	SampleRatio float64 `toml:"sample_ratio"`
+	// ServiceName is the service.name of the gateway's spans.
+	ServiceName string `toml:"service_name"`
+	// HeadersEnv names an environment variable holding headers for the
+	// receiver, "key=value,key2=value2" (OTEL_EXPORTER_OTLP_HEADERS works
+	// too).
+	HeadersEnv string `toml:"headers_env"`
+}
+
+// Tracing protocols (gateway.tracing.protocol).
+const (
+	TracingGRPC = "grpc"
+	TracingHTTP = "http"
+)
 
 // APIKey is one client key. Exactly one of Key, KeyEnv and KeySHA256 is set.
 type APIKey struct {
@@ -151,6 +178,12 @@ type APIKey struct {
 	KeySHA256 string `toml:"key_sha256"`
 	// Scopes are a non-empty subset of inference, debug, admin.
 	Scopes []string `toml:"scopes"`
+	// RequestsPerMinute, TokensPerMinute (prompt + completion) and
+	// MaxConcurrent limit the key's inference requests; 0 or absent means
+	// unlimited. Over a limit the key is answered 429 rate_limit_exceeded.
+	RequestsPerMinute int `toml:"requests_per_minute"`
+	TokensPerMinute   int `toml:"tokens_per_minute"`
+	MaxConcurrent     int `toml:"max_concurrent"`
 }
 
 // Engine is an engine the gateway probes instead of waiting for its
@@ -203,6 +236,7 @@ func Default() *Config {
 		CacheAwareBalanceRel:    1.5,
 		CacheAwareChunkBytes:    128,
 		CacheAwareBytesPerToken: 4,
+		Tracing:                 Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "tlgate"},
 	}}
 }
 

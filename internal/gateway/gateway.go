@@ -36,11 +36,13 @@ import (
 	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/httpedge"
 	"github.com/tlgate/tlgate/internal/metrics"
+	"github.com/tlgate/tlgate/internal/openapi"
 	"github.com/tlgate/tlgate/internal/policy"
 	"github.com/tlgate/tlgate/internal/probe"
 	"github.com/tlgate/tlgate/internal/proxy"
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/tracing"
 )
 
 // Options are what the composition root is given besides the config.
@@ -50,6 +52,12 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Hooks for tests; each may be nil.
 	RequestHooks func(d *request.Deps)
+	// Now is the clock of the per-key rate limits; nil means time.Now.
+	Now func() time.Time
+	// Tracing, when set, replaces the provider [gateway.tracing] would
+	// build (tests pass one with an in-memory exporter). The caller shuts
+	// it down.
+	Tracing *tracing.Provider
 }
 
 // Gateway is a running gateway.
@@ -69,6 +77,9 @@ type Gateway struct {
 	engines  *engineclient.Client
 	proxy    *proxy.Proxy
 	stops    []func(context.Context) error // in start order; run in reverse
+	// Keys holds the per-key usage metrics (nil without a Registry).
+	Keys    *metrics.KeyMetrics
+	tracing *tracing.Provider
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -128,8 +139,16 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			return fmt.Errorf("gateway: %w", err)
 		}
 		g.Metrics.Epoch(epoch)
+		if g.Keys, err = metrics.NewKeyMetrics(o.Registry); err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
 	}
 	m := g.Metrics
+
+	// Tracing: off (and free) unless configured or given.
+	if g.tracing, err = g.startTracing(cfg.Gateway.Tracing, o.Tracing); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 
 	// Actor system and actors.
 	g.sys = actorsys.New(o.Logger)
@@ -204,6 +223,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	// HTTP server.
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme}
 	instrument(rdeps, m)
+	rdeps.Tracer = g.tracing.Tracer()
 	if o.RequestHooks != nil {
 		o.RequestHooks(rdeps)
 	}
@@ -213,16 +233,20 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		BodyTimeout: gw.ReadBodyTimeout.Duration,
 		OnDone: func(ex *request.Exchange, out request.Outcome) {
 			observe(m, ex, out)
+			observeKey(g.Keys, ex, out)
 			accessLog(o.Logger, ex, out)
 		},
-		OnReject: func(_ int, code string) { m.Rejected(code) },
+		OnReject:  func(_ int, code string) { m.Rejected(code) },
+		Limits:    limiterOf(gw.APIKeys, o.Now),
+		OnLimited: g.Keys.RateLimited,
 	}
 	httpedge.Register(mux, edge)
 	mux.Handle("/admin/v1/", adminhttp.New(adminhttp.Deps{
 		Root: g.sys.Root, Admin: g.Admin, Router: g.Router, Keyring: keyring, MaxBodyBytes: gw.MaxBodyBytes,
 	}))
+	mux.Handle("GET /openapi.json", openapi.Handler())
 	if o.Gatherer != nil {
-		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})
+		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true})
 		mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			g.refreshGauges()
 			metricsHandler.ServeHTTP(w, r)
@@ -363,6 +387,10 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	}
 	if o.Code != "" {
 		ev.Str("code", o.Code)
+	}
+	logUsage(ev, lg.Usage)
+	if sc := ex.TraceContext(); sc.IsValid() {
+		ev.Str("trace_id", sc.TraceID().String()).Str("span_id", sc.SpanID().String())
 	}
 	ev.Msg("request")
 }
