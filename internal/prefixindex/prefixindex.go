@@ -39,6 +39,10 @@ const (
 	DefaultBytesPerToken = 4.0
 	// DefaultCapacityTokens bounds a worker that reports no KV figures.
 	DefaultCapacityTokens = 65536
+	// MaxCapacityChunks caps any worker's share, whatever KV it reports
+	// (about 8 million tokens of KV at the default chunking; some 44 MiB
+	// of index at BytesPerChunk).
+	MaxCapacityChunks = 1 << 18
 	// defaultBlockTokens is assumed when a worker reports kv_total_blocks
 	// but no kv_block_tokens (the reference engine's and vLLM's default).
 	defaultBlockTokens = 16
@@ -159,17 +163,19 @@ func chain(prev, h uint64) uint64 {
 // Capacity is the number of chunks a worker's KV cache is estimated to
 // hold: kv_total_blocks × kv_block_tokens × bytes per token / chunk bytes
 // (kv_block_tokens 16 when unreported; DefaultCapacityTokens when the
-// worker reports no kv_total_blocks), at least one chunk.
+// worker reports no kv_total_blocks), at least one chunk and at most
+// MaxCapacityChunks.
 func (x *Index) Capacity(w *fleet.Worker) int {
-	tokens := DefaultCapacityTokens
+	tokens := float64(DefaultCapacityTokens)
 	if w.KVTotalBlocks > 0 {
 		bt := w.KVBlockTokens
 		if bt <= 0 {
 			bt = defaultBlockTokens
 		}
-		tokens = w.KVTotalBlocks * bt
+		tokens = float64(w.KVTotalBlocks) * float64(bt)
 	}
-	return max(1, int(float64(tokens)*x.cfg.BytesPerToken)/x.cfg.ChunkBytes)
+	chunks := tokens * x.cfg.BytesPerToken / float64(x.cfg.ChunkBytes)
+	return int(max(1, min(chunks, MaxCapacityChunks)))
 }
 
 // Observe records a worker's new snapshot. A worker that changed model,
@@ -268,9 +274,11 @@ type WorkerStats struct {
 
 // BytesPerChunk estimates the index's memory per (chunk, worker) pair: the
 // LRU node (48 bytes allocated), its place in the entry's node slice (8),
-// and the entry with its map slot, mask and slice headers (about 112),
-// counted whole as if no other worker shared it. It is an upper bound that
-// sharing lowers; TestPrefixIndexBoundedPerWorker measures it.
+// and the entry with its map slot, one mask word and slice headers (about
+// 112), counted whole as if no other worker shared it. Sharing lowers it;
+// a model with more than 64 workers adds 8 bytes of mask per 64 to the
+// entries its higher slots hold. TestPrefixIndexBoundedPerWorker measures
+// it.
 const BytesPerChunk = 48 + 8 + 112
 
 // Stats reports a worker's share; ok is false for an unknown worker.

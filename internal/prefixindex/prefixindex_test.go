@@ -113,6 +113,9 @@ func TestPrefixIndexBoundedPerWorker(t *testing.T) {
 	if got := x.Capacity(&fleet.Worker{KVTotalBlocks: 10}); got != 10 {
 		t.Fatalf("capacity without kv_block_tokens %d chunks, want 10 (16 tokens a block)", got)
 	}
+	if got := x.Capacity(&fleet.Worker{KVTotalBlocks: 1 << 31, KVBlockTokens: 1 << 31}); got != MaxCapacityChunks {
+		t.Fatalf("capacity of an absurd KV report %d chunks, want the cap %d", got, MaxCapacityChunks)
+	}
 	if got := x.Capacity(&fleet.Worker{}); got != DefaultCapacityTokens*4/64 {
 		t.Fatalf("capacity without KV figures %d chunks, want %d", got, DefaultCapacityTokens*4/64)
 	}
