@@ -120,6 +120,11 @@ type Gateway struct {
 	Routes []routes.Route `toml:"routes"`
 	// Engines are engines that do not heartbeat; the gateway probes them.
 	Engines []Engine `toml:"engines"`
+
+	// Ejection is passive health: workers failing in a row are ejected.
+	Ejection Ejection `toml:"ejection"`
+	// Admission is the per-worker concurrency limit and per-model queue.
+	Admission Admission `toml:"admission"`
 }
 
 // APIKey is one client key. Exactly one of Key, KeyEnv and KeySHA256 is set.
@@ -180,6 +185,8 @@ func Default() *Config {
 		ServerIdleTimeout:  D(120 * time.Second),
 		ShutdownTimeout:    D(10 * time.Second),
 		LogFormat:          LogJSON,
+		Ejection:           defaultEjection(),
+		Admission:          defaultAdmission(),
 	}}
 }
 
