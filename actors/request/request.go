@@ -147,6 +147,11 @@ type requestActor struct {
 	finished bool
 	// prefillFailed lists prefill workers whose Prefill failed once.
 	prefillFailed []string
+	// routing: a Route request is outstanding (it may wait in the router's
+	// queue); leaving: its client went away and Leave was sent; unwatch
+	// stops the client watch (overload.go).
+	routing, leaving bool
+	unwatch          func() bool
 }
 
 // Receive is the actor's switch; each case calls one step of the protocol.
@@ -154,7 +159,10 @@ func (a *requestActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.exclude = map[string]bool{}
+		a.watchClient(ctx)
 		a.route(ctx)
+	case *clientLeft:
+		a.onClientLeft(ctx)
 	case *router.RouteResult:
 		a.routed(ctx, m)
 	case *fetched:
@@ -178,11 +186,16 @@ func (a *requestActor) route(ctx actor.Context) {
 	}
 	ctx.Request(a.d.Router, &router.Route{Request: router.Request{
 		Model: a.ex.Req.Model, RequestID: a.ex.RequestID, PrefixKey: a.ex.Req.PrefixKey,
-		Stream: a.ex.Req.Stream, Step: a.step, Exclude: a.exclude,
+		Stream: a.ex.Req.Stream, Step: a.step, Exclude: a.exclude, Key: a.ex.KeyName,
 	}})
+	a.routing = true
 }
 
 func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
+	a.routing = false
+	if a.admissionAnswer(ctx, m) {
+		return
+	}
 	if m.Err != nil {
 		switch {
 		case errors.Is(m.Err, router.ErrModelNotFound):
@@ -271,11 +284,12 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 		}()
 		return
 	}
-	debug, worker, step := ex.Debug, a.target.Worker.ID, a.target.CascadeStep
+	debug, worker, step, rt := ex.Debug, a.target.Worker.ID, a.target.CascadeStep, a.d.Router
 	go func() {
 		defer ex.wg.Done()
 		res := p.Stream(actx, att, ex.W, func(status int, uh http.Header) {
 			ex.committed.Store(true)
+			reportAnswer(root.Send, rt, worker, status)
 			responseHeaders(ex.W.Header(), ex.RequestID, debug, worker, step)
 		})
 		root.Send(self, &streamed{res: res})
@@ -289,6 +303,7 @@ func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 		return
 	}
 	resp := m.resp
+	reportAnswer(ctx.Send, a.d.Router, a.target.Worker.ID, resp.Status)
 	if a.target.CascadeStep < a.target.CascadeSteps-1 && resp.Status == http.StatusOK {
 		accepted := a.judge(resp.Body)
 		if a.d.OnCascade != nil {
@@ -367,6 +382,7 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 		a.d.OnFailover(a.ex, a.target, reason)
 	}
 	a.exclude[ExcludeAfter(a.target, phase, a.prefillFailed)] = true
+	a.reportFailure(ctx, ExcludeAfter(a.target, phase, a.prefillFailed), reason)
 	if phase == PhasePrefill {
 		a.prefillFailed = append(a.prefillFailed, a.target.Prefill.ID)
 	}
@@ -417,6 +433,7 @@ func (a *requestActor) finish(ctx actor.Context, o Outcome) {
 		return
 	}
 	a.finished = true
+	a.stopWatching()
 	a.releaseHeld(ctx)
 	a.endAttempt(ctx)
 	if o.Header == nil {
@@ -446,6 +463,10 @@ func (a *requestActor) cleanup(ctx actor.Context) {
 		return
 	}
 	a.finished = true
+	a.stopWatching()
+	if a.routing {
+		ctx.Send(a.d.Router, &router.Leave{PID: ctx.Self()})
+	}
 	a.releaseHeld(ctx)
 	a.endAttempt(ctx)
 	a.log.Committed = a.ex.Committed()
