@@ -42,8 +42,10 @@ type learned struct {
 }
 
 // observe learns from a worker's report: an engine that reports a queue is
-// running as many sequences as it can.
+// running as many sequences as it can. A new process (renewed) starts with
+// a clean health record.
 func (s *State) observe(w *fleet.Worker) {
+	s.renewed(w)
 	if s.learned == nil {
 		s.learned = map[string]learned{}
 	}

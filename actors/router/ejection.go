@@ -35,6 +35,20 @@ type health struct {
 	times  int       // ejections so far (the multiplier)
 	until  time.Time // end of the current or last ejection
 	reason string    // the failure that caused the last ejection
+	// The incarnation the record is about: a worker that comes back at
+	// another address or with another start time is a new process, and
+	// starts with a clean record.
+	addr    string
+	started time.Time
+}
+
+// renewed forgets the record of a worker whose report shows a new process
+// (another HTTP address or start time); other reports leave it alone, so
+// no heartbeat or probe ends an ejection early.
+func (s *State) renewed(w *fleet.Worker) {
+	if h := s.health[w.ID]; h != nil && (h.addr != w.HTTPAddress || !h.started.Equal(w.StartedAt)) {
+		delete(s.health, w.ID)
+	}
 }
 
 // Ejection is what AttemptFailed did.
@@ -76,7 +90,7 @@ func (s *State) AttemptFailed(id, reason string, now time.Time) Ejection {
 	}
 	h := s.health[id]
 	if h == nil {
-		h = &health{}
+		h = &health{addr: w.HTTPAddress, started: w.StartedAt}
 		s.health[id] = h
 	}
 	if now.Before(h.until) {

@@ -132,3 +132,21 @@ func TestEjectionFailuresWhileEjectedIgnored(t *testing.T) {
 		t.Fatalf("after a quiet spell: %+v, want one base", e)
 	}
 }
+
+func TestEjectionForgottenForNewProcess(t *testing.T) {
+	s := ejectState(t, testEjection, "a", "b")
+	s.AttemptFailed("a", "refused", now)
+	moved := w("a", "m", fleet.RoleUnified, 0, 0)
+	moved.HTTPAddress = "127.0.0.1:2"
+	s.SetWorker(moved)
+	if s.ejected("a", now) {
+		t.Fatal("a restarted at a new address is still ejected")
+	}
+	s.AttemptFailed("a", "refused", now)
+	restarted := moved
+	restarted.StartedAt = now
+	s.SetWorker(restarted)
+	if s.ejected("a", now) {
+		t.Fatal("a with a new start time is still ejected")
+	}
+}

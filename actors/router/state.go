@@ -125,7 +125,7 @@ func (s *State) SetWorker(w fleet.Worker) {
 	}
 	cp := w
 	s.workers[w.ID] = &cp
-	s.observe(&cp)
+	s.observe(&cp) // admission.go, ejection.go
 	p := s.pool(poolKey{w.Model, w.Role})
 	i := sort.SearchStrings(p.ids, w.ID)
 	if i == len(p.ids) || p.ids[i] != w.ID {
