@@ -377,3 +377,50 @@ func TestQueueClientGone(t *testing.T) {
 	}
 	c.drillWaitIdle()
 }
+
+// TestAdmissionLimitFromEngine: with no limit configured, a worker's limit
+// is learned from its reports: an engine running 2 sequences at most that
+// reports a queue gets the limit 2 + 1, and then holds at most one request
+// in its queue.
+func TestAdmissionLimitFromEngine(t *testing.T) {
+	c := newCluster(t, "", nil, enginesim.Config{ID: "e", Model: "m", MaxRunning: 2, DecodePerToken: 10 * time.Millisecond})
+	e := c.engines["e"]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	maxWaiting := 0
+	var mu sync.Mutex
+	for i := range 8 {
+		wg.Go(func() {
+			for seq := 0; ; seq++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c.drillSend(ctx, "/v1/completions", "", fmt.Sprintf("l%d-%d", i, seq), drillBody("m", 10, false))
+			}
+		})
+	}
+	eventually(t, 10*time.Second, func() bool {
+		v, ok := c.drillWorker("e")
+		return ok && v.ConcurrencyLimit == 3
+	}, "the limit learned from the engine's queue")
+	// Once the requests sent before the limit drained, the engine holds at
+	// most limit − running = 1 waiting.
+	eventually(t, 10*time.Second, func() bool { return c.drillInFlight()["e"] <= 3 }, "in flight on e down to the limit")
+	eventually(t, 10*time.Second, func() bool { return e.Stats().Waiting <= 1 }, "the engine's queue down to one")
+	for range 50 {
+		mu.Lock()
+		maxWaiting = max(maxWaiting, e.Stats().Waiting)
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if maxWaiting > 1 {
+		t.Fatalf("the engine queued %d requests under a learned limit of 3 (2 running)", maxWaiting)
+	}
+	c.drillWaitIdle()
+}

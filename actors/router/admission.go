@@ -37,13 +37,16 @@ type AdmissionConfig struct {
 
 // learned is a worker's batch capacity as its reports show it.
 type learned struct {
-	running int       // most sequences running in a report with a queue
+	running int       // the capacity the reports show (0: not known yet)
 	started time.Time // the engine's start, to forget it on a restart
 }
 
-// observe learns from a worker's report: an engine that reports a queue is
-// running as many sequences as it can. A new process (renewed) starts with
-// a clean health record.
+// observe learns from a worker's report. An engine that reports a queue
+// runs as many sequences as it can now: that is its capacity (it may fall,
+// when KV blocks run short). One that runs at least that many without a
+// queue can run more: its capacity rises to what it runs. A new process
+// (another start time) is learned afresh, and starts with a clean health
+// record (renewed).
 func (s *State) observe(w *fleet.Worker) {
 	s.renewed(w)
 	if s.learned == nil {
@@ -53,13 +56,18 @@ func (s *State) observe(w *fleet.Worker) {
 	if !l.started.Equal(w.StartedAt) {
 		l = learned{started: w.StartedAt}
 	}
-	if w.QueueDepth > 0 && w.Running > l.running {
+	switch {
+	case w.QueueDepth > 0:
+		l.running = max(w.Running, 1)
+	case l.running > 0 && w.Running >= l.running:
 		l.running = w.Running
 	}
 	s.learned[w.ID] = l
 }
 
-// Limit is worker w's concurrency limit (0: none).
+// Limit is worker w's concurrency limit (0: none). Derived from the
+// reports it is the learned capacity plus one, so the engine keeps one
+// request ready and a capacity that has grown shows in its next report.
 func (s *State) Limit(w *fleet.Worker) int {
 	a := s.cfg.Admission
 	if !a.Enabled {
@@ -74,7 +82,10 @@ func (s *State) Limit(w *fleet.Worker) int {
 	if a.Worker > 0 {
 		return a.Worker
 	}
-	return s.learned[w.ID].running
+	if n := s.learned[w.ID].running; n > 0 {
+		return n + 1
+	}
+	return 0
 }
 
 // held reports whether a pick must pass over w (whose gateway in-flight

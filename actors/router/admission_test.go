@@ -139,14 +139,20 @@ func TestLimitRules(t *testing.T) {
 	if got := s.Limit(s.workers["x"]); got != 0 {
 		t.Fatalf("no queue reported yet: limit %d, want none", got)
 	}
-	x.QueueDepth, x.Running = 3, 6
-	s.SetWorker(x)
-	x.QueueDepth, x.Running = 0, 2
-	s.SetWorker(x)
-	if got := s.Limit(s.workers["x"]); got != 6 {
-		t.Fatalf("learned limit %d, want 6 (running while queueing)", got)
+	steps := []struct{ queue, running, want int }{
+		{3, 6, 7}, // queueing at 6: capacity 6, one more allowed
+		{0, 2, 7}, // less load: nothing learned
+		{0, 7, 8}, // ran 7 without a queue: capacity 7
+		{2, 4, 5}, // queueing at 4 now (KV short): capacity 4
 	}
-	x.StartedAt = now.Add(time.Minute) // restarted: forgotten
+	for _, st := range steps {
+		x.QueueDepth, x.Running = st.queue, st.running
+		s.SetWorker(x)
+		if got := s.Limit(s.workers["x"]); got != st.want {
+			t.Fatalf("after queue %d running %d: limit %d, want %d", st.queue, st.running, got, st.want)
+		}
+	}
+	x.StartedAt, x.QueueDepth = now.Add(time.Minute), 0 // restarted: forgotten
 	s.SetWorker(x)
 	if got := s.Limit(s.workers["x"]); got != 0 {
 		t.Fatalf("after a restart: %d", got)
