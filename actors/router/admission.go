@@ -63,13 +63,19 @@ func (s *State) observe(w *fleet.Worker) {
 		l.running = w.Running
 	}
 	s.learned[w.ID] = l
+	c := s.counter(w.ID)
+	c.limit = s.Limit(w)
+	c.until = time.Time{}
+	if h := s.health[w.ID]; h != nil {
+		c.until = h.until
+	}
 }
 
 // Limit is worker w's concurrency limit (0: none). Derived from the
 // reports it is the learned capacity plus one, so the engine keeps one
 // request ready and a capacity that has grown shows in its next report.
 func (s *State) Limit(w *fleet.Worker) int {
-	a := s.cfg.Admission
+	a := &s.cfg.Admission
 	if !a.Enabled {
 		return 0
 	}
@@ -88,15 +94,15 @@ func (s *State) Limit(w *fleet.Worker) int {
 	return 0
 }
 
-// held reports whether a pick must pass over w (whose gateway in-flight
-// count is n): it is ejected, or at its limit. The latter marks the pick
-// as saturated, so a request that finds no worker waits instead of being
+// held reports whether a pick must pass over the worker whose counter is
+// c: it is ejected, or at its limit. The latter marks the pick as
+// saturated, so a request that finds no worker waits instead of being
 // refused.
-func (s *State) held(w *fleet.Worker, n int, now time.Time) bool {
-	if len(s.health) > 0 && s.ejected(w.ID, now) {
+func (s *State) held(c *counter, now time.Time) bool {
+	if now.Before(c.until) {
 		return true
 	}
-	if lim := s.Limit(w); lim > 0 && n >= lim {
+	if c.limit > 0 && c.n >= c.limit {
 		s.full = true
 		return true
 	}

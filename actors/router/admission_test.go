@@ -59,8 +59,10 @@ func TestFairQueueRemove(t *testing.T) {
 
 func admitState(t *testing.T, limit, size int) *State {
 	t.Helper()
-	s := state(t, policy.NameLeastOutstanding, nil, w("a", "m", fleet.RoleUnified, 0, 0), w("b", "m", fleet.RoleUnified, 0, 0))
-	s.cfg.Admission = AdmissionConfig{Enabled: true, Worker: limit, QueueSize: size, QueueTimeout: 30 * time.Second}
+	s := state(t, policy.NameLeastOutstanding, nil)
+	s.cfg.Admission = AdmissionConfig{Enabled: limit > 0, Worker: limit, QueueSize: size, QueueTimeout: 30 * time.Second}
+	s.SetWorker(w("a", "m", fleet.RoleUnified, 0, 0))
+	s.SetWorker(w("b", "m", fleet.RoleUnified, 0, 0))
 	return s
 }
 
@@ -124,7 +126,9 @@ func TestAdmitExpiresAndUnknownModel(t *testing.T) {
 		t.Fatalf("unknown model: %+v", ad)
 	}
 	// Admission off: no limits, no queue.
-	s.cfg.Admission.Enabled = false
+	s = admitState(t, 0, 4)
+	s.Admit(&Request{Model: "m"}, "k", nil, now)
+	s.Admit(&Request{Model: "m"}, "k", nil, now)
 	if ad := s.Admit(&Request{Model: "m"}, "k", nil, now); ad.Err != nil || ad.Queued != nil {
 		t.Fatalf("admission off: %+v", ad)
 	}

@@ -118,6 +118,7 @@ func (s *State) AttemptFailed(id, reason string, now time.Time) Ejection {
 	h.fails = 0
 	h.reason = reason
 	h.until = now.Add(EjectionTime(ec, h.times))
+	s.counter(id).until = h.until
 	out.Ejected, out.Until = true, h.until
 	s.pruneHealth(now)
 	return out

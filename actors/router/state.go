@@ -190,7 +190,13 @@ func (s *State) pool(k poolKey) *pool {
 
 // counter is one worker's in-flight count, shared by the pools that list
 // the worker so a pick reads it without a map lookup.
-type counter struct{ n int }
+type counter struct {
+	n int
+	// limit and until are the worker's admission limit (0: none) and the
+	// end of its ejection, copied here so a pick reads no map (admission.go).
+	limit int
+	until time.Time
+}
 
 func (s *State) counter(id string) *counter {
 	c := s.inflight[id]
@@ -333,7 +339,7 @@ func (s *State) candidates(model string, role fleet.Role, req *Request, now time
 		return nil, false
 	}
 	for i, w := range p.ws {
-		if !w.Routable(now) || len(req.Exclude) > 0 && req.Exclude[w.ID] || keep != nil && !keep(w) || s.held(w, p.ns[i].n, now) {
+		if !w.Routable(now) || len(req.Exclude) > 0 && req.Exclude[w.ID] || keep != nil && !keep(w) || s.held(p.ns[i], now) {
 			continue
 		}
 		s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: p.ns[i].n + w.QueueDepth, Weight: w.KVTotalBlocks})
