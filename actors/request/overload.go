@@ -75,10 +75,20 @@ func (a *requestActor) admissionAnswer(ctx actor.Context, m *router.RouteResult)
 // its first byte, when the failure is the engine's (refused, reset,
 // timeout, 503, an early close, another transport error).
 func (a *requestActor) reportFailure(ctx actor.Context, worker, reason string) {
+	if a.reported == a.attempts {
+		return // the answer was already reported (a 5xx failed over)
+	}
+	a.reported = a.attempts
 	switch proxy.Failure(reason) {
 	case proxy.FailRefused, proxy.FailReset, proxy.FailTimeout, proxy.FailStatus503, proxy.FailEOF, proxy.FailTransport:
 		ctx.Send(a.d.Router, &router.AttemptFailed{WorkerID: worker, Reason: reason})
 	}
+}
+
+// reportFetched reports a non-streamed attempt's answer (once per attempt).
+func (a *requestActor) reportFetched(ctx actor.Context, status int) {
+	a.reported = a.attempts
+	reportAnswer(ctx.Send, a.d.Router, a.target.Worker.ID, status)
 }
 
 // reportAnswer tells the router how an attempt on worker that got an

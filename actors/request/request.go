@@ -158,6 +158,7 @@ type requestActor struct {
 	// stops the client watch (overload.go).
 	routing, leaving bool
 	unwatch          func() bool
+	reported         int // the attempt whose outcome the router was told
 }
 
 // Receive is the actor's switch; each case calls one step of the protocol.
@@ -313,7 +314,7 @@ func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 		return
 	}
 	resp := m.resp
-	reportAnswer(ctx.Send, a.d.Router, a.target.Worker.ID, resp.Status)
+	a.reportFetched(ctx, resp.Status)
 	a.countFetched(resp)
 	if a.target.CascadeStep < a.target.CascadeSteps-1 && resp.Status == http.StatusOK {
 		accepted := a.judge(resp.Body)
