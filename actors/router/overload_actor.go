@@ -28,6 +28,10 @@ type Leave struct{ PID *actor.PID }
 // queueDeadline is a waiter's deadline timer.
 type queueDeadline struct{ seq uint64 }
 
+// ejectionEnded is the timer of an ejection's end: the worker's capacity
+// is back, so waiters may be served.
+type ejectionEnded struct{}
+
 // Queue outcomes reported to Observer.OnQueueLeft, and overload reasons
 // to OnOverloaded.
 const (
@@ -109,10 +113,15 @@ func (a *routerActor) answerOverloaded(ctx actor.Context, w *Waiter, reason stri
 	ctx.Send(w.From, &RouteResult{Err: ErrOverloaded, Waited: now.Sub(w.Enqueued), RetryAfter: a.st.RetryAfter(w.Queue, now)})
 }
 
-func (a *routerActor) attemptFailed(m *AttemptFailed) {
-	e := a.st.AttemptFailed(m.WorkerID, m.Reason, time.Now())
-	if e.Ejected && a.st.cfg.Observe.OnEject != nil {
-		a.st.cfg.Observe.OnEject(m.WorkerID, e.Model, e.Reason, e.Until)
+func (a *routerActor) attemptFailed(ctx actor.Context, m *AttemptFailed) {
+	now := time.Now()
+	e := a.st.AttemptFailed(m.WorkerID, m.Reason, now)
+	if !e.Ejected {
+		return
+	}
+	a.timers.SendOnce(e.Until.Sub(now), ctx.Self(), &ejectionEnded{})
+	if f := a.st.cfg.Observe.OnEject; f != nil {
+		f(m.WorkerID, e.Model, e.Reason, e.Until)
 	}
 }
 

@@ -99,7 +99,9 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		st.Release(m.WorkerID)
 		a.dispatch(ctx)
 	case *AttemptFailed:
-		a.attemptFailed(m)
+		a.attemptFailed(ctx, m)
+	case *ejectionEnded:
+		a.dispatch(ctx)
 	case *AttemptSucceeded:
 		st.AttemptSucceeded(m.WorkerID)
 	case *Leave:
