@@ -114,3 +114,31 @@ func TestQueueDeadline(t *testing.T) {
 		}
 	})
 }
+
+// TestQueueServedWhenEjectionEnds: a request waiting because one worker is
+// ejected and the other at its limit is served the moment the ejection
+// ends, with no release or heartbeat to wake the queue.
+func TestQueueServedWhenEjectionEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := router.Config{Policy: policy.NameLeastOutstanding,
+			Ejection:  router.EjectionConfig{Failures: 3, Refused: 1, Base: 4 * time.Second, Max: time.Minute, MaxPercent: 50},
+			Admission: router.AdmissionConfig{Enabled: true, Worker: 1, QueueSize: 8, QueueTimeout: 30 * time.Second}}
+		e := newEnv(t, cfg, nil)
+		e.beat(unified("a", "m", 0))
+		e.beat(unified("b", "m", 0))
+		start := time.Now()
+		e.sys.Root.Send(e.router, &router.AttemptFailed{WorkerID: "a", Reason: "refused"})
+		if got := e.mustRoute(router.Request{Model: "m", RequestID: "1"}).Worker.ID; got != "b" {
+			t.Fatalf("first request went to %s, want b (a is ejected)", got)
+		}
+		waiting := e.sys.Root.RequestFuture(e.router, &router.Route{Request: router.Request{Model: "m", RequestID: "2"}}, time.Hour)
+		res, err := waiting.Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := res.(*router.RouteResult)
+		if r.Err != nil || r.Target.Worker.ID != "a" || time.Since(start) != 4*time.Second {
+			t.Fatalf("waiter: %+v after %v, want a after 4 s", r, time.Since(start))
+		}
+	})
+}
