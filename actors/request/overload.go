@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -73,14 +74,15 @@ func (a *requestActor) admissionAnswer(ctx actor.Context, m *router.RouteResult)
 
 // reportFailure tells the router that an attempt on worker failed before
 // its first byte, when the failure is the engine's (refused, reset,
-// timeout, 503, an early close, another transport error).
+// timeout, a 5xx answer, an early close, another transport error).
 func (a *requestActor) reportFailure(ctx actor.Context, worker, reason string) {
 	if a.reported == a.attempts {
 		return // the answer was already reported (a 5xx failed over)
 	}
 	a.reported = a.attempts
-	switch proxy.Failure(reason) {
-	case proxy.FailRefused, proxy.FailReset, proxy.FailTimeout, proxy.FailStatus503, proxy.FailEOF, proxy.FailTransport:
+	switch f := proxy.Failure(reason); {
+	case f == proxy.FailRefused, f == proxy.FailReset, f == proxy.FailTimeout, f == proxy.FailEOF, f == proxy.FailTransport,
+		strings.HasPrefix(reason, "status_"): // status_503, and any other 5xx the proxy fails over
 		ctx.Send(a.d.Router, &router.AttemptFailed{WorkerID: worker, Reason: reason})
 	}
 }
