@@ -80,11 +80,22 @@ func (a *requestActor) reportFailure(ctx actor.Context, worker, reason string) {
 		return // the answer was already reported (a 5xx failed over)
 	}
 	a.reported = a.attempts
-	switch f := proxy.Failure(reason); {
-	case f == proxy.FailRefused, f == proxy.FailReset, f == proxy.FailTimeout, f == proxy.FailEOF, f == proxy.FailTransport,
-		strings.HasPrefix(reason, "status_"): // status_503, and any other 5xx the proxy fails over
+	if CountsForEjection(reason) {
 		ctx.Send(a.d.Router, &router.AttemptFailed{WorkerID: worker, Reason: reason})
 	}
+}
+
+// CountsForEjection reports whether an attempt failure (a proxy.Failure)
+// is the engine's fault and counts towards its ejection: refused, reset,
+// timeout, an early close, another transport error, or a status_ failure
+// (503 and any other 5xx the proxy fails over). The client leaving, an
+// answer too large and a request that could not be built do not.
+func CountsForEjection(reason string) bool {
+	switch f := proxy.Failure(reason); {
+	case f == proxy.FailRefused, f == proxy.FailReset, f == proxy.FailTimeout, f == proxy.FailEOF, f == proxy.FailTransport:
+		return true
+	}
+	return strings.HasPrefix(reason, "status_")
 }
 
 // reportFetched reports a non-streamed attempt's answer (once per attempt).
