@@ -19,7 +19,7 @@ import (
 // the first 100 requests that start after the kill there is at most one
 // failed attempt in total on it, and every one of them is served.
 func TestDrillKillEjectsDeadEngine(t *testing.T) {
-	const tokens, perToken = 20, 2 * time.Millisecond
+	const tokens, perToken = 20, 2 * time.Millisecond // about 40 ms a request
 	var mu sync.Mutex
 	failedOn := map[string][]string{} // request id → workers whose attempt failed
 	c := newClusterDeps(t, "", []clusterOpt{keys(), drillGateway(func(g *config.Gateway) {
@@ -38,8 +38,13 @@ func TestDrillKillEjectsDeadEngine(t *testing.T) {
 		enginesim.Config{ID: "u3", Model: "m", DecodePerToken: perToken},
 	)
 	u1 := c.engines["u1"]
-	l := c.drillStartLoad(6, "/v1/completions", 10*time.Second, func(int, int) any { return drillBody("m", tokens, false) })
-	eventually(t, 10*time.Second, func() bool { return u1.Stats().Completed >= 5 }, "u1 serving the load")
+	// Requests of varied lengths (10 to 29 tokens), so that clients do not
+	// fall into step.
+	l := c.drillStartLoad(6, "/v1/completions", 10*time.Second, func(client, seq int) any {
+		return drillBody("m", tokens+(7*client+3*seq)%20-10, false)
+	})
+	// Kill u1 while it serves: requests in flight on it.
+	eventually(t, 10*time.Second, func() bool { return u1.Stats().Completed >= 5 && c.drillInFlight()["u1"] >= 2 }, "u1 serving the load")
 	killed := time.Now()
 	u1.Kill()
 	after := func(o drillOutcome) bool { return o.start.After(killed) }
