@@ -31,6 +31,11 @@ type Config struct {
 	// PrefixIndex sets its index's chunking.
 	CacheAware  policy.CacheAwareConfig
 	PrefixIndex prefixindex.Config
+	// Ejection and Admission are passive health and admission control
+	// (ejection.go, admission.go); Observe receives their events.
+	Ejection  EjectionConfig
+	Admission AdmissionConfig
+	Observe   Observer
 }
 
 // Request is what routing needs to know of a client request.
@@ -48,6 +53,8 @@ type Request struct {
 	// Prompt is the whole rendered prompt (openai.Request.Prompt), which
 	// the cache_aware policy looks up in its prefix index.
 	Prompt string
+	// Key is the API key's name: the queue's fair shares are per key.
+	Key string
 }
 
 // Target is the router's answer: where an attempt goes.
@@ -104,6 +111,15 @@ type State struct {
 	members  []*fleet.Worker    // scratch, parallel to cands
 	ctrs     []*counter         // scratch, parallel to cands
 	prefix   *cacheState        // the cache_aware policy's index; nil for others
+
+	// Passive health and admission control (ejection.go, admission.go).
+	health  map[string]*health
+	learned map[string]learned
+	queues  map[string]*fairQueue
+	waiters map[uint64]*Waiter
+	byFrom  map[string]uint64
+	seq     uint64
+	full    bool // the last pick passed over a worker at its limit
 }
 
 // NewState returns a router state with the given table and epoch.
@@ -128,6 +144,7 @@ func (s *State) SetWorker(w fleet.Worker) {
 	}
 	cp := w
 	s.workers[w.ID] = &cp
+	s.observe(&cp) // admission.go, ejection.go
 	p := s.pool(poolKey{w.Model, w.Role})
 	i := sort.SearchStrings(p.ids, w.ID)
 	if i == len(p.ids) || p.ids[i] != w.ID {
@@ -147,6 +164,7 @@ func (s *State) RemoveWorker(id string) {
 	if w, ok := s.workers[id]; ok {
 		s.leavePool(w)
 		delete(s.workers, id)
+		delete(s.learned, id)
 	}
 	s.forgetWorker(id)
 	if c := s.inflight[id]; c != nil && c.n <= 0 {
@@ -197,6 +215,10 @@ type counter struct {
 	n           int
 	atHeartbeat int // n when the worker's last heartbeat arrived
 	slot        int // the worker's prefix index slot (cache_aware)
+	// limit and until are the worker's admission limit (0: none) and the
+	// end of its ejection, copied here so a pick reads no map (admission.go).
+	limit int
+	until time.Time
 }
 
 func (s *State) counter(id string) *counter {
@@ -340,7 +362,7 @@ func (s *State) candidates(model string, role fleet.Role, req *Request, now time
 		return nil, false
 	}
 	for i, w := range p.ws {
-		if !w.Routable(now) || len(req.Exclude) > 0 && req.Exclude[w.ID] || keep != nil && !keep(w) {
+		if !w.Routable(now) || len(req.Exclude) > 0 && req.Exclude[w.ID] || keep != nil && !keep(w) || s.held(p.ns[i], now) {
 			continue
 		}
 		s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: p.ns[i].n + w.QueueDepth, Weight: w.KVTotalBlocks})
@@ -418,13 +440,18 @@ type WorkerView struct {
 	// PrefixIndexChunks is the worker's share of the cache_aware prefix
 	// index, in chunks (0 under other policies).
 	PrefixIndexChunks int `json:"prefix_index_chunks"`
+	// Ejection and admission (ejection.go, admission.go).
+	EjectedUntil     time.Time `json:"ejected_until,omitzero"`
+	EjectionReason   string    `json:"ejection_reason,omitempty"`
+	Ejections        int       `json:"ejections"`
+	ConcurrencyLimit int       `json:"concurrency_limit"`
 }
 
 // Workers lists every known worker at now, sorted by id.
 func (s *State) Workers(now time.Time) []WorkerView {
 	out := make([]WorkerView, 0, len(s.workers))
 	for _, w := range s.workers {
-		out = append(out, WorkerView{Worker: *w, InFlight: s.InFlight(w.ID), Routable: w.Routable(now), PrefixIndexChunks: s.indexChunks(w.ID)})
+		out = append(out, s.overloadView(WorkerView{Worker: *w, InFlight: s.InFlight(w.ID), Routable: w.Routable(now), PrefixIndexChunks: s.indexChunks(w.ID)}, now))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

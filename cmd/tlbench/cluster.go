@@ -28,6 +28,8 @@ type gatewayConfig struct {
 	idleTimeout time.Duration
 	// cacheLoadWeight, when set, replaces cache_aware_load_weight.
 	cacheLoadWeight float64
+	// tune, when set, adjusts the rest of the gateway's configuration.
+	tune func(g *config.Gateway)
 }
 
 // cluster is a set of in-process engines, with a gateway they heartbeat to
@@ -68,6 +70,9 @@ func startCluster(ctx context.Context, gc *gatewayConfig, engines []enginesim.Co
 			return nil, fmt.Errorf("state dir: %w", err)
 		}
 		c.stateDir, g.StateDir = dir, dir
+		if gc.tune != nil {
+			gc.tune(g)
+		}
 		if err := cfg.Validate(); err != nil {
 			c.close()
 			return nil, fmt.Errorf("gateway config: %w", err)

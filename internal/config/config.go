@@ -136,6 +136,11 @@ type Gateway struct {
 	// (> 0, <= 64).
 	CacheAwareChunkBytes    int     `toml:"cache_aware_chunk_bytes"`
 	CacheAwareBytesPerToken float64 `toml:"cache_aware_bytes_per_token"`
+
+	// Ejection is passive health: workers failing in a row are ejected.
+	Ejection Ejection `toml:"ejection"`
+	// Admission is the per-worker concurrency limit and per-model queue.
+	Admission Admission `toml:"admission"`
 	// Tracing is the [gateway.tracing] table: OpenTelemetry traces over
 	// OTLP, off unless an endpoint is set.
 	Tracing Tracing `toml:"tracing"`
@@ -236,6 +241,8 @@ func Default() *Config {
 		CacheAwareBalanceRel:    1.5,
 		CacheAwareChunkBytes:    128,
 		CacheAwareBytesPerToken: 4,
+		Ejection:                defaultEjection(),
+		Admission:               defaultAdmission(),
 		Tracing:                 Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "tlgate"},
 	}}
 }
