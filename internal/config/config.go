@@ -236,7 +236,7 @@ func Default() *Config {
 		LogFormat:          LogJSON,
 
 		CacheAwarePrefillWeight: 1,
-		CacheAwareLoadWeight:    96,
+		CacheAwareLoadWeight:    64,
 		CacheAwareBalanceAbs:    64,
 		CacheAwareBalanceRel:    1.5,
 		CacheAwareChunkBytes:    128,

@@ -52,7 +52,7 @@ func TestConfig(t *testing.T) {
 			IdleTimeout: D(60 * time.Second), ReadHeaderTimeout: D(10 * time.Second), ReadBodyTimeout: D(30 * time.Second),
 			ServerIdleTimeout: D(120 * time.Second), ShutdownTimeout: D(10 * time.Second),
 			LogFormat:               "json",
-			CacheAwarePrefillWeight: 1, CacheAwareLoadWeight: 96, CacheAwareBalanceAbs: 64, CacheAwareBalanceRel: 1.5,
+			CacheAwarePrefillWeight: 1, CacheAwareLoadWeight: 64, CacheAwareBalanceAbs: 64, CacheAwareBalanceRel: 1.5,
 			CacheAwareChunkBytes: 128, CacheAwareBytesPerToken: 4,
 			Ejection: Ejection{ConsecutiveFailures: 3, ConsecutiveRefused: 1, BaseTime: D(10 * time.Second), MaxTime: D(5 * time.Minute), MaxPercent: 50},
 			Admission: Admission{Enabled: true, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{},

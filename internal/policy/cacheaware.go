@@ -23,11 +23,11 @@ const (
 	// tokens to prefill: a cached prefix of more than this many tokens is
 	// worth one more request queued on the worker holding it. On the
 	// reference engines of tlbench a queued request waits about 12 ms per
-	// request ahead, the prefill of about 220 estimated tokens; 96 leans
+	// request ahead, the prefill of about 220 estimated tokens; 64 leans
 	// towards the cache, whose gains (shorter prefills, fewer copies of a
 	// prefix, more room in KV) outlast the request, and measured better
-	// there than 128, 192 and 256 (docs/BENCHMARKS.md).
-	DefaultLoadWeight = 96.0
+	// there than 96, 128, 192 and 256 (docs/BENCHMARKS.md).
+	DefaultLoadWeight = 64.0
 	// DefaultBalanceAbs and DefaultBalanceRel are the balance guard's
 	// thresholds, SGLang's: the cheapest worker is passed over for the least
 	// loaded one when its load exceeds the least by more than 64 slots and

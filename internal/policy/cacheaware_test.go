@@ -19,13 +19,13 @@ func TestCacheAwarePrefersCachedWorker(t *testing.T) {
 		wantReason string
 	}{
 		{"cached worker, equal loads", []int{2, 2, 2}, []int{1000, 100, 1000}, "b", ReasonCache},
-		// 900 cached tokens are worth 900/96 ≈ 9.4 slots.
-		{"cached worker, a few more requests", []int{0, 9, 0}, []int{1000, 100, 1000}, "b", ReasonCache},
-		{"cached worker, too many more requests", []int{0, 10, 1}, []int{1000, 100, 1000}, "a", ReasonLoad},
+		// 900 cached tokens are worth 900/64 ≈ 14 slots.
+		{"cached worker, a few more requests", []int{0, 13, 0}, []int{1000, 100, 1000}, "b", ReasonCache},
+		{"cached worker, too many more requests", []int{0, 15, 1}, []int{1000, 100, 1000}, "a", ReasonLoad},
 		{"longer prefix wins", []int{3, 3, 3}, []int{600, 100, 300}, "b", ReasonCache},
 		{"nothing cached: least loaded", []int{3, 1, 2}, []int{1000, 1000, 1000}, "b", ReasonLoad},
 		{"nothing cached, tie: smallest id", []int{1, 1, 1}, []int{1000, 1000, 1000}, "a", ReasonLoad},
-		{"equal cost: lower load", []int{1, 0}, []int{904, 1000}, "b", ReasonLoad},
+		{"equal cost: lower load", []int{1, 0}, []int{936, 1000}, "b", ReasonLoad},
 		{"same prefix everywhere: least loaded", []int{4, 2, 3}, []int{100, 100, 100}, "b", ReasonLoad},
 		{"one candidate", []int{50}, []int{1000}, "a", ReasonLoad},
 	}
