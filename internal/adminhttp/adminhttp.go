@@ -40,6 +40,7 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeInternal         = "internal_error"
 	CodeUnavailable      = "unavailable"
+	CodeEpochExhausted   = "epoch_exhausted"
 )
 
 // Defaults for zero Deps fields.
@@ -263,6 +264,8 @@ func (h *handler) putRoutes(w http.ResponseWriter, r *http.Request) {
 			param = &p
 		}
 		openai.WriteError(w, http.StatusBadRequest, openai.CodeInvalidRoutes, err.Error(), param)
+	case errors.Is(err, admin.ErrEpochExhausted):
+		openai.WriteError(w, http.StatusConflict, CodeEpochExhausted, err.Error(), nil)
 	default:
 		openai.WriteError(w, http.StatusInternalServerError, CodeInternal, err.Error(), nil)
 	}
