@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/tlgate/tlgate/internal/openai"
 )
@@ -159,8 +158,8 @@ func (k *Keyring) Authenticate(r *http.Request) (Key, error) {
 	if h == "" {
 		return Key{}, ErrMissingKey
 	}
-	scheme, token, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" || strings.ContainsAny(token, " \t") {
+	token, ok := BearerToken(h)
+	if !ok {
 		return Key{}, ErrInvalidKey
 	}
 	digest := sha256.Sum256([]byte(token))

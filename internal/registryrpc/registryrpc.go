@@ -9,7 +9,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -22,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tlgate/tlgate/actors/registry"
+	"github.com/tlgate/tlgate/internal/auth"
 	"github.com/tlgate/tlgate/internal/fleet"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
@@ -42,7 +42,8 @@ type Server struct {
 // Options configure the edge.
 type Options struct {
 	// Token, when not empty, must be presented by engines as gRPC metadata
-	// "authorization: Bearer <token>".
+	// "authorization: Bearer <token>" (the scheme in any case, as on the
+	// HTTP edge: auth.BearerToken).
 	Token string
 	// Timeout bounds the wait for the registry's answer (default 2 s).
 	Timeout time.Duration
@@ -107,14 +108,13 @@ func (s *Server) authenticate(ctx context.Context) error {
 		return nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	var presented string
-	for _, v := range md.Get("authorization") {
-		if after, ok := strings.CutPrefix(v, "Bearer "); ok {
-			presented = after
-		}
+	vals := md.Get("authorization")
+	if len(vals) != 1 {
+		return ErrUnauthenticated // none, or more than one: ambiguous
 	}
+	presented, ok := auth.BearerToken(vals[0])
 	sum := sha256.Sum256([]byte(presented))
-	if presented == "" || subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
+	if !ok || subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
 		return ErrUnauthenticated
 	}
 	return nil

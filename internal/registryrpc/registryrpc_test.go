@@ -3,6 +3,8 @@ package registryrpc_test
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/internal/actorsys"
+	"github.com/tlgate/tlgate/internal/auth"
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
@@ -204,5 +207,31 @@ func TestHeartbeatNeedsToken(t *testing.T) {
 	}
 	if got := e.routable(t); len(got) != 1 {
 		t.Fatalf("authenticated heartbeat not registered: %v", got)
+	}
+}
+
+// TestHeartbeatTokenSchemeCaseInsensitive: the scheme is matched as on
+// the HTTP edge (auth.BearerToken), so "bearer" and "BEARER" work; two
+// authorization values are refused rather than one picked.
+func TestHeartbeatTokenSchemeCaseInsensitive(t *testing.T) {
+	e := start(t, registryrpc.Options{Token: "s3cret"})
+	for _, h := range []string{"bearer s3cret", "BEARER s3cret", "Bearer s3cret"} {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", h)
+		if _, err := e.client.Heartbeat(ctx, good("w1")); err != nil {
+			t.Errorf("%q: %v", h, err)
+		}
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.Header.Set("Authorization", h)
+		kr, err := auth.New([]auth.KeySpec{{Name: "k", Secret: "s3cret", Scopes: []string{"inference"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kr.Authenticate(r); err != nil {
+			t.Errorf("HTTP edge refuses %q which gRPC accepts: %v", h, err)
+		}
+	}
+	two := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer nope", "authorization", "Bearer s3cret")
+	if _, err := e.client.Heartbeat(two, good("w1")); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("two authorization values: %v, want Unauthenticated", err)
 	}
 }
