@@ -12,6 +12,7 @@
 package registry
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"time"
@@ -25,13 +26,17 @@ import (
 
 // Heartbeat is one validated status from an engine (or a probe of one),
 // stamped with its arrival time by the edge. The registry responds with a
-// *controlv1.HeartbeatAck.
+// *controlv1.HeartbeatAck, or *Refused.
 type Heartbeat struct {
 	Status  *controlv1.WorkerStatus
 	Arrived time.Time
 	Source  string // fleet.SourceHeartbeat or fleet.SourceProbe
 	Kind    string // the probed engine's kind, if any
 }
+
+// Refused answers a heartbeat the registry did not take: Err wraps
+// ErrWorkerIDBound or ErrTooManyWorkers and says why.
+type Refused struct{ Err error }
 
 // Drain starts (On) or ends (!On) an operator drain of the workers serving
 // Model. The registry responds with DrainResult.
@@ -93,6 +98,13 @@ type Config struct {
 	OnEvict func(w fleet.Worker)
 	// OnRegister, if set, is called for every worker's first heartbeat.
 	OnRegister func(w fleet.Worker)
+	// MaxWorkers caps the workers registered by heartbeat (probed engines,
+	// bounded by the configuration, are not counted); a new id beyond it
+	// is refused with ErrTooManyWorkers. 0 means no cap.
+	MaxWorkers int
+	// OnRefuse, if set, is called (from the actor) for every refused
+	// heartbeat, with the status it carried and the reason.
+	OnRefuse func(w fleet.Worker, err error)
 }
 
 // TTL is how long a heartbeat keeps a worker live: k·T.
@@ -107,11 +119,15 @@ type State struct {
 	epoch       uint64
 	subscribers []*actor.PID
 	winding     bool // restarting or stopping: children are going away
+	heartbeated int  // entries that came by heartbeat, not by probe
 }
 
 type entry struct {
 	worker fleet.Worker
 	pid    *actor.PID
+	// reported is the draining flag of the engine's last status; byAck
+	// says its drain is the gateway's doing (OwnDrain).
+	reported, byAck bool
 }
 
 // NewState returns an empty registry state.
@@ -160,7 +176,7 @@ func (a *registryActor) Receive(ctx actor.Context) {
 		e, ok := st.entries[m.ID]
 		if ok {
 			ctx.Stop(e.pid)
-			delete(st.entries, m.ID)
+			st.remove(m.ID)
 			a.publish(ctx, &WorkerGone{ID: m.ID, Reason: "removed"})
 		}
 		ctx.Respond(ok)
@@ -198,17 +214,34 @@ func (a *registryActor) terminated(ctx actor.Context, who *actor.PID) {
 	}
 }
 
-func (a *registryActor) heartbeat(ctx actor.Context, m *Heartbeat) *controlv1.HeartbeatAck {
+func (a *registryActor) heartbeat(ctx actor.Context, m *Heartbeat) any {
 	st := a.st
 	w := fleet.FromStatus(m.Status, m.Arrived, st.cfg.TTL(), m.Source)
 	w.Kind = m.Kind
 	w.Drained = st.drained[w.Model]
 	e, known := st.entries[w.ID]
+	var err error
+	switch {
+	case known:
+		err = CheckBinding(e.worker, w)
+	case st.cfg.MaxWorkers > 0 && w.Source != fleet.SourceProbe && st.heartbeated >= st.cfg.MaxWorkers:
+		err = fmt.Errorf("%w: %d workers registered (max_workers); %q is refused until one is evicted", ErrTooManyWorkers, st.cfg.MaxWorkers, w.ID)
+	}
+	if err != nil {
+		if st.cfg.OnRefuse != nil {
+			st.cfg.OnRefuse(w, err)
+		}
+		return &Refused{Err: err}
+	}
 	if known {
+		w.Draining, e.byAck = OwnDrain(e.reported, e.byAck, w.Draining, w.Drained)
+		e.reported = m.Status.GetDraining()
 		e.worker = w
 		ctx.Send(e.pid, &worker.Update{Worker: w})
 	} else {
-		st.entries[w.ID] = &entry{worker: w, pid: a.spawn(ctx, w)}
+		e = &entry{worker: w, reported: w.Draining}
+		e.pid = a.spawn(ctx, w)
+		st.add(e)
 		if st.cfg.OnRegister != nil {
 			st.cfg.OnRegister(w)
 		}
@@ -239,7 +272,7 @@ func (a *registryActor) expired(ctx actor.Context, m *worker.Expired) {
 }
 
 func (a *registryActor) evict(ctx actor.Context, e *entry) {
-	delete(a.st.entries, e.worker.ID)
+	a.st.remove(e.worker.ID)
 	if a.st.cfg.OnEvict != nil {
 		a.st.cfg.OnEvict(e.worker)
 	}
@@ -260,6 +293,7 @@ func (a *registryActor) drain(ctx actor.Context, m *Drain) *DrainResult {
 		}
 		n++
 		e.worker.Drained = m.On
+		e.worker.Draining, e.byAck = OwnDrain(e.reported, e.byAck, e.reported, m.On)
 		a.publish(ctx, &WorkerChanged{Worker: e.worker})
 	}
 	return &DrainResult{Workers: n}
@@ -283,6 +317,22 @@ func (a *registryActor) publish(ctx actor.Context, msg any) {
 	for _, s := range a.st.subscribers {
 		ctx.Send(s, msg)
 	}
+}
+
+// add and remove keep entries and the count of heartbeated workers (the
+// cap's) together.
+func (st *State) add(e *entry) {
+	st.entries[e.worker.ID] = e
+	if e.worker.Source != fleet.SourceProbe {
+		st.heartbeated++
+	}
+}
+
+func (st *State) remove(id string) {
+	if e, ok := st.entries[id]; ok && e.worker.Source != fleet.SourceProbe {
+		st.heartbeated--
+	}
+	delete(st.entries, id)
 }
 
 func (st *State) snapshot(routableOnly bool, now time.Time) *SnapshotResult {

@@ -25,8 +25,14 @@ type harness struct {
 }
 
 func newHarness(t *testing.T) *harness {
+	return newHarnessWith(t, registry.Config{})
+}
+
+// newHarnessWith starts a registry with cfg, T = 2 s and k = 3.
+func newHarnessWith(t *testing.T, cfg registry.Config) *harness {
 	sys := actorsys.New(zerolog.Nop())
-	st := registry.NewState(registry.Config{Interval: 2 * time.Second, MissLimit: 3})
+	cfg.Interval, cfg.MissLimit = 2*time.Second, 3
+	st := registry.NewState(cfg)
 	pid := sys.Root.Spawn(registry.Props(st))
 	t.Cleanup(func() {
 		_ = sys.Root.StopFuture(pid).Wait()

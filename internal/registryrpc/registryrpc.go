@@ -9,6 +9,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -17,12 +19,14 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/internal/auth"
 	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/peerlimit"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 
@@ -34,6 +38,8 @@ type Server struct {
 	token    [32]byte // sha256 of the registry token; zero when none
 	hasToken bool
 	timeout  time.Duration
+	peers    *peerlimit.Limiter
+	inflight chan struct{} // a slot per heartbeat waiting on the registry
 	// OnReject, if set, is called with the gRPC code of every refused
 	// heartbeat (metrics).
 	OnReject func(code codes.Code)
@@ -47,7 +53,22 @@ type Options struct {
 	Token string
 	// Timeout bounds the wait for the registry's answer (default 2 s).
 	Timeout time.Duration
+	// PeerRate and PeerBurst limit the heartbeats of one peer IP (per
+	// second, and at once); a heartbeat over it is refused with
+	// ResourceExhausted before anything else is done. PeerRate 0 disables
+	// the limit.
+	PeerRate  float64
+	PeerBurst int
+	// MaxInFlight bounds the heartbeats waiting on the registry actor at
+	// once (DefaultMaxInFlight when 0): beyond it a heartbeat is refused
+	// with ResourceExhausted at once, so the registry's mailbox never holds
+	// more than that and a flood cannot delay the real workers' heartbeats
+	// past their deadlines.
+	MaxInFlight int
 }
+
+// DefaultMaxInFlight is Options.MaxInFlight's default.
+const DefaultMaxInFlight = 256
 
 // New returns the edge in front of the registry actor pid.
 func New(root *actor.RootContext, pid *actor.PID, o Options) *Server {
@@ -59,6 +80,11 @@ func New(root *actor.RootContext, pid *actor.PID, o Options) *Server {
 		s.token = sha256.Sum256([]byte(o.Token))
 		s.hasToken = true
 	}
+	s.peers = peerlimit.New(peerlimit.Options{Rate: o.PeerRate, Burst: o.PeerBurst})
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	s.inflight = make(chan struct{}, o.MaxInFlight)
 	return s
 }
 
@@ -73,27 +99,54 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	return hs
 }
 
-// ErrUnauthenticated is returned for heartbeats without the registry token.
-var ErrUnauthenticated = errors.New("registry token missing or wrong")
+// Errors of refused heartbeats, sent as the gRPC status message.
+var (
+	// ErrUnauthenticated is returned for heartbeats without the registry
+	// token.
+	ErrUnauthenticated = errors.New("registry token missing or wrong")
+	// ErrPeerRate is returned for a heartbeat over its peer's rate.
+	ErrPeerRate = errors.New("heartbeat rate of this peer over registry_peer_rate")
+	// ErrBusy is returned when MaxInFlight heartbeats already wait.
+	ErrBusy = errors.New("registry busy")
+)
 
 // Heartbeat validates the status and hands it to the registry actor.
 func (s *Server) Heartbeat(ctx context.Context, st *controlv1.WorkerStatus) (*controlv1.HeartbeatAck, error) {
 	arrived := time.Now()
+	var from netip.Addr
+	if p, ok := peer.FromContext(ctx); ok {
+		from = peerlimit.Key(p.Addr)
+	}
+	if !s.peers.Allow(from, arrived) {
+		return nil, s.reject(codes.ResourceExhausted, fmt.Sprintf("%v (%s)", ErrPeerRate, from))
+	}
 	if err := s.authenticate(ctx); err != nil {
 		return nil, s.reject(codes.Unauthenticated, err.Error())
 	}
 	if err := fleet.Validate(st); err != nil {
 		return nil, s.reject(codes.InvalidArgument, err.Error())
 	}
+	select {
+	case s.inflight <- struct{}{}:
+		defer func() { <-s.inflight }()
+	default:
+		return nil, s.reject(codes.ResourceExhausted, fmt.Sprintf("%v: %d heartbeats already wait; retry at the next interval", ErrBusy, cap(s.inflight)))
+	}
 	res, err := s.root.RequestFuture(s.registry, &registry.Heartbeat{Status: st, Arrived: arrived, Source: fleet.SourceHeartbeat}, s.timeout).Result()
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "registry: %v", err)
 	}
-	ack, ok := res.(*controlv1.HeartbeatAck)
-	if !ok {
-		return nil, status.Errorf(codes.Internal, "registry: unexpected answer %T", res)
+	switch r := res.(type) {
+	case *controlv1.HeartbeatAck:
+		return r, nil
+	case *registry.Refused:
+		code := codes.FailedPrecondition
+		if errors.Is(r.Err, registry.ErrTooManyWorkers) {
+			code = codes.ResourceExhausted
+		}
+		return nil, s.reject(code, r.Err.Error())
 	}
-	return ack, nil
+	return nil, status.Errorf(codes.Internal, "registry: unexpected answer %T", res)
 }
 
 func (s *Server) reject(c codes.Code, msg string) error {
