@@ -120,6 +120,17 @@ type Gateway struct {
 	Routes []routes.Route `toml:"routes"`
 	// Engines are engines that do not heartbeat; the gateway probes them.
 	Engines []Engine `toml:"engines"`
+
+	// MaxWorkers caps the workers registered by heartbeat; a new worker id
+	// beyond it is refused (ResourceExhausted) until one is evicted.
+	MaxWorkers int `toml:"max_workers"`
+	// RegistryPeerRate and RegistryPeerBurst limit the heartbeats of one
+	// peer IP address (per second, and at once); 0 disables the limit.
+	RegistryPeerRate  float64 `toml:"registry_peer_rate"`
+	RegistryPeerBurst int     `toml:"registry_peer_burst"`
+	// EngineNetworks, when not empty, are the CIDR networks heartbeated
+	// engine addresses must be in (IP addresses only).
+	EngineNetworks []string `toml:"engine_networks"`
 }
 
 // APIKey is one client key. Exactly one of Key, KeyEnv and KeySHA256 is set.
@@ -180,6 +191,9 @@ func Default() *Config {
 		ServerIdleTimeout:  D(120 * time.Second),
 		ShutdownTimeout:    D(10 * time.Second),
 		LogFormat:          LogJSON,
+		MaxWorkers:         1024,
+		RegistryPeerRate:   200,
+		RegistryPeerBurst:  400,
 	}}
 }
 

@@ -51,7 +51,8 @@ func TestConfig(t *testing.T) {
 			ConnectTimeout: D(2 * time.Second), FirstByteTimeout: D(30 * time.Second),
 			IdleTimeout: D(60 * time.Second), ReadHeaderTimeout: D(10 * time.Second), ReadBodyTimeout: D(30 * time.Second),
 			ServerIdleTimeout: D(120 * time.Second), ShutdownTimeout: D(10 * time.Second),
-			LogFormat: "json",
+			LogFormat:  "json",
+			MaxWorkers: 1024, RegistryPeerRate: 200, RegistryPeerBurst: 400,
 		}
 		if !reflect.DeepEqual(c.Gateway, want) {
 			t.Fatalf("defaults\n got %+v\nwant %+v", c.Gateway, want)
@@ -95,6 +96,9 @@ func TestConfig(t *testing.T) {
 		// The example sets every default explicitly.
 		d0 := Default().Gateway
 		g.APIKeys, g.Routes = nil, nil
+		if len(g.EngineNetworks) == 0 {
+			g.EngineNetworks = nil // the example's [] is the default
+		}
 		if !reflect.DeepEqual(g, d0) {
 			t.Errorf("example differs from the defaults\n got %+v\nwant %+v", g, d0)
 		}
@@ -179,6 +183,10 @@ func TestConfigValidation(t *testing.T) {
 		{"affinity_load_factor inf", `affinity_load_factor = inf`, []string{"gateway.affinity_load_factor: must be > 1, got +Inf"}},
 		{"heartbeat_interval", `heartbeat_interval = "0s"`, []string{"gateway.heartbeat_interval: must be > 0, got 0s"}},
 		{"heartbeat_miss_limit", `heartbeat_miss_limit = 0`, []string{"gateway.heartbeat_miss_limit: must be >= 1, got 0"}},
+		{"max_workers", `max_workers = 0`, []string{"gateway.max_workers: must be >= 1, got 0"}},
+		{"registry_peer_rate", `registry_peer_rate = -1`, []string{"gateway.registry_peer_rate: must be a finite number >= 0 (0 disables the limit), got -1"}},
+		{"registry_peer_burst", `registry_peer_burst = 0`, []string{"gateway.registry_peer_burst: must be >= 1 when registry_peer_rate is set, got 0"}},
+		{"engine_networks", `engine_networks = ["10.0.0.0/8", "nope", "10.1.2.3/8"]`, []string{`gateway.engine_networks[1]: must be a CIDR network such as "10.0.0.0/8", got "nope"`, `gateway.engine_networks[2]: "10.1.2.3/8" has host bits set; the network is "10.0.0.0/8"`}},
 		{"max_attempts", `max_attempts = -1`, []string{"gateway.max_attempts: must be >= 1, got -1"}},
 		{"max_body_bytes", `max_body_bytes = 0`, []string{"gateway.max_body_bytes: must be > 0, got 0"}},
 		{"state_dir", `state_dir = " "`, []string{"gateway.state_dir: required"}},

@@ -144,6 +144,8 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			m.Registration(w.Model, w.Source)
 			o.Logger.Info().Str("worker", w.ID).Str("model", w.Model).Str("role", string(w.Role)).Str("http", w.HTTPAddress).Str("source", w.Source).Msg("worker registered")
 		},
+		MaxWorkers: gw.MaxWorkers,
+		OnRefuse:   registryRefused(o.Logger),
 	})))
 	g.stops = append(g.stops, g.stopActor(g.Registry))
 	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(router.Config{Policy: pol, LoadFactor: gw.AffinityLoadFactor}, table, epoch), g.Registry))
@@ -192,12 +194,20 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(serverTLS)))
 	}
 	g.grpc = grpc.NewServer(gopts...)
-	rpc := registryrpc.New(g.sys.Root, g.Registry, registryrpc.Options{Token: token})
+	addrs := fleet.NewAddressPolicy(gw.EngineNetworkPrefixes())
+	rpc := registryrpc.New(g.sys.Root, g.Registry, registryrpc.Options{
+		Token: token, PeerRate: gw.RegistryPeerRate, PeerBurst: gw.RegistryPeerBurst, Addresses: addrs,
+	})
 	rpc.OnReject = m.HeartbeatRejected
 	rpc.Register(g.grpc)
 	if g.grpcLis, err = net.Listen("tcp", gw.RegistryListen); err != nil {
 		return fmt.Errorf("gateway: registry_listen: %w", err)
 	}
+	addrs.AddOwn(g.grpcLis.Addr())
+	if h, err := net.ResolveTCPAddr("tcp", gw.Listen); err == nil && h.Port != 0 {
+		addrs.AddOwn(h) // known before it is bound
+	}
+	warnOpenRegistry(o.Logger, gw)
 	go func() { _ = g.grpc.Serve(g.grpcLis) }()
 	g.stops = append(g.stops, func(ctx context.Context) error { return stopGRPC(ctx, g.grpc) })
 
@@ -237,6 +247,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	if g.httpLis, err = net.Listen("tcp", gw.Listen); err != nil {
 		return fmt.Errorf("gateway: listen: %w", err)
 	}
+	addrs.AddOwn(g.httpLis.Addr())
 	go func() {
 		var err error
 		if serverTLS != nil {

@@ -40,6 +40,7 @@ type Server struct {
 	timeout  time.Duration
 	peers    *peerlimit.Limiter
 	inflight chan struct{} // a slot per heartbeat waiting on the registry
+	addrs    *fleet.AddressPolicy
 	// OnReject, if set, is called with the gRPC code of every refused
 	// heartbeat (metrics).
 	OnReject func(code codes.Code)
@@ -65,6 +66,10 @@ type Options struct {
 	// more than that and a flood cannot delay the real workers' heartbeats
 	// past their deadlines.
 	MaxInFlight int
+	// Addresses, if set, refuses engine addresses it rules out (the
+	// gateway's own listeners, addresses outside engine_networks) with
+	// PermissionDenied.
+	Addresses *fleet.AddressPolicy
 }
 
 // DefaultMaxInFlight is Options.MaxInFlight's default.
@@ -72,7 +77,7 @@ const DefaultMaxInFlight = 256
 
 // New returns the edge in front of the registry actor pid.
 func New(root *actor.RootContext, pid *actor.PID, o Options) *Server {
-	s := &Server{root: root, registry: pid, timeout: o.Timeout}
+	s := &Server{root: root, registry: pid, timeout: o.Timeout, addrs: o.Addresses}
 	if s.timeout <= 0 {
 		s.timeout = 2 * time.Second
 	}
@@ -125,6 +130,9 @@ func (s *Server) Heartbeat(ctx context.Context, st *controlv1.WorkerStatus) (*co
 	}
 	if err := fleet.Validate(st); err != nil {
 		return nil, s.reject(codes.InvalidArgument, err.Error())
+	}
+	if err := s.addrs.Check(st); err != nil {
+		return nil, s.reject(codes.PermissionDenied, err.Error())
 	}
 	select {
 	case s.inflight <- struct{}{}:

@@ -2,10 +2,13 @@ package registryrpc_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +25,7 @@ import (
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/internal/actorsys"
 	"github.com/tlgate/tlgate/internal/auth"
+	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
@@ -233,5 +237,91 @@ func TestHeartbeatTokenSchemeCaseInsensitive(t *testing.T) {
 	two := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer nope", "authorization", "Bearer s3cret")
 	if _, err := e.client.Heartbeat(two, good("w1")); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("two authorization values: %v, want Unauthenticated", err)
+	}
+}
+
+// startWith is start with a registry configured by cfg.
+func startWith(t *testing.T, cfg registry.Config, o registryrpc.Options) (*env, *[]codes.Code) {
+	t.Helper()
+	sys := actorsys.New(zerolog.Nop())
+	cfg.Interval, cfg.MissLimit = 2*time.Second, 3
+	pid := sys.Root.Spawn(registry.Props(registry.NewState(cfg)))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	srv := registryrpc.New(sys.Root, pid, o)
+	var mu sync.Mutex
+	var rejected []codes.Code
+	srv.OnReject = func(c codes.Code) { mu.Lock(); rejected = append(rejected, c); mu.Unlock() }
+	srv.Register(g)
+	go func() { _ = g.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		g.Stop()
+		_ = sys.Root.StopFuture(pid).Wait()
+		sys.Shutdown()
+	})
+	return &env{sys: sys, reg: pid, client: controlv1.NewWorkerRegistryClient(conn), conn: conn}, &rejected
+}
+
+// TestHeartbeatRefusals: a hijack is FailedPrecondition, a worker past
+// max_workers ResourceExhausted, and both are counted.
+func TestHeartbeatRefusals(t *testing.T) {
+	e, rejected := startWith(t, registry.Config{MaxWorkers: 1}, registryrpc.Options{})
+	ctx := context.Background()
+	if _, err := e.client.Heartbeat(ctx, good("w1")); err != nil {
+		t.Fatal(err)
+	}
+	evil := good("w1")
+	evil.HttpAddress = "10.6.6.6:8001"
+	_, err := e.client.Heartbeat(ctx, evil)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "bound") {
+		t.Fatalf("hijack: %v, want FailedPrecondition", err)
+	}
+	if _, err := e.client.Heartbeat(ctx, good("w2")); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("over max_workers: %v, want ResourceExhausted", err)
+	}
+	if want := []codes.Code{codes.FailedPrecondition, codes.ResourceExhausted}; !slices.Equal(*rejected, want) {
+		t.Fatalf("counted %v, want %v", *rejected, want)
+	}
+}
+
+// TestHeartbeatPeerRate: one peer past its burst is refused with
+// ResourceExhausted before the registry sees it.
+func TestHeartbeatPeerRate(t *testing.T) {
+	e, _ := startWith(t, registry.Config{}, registryrpc.Options{PeerRate: 0.001, PeerBurst: 3})
+	for i := range 3 {
+		if _, err := e.client.Heartbeat(context.Background(), good(fmt.Sprintf("w%d", i))); err != nil {
+			t.Fatalf("heartbeat %d within the burst: %v", i, err)
+		}
+	}
+	_, err := e.client.Heartbeat(context.Background(), good("w9"))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Fatalf("past the burst: %v, want ResourceExhausted naming the peer", err)
+	}
+	if got := e.routable(t); len(got) != 3 {
+		t.Fatalf("routable %v, want the three within the burst", got)
+	}
+}
+
+// TestHeartbeatAddressPolicy: an engine address on the gateway's own
+// listener is refused with PermissionDenied.
+func TestHeartbeatAddressPolicy(t *testing.T) {
+	pol := fleet.NewAddressPolicy(nil)
+	pol.AddOwn(&net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 8080})
+	e, _ := startWith(t, registry.Config{}, registryrpc.Options{Addresses: pol})
+	st := good("w1")
+	st.HttpAddress = "127.0.0.1:8080"
+	if _, err := e.client.Heartbeat(context.Background(), st); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("own listener as engine: %v, want PermissionDenied", err)
+	}
+	if _, err := e.client.Heartbeat(context.Background(), good("w1")); err != nil {
+		t.Fatal(err)
 	}
 }
