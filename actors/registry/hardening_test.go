@@ -6,6 +6,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/internal/fleet"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
@@ -187,5 +189,46 @@ func TestResumeRoutableAtOnce(t *testing.T) {
 		if got := h.ids(true); len(got) != 0 {
 			t.Fatalf("an engine's own drain is ignored: routable %v", got)
 		}
+	})
+}
+
+// TestBatchedSubscriber: a batched subscriber has at most one batch
+// outstanding; what happens meanwhile is coalesced (one entry per worker,
+// the latest), and the next batch comes only with the acknowledgement,
+// updates of known workers before new ones.
+func TestBatchedSubscriber(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		// The subscriber never acknowledges; the test does, by hand.
+		batches := make(chan *registry.Changes, 16)
+		sub := h.sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+			if b, ok := c.Message().(*registry.Changes); ok {
+				batches <- b
+			}
+		}))
+		var lastGen uint64
+		h.sys.Root.Send(h.reg, &registry.Subscribe{PID: sub, Batched: true})
+		h.beat(status("a", "smol", 1))
+		synctest.Wait()
+		b := <-batches
+		lastGen = b.Gen
+		if len(b.Changed) != 1 || b.Changed[0].ID != "a" {
+			t.Fatalf("first batch %+v", b)
+		}
+		for q := range uint32(5) {
+			h.beat(status("a", "smol", q))
+		}
+		h.beat(status("b", "smol", 0))
+		synctest.Wait()
+		if len(batches) != 0 {
+			t.Fatalf("a second batch before the acknowledgement: %+v", <-batches)
+		}
+		h.sys.Root.Send(h.reg, &registry.ChangesApplied{Gen: lastGen})
+		synctest.Wait()
+		b = <-batches
+		if len(b.Changed) != 2 || b.Changed[0].ID != "a" || b.Changed[0].QueueDepth != 4 || b.Changed[1].ID != "b" {
+			t.Fatalf("coalesced batch %+v, want a (latest, queue 4) then the new b", b.Changed)
+		}
+		_ = h.sys.Root.StopFuture(sub).Wait()
 	})
 }

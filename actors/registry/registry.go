@@ -13,7 +13,6 @@ package registry
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"time"
 
@@ -62,10 +61,13 @@ type SnapshotResult struct {
 // SetEpoch tells the registry the route table's epoch, sent in every ack.
 type SetEpoch struct{ Epoch uint64 }
 
-// Subscribe registers PID for WorkerChanged and WorkerGone messages; the
-// registry first sends it a *SnapshotResult of every known worker so a
-// (re)started subscriber can rebuild its view.
-type Subscribe struct{ PID *actor.PID }
+// Subscribe registers PID for WorkerChanged and WorkerGone messages, or,
+// with Batched, for *Changes; the registry first sends it a *SnapshotResult
+// of every known worker so a (re)started subscriber can rebuild its view.
+type Subscribe struct {
+	PID     *actor.PID
+	Batched bool
+}
 
 // WorkerChanged tells subscribers a worker's new snapshot.
 type WorkerChanged struct{ Worker fleet.Worker }
@@ -117,9 +119,13 @@ type State struct {
 	entries     map[string]*entry
 	drained     map[string]bool
 	epoch       uint64
-	subscribers []*actor.PID
-	winding     bool // restarting or stopping: children are going away
-	heartbeated int  // entries that came by heartbeat, not by probe
+	subscribers []*subscriber
+	winding     bool   // restarting or stopping: children are going away
+	heartbeated int    // entries that came by heartbeat, not by probe
+	gens        uint64 // Subscribes so far: each gets the next generation
+	// byPID maps a worker actor's PID id to its worker id, so that a
+	// Terminated costs O(1), not a scan of every entry.
+	byPID map[string]string
 }
 
 type entry struct {
@@ -132,7 +138,7 @@ type entry struct {
 
 // NewState returns an empty registry state.
 func NewState(cfg Config) *State {
-	return &State{cfg: cfg, entries: map[string]*entry{}, drained: map[string]bool{}, epoch: cfg.Epoch}
+	return &State{cfg: cfg, entries: map[string]*entry{}, drained: map[string]bool{}, epoch: cfg.Epoch, byPID: map[string]string{}}
 }
 
 // Props returns the registry actor's props over st. Its children are
@@ -168,10 +174,9 @@ func (a *registryActor) Receive(ctx actor.Context) {
 	case *SetEpoch:
 		st.epoch = m.Epoch
 	case *Subscribe:
-		if !slices.ContainsFunc(st.subscribers, m.PID.Equal) {
-			st.subscribers = append(st.subscribers, m.PID)
-		}
-		ctx.Send(m.PID, st.snapshot(false, time.Now()))
+		a.subscribe(ctx, m)
+	case *ChangesApplied:
+		a.applied(ctx, m)
 	case *Forget:
 		e, ok := st.entries[m.ID]
 		if ok {
@@ -201,16 +206,16 @@ func (a *registryActor) terminated(ctx actor.Context, who *actor.PID) {
 	if a.st.winding {
 		return
 	}
-	for _, e := range a.st.entries {
-		if !e.pid.Equal(who) {
-			continue
-		}
-		if e.worker.Live(time.Now()) {
-			e.pid = a.spawn(ctx, e.worker)
-		} else {
-			a.evict(ctx, e)
-		}
-		return
+	id, ok := a.st.byPID[who.Id]
+	delete(a.st.byPID, who.Id)
+	e := a.st.entries[id]
+	if !ok || e == nil || !e.pid.Equal(who) {
+		return // an actor already replaced, or a worker already gone
+	}
+	if e.worker.Live(time.Now()) {
+		e.pid = a.spawn(ctx, e.worker)
+	} else {
+		a.evict(ctx, e)
 	}
 }
 
@@ -246,7 +251,7 @@ func (a *registryActor) heartbeat(ctx actor.Context, m *Heartbeat) any {
 			st.cfg.OnRegister(w)
 		}
 	}
-	a.publish(ctx, &WorkerChanged{Worker: w})
+	a.publishAs(ctx, &WorkerChanged{Worker: w}, !known)
 	return &controlv1.HeartbeatAck{
 		Drain:      w.Drained,
 		Epoch:      st.epoch,
@@ -286,22 +291,23 @@ func (a *registryActor) drain(ctx actor.Context, m *Drain) *DrainResult {
 	} else {
 		delete(st.drained, m.Model)
 	}
-	n := 0
+	var changed []fleet.Worker
 	for _, e := range st.entries {
 		if e.worker.Model != m.Model {
 			continue
 		}
-		n++
 		e.worker.Drained = m.On
 		e.worker.Draining, e.byAck = OwnDrain(e.reported, e.byAck, e.reported, m.On)
-		a.publish(ctx, &WorkerChanged{Worker: e.worker})
+		changed = append(changed, e.worker)
 	}
-	return &DrainResult{Workers: n}
+	a.publishNow(ctx, changed)
+	return &DrainResult{Workers: len(changed)}
 }
 
 // respawn runs on (re)start: after a restart the children are gone but the
 // state is not, so each known worker gets a fresh actor with its last status.
 func (a *registryActor) respawn(ctx actor.Context) {
+	a.st.byPID = map[string]string{}
 	for _, e := range a.st.entries {
 		e.pid = a.spawn(ctx, e.worker)
 	}
@@ -310,12 +316,22 @@ func (a *registryActor) respawn(ctx actor.Context) {
 func (a *registryActor) spawn(ctx actor.Context, w fleet.Worker) *actor.PID {
 	pid := ctx.SpawnPrefix(worker.Props(&worker.State{Worker: w}), "worker-"+w.ID+"-")
 	ctx.Watch(pid)
+	a.st.byPID[pid.Id] = w.ID
 	return pid
 }
 
-func (a *registryActor) publish(ctx actor.Context, msg any) {
+func (a *registryActor) publish(ctx actor.Context, msg any) { a.publishAs(ctx, msg, false) }
+
+// publishAs tells every subscriber msg; fresh says it registers a new
+// worker (batched subscribers get such changes after the others).
+func (a *registryActor) publishAs(ctx actor.Context, msg any, fresh bool) {
 	for _, s := range a.st.subscribers {
-		ctx.Send(s, msg)
+		if !s.batched {
+			ctx.Send(s.pid, msg)
+			continue
+		}
+		s.add(msg, fresh)
+		a.flush(ctx, s)
 	}
 }
 

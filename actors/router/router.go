@@ -82,7 +82,7 @@ func (a *routerActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		if a.registry != nil {
-			ctx.Send(a.registry, &registry.Subscribe{PID: ctx.Self()})
+			ctx.Send(a.registry, &registry.Subscribe{PID: ctx.Self(), Batched: true})
 		}
 	case *Route:
 		start := time.Now()
@@ -94,6 +94,14 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		st.SetWorker(m.Worker)
 	case *registry.WorkerGone:
 		st.RemoveWorker(m.ID)
+	case *registry.Changes:
+		for _, g := range m.Gone {
+			st.RemoveWorker(g.ID)
+		}
+		for _, w := range m.Changed {
+			st.SetWorker(w)
+		}
+		ctx.Respond(&registry.ChangesApplied{Gen: m.Gen})
 	case *registry.SnapshotResult:
 		st.ResetWorkers(m.Workers)
 	case *SetRoutes:
