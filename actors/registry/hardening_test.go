@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/tlgate/tlgate/actors/registry"
+	"github.com/tlgate/tlgate/internal/bubble"
 	"github.com/tlgate/tlgate/internal/fleet"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
@@ -91,7 +92,7 @@ func (h *harness) worker(id string) fleet.Worker {
 // not extend the bound worker's life; after the bound worker's eviction
 // the id is free.
 func TestWorkerIDHijackRefused(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		var refused []error
 		h := newHarnessWith(t, registry.Config{OnRefuse: func(_ fleet.Worker, err error) { refused = append(refused, err) }})
 		h.beat(status("ea1", "smol", 0))
@@ -127,7 +128,7 @@ func TestWorkerIDHijackRefused(t *testing.T) {
 // TestMaxWorkers: beyond max_workers a new id is refused; known ids and
 // probed engines still get through, and an eviction frees a place.
 func TestMaxWorkers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		h := newHarnessWith(t, registry.Config{MaxWorkers: 2})
 		h.beat(status("a", "smol", 0))
 		h.beat(status("b", "smol", 0))
@@ -154,7 +155,7 @@ func TestMaxWorkers(t *testing.T) {
 // ack is routable as soon as the operator resumes, before it reports
 // draining: false; a drain the engine started itself is left alone.
 func TestResumeRoutableAtOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		h := newHarness(t)
 		h.beat(status("a", "smol", 0))
 		own := status("b", "smol", 0)
@@ -197,7 +198,7 @@ func TestResumeRoutableAtOnce(t *testing.T) {
 // the latest), and the next batch comes only with the acknowledgement,
 // updates of known workers before new ones.
 func TestBatchedSubscriber(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		h := newHarness(t)
 		// The subscriber never acknowledges; the test does, by hand.
 		batches := make(chan *registry.Changes, 16)

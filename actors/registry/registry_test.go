@@ -12,6 +12,7 @@ import (
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/worker"
 	"github.com/tlgate/tlgate/internal/actorsys"
+	"github.com/tlgate/tlgate/internal/bubble"
 	"github.com/tlgate/tlgate/internal/fleet"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
@@ -86,7 +87,7 @@ func equal(a, b []string) bool {
 // worked example: three workers heartbeat at t0, a keeps heartbeating every
 // 2 s; at t0+5.999 s all three are listed, at t0+6 s b and c are gone.
 func TestEvictionExactDeadline(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		h := newHarness(t)
 		events := make(chan any, 16)
 		sub := h.sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
@@ -132,7 +133,7 @@ func TestEvictionExactDeadline(t *testing.T) {
 }
 
 func TestWorkerActorRestartKeepsStatus(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		h := newHarness(t)
 		h.beat(status("a", "smol", 7))
 		h.beat(status("b", "smol", 1))
@@ -168,7 +169,7 @@ func TestWorkerActorRestartKeepsStatus(t *testing.T) {
 }
 
 func TestDrainAndSelfDraining(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		h := newHarness(t)
 		h.beat(status("a", "smol", 0))
 		s := status("b", "smol", 0)
@@ -204,7 +205,7 @@ func TestDrainAndSelfDraining(t *testing.T) {
 // TestRegistryRestartKeepsWorkers: a panic in the registry itself restarts
 // it, which stops its children; the registry respawns them from its state.
 func TestRegistryRestartKeepsWorkers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		h := newHarness(t)
 		h.beat(status("a", "smol", 0))
 		h.beat(status("b", "smol", 0))
