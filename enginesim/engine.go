@@ -381,6 +381,11 @@ type Stats struct {
 	HeartbeatsSent, HeartbeatsFailed, HeartbeatsSkipped uint64
 	// Draining reports draining.
 	Draining bool
+	// Resumes counts requests that resumed a pushed KV handle;
+	// ResumesUnseeded those refused because their body had no seed (a real
+	// engine would sample them with a seed of its own, not the prefill's);
+	// LastResumeSeed is the seed the body of the last resume carried.
+	Resumes, ResumesUnseeded, LastResumeSeed uint64
 }
 
 // Stats returns the engine's figures.
@@ -402,6 +407,7 @@ func (e *Engine) Stats() Stats {
 		HeartbeatsSent: k.heartbeatsSent, HeartbeatsFailed: k.heartbeatsFailed,
 		HeartbeatsSkipped: k.heartbeatsSkipped,
 		Draining:          draining,
+		Resumes:           k.resumes, ResumesUnseeded: k.resumesUnseeded, LastResumeSeed: k.lastResumeSeed,
 	}
 }
 
