@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -67,6 +68,8 @@ type Engine struct {
 	draining bool
 	kvConns  map[string]*grpc.ClientConn // prefill role: decode targets
 	idle     map[net.Conn]bool           // HTTP connections, true when idle
+
+	sampled atomic.Uint64 // tokens sampled so far (Stats.TokensSampled)
 
 	stopOnce sync.Once
 	stopErr  error
@@ -386,6 +389,10 @@ type Stats struct {
 	// engine would sample them with a seed of its own, not the prefill's);
 	// LastResumeSeed is the seed the body of the last resume carried.
 	Resumes, ResumesUnseeded, LastResumeSeed uint64
+	// TokensSampled counts the tokens sampled so far, by requests finished
+	// or still running: tests wait on progress, not on a guess of how fast
+	// the machine is.
+	TokensSampled uint64
 }
 
 // Stats returns the engine's figures.
@@ -408,6 +415,7 @@ func (e *Engine) Stats() Stats {
 		HeartbeatsSkipped: k.heartbeatsSkipped,
 		Draining:          draining,
 		Resumes:           k.resumes, ResumesUnseeded: k.resumesUnseeded, LastResumeSeed: k.lastResumeSeed,
+		TokensSampled: e.sampled.Load(),
 	}
 }
 
