@@ -131,6 +131,36 @@ type Gateway struct {
 	// EngineNetworks, when not empty, are the CIDR networks heartbeated
 	// engine addresses must be in (IP addresses only).
 	EngineNetworks []string `toml:"engine_networks"`
+	// EngineTokens are per-engine registry tokens, each naming the worker
+	// ids a heartbeat presenting it may use.
+	EngineTokens []EngineToken `toml:"engine_tokens"`
+}
+
+// EngineToken is a registry token for some engines only: a heartbeat that
+// presents it may name only WorkerIDs. Exactly one of Token and TokenEnv
+// is set.
+type EngineToken struct {
+	// Name identifies the token in logs; unique.
+	Name string `toml:"name"`
+	// Token is the secret itself; TokenEnv names an environment variable
+	// holding it instead.
+	Token    string `toml:"token"`
+	TokenEnv string `toml:"token_env"`
+	// WorkerIDs are the worker ids the token may register; each id in one
+	// token at most.
+	WorkerIDs []string `toml:"worker_ids"`
+}
+
+// Value returns the token: Token, or the value of TokenEnv (read now).
+func (e EngineToken) Value() (string, error) {
+	if e.TokenEnv != "" {
+		v, err := envValue(e.TokenEnv)
+		if err != nil {
+			return "", fmt.Errorf("config: engine token %q: token_env: %w", e.Name, err)
+		}
+		return v, nil
+	}
+	return e.Token, nil
 }
 
 // APIKey is one client key. Exactly one of Key, KeyEnv and KeySHA256 is set.

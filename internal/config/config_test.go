@@ -99,6 +99,9 @@ func TestConfig(t *testing.T) {
 		if len(g.EngineNetworks) == 0 {
 			g.EngineNetworks = nil // the example's [] is the default
 		}
+		if len(g.EngineTokens) == 0 {
+			g.EngineTokens = nil
+		}
 		if !reflect.DeepEqual(g, d0) {
 			t.Errorf("example differs from the defaults\n got %+v\nwant %+v", g, d0)
 		}
@@ -184,6 +187,12 @@ func TestConfigValidation(t *testing.T) {
 		{"heartbeat_interval", `heartbeat_interval = "0s"`, []string{"gateway.heartbeat_interval: must be > 0, got 0s"}},
 		{"heartbeat_miss_limit", `heartbeat_miss_limit = 0`, []string{"gateway.heartbeat_miss_limit: must be >= 1, got 0"}},
 		{"max_workers", `max_workers = 0`, []string{"gateway.max_workers: must be >= 1, got 0"}},
+		{"engine_tokens", "[[gateway.engine_tokens]]\nname = \"a\"\ntoken = \"x\"\nworker_ids = [\"e1\", \"bad id\"]\n[[gateway.engine_tokens]]\nname = \"a\"\nworker_ids = [\"e1\"]\n", []string{
+			`gateway.engine_tokens[0].worker_ids[1]: "bad id" must match [A-Za-z0-9._:-]{1,128}`,
+			`gateway.engine_tokens[1].name: "a" already names engine_tokens[0]`,
+			"gateway.engine_tokens[1]: exactly one of token and token_env is required, got none",
+			`gateway.engine_tokens[1].worker_ids[0]: "e1" is already in engine_tokens[0]`,
+		}},
 		{"registry_peer_rate", `registry_peer_rate = -1`, []string{"gateway.registry_peer_rate: must be a finite number >= 0 (0 disables the limit), got -1"}},
 		{"registry_peer_burst", `registry_peer_burst = 0`, []string{"gateway.registry_peer_burst: must be >= 1 when registry_peer_rate is set, got 0"}},
 		{"engine_networks", `engine_networks = ["10.0.0.0/8", "nope", "10.1.2.3/8"]`, []string{`gateway.engine_networks[1]: must be a CIDR network such as "10.0.0.0/8", got "nope"`, `gateway.engine_networks[2]: "10.1.2.3/8" has host bits set; the network is "10.0.0.0/8"`}},
@@ -398,7 +407,7 @@ func TestEveryKeyDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[EngineToken](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step]()} {
 		for f := range typ.Fields() {
 			key := f.Tag.Get("toml")
 			if !strings.Contains(string(readme), "`"+key+"`") {

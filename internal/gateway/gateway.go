@@ -195,8 +195,13 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	}
 	g.grpc = grpc.NewServer(gopts...)
 	addrs := fleet.NewAddressPolicy(gw.EngineNetworkPrefixes())
+	engineTokens, err := engineTokensOf(gw.EngineTokens)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 	rpc := registryrpc.New(g.sys.Root, g.Registry, registryrpc.Options{
 		Token: token, PeerRate: gw.RegistryPeerRate, PeerBurst: gw.RegistryPeerBurst, Addresses: addrs,
+		EngineTokens: engineTokens,
 	})
 	rpc.OnReject = m.HeartbeatRejected
 	rpc.Register(g.grpc)

@@ -8,6 +8,7 @@ import (
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/internal/config"
 	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/registryrpc"
 )
 
 // registryRefused logs the heartbeats the registry refused (they are
@@ -32,4 +33,17 @@ func warnOpenRegistry(log zerolog.Logger, gw config.Gateway) {
 		log.Warn().Str("registry_listen", gw.RegistryListen).
 			Msg("SECURITY: registry_listen is not on loopback and no registry_token is set: anyone who can reach it can register an engine and receive clients' requests, prompts included; set registry_token (or registry_token_env)")
 	}
+}
+
+// engineTokensOf resolves engine_tokens for the gRPC edge.
+func engineTokensOf(ts []config.EngineToken) ([]registryrpc.EngineToken, error) {
+	out := make([]registryrpc.EngineToken, 0, len(ts))
+	for _, et := range ts {
+		v, err := et.Value()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, registryrpc.EngineToken{Name: et.Name, Token: v, WorkerIDs: et.WorkerIDs})
+	}
+	return out, nil
 }

@@ -41,6 +41,7 @@ type Server struct {
 	peers    *peerlimit.Limiter
 	inflight chan struct{} // a slot per heartbeat waiting on the registry
 	addrs    *fleet.AddressPolicy
+	engines  []engineToken
 	// OnReject, if set, is called with the gRPC code of every refused
 	// heartbeat (metrics).
 	OnReject func(code codes.Code)
@@ -70,6 +71,24 @@ type Options struct {
 	// gateway's own listeners, addresses outside engine_networks) with
 	// PermissionDenied.
 	Addresses *fleet.AddressPolicy
+	// EngineTokens are tokens for some engines only: a heartbeat that
+	// presents one may name only its WorkerIDs (PermissionDenied
+	// otherwise). With any set, a heartbeat must present Token or one of
+	// them.
+	EngineTokens []EngineToken
+}
+
+// EngineToken is one per-engine token and the worker ids it may use.
+type EngineToken struct {
+	Name      string
+	Token     string
+	WorkerIDs []string
+}
+
+type engineToken struct {
+	name   string
+	digest [32]byte
+	ids    map[string]bool
 }
 
 // DefaultMaxInFlight is Options.MaxInFlight's default.
@@ -84,6 +103,13 @@ func New(root *actor.RootContext, pid *actor.PID, o Options) *Server {
 	if o.Token != "" {
 		s.token = sha256.Sum256([]byte(o.Token))
 		s.hasToken = true
+	}
+	for _, et := range o.EngineTokens {
+		ids := make(map[string]bool, len(et.WorkerIDs))
+		for _, id := range et.WorkerIDs {
+			ids[id] = true
+		}
+		s.engines = append(s.engines, engineToken{name: et.Name, digest: sha256.Sum256([]byte(et.Token)), ids: ids})
 	}
 	s.peers = peerlimit.New(peerlimit.Options{Rate: o.PeerRate, Burst: o.PeerBurst})
 	if o.MaxInFlight <= 0 {
@@ -113,6 +139,9 @@ var (
 	ErrPeerRate = errors.New("heartbeat rate of this peer over registry_peer_rate")
 	// ErrBusy is returned when MaxInFlight heartbeats already wait.
 	ErrBusy = errors.New("registry busy")
+	// ErrIDNotAllowed is returned when an engine token names a worker id
+	// it does not list.
+	ErrIDNotAllowed = errors.New("worker_id not allowed for this engine token")
 )
 
 // Heartbeat validates the status and hands it to the registry actor.
@@ -125,11 +154,15 @@ func (s *Server) Heartbeat(ctx context.Context, st *controlv1.WorkerStatus) (*co
 	if !s.peers.Allow(from, arrived) {
 		return nil, s.reject(codes.ResourceExhausted, fmt.Sprintf("%v (%s)", ErrPeerRate, from))
 	}
-	if err := s.authenticate(ctx); err != nil {
+	allowed, err := s.authenticate(ctx)
+	if err != nil {
 		return nil, s.reject(codes.Unauthenticated, err.Error())
 	}
 	if err := fleet.Validate(st); err != nil {
 		return nil, s.reject(codes.InvalidArgument, err.Error())
+	}
+	if allowed != nil && !allowed.ids[st.GetWorkerId()] {
+		return nil, s.reject(codes.PermissionDenied, fmt.Sprintf("%v: engine token %q may not register %q", ErrIDNotAllowed, allowed.name, st.GetWorkerId()))
 	}
 	if err := s.addrs.Check(st); err != nil {
 		return nil, s.reject(codes.PermissionDenied, err.Error())
@@ -164,19 +197,35 @@ func (s *Server) reject(c codes.Code, msg string) error {
 	return status.Error(c, msg)
 }
 
-func (s *Server) authenticate(ctx context.Context) error {
-	if !s.hasToken {
-		return nil
+// authenticate checks the heartbeat's token: none is needed when no token
+// is configured; the registry token allows any worker id (nil); an engine
+// token allows its own ids. Every digest is compared, in constant time.
+func (s *Server) authenticate(ctx context.Context) (*engineToken, error) {
+	if !s.hasToken && len(s.engines) == 0 {
+		return nil, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get("authorization")
 	if len(vals) != 1 {
-		return ErrUnauthenticated // none, or more than one: ambiguous
+		return nil, ErrUnauthenticated // none, or more than one: ambiguous
 	}
 	presented, ok := auth.BearerToken(vals[0])
-	sum := sha256.Sum256([]byte(presented))
-	if !ok || subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
-		return ErrUnauthenticated
+	if !ok {
+		return nil, ErrUnauthenticated
 	}
-	return nil
+	sum := sha256.Sum256([]byte(presented))
+	registry := s.hasToken && subtle.ConstantTimeCompare(sum[:], s.token[:]) == 1
+	var engine *engineToken
+	for i := range s.engines {
+		if subtle.ConstantTimeCompare(sum[:], s.engines[i].digest[:]) == 1 {
+			engine = &s.engines[i]
+		}
+	}
+	switch {
+	case registry:
+		return nil, nil
+	case engine != nil:
+		return engine, nil
+	}
+	return nil, ErrUnauthenticated
 }

@@ -325,3 +325,30 @@ func TestHeartbeatAddressPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEngineTokens: an engine token registers only the ids it names; the
+// registry token any; no token, or another, none.
+func TestEngineTokens(t *testing.T) {
+	e, _ := startWith(t, registry.Config{}, registryrpc.Options{Token: "fleet", EngineTokens: []registryrpc.EngineToken{
+		{Name: "rack-a", Token: "tok-a", WorkerIDs: []string{"ea1", "ea2"}},
+	}})
+	with := func(tok string) context.Context {
+		return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
+	}
+	if _, err := e.client.Heartbeat(with("tok-a"), good("ea1")); err != nil {
+		t.Fatalf("engine token, its own id: %v", err)
+	}
+	_, err := e.client.Heartbeat(with("tok-a"), good("eb1"))
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "rack-a") {
+		t.Fatalf("engine token, another id: %v, want PermissionDenied naming the token", err)
+	}
+	if _, err := e.client.Heartbeat(with("fleet"), good("eb1")); err != nil {
+		t.Fatalf("registry token, any id: %v", err)
+	}
+	if _, err := e.client.Heartbeat(with("tok-b"), good("ea2")); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("unknown token: %v", err)
+	}
+	if got := e.routable(t); !slices.Equal(got, []string{"ea1", "eb1"}) {
+		t.Fatalf("routable %v, want ea1 eb1", got)
+	}
+}
