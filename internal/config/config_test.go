@@ -446,3 +446,27 @@ func FuzzConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestRegistryOpen: the start-up warning's condition, a registry off
+// loopback that takes heartbeats with no token at all.
+func TestRegistryOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    func(g *Gateway)
+		want bool
+	}{
+		{"loopback, no token", func(g *Gateway) {}, false},
+		{"all interfaces, no token", func(g *Gateway) { g.RegistryListen = ":9090" }, true},
+		{"off loopback, token", func(g *Gateway) { g.RegistryListen, g.RegistryToken = "10.0.0.1:9090", "t" }, false},
+		{"off loopback, token_env", func(g *Gateway) { g.RegistryListen, g.RegistryTokenEnv = "10.0.0.1:9090", "T" }, false},
+		{"off loopback, engine tokens", func(g *Gateway) {
+			g.RegistryListen, g.EngineTokens = "10.0.0.1:9090", []EngineToken{{Name: "a", Token: "x", WorkerIDs: []string{"e"}}}
+		}, false},
+	} {
+		g := Default().Gateway
+		tc.f(&g)
+		if got := g.RegistryOpen(); got != tc.want {
+			t.Errorf("%s: RegistryOpen = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
