@@ -120,6 +120,9 @@ type Gateway struct {
 	Routes []routes.Route `toml:"routes"`
 	// Engines are engines that do not heartbeat; the gateway probes them.
 	Engines []Engine `toml:"engines"`
+	// Store is where the route table and the drains are kept: state_dir
+	// (one replica) or etcd (several replicas as one).
+	Store Store `toml:"store"`
 }
 
 // APIKey is one client key. Exactly one of Key, KeyEnv and KeySHA256 is set.
@@ -180,6 +183,7 @@ func Default() *Config {
 		ServerIdleTimeout:  D(120 * time.Second),
 		ShutdownTimeout:    D(10 * time.Second),
 		LogFormat:          LogJSON,
+		Store:              Store{Kind: StoreFile, Prefix: DefaultStorePrefix, DialTimeout: D(DefaultStoreDialTimeout)},
 	}}
 }
 

@@ -41,6 +41,7 @@ import (
 	"github.com/tlgate/tlgate/internal/proxy"
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/store"
 )
 
 // Options are what the composition root is given besides the config.
@@ -69,6 +70,7 @@ type Gateway struct {
 	engines  *engineclient.Client
 	proxy    *proxy.Proxy
 	stops    []func(context.Context) error // in start order; run in reverse
+	store    store.Store
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -112,12 +114,15 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 
-	// Route table: the persisted one wins over the config's seed.
-	epoch, rs, err := loadRoutes(gw.StateDir, gw.Routes)
+	// Route table: the stored one (state_dir or etcd) wins over the
+	// config's seed.
+	ss, err := g.openStore(&gw, o.Logger)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	table, err := routes.NewTable(rs)
+	g.store = ss.store
+	epoch := ss.epoch
+	table, err := routes.NewTable(ss.routes)
 	if err != nil {
 		return fmt.Errorf("gateway: routes: %w", err)
 	}
@@ -128,6 +133,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			return fmt.Errorf("gateway: %w", err)
 		}
 		g.Metrics.Epoch(epoch)
+		g.Metrics.StoreUp(ss.store.Up())
 	}
 	m := g.Metrics
 
@@ -151,8 +157,10 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.Admin = g.sys.Root.Spawn(admin.Props(admin.Deps{
 		Router: g.Router, Registry: g.Registry, StateDir: gw.StateDir, Logger: o.Logger,
 		Table: table, Epoch: epoch, OnWrite: m.AdminWrite, OnEpoch: m.Epoch, OnDrain: m.Drain,
+		Store: ss.store, Rev: ss.rev,
 	}))
 	g.stops = append(g.stops, g.stopActor(g.Admin))
+	g.followStore(ss)
 
 	// Engine clients, over TLS when an engine CA is configured.
 	engineTLS, err := loadEngineTLS(gw.EngineCAFile)

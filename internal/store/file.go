@@ -20,20 +20,6 @@ type File struct {
 	epoch uint64
 }
 
-// OpenFile returns the file store over dir and the table to start with:
-// the one persisted there when there is one (a corrupt file is an error),
-// else seed at epoch 1 (not written until the first PUT).
-func OpenFile(dir string, seed []routes.Route) (*File, uint64, []routes.Route, error) {
-	epoch, rs, found, err := statefile.Load(dir)
-	if err != nil {
-		return nil, 0, nil, fmt.Errorf("state_dir: %w", err)
-	}
-	if !found {
-		epoch, rs = 1, seed
-	}
-	return NewFile(dir, epoch), epoch, rs, nil
-}
-
 // PutRoutes writes rs at epoch next when prev.Epoch is the epoch in force.
 func (f *File) PutRoutes(_ context.Context, prev Version, next uint64, rs []routes.Route) (Version, error) {
 	f.mu.Lock()

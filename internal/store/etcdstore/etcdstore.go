@@ -48,8 +48,13 @@ const (
 	drainedPrefix = "drained/"
 )
 
-// ErrNoEndpoints is Open's error for a Config without endpoints.
-var ErrNoEndpoints = errors.New("etcdstore: no endpoints")
+// Errors of Open and Seed.
+var (
+	// ErrNoEndpoints: a Config without endpoints.
+	ErrNoEndpoints = errors.New("etcdstore: no endpoints")
+	// ErrSeeded: Seed found a table stored already.
+	ErrSeeded = errors.New("etcdstore: a route table is already stored")
+)
 
 // Config is how to reach etcd.
 type Config struct {
@@ -90,8 +95,24 @@ var _ store.Store = (*Store)(nil)
 // one). An etcd that cannot be reached within DialTimeout is an error
 // naming the endpoints; a stored table that is not valid is an error too.
 func Open(ctx context.Context, cfg Config, seed []routes.Route) (*Store, store.Snapshot, error) {
+	s, err := Connect(cfg)
+	if err != nil {
+		return nil, store.Snapshot{}, err
+	}
+	snap, err := s.start(ctx, seed)
+	if err != nil {
+		_ = s.cli.Close()
+		return nil, store.Snapshot{}, err
+	}
+	s.setUp(true)
+	return s, snap, nil
+}
+
+// Connect makes the etcd client without reaching etcd yet (Open and Seed
+// do). The store counts as down until an operation reaches etcd.
+func Connect(cfg Config) (*Store, error) {
 	if len(cfg.Endpoints) == 0 {
-		return nil, store.Snapshot{}, ErrNoEndpoints
+		return nil, ErrNoEndpoints
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
@@ -113,16 +134,9 @@ func Open(ctx context.Context, cfg Config, seed []routes.Route) (*Store, store.S
 		Logger:               zap.NewNop(),
 	})
 	if err != nil {
-		return nil, store.Snapshot{}, fmt.Errorf("etcdstore: etcd at %s: %w", strings.Join(cfg.Endpoints, ","), err)
+		return nil, fmt.Errorf("etcdstore: etcd at %s: %w", strings.Join(cfg.Endpoints, ","), err)
 	}
-	s := &Store{cfg: cfg, cli: cli, routes: cfg.Prefix + routesKey, drained: cfg.Prefix + drainedPrefix, resync: make(chan struct{}, 1)}
-	snap, err := s.start(ctx, seed)
-	if err != nil {
-		_ = cli.Close()
-		return nil, store.Snapshot{}, err
-	}
-	s.setUp(true)
-	return s, snap, nil
+	return &Store{cfg: cfg, cli: cli, routes: cfg.Prefix + routesKey, drained: cfg.Prefix + drainedPrefix, resync: make(chan struct{}, 1)}, nil
 }
 
 // start seeds the table if none is stored and reads the store, within
@@ -342,6 +356,9 @@ func (s *Store) health(ctx context.Context) {
 	}
 }
 
+// Key is the etcd key of the route table.
+func (s *Store) Key() string { return s.routes }
+
 // Seed writes the table body (a routes.json, validated first) to the
 // store's table key, and returns the revision written. Unless force, a
 // table already stored is left alone and Seed fails naming its epoch.
@@ -360,7 +377,7 @@ func (s *Store) Seed(ctx context.Context, body []byte, force bool) (int64, error
 	}
 	resp, err := txn.Then(clientv3.OpPut(s.routes, string(clean))).Else(clientv3.OpGet(s.routes)).Commit()
 	if err != nil {
-		return 0, fmt.Errorf("etcdstore: seed %s: %w", s.routes, err)
+		return 0, fmt.Errorf("etcdstore: seed %s at %s: %w", s.routes, strings.Join(s.cfg.Endpoints, ","), err)
 	}
 	if !resp.Succeeded {
 		var have uint64
@@ -371,6 +388,3 @@ func (s *Store) Seed(ctx context.Context, body []byte, force bool) (int64, error
 	}
 	return resp.Header.Revision, nil
 }
-
-// ErrSeeded is Seed's error when a table is already stored.
-var ErrSeeded = errors.New("etcdstore: a route table is already stored")
