@@ -91,6 +91,17 @@ func startEtcd(t testing.TB, members int) *embedetcd.Cluster {
 	return c
 }
 
+// startEtcdProcesses is startEtcd with every member in a child process.
+func startEtcdProcesses(t testing.TB, members int) *embedetcd.Cluster {
+	t.Helper()
+	c, err := embedetcd.StartProcesses(t.TempDir(), members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
 // newFleet starts n replicas on endpoints (etcd's, or proxies in front of
 // it: endpointsOf(i) gives replica i's) and the engines, and waits until
 // every replica routes to every engine.
@@ -342,6 +353,25 @@ func etcdClient(t testing.TB, endpoints []string) *clientv3.Client {
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
+}
+
+// etcdLeader is the index of the member that leads the cluster.
+func etcdLeader(t testing.TB, endpoints []string) int {
+	t.Helper()
+	cli := etcdClient(t, endpoints)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i, ep := range endpoints {
+		st, err := cli.Status(ctx, ep)
+		if err != nil {
+			t.Fatalf("etcd status of %s: %v", ep, err)
+		}
+		if st.Leader == st.Header.MemberId {
+			return i
+		}
+	}
+	t.Fatal("no etcd member leads")
+	return -1
 }
 
 // cutProxy is a TCP proxy in front of an etcd member that the test can

@@ -8,9 +8,13 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/tlgate/tlgate/internal/store/embedetcd"
 )
 
 func TestMain(m *testing.M) {
+	// A child started by embedetcd.StartProcesses runs an etcd member.
+	embedetcd.MemberMain()
 	goleak.VerifyTestMain(m,
 		// protoactor's dead-letter throttle parks one goroutine for one
 		// throttle interval (1 s) after a dead letter, then it ends.

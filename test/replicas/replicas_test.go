@@ -229,10 +229,14 @@ func TestStoreCompactionResync(t *testing.T) {
 
 // TestEtcdThreeMembersOneDown: with one of three etcd members down the
 // store keeps its quorum: PUTs and drains work and every replica follows.
+// The members run in child processes and the one that goes down is
+// killed, as a crashed machine would be.
 func TestEtcdThreeMembersOneDown(t *testing.T) {
-	c := startEtcd(t, 3)
+	c := startEtcdProcesses(t, 3)
 	f := newFleet(t, c, 2, nil, engineConfigs(0))
-	c.Stop(0)
+	// The leader goes down: the other two elect one and go on.
+	leader := etcdLeader(t, c.Endpoints())
+	c.Stop(leader)
 	var put reply
 	eventually(t, 15*time.Second, func() bool {
 		put = f.putRoutes(0, `"1"`, routesBody("smol-v4"))
@@ -250,7 +254,7 @@ func TestEtcdThreeMembersOneDown(t *testing.T) {
 		}
 	}
 	// The member comes back and catches up; the fleet goes on.
-	if err := c.Restart(0); err != nil {
+	if err := c.Restart(leader); err != nil {
 		t.Fatal(err)
 	}
 	if r := f.putRoutes(1, `"2"`, routesBody("smol-v3")); r.status != 200 {

@@ -31,21 +31,32 @@ type Cluster struct {
 	mu      sync.Mutex
 	members []*member
 	initial string
+	// procs: each member runs in a child process (StartProcesses).
+	procs bool
 }
 
 type member struct {
 	name         string
 	client, peer url.URL
 	etcd         *embed.Etcd
+	proc         *process
 }
 
 // Start starts n members (n >= 1) with data under dir and waits until each
 // is ready.
-func Start(dir string, n int) (*Cluster, error) {
+func Start(dir string, n int) (*Cluster, error) { return start(dir, n, false) }
+
+// StartProcesses is Start with every member in a child process: the
+// running executable again, which must call MemberMain first thing (a
+// test binary's TestMain). Stop kills the child, as a crash would; each
+// member's goroutines and connections end with its process.
+func StartProcesses(dir string, n int) (*Cluster, error) { return start(dir, n, true) }
+
+func start(dir string, n int, procs bool) (*Cluster, error) {
 	if n < 1 {
 		n = 1
 	}
-	c := &Cluster{dir: dir}
+	c := &Cluster{dir: dir, procs: procs}
 	var peers []string
 	for i := range n {
 		cp, err := freePort()
@@ -94,34 +105,70 @@ func (c *Cluster) start(i int, state string) error {
 	c.mu.Lock()
 	m := c.members[i]
 	c.mu.Unlock()
-	cfg := embed.NewConfig()
-	cfg.Name = m.name
-	cfg.Dir = filepath.Join(c.dir, m.name)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{m.client}, []url.URL{m.client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{m.peer}, []url.URL{m.peer}
-	cfg.InitialCluster = c.initial
-	cfg.InitialClusterToken = "tlgate-embedded"
-	cfg.ClusterState = state
-	cfg.TickMs, cfg.ElectionMs = 50, 500
-	cfg.UnsafeNoFsync = true // a throwaway cluster: speed over durability
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return fmt.Errorf("embedetcd: start %s: %w", m.name, err)
+	spec := memberSpec{
+		Name: m.name, Dir: filepath.Join(c.dir, m.name), Client: m.client.String(), Peer: m.peer.String(),
+		Initial: c.initial, State: state,
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
-		return fmt.Errorf("embedetcd: start %s: %w", m.name, err)
-	case <-time.After(StartTimeout):
-		e.Close()
-		return fmt.Errorf("%w: %s after %s", ErrNotReady, m.name, StartTimeout)
+	if c.procs {
+		p, err := startProcess(spec)
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		m.proc = p
+		c.mu.Unlock()
+		return nil
+	}
+	e, err := spec.run()
+	if err != nil {
+		return err
 	}
 	c.mu.Lock()
 	m.etcd = e
 	c.mu.Unlock()
 	return nil
+}
+
+// memberSpec is what a member is started with.
+type memberSpec struct {
+	Name, Dir, Client, Peer, Initial, State string
+}
+
+// run starts the member in this process and waits until it is ready.
+func (s memberSpec) run() (*embed.Etcd, error) {
+	client, err := url.Parse(s.Client)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: %s: %w", s.Name, err)
+	}
+	peer, err := url.Parse(s.Peer)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: %s: %w", s.Name, err)
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = s.Name
+	cfg.Dir = s.Dir
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+	cfg.InitialCluster = s.Initial
+	cfg.InitialClusterToken = "tlgate-embedded"
+	cfg.ClusterState = s.State
+	cfg.TickMs, cfg.ElectionMs = 50, 500
+	cfg.UnsafeNoFsync = true // a throwaway cluster: speed over durability
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: start %s: %w", s.Name, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedetcd: start %s: %w", s.Name, err)
+	case <-time.After(StartTimeout):
+		e.Close()
+		return nil, fmt.Errorf("%w: %s after %s", ErrNotReady, s.Name, StartTimeout)
+	}
 }
 
 // Endpoints are the members' client URLs.
@@ -138,11 +185,14 @@ func (c *Cluster) Endpoints() []string {
 // Stop stops member i (its data stays, for Restart).
 func (c *Cluster) Stop(i int) {
 	c.mu.Lock()
-	e := c.members[i].etcd
-	c.members[i].etcd = nil
+	e, p := c.members[i].etcd, c.members[i].proc
+	c.members[i].etcd, c.members[i].proc = nil, nil
 	c.mu.Unlock()
 	if e != nil {
 		e.Close()
+	}
+	if p != nil {
+		p.kill()
 	}
 }
 
