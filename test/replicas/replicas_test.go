@@ -2,6 +2,7 @@ package replicas
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -9,7 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/gateway"
 )
 
 // TestReplicasShareRoutes: a PUT on A is served, within 2 s, by B and C
@@ -264,3 +269,34 @@ func TestEtcdThreeMembersOneDown(t *testing.T) {
 }
 
 func contains(b []byte, s string) bool { return strings.Contains(string(b), s) }
+
+// TestStoreUnreachableAtStart: a gateway whose etcd cannot be reached
+// refuses to start once dial_timeout has passed, naming the endpoints.
+func TestStoreUnreachableAtStart(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "http://" + l.Addr().String()
+	_ = l.Close() // nothing listens there now
+	cfg, err := config.Parse([]byte(baseConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Gateway.StateDir = t.TempDir()
+	cfg.Gateway.Store = config.Store{Kind: config.StoreEtcd, Endpoints: []string{endpoint}, Prefix: "/tlgate/", DialTimeout: config.D(300 * time.Millisecond)}
+	start := time.Now()
+	gw, err := gateway.Start(context.Background(), cfg, gateway.Options{Logger: zerolog.Nop()})
+	took := time.Since(start)
+	if err == nil {
+		_ = gw.Close(context.Background())
+		t.Fatal("the gateway started without its store")
+	}
+	if !strings.Contains(err.Error(), endpoint) || !strings.Contains(err.Error(), "dial_timeout") {
+		t.Fatalf("error %q does not name the endpoint %s and dial_timeout", err, endpoint)
+	}
+	if took < 300*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("refused after %v, want after dial_timeout (300ms) and promptly", took)
+	}
+	t.Logf("refused after %v: %v", took.Round(time.Millisecond), err)
+}
