@@ -30,6 +30,8 @@ import (
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/tlgate/tlgate/internal/routes"
 	"github.com/tlgate/tlgate/internal/store"
@@ -132,6 +134,12 @@ func Connect(cfg Config) (*Store, error) {
 		Password:             cfg.Password,
 		TLS:                  cfg.TLS,
 		Logger:               zap.NewNop(),
+		// Reconnect within a couple of seconds of etcd coming back, not
+		// after gRPC's default backoff (up to two minutes).
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: cfg.DialTimeout,
+		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: etcd at %s: %w", strings.Join(cfg.Endpoints, ","), err)
