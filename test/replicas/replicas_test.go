@@ -300,3 +300,35 @@ func TestStoreUnreachableAtStart(t *testing.T) {
 	}
 	t.Logf("refused after %v: %v", took.Round(time.Millisecond), err)
 }
+
+// TestStoredInvalidTableRefused: a table written to etcd by hand that
+// does not validate is refused by every replica, which keeps serving and
+// routing by the table in force; a PUT with that table's ETag replaces it.
+func TestStoredInvalidTableRefused(t *testing.T) {
+	c := startEtcd(t, 1)
+	f := newFleet(t, c, 2, nil, engineConfigs(0))
+	cli := etcdClient(t, c.Endpoints())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, "/tlgate/routes", `{"epoch":9,"routes":[{"model":"smol","backends":[{"model":"","weight":1}]}]}`); err != nil {
+		t.Fatal(err)
+	}
+	// Replica A takes the refused write's revision as seen: a PUT with the
+	// ETag in force goes through once it has. Until then, and after, both
+	// serve and route by the table in force.
+	var r reply
+	eventually(t, 5*time.Second, func() bool {
+		for i := range f.replicas {
+			if etag, _ := f.getRoutes(i); etag != `"1"` {
+				t.Fatalf("replica %d serves ETag %s, want the table in force \"1\"", i, etag)
+			}
+			if got := f.routedTo(i, "smol"); got != "smol-v3-a" {
+				t.Fatalf("replica %d routes smol to %q, want smol-v3-a", i, got)
+			}
+		}
+		r = f.putRoutes(0, `"1"`, routesBody("smol-v4"))
+		return r.status == 200
+	}, "a PUT on A over the refused table (last: %d %s)", r.status, r.body)
+	f.waitETag(1, `"2"`, 5*time.Second)
+	eventually(t, 5*time.Second, func() bool { return f.routedTo(1, "smol") == "smol-v4-a" }, "B to route by the table that replaced the refused one")
+}
