@@ -36,6 +36,7 @@ import (
 	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/httpedge"
 	"github.com/tlgate/tlgate/internal/metrics"
+	"github.com/tlgate/tlgate/internal/openapi"
 	"github.com/tlgate/tlgate/internal/policy"
 	"github.com/tlgate/tlgate/internal/probe"
 	"github.com/tlgate/tlgate/internal/proxy"
@@ -51,6 +52,8 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Hooks for tests; each may be nil.
 	RequestHooks func(d *request.Deps)
+	// Now is the clock of the per-key rate limits; nil means time.Now.
+	Now func() time.Time
 }
 
 // Gateway is a running gateway.
@@ -70,7 +73,9 @@ type Gateway struct {
 	engines  *engineclient.Client
 	proxy    *proxy.Proxy
 	stops    []func(context.Context) error // in start order; run in reverse
-	store    store.Store
+	// Keys holds the per-key usage metrics (nil without a Registry).
+	Keys  *metrics.KeyMetrics
+	store store.Store
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -134,6 +139,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		}
 		g.Metrics.Epoch(epoch)
 		g.Metrics.StoreUp(ss.store.Up())
+		if g.Keys, err = metrics.NewKeyMetrics(o.Registry); err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
 	}
 	m := g.Metrics
 
@@ -221,14 +229,18 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		BodyTimeout: gw.ReadBodyTimeout.Duration,
 		OnDone: func(ex *request.Exchange, out request.Outcome) {
 			observe(m, ex, out)
+			observeKey(g.Keys, ex, out)
 			accessLog(o.Logger, ex, out)
 		},
-		OnReject: func(_ int, code string) { m.Rejected(code) },
+		OnReject:  func(_ int, code string) { m.Rejected(code) },
+		Limits:    limiterOf(gw.APIKeys, o.Now),
+		OnLimited: g.Keys.RateLimited,
 	}
 	httpedge.Register(mux, edge)
 	mux.Handle("/admin/v1/", adminhttp.New(adminhttp.Deps{
 		Root: g.sys.Root, Admin: g.Admin, Router: g.Router, Keyring: keyring, MaxBodyBytes: gw.MaxBodyBytes,
 	}))
+	mux.Handle("GET /openapi.json", openapi.Handler())
 	if o.Gatherer != nil {
 		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})
 		mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -372,6 +384,7 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	if o.Code != "" {
 		ev.Str("code", o.Code)
 	}
+	logUsage(ev, lg.Usage)
 	ev.Msg("request")
 }
 
