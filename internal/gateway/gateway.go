@@ -285,7 +285,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.probes.Apply(gw.Engines)
 	g.stops = append(g.stops, func(context.Context) error { g.probes.Close(); return nil })
 	o.Logger.Info().Str("listen", g.HTTPAddr()).Str("registry_listen", g.RegistryAddr()).
-		Str("route_policy", string(pol)).Uint64("epoch", epoch).Int("routes", table.Len()).Msg("gateway started")
+		Str("route_policy", string(pol)).Str("store", gw.Store.Kind).Uint64("epoch", epoch).Int("routes", table.Len()).Msg("gateway started")
 	return nil
 }
 
