@@ -143,7 +143,7 @@ func (a *adminActor) Receive(ctx actor.Context) {
 	case *GetRoutes:
 		ctx.Respond(a.st.Routes())
 	case *PutRoutes:
-		a.put(ctx, m)
+		a.put(ctx, m, false)
 	case *Drain:
 		a.drain(ctx, m)
 	case *StoreSnapshot:
@@ -184,9 +184,16 @@ func WriteOutcome(err error) string {
 // put validates a new table, writes it to the store and, once the store
 // holds it, installs and announces it (see store.go). Without a store the
 // table is installed at once.
-func (a *adminActor) put(ctx actor.Context, m *PutRoutes) {
+//
+// With a shared store, a PUT whose If-Match does not match the table in
+// force here first rereads the store (reread): this replica may not have
+// seen another's write yet, and the ETag the client read there is valid.
+func (a *adminActor) put(ctx actor.Context, m *PutRoutes, reread bool) {
 	st := a.st
 	t, epoch, err := st.Prepare(m)
+	if errors.Is(err, ErrETagMismatch) && !reread && a.reread(ctx, m) {
+		return
+	}
 	if err != nil {
 		a.deps.Logger.Info().Str("key", m.KeyName).Uint64("epoch", st.epoch).Err(err).Msg("admin: route table refused")
 		a.answerPut(ctx, &PutResult{Epoch: st.epoch, Routes: st.table.Routes(), Err: err})

@@ -178,3 +178,29 @@ func (a *adminActor) snapshot(ctx actor.Context, m *StoreSnapshot) {
 		}
 	}
 }
+
+type readOutcome struct {
+	snap store.Snapshot
+	err  error
+}
+
+// reread reads a shared store (one that is a store.Reader and up), applies
+// what it holds as a snapshot, and checks the PUT again; it reports
+// whether it took the PUT over. A store that cannot be read leaves the
+// table in force to answer.
+func (a *adminActor) reread(ctx actor.Context, m *PutRoutes) bool {
+	r, ok := a.deps.Store.(store.Reader)
+	if !ok || !a.deps.Store.Up() {
+		return false
+	}
+	a.storeIO(ctx, func(c context.Context) any {
+		snap, err := r.Current(c)
+		return readOutcome{snap: snap, err: err}
+	}, func(res any) {
+		if out, ok := res.(readOutcome); ok && out.err == nil {
+			a.snapshot(ctx, &StoreSnapshot{Snapshot: out.snap})
+		}
+		a.put(ctx, m, true)
+	})
+	return true
+}

@@ -67,6 +67,13 @@ type Store interface {
 	Up() bool
 }
 
+// Reader is a shared store that can be read whole at its current
+// revision (the etcd store); the file store is the only writer of its
+// table and needs none.
+type Reader interface {
+	Current(ctx context.Context) (Snapshot, error)
+}
+
 // Snapshot is a shared store's whole state at one revision, as a watching
 // replica receives it: the raw table (to be decoded and validated by the
 // receiver, which refuses an invalid one and keeps its table), the

@@ -332,3 +332,25 @@ func TestStoredInvalidTableRefused(t *testing.T) {
 	f.waitETag(1, `"2"`, 5*time.Second)
 	eventually(t, 5*time.Second, func() bool { return f.routedTo(1, "smol") == "smol-v4-a" }, "B to route by the table that replaced the refused one")
 }
+
+// TestReplicasPutAfterPutElsewhere: the ETag a PUT on one replica
+// answered is good at once on another, even before that one's watch has
+// brought the write: a mismatch rereads the store before it is a 412.
+func TestReplicasPutAfterPutElsewhere(t *testing.T) {
+	f := newFleet(t, startEtcd(t, 1), 2, nil, nil)
+	etag := `"1"`
+	for i := range 20 {
+		r := f.putRoutes(i%2, etag, routesBody("m-"+strconv.Itoa(i)))
+		if r.status != 200 {
+			t.Fatalf("PUT %d on replica %d with the ETag the other answered (%s): %d %s", i, i%2, etag, r.status, r.body)
+		}
+		etag = r.header.Get("ETag")
+	}
+	if etag != `"21"` {
+		t.Fatalf("last ETag %s, want \"21\"", etag)
+	}
+	// A stale ETag is still a 412, naming the stored one.
+	if r := f.putRoutes(0, `"20"`, routesBody("late")); r.status != http.StatusPreconditionFailed || r.header.Get("ETag") != `"21"` {
+		t.Fatalf("stale PUT: %d ETag %s %s", r.status, r.header.Get("ETag"), r.body)
+	}
+}

@@ -247,6 +247,17 @@ func (s *Store) SetDrained(ctx context.Context, models []string, on bool) (int64
 	return resp.Header.Revision, nil
 }
 
+// Current reads the whole store at its current revision.
+func (s *Store) Current(ctx context.Context) (store.Snapshot, error) {
+	snap, err := s.load(ctx)
+	if err != nil {
+		return store.Snapshot{}, s.unavailable(err)
+	}
+	return snap, nil
+}
+
+var _ store.Reader = (*Store)(nil)
+
 // load reads the whole prefix at one revision.
 func (s *Store) load(ctx context.Context) (store.Snapshot, error) {
 	resp, err := s.cli.Get(ctx, s.cfg.Prefix, clientv3.WithPrefix())
