@@ -145,7 +145,7 @@ func (a *adminActor) Receive(ctx actor.Context) {
 	case *PutRoutes:
 		a.put(ctx, m, false)
 	case *Drain:
-		a.drain(ctx, m)
+		a.drain(ctx, m, false)
 	case *StoreSnapshot:
 		a.snapshot(ctx, m)
 	case *registry.DrainResult:
@@ -191,7 +191,7 @@ func WriteOutcome(err error) string {
 func (a *adminActor) put(ctx actor.Context, m *PutRoutes, reread bool) {
 	st := a.st
 	t, epoch, err := st.Prepare(m)
-	if errors.Is(err, ErrETagMismatch) && !reread && a.reread(ctx, m) {
+	if errors.Is(err, ErrETagMismatch) && !reread && a.reread(ctx, func() { a.put(ctx, m, true) }) {
 		return
 	}
 	if err != nil {
@@ -223,7 +223,10 @@ func (a *adminActor) install(ctx actor.Context, t *routes.Table, v store.Version
 // drain resolves the served models from the state, or asks the router
 // whether Model is a worker's model (without blocking the mailbox), then
 // applies the drain.
-func (a *adminActor) drain(ctx actor.Context, m *Drain) {
+//
+// With a shared store, a model unknown here is looked up again after a
+// reread of the store: another replica may just have added its route.
+func (a *adminActor) drain(ctx actor.Context, m *Drain, reread bool) {
 	if served, ok := a.st.Resolve(m.Model, m.On); ok {
 		a.apply(ctx, m, served)
 		return
@@ -240,6 +243,9 @@ func (a *adminActor) drain(ctx actor.Context, m *Drain) {
 			return
 		}
 		if known, _ := res.(bool); !known {
+			if !reread && a.reread(ctx, func() { a.drain(ctx, m, true) }) {
+				return
+			}
 			ctx.Respond(notFound)
 			return
 		}

@@ -184,11 +184,11 @@ type readOutcome struct {
 	err  error
 }
 
-// reread reads a shared store (one that is a store.Reader and up), applies
-// what it holds as a snapshot, and checks the PUT again; it reports
-// whether it took the PUT over. A store that cannot be read leaves the
-// table in force to answer.
-func (a *adminActor) reread(ctx actor.Context, m *PutRoutes) bool {
+// reread reads a shared store (one that is a store.Reader and up),
+// applies what it holds as a snapshot, then goes on with then (checking
+// the request again); it reports whether it took the request over. A
+// store that cannot be read leaves the state as it was for then.
+func (a *adminActor) reread(ctx actor.Context, then func()) bool {
 	r, ok := a.deps.Store.(store.Reader)
 	if !ok || !a.deps.Store.Up() {
 		return false
@@ -200,7 +200,7 @@ func (a *adminActor) reread(ctx actor.Context, m *PutRoutes) bool {
 		if out, ok := res.(readOutcome); ok && out.err == nil {
 			a.snapshot(ctx, &StoreSnapshot{Snapshot: out.snap})
 		}
-		a.put(ctx, m, true)
+		then()
 	})
 	return true
 }

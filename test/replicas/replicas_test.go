@@ -335,7 +335,8 @@ func TestStoredInvalidTableRefused(t *testing.T) {
 
 // TestReplicasPutAfterPutElsewhere: the ETag a PUT on one replica
 // answered is good at once on another, even before that one's watch has
-// brought the write: a mismatch rereads the store before it is a 412.
+// brought the write: a mismatch rereads the store before it is a 412. A
+// route just added on one replica can be drained on another likewise.
 func TestReplicasPutAfterPutElsewhere(t *testing.T) {
 	f := newFleet(t, startEtcd(t, 1), 2, nil, nil)
 	etag := `"1"`
@@ -352,5 +353,18 @@ func TestReplicasPutAfterPutElsewhere(t *testing.T) {
 	// A stale ETag is still a 412, naming the stored one.
 	if r := f.putRoutes(0, `"20"`, routesBody("late")); r.status != http.StatusPreconditionFailed || r.header.Get("ETag") != `"21"` {
 		t.Fatalf("stale PUT: %d ETag %s %s", r.status, r.header.Get("ETag"), r.body)
+	}
+	// A route added on one replica can be drained on another at once.
+	for i := range 10 {
+		route := "fresh-" + strconv.Itoa(i)
+		r := f.putRoutes(i%2, etag, `{"routes":[{"model":"`+route+`","backends":[{"model":"big","weight":1}]}]}`)
+		if r.status != 200 {
+			t.Fatalf("PUT of %s: %d %s", route, r.status, r.body)
+		}
+		etag = r.header.Get("ETag")
+		d := f.do("POST", f.replicas[1-i%2].url+"/admin/v1/models/"+route+":drain", "")
+		if d.status != http.StatusAccepted || !strings.Contains(string(d.body), `"drained":["big"]`) {
+			t.Fatalf("drain of %s on the other replica: %d %s", route, d.status, d.body)
+		}
 	}
 }
