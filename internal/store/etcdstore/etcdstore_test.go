@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 
 	"github.com/tlgate/tlgate/internal/routes"
 	"github.com/tlgate/tlgate/internal/store"
@@ -17,15 +19,7 @@ import (
 	"github.com/tlgate/tlgate/internal/store/etcdstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdIgnores()...) }
-
-// etcdIgnores are the etcd server's and client's goroutines that outlive
-// a closed member by a moment (their loggers and the grpc balancer).
-func etcdIgnores() []goleak.Option {
-	return []goleak.Option{
-		goleak.IgnoreAnyFunction("go.opencensus.io/stats/view.(*worker).start"),
-	}
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestCompareAndSwapAndWatch(t *testing.T) {
 	c, err := embedetcd.Start(t.TempDir(), 1)
@@ -77,5 +71,58 @@ func TestCompareAndSwapAndWatch(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("no snapshot of the write")
 		}
+	}
+}
+
+// TestAuth: with etcd's authentication on, the store opens with the
+// right user and password and refuses to open with a wrong one.
+func TestAuth(t *testing.T) {
+	c, err := embedetcd.Start(t.TempDir(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	admin, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	for _, step := range []func() error{
+		func() error { _, err := admin.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := admin.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := admin.RoleAdd(ctx, "tlgate"); return err },
+		func() error {
+			_, err := admin.RoleGrantPermission(ctx, "tlgate", "/auth/", clientv3.GetPrefixRangeEnd("/auth/"), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := admin.UserAdd(ctx, "tlgate", "s3cret"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "tlgate", "tlgate"); return err },
+		func() error { _, err := admin.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatalf("set up etcd auth: %v", err)
+		}
+	}
+	cfg := etcdstore.Config{Endpoints: c.Endpoints(), Prefix: "/auth/", DialTimeout: 2 * time.Second, Username: "tlgate", Password: "s3cret", Logger: zerolog.Nop()}
+	s, snap, err := etcdstore.Open(ctx, cfg, []routes.Route{{Model: "a"}})
+	if err != nil {
+		t.Fatalf("open with the right password: %v", err)
+	}
+	if _, err := s.PutRoutes(ctx, store.Version{Epoch: 1, Rev: snap.TableRev}, 2, nil); err != nil {
+		t.Fatalf("write with the right password: %v", err)
+	}
+	_ = s.Close()
+	cfg.Password = "wrong"
+	if s, _, err := etcdstore.Open(ctx, cfg, nil); err == nil {
+		_ = s.Close()
+		t.Fatal("opened with a wrong password")
+	}
+	cfg.Password, cfg.Prefix = "s3cret", "/elsewhere/"
+	if s, _, err := etcdstore.Open(ctx, cfg, nil); err == nil {
+		_ = s.Close()
+		t.Fatal("opened a prefix the user may not write")
 	}
 }
