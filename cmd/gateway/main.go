@@ -63,6 +63,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	replicas := fs.Int("replicas", 1, "with -demo: gateway replicas sharing an embedded etcd (1: the file store)")
 	seedFrom := fs.String("seed-from", "", "copy this routes.json (a file store's) into the -config's etcd store and exit")
 	seedForce := fs.Bool("seed-force", false, "with -seed-from: replace a table etcd already holds")
+	otlp := fs.String("otlp-endpoint", "", "OTLP receiver URL for traces (grpc, e.g. http://127.0.0.1:4317), overriding [gateway.tracing] endpoint; with -demo the engines export there too")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -96,6 +97,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	case *replicas > 1 && !*demo:
 		return errors.New("-replicas needs -demo (a deployment runs one gateway per process)")
 	}
+	if *otlp != "" {
+		cfg.Gateway.Tracing.Endpoint = *otlp
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("-otlp-endpoint: %w", err)
+		}
+	}
 	format := cfg.Gateway.LogFormat
 	if *demo {
 		format = config.LogConsole
@@ -120,7 +127,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	}
 	var stopDemo func()
 	if *demo {
-		if stopDemo, err = startDemo(ctx, gw, logger, stdout); err != nil {
+		if stopDemo, err = startDemo(ctx, gw, cfg.Gateway.Tracing, logger, stdout); err != nil {
 			_ = gw.Close(context.Background())
 			if ctx.Err() != nil {
 				return nil // stopped while starting: not a failure

@@ -54,6 +54,7 @@ func TestConfig(t *testing.T) {
 			LogFormat: "json",
 			Store:     Store{Kind: "file", Prefix: "/tlgate/", DialTimeout: D(5 * time.Second)},
 		}
+		want.Tracing = Tracing{Protocol: "grpc", SampleRatio: 1, ServiceName: "tlgate"}
 		if !reflect.DeepEqual(c.Gateway, want) {
 			t.Fatalf("defaults\n got %+v\nwant %+v", c.Gateway, want)
 		}
@@ -394,7 +395,7 @@ func TestEveryKeyDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Store]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Store](), reflect.TypeFor[Tracing]()} {
 		for f := range typ.Fields() {
 			key := f.Tag.Get("toml")
 			if !strings.Contains(string(readme), "`"+key+"`") {

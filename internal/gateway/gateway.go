@@ -43,6 +43,7 @@ import (
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	"github.com/tlgate/tlgate/internal/routes"
 	"github.com/tlgate/tlgate/internal/store"
+	"github.com/tlgate/tlgate/internal/tracing"
 )
 
 // Options are what the composition root is given besides the config.
@@ -54,6 +55,10 @@ type Options struct {
 	RequestHooks func(d *request.Deps)
 	// Now is the clock of the per-key rate limits; nil means time.Now.
 	Now func() time.Time
+	// Tracing, when set, replaces the provider [gateway.tracing] would
+	// build (tests pass one with an in-memory exporter). The caller shuts
+	// it down.
+	Tracing *tracing.Provider
 }
 
 // Gateway is a running gateway.
@@ -74,8 +79,9 @@ type Gateway struct {
 	proxy    *proxy.Proxy
 	stops    []func(context.Context) error // in start order; run in reverse
 	// Keys holds the per-key usage metrics (nil without a Registry).
-	Keys  *metrics.KeyMetrics
-	store store.Store
+	Keys    *metrics.KeyMetrics
+	tracing *tracing.Provider
+	store   store.Store
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -144,6 +150,11 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		}
 	}
 	m := g.Metrics
+
+	// Tracing: off (and free) unless configured or given.
+	if g.tracing, err = g.startTracing(cfg.Gateway.Tracing, o.Tracing); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 
 	// Actor system and actors.
 	g.sys = actorsys.New(o.Logger)
@@ -220,6 +231,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	// HTTP server.
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme}
 	instrument(rdeps, m)
+	rdeps.Tracer = g.tracing.Tracer()
 	if o.RequestHooks != nil {
 		o.RequestHooks(rdeps)
 	}
@@ -242,7 +254,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	}))
 	mux.Handle("GET /openapi.json", openapi.Handler())
 	if o.Gatherer != nil {
-		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})
+		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true})
 		mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			g.refreshGauges()
 			metricsHandler.ServeHTTP(w, r)
@@ -385,6 +397,9 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 		ev.Str("code", o.Code)
 	}
 	logUsage(ev, lg.Usage)
+	if sc := ex.TraceContext(); sc.IsValid() {
+		ev.Str("trace_id", sc.TraceID().String()).Str("span_id", sc.SpanID().String())
+	}
 	ev.Msg("request")
 }
 
