@@ -142,7 +142,7 @@ func Connect(cfg Config) (*Store, error) {
 		})},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcdstore: etcd at %s: %w", strings.Join(cfg.Endpoints, ","), err)
+		return nil, fmt.Errorf("etcdstore: etcd at %s (dial_timeout %s): %w", strings.Join(cfg.Endpoints, ","), cfg.DialTimeout, err)
 	}
 	return &Store{cfg: cfg, cli: cli, routes: cfg.Prefix + routesKey, drained: cfg.Prefix + drainedPrefix, resync: make(chan struct{}, 1)}, nil
 }
