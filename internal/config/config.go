@@ -123,6 +123,11 @@ type Gateway struct {
 	// Store is where the route table and the drains are kept: state_dir
 	// (one replica) or etcd (several replicas as one).
 	Store Store `toml:"store"`
+
+	// Ejection is passive health: workers failing in a row are ejected.
+	Ejection Ejection `toml:"ejection"`
+	// Admission is the per-worker concurrency limit and per-model queue.
+	Admission Admission `toml:"admission"`
 	// Tracing is the [gateway.tracing] table: OpenTelemetry traces over
 	// OTLP, off unless an endpoint is set.
 	Tracing Tracing `toml:"tracing"`
@@ -217,6 +222,8 @@ func Default() *Config {
 		ShutdownTimeout:    D(10 * time.Second),
 		LogFormat:          LogJSON,
 		Store:              Store{Kind: StoreFile, Prefix: DefaultStorePrefix, DialTimeout: D(DefaultStoreDialTimeout)},
+		Ejection:           defaultEjection(),
+		Admission:          defaultAdmission(),
 		Tracing:            Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "tlgate"},
 	}}
 }
