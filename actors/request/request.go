@@ -22,11 +22,13 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/cascade"
 	"github.com/tlgate/tlgate/internal/openai"
 	"github.com/tlgate/tlgate/internal/proxy"
+	"github.com/tlgate/tlgate/internal/usage"
 )
 
 // Exchange is one client request as the edge hands it over, and the channel
@@ -47,6 +49,7 @@ type Exchange struct {
 	Done      chan Outcome // buffered (1); receives exactly one Outcome
 	wg        sync.WaitGroup
 	committed atomic.Bool
+	trace     *trace.SpanContext // the request span's, set by the actor (nil: tracing off)
 }
 
 // NewExchange returns an exchange ready to hand to the actor.
@@ -83,6 +86,9 @@ type Log struct {
 	Escalations                                 int
 	Phase                                       string // disaggregated: the phase that failed
 	LastError                                   string // the last failed attempt's error
+	// Usage is the tokens the answers used (every answered cascade step),
+	// estimated when an engine reported none (internal/usage).
+	Usage usage.Usage
 }
 
 // Deps are the actor's collaborators.
@@ -99,6 +105,8 @@ type Deps struct {
 	OnFailover func(ex *Exchange, t router.Target, reason string)
 	OnCascade  func(ex *Exchange, route string, step int, accepted bool)
 	OnKV       func(event string, d time.Duration) // "prefill", "release", "failure:<phase>"
+	// Tracer records the request's spans (trace.go); nil: tracing off.
+	Tracer trace.Tracer
 }
 
 // Props returns the props of one request actor for ex. Spawn it with the
@@ -147,6 +155,15 @@ type requestActor struct {
 	finished bool
 	// prefillFailed lists prefill workers whose Prefill failed once.
 	prefillFailed []string
+	// sniff reads the usage of the current streamed attempt.
+	sniff *usage.Writer
+	// routing: a Route request is outstanding (it may wait in the router's
+	// queue); leaving: its client went away and Leave was sent; unwatch
+	// stops the client watch (overload.go).
+	routing, leaving bool
+	unwatch          func() bool
+	reported         int         // the attempt whose outcome the router was told
+	tr               *traceState // nil: tracing off
 }
 
 // Receive is the actor's switch; each case calls one step of the protocol.
@@ -154,7 +171,11 @@ func (a *requestActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.exclude = map[string]bool{}
+		a.traceStart()
+		a.watchClient(ctx)
 		a.route(ctx)
+	case *clientLeft:
+		a.onClientLeft(ctx)
 	case *router.RouteResult:
 		a.routed(ctx, m)
 	case *fetched:
@@ -176,13 +197,20 @@ func (a *requestActor) route(ctx actor.Context) {
 		a.finish(ctx, Outcome{Status: 499, Code: "client_closed", Message: "client closed the request"})
 		return
 	}
+	a.traceRoute()
 	ctx.Request(a.d.Router, &router.Route{Request: router.Request{
 		Model: a.ex.Req.Model, RequestID: a.ex.RequestID, PrefixKey: a.ex.Req.PrefixKey,
-		Stream: a.ex.Req.Stream, Step: a.step, Exclude: a.exclude,
+		Stream: a.ex.Req.Stream, Step: a.step, Exclude: a.exclude, Key: a.ex.KeyName,
 	}})
+	a.routing = true
 }
 
 func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
+	a.traceRouted(m)
+	a.routing = false
+	if a.admissionAnswer(ctx, m) {
+		return
+	}
 	if m.Err != nil {
 		switch {
 		case errors.Is(m.Err, router.ErrModelNotFound):
@@ -236,6 +264,9 @@ func (a *requestActor) body(seed *uint64) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if a.ex.Req.Stream {
+		return usage.AskInStream(b)
+	}
 	return b, nil
 }
 
@@ -254,6 +285,7 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 	for k, v := range extra {
 		h[k] = v
 	}
+	a.traceInject(h)
 	scheme := a.d.Scheme
 	if scheme == "" {
 		scheme = "http"
@@ -271,11 +303,13 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 		}()
 		return
 	}
-	debug, worker, step := ex.Debug, a.target.Worker.ID, a.target.CascadeStep
+	debug, worker, step, rt := ex.Debug, a.target.Worker.ID, a.target.CascadeStep, a.d.Router
+	sw := a.streamWriter()
 	go func() {
 		defer ex.wg.Done()
-		res := p.Stream(actx, att, ex.W, func(status int, uh http.Header) {
+		res := p.Stream(actx, att, sw, func(status int, uh http.Header) {
 			ex.committed.Store(true)
+			reportAnswer(root.Send, rt, worker, status)
 			responseHeaders(ex.W.Header(), ex.RequestID, debug, worker, step)
 		})
 		root.Send(self, &streamed{res: res})
@@ -284,11 +318,14 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 
 func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 	a.endAttempt(ctx)
+	a.traceAnswered(statusOf(m.resp), 0, m.err)
 	if m.err != nil {
 		a.failed(ctx, m.err, "attempt")
 		return
 	}
 	resp := m.resp
+	a.reportFetched(ctx, resp.Status)
+	a.countFetched(resp)
 	if a.target.CascadeStep < a.target.CascadeSteps-1 && resp.Status == http.StatusOK {
 		accepted := a.judge(resp.Body)
 		if a.d.OnCascade != nil {
@@ -297,6 +334,7 @@ func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 		if !accepted {
 			a.releaseHeld(ctx)
 			a.log.Escalations++
+			a.traceAttemptEnd(OutcomeEscalated, "", nil)
 			a.step = a.target.CascadeStep + 1
 			a.route(ctx)
 			return
@@ -319,15 +357,16 @@ func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 // without readable logprobs or tokens is never accepted.
 func (a *requestActor) judge(body []byte) bool {
 	lps, err := cascade.LogprobsOf(body)
-	if err != nil {
-		return false
-	}
-	return a.target.Rule.Holds(lps)
+	ok := err == nil && a.target.Rule.Holds(lps)
+	a.traceJudged(lps, ok)
+	return ok
 }
 
 func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 	a.endAttempt(ctx)
 	r := m.res
+	a.countStreamed(r)
+	a.traceAnswered(r.Status, r.FirstByte, r.Err)
 	a.log.FirstByte = r.FirstByte
 	a.log.Committed = r.Committed
 	a.log.ClientGone = r.ClientGone
@@ -350,6 +389,7 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 	if errors.As(err, &ae) {
 		reason = string(ae.Reason)
 	}
+	a.traceAttemptEnd(OutcomeFailed, reason, err)
 	if a.ex.Ctx.Err() != nil {
 		a.log.ClientGone = true
 		a.finish(ctx, Outcome{Status: 499, Code: "client_closed", Message: "client closed the request"})
@@ -367,6 +407,7 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 		a.d.OnFailover(a.ex, a.target, reason)
 	}
 	a.exclude[ExcludeAfter(a.target, phase, a.prefillFailed)] = true
+	a.reportFailure(ctx, ExcludeAfter(a.target, phase, a.prefillFailed), reason)
 	if phase == PhasePrefill {
 		a.prefillFailed = append(a.prefillFailed, a.target.Prefill.ID)
 	}
@@ -417,6 +458,7 @@ func (a *requestActor) finish(ctx actor.Context, o Outcome) {
 		return
 	}
 	a.finished = true
+	a.stopWatching()
 	a.releaseHeld(ctx)
 	a.endAttempt(ctx)
 	if o.Header == nil {
@@ -424,6 +466,7 @@ func (a *requestActor) finish(ctx actor.Context, o Outcome) {
 	}
 	responseHeaders(o.Header, a.ex.RequestID, a.ex.Debug, a.log.Worker, a.log.CascadeStep)
 	o.Log = a.log
+	a.traceEnd(o)
 	a.ex.Done <- o
 	ctx.Stop(ctx.Self())
 }
@@ -446,9 +489,15 @@ func (a *requestActor) cleanup(ctx actor.Context) {
 		return
 	}
 	a.finished = true
+	a.stopWatching()
+	if a.routing {
+		ctx.Send(a.d.Router, &router.Leave{PID: ctx.Self()})
+	}
 	a.releaseHeld(ctx)
 	a.endAttempt(ctx)
 	a.log.Committed = a.ex.Committed()
-	a.ex.Done <- Outcome{Status: http.StatusInternalServerError, Code: "internal_error",
+	o := Outcome{Status: http.StatusInternalServerError, Code: "internal_error",
 		Message: "The gateway failed while handling the request.", Header: http.Header{"X-Request-Id": {a.ex.RequestID}}, Log: a.log}
+	a.traceEnd(o)
+	a.ex.Done <- o
 }

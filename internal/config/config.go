@@ -120,6 +120,17 @@ type Gateway struct {
 	Routes []routes.Route `toml:"routes"`
 	// Engines are engines that do not heartbeat; the gateway probes them.
 	Engines []Engine `toml:"engines"`
+	// Store is where the route table and the drains are kept: state_dir
+	// (one replica) or etcd (several replicas as one).
+	Store Store `toml:"store"`
+
+	// Ejection is passive health: workers failing in a row are ejected.
+	Ejection Ejection `toml:"ejection"`
+	// Admission is the per-worker concurrency limit and per-model queue.
+	Admission Admission `toml:"admission"`
+	// Tracing is the [gateway.tracing] table: OpenTelemetry traces over
+	// OTLP, off unless an endpoint is set.
+	Tracing Tracing `toml:"tracing"`
 
 	// MaxWorkers caps the workers registered by heartbeat; a new worker id
 	// beyond it is refused (ResourceExhausted) until one is evicted.
@@ -163,6 +174,30 @@ func (e EngineToken) Value() (string, error) {
 	return e.Token, nil
 }
 
+// Tracing is the [gateway.tracing] table.
+type Tracing struct {
+	// Endpoint is the OTLP receiver's URL (http://host:4317 for grpc,
+	// http://host:4318 for http); empty turns tracing off.
+	Endpoint string `toml:"endpoint"`
+	// Protocol is grpc or http.
+	Protocol string `toml:"protocol"`
+	// SampleRatio is the share of new traces recorded, in [0, 1]; requests
+	// that bring a traceparent follow its sampled flag.
+	SampleRatio float64 `toml:"sample_ratio"`
+	// ServiceName is the service.name of the gateway's spans.
+	ServiceName string `toml:"service_name"`
+	// HeadersEnv names an environment variable holding headers for the
+	// receiver, "key=value,key2=value2" (OTEL_EXPORTER_OTLP_HEADERS works
+	// too).
+	HeadersEnv string `toml:"headers_env"`
+}
+
+// Tracing protocols (gateway.tracing.protocol).
+const (
+	TracingGRPC = "grpc"
+	TracingHTTP = "http"
+)
+
 // APIKey is one client key. Exactly one of Key, KeyEnv and KeySHA256 is set.
 type APIKey struct {
 	// Name identifies the key in logs and metrics; unique.
@@ -176,6 +211,12 @@ type APIKey struct {
 	KeySHA256 string `toml:"key_sha256"`
 	// Scopes are a non-empty subset of inference, debug, admin.
 	Scopes []string `toml:"scopes"`
+	// RequestsPerMinute, TokensPerMinute (prompt + completion) and
+	// MaxConcurrent limit the key's inference requests; 0 or absent means
+	// unlimited. Over a limit the key is answered 429 rate_limit_exceeded.
+	RequestsPerMinute int `toml:"requests_per_minute"`
+	TokensPerMinute   int `toml:"tokens_per_minute"`
+	MaxConcurrent     int `toml:"max_concurrent"`
 }
 
 // Engine is an engine the gateway probes instead of waiting for its
@@ -224,6 +265,10 @@ func Default() *Config {
 		MaxWorkers:         1024,
 		RegistryPeerRate:   200,
 		RegistryPeerBurst:  400,
+		Store:              Store{Kind: StoreFile, Prefix: DefaultStorePrefix, DialTimeout: D(DefaultStoreDialTimeout)},
+		Ejection:           defaultEjection(),
+		Admission:          defaultAdmission(),
+		Tracing:            Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "tlgate"},
 	}}
 }
 

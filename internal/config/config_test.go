@@ -51,9 +51,14 @@ func TestConfig(t *testing.T) {
 			ConnectTimeout: D(2 * time.Second), FirstByteTimeout: D(30 * time.Second),
 			IdleTimeout: D(60 * time.Second), ReadHeaderTimeout: D(10 * time.Second), ReadBodyTimeout: D(30 * time.Second),
 			ServerIdleTimeout: D(120 * time.Second), ShutdownTimeout: D(10 * time.Second),
-			LogFormat:  "json",
+			LogFormat: "json",
+			Store:     Store{Kind: "file", Prefix: "/tlgate/", DialTimeout: D(5 * time.Second)},
+			Ejection:  Ejection{ConsecutiveFailures: 3, ConsecutiveRefused: 1, BaseTime: D(10 * time.Second), MaxTime: D(5 * time.Minute), MaxPercent: 50},
+			Admission: Admission{Enabled: true, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{},
+				QueueSize: 1024, QueueTimeout: D(30 * time.Second)},
 			MaxWorkers: 1024, RegistryPeerRate: 200, RegistryPeerBurst: 400,
 		}
+		want.Tracing = Tracing{Protocol: "grpc", SampleRatio: 1, ServiceName: "tlgate"}
 		if !reflect.DeepEqual(c.Gateway, want) {
 			t.Fatalf("defaults\n got %+v\nwant %+v", c.Gateway, want)
 		}
@@ -227,6 +232,9 @@ func TestConfigValidation(t *testing.T) {
 		{"same secret twice", "[[gateway.api_keys]]\nname = \"a\"\nkey_env = \"TLGATE_TEST_SET\"\nscopes = [\"inference\"]\n[[gateway.api_keys]]\nname = \"b\"\nkey_sha256 = \"" + hexSum("value") + "\"\nscopes = [\"admin\"]", []string{"gateway.api_keys[1]: same secret as api_keys[0]"}},
 		{"unknown scope", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k\"\nscopes = [\"inference\", \"root\"]", []string{`gateway.api_keys[0].scopes[1]: unknown scope "root" (want inference, debug or admin)`}},
 		{"no scopes", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k\"", []string{`gateway.api_keys[0].scopes: at least one of "inference", "debug", "admin" required`}},
+		{"key limits", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k\"\nscopes = [\"inference\"]\nrequests_per_minute = -1\ntokens_per_minute = 2000000000\nmax_concurrent = 4", []string{
+			"gateway.api_keys[0].requests_per_minute: must be from 0 (unlimited) to 1000000000, got -1",
+			"gateway.api_keys[0].tokens_per_minute: must be from 0 (unlimited) to 1000000000, got 2000000000"}},
 		{"route error prefixed", "[[gateway.routes]]\nmodel = \"a\"\n[[gateway.routes]]\nmodel = \"auto\"\ncascade = [{ model = \"smol\", accept_if = \"mean_logprob => -1.2\" }, { model = \"big\" }]", []string{`gateway.routes[1].cascade[0].accept_if: unknown operator "=>" at column 14 (want > or >=)`}},
 		{"route errors all", "[[gateway.routes]]\nmodel = \"\"\n[[gateway.routes]]\nmodel = \"b\"\nbackends = [{ model = \"x\", weight = 0 }]", []string{"gateway.routes[0].model: required", "gateway.routes[1].backends[0].weight: must be > 0, got 0"}},
 		{"engine model discovered", "[[gateway.engines]]\nid = \"v1\"\nhttp_address = \"127.0.0.1:8000\"\nkind = \"vllm\"", nil},
@@ -407,13 +415,13 @@ func TestEveryKeyDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[EngineToken](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[EngineToken](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Ejection](), reflect.TypeFor[Admission](), reflect.TypeFor[Tracing](), reflect.TypeFor[Store]()} {
 		for f := range typ.Fields() {
 			key := f.Tag.Get("toml")
 			if !strings.Contains(string(readme), "`"+key+"`") {
 				t.Errorf("configs/README.md does not document %s.%s", typ.Name(), key)
 			}
-			if !strings.Contains(string(example), key+" =") && !strings.Contains(string(example), "[[gateway."+key+"]]") {
+			if !strings.Contains(string(example), key+" =") && !strings.Contains(string(example), "[[gateway."+key+"]]") && !strings.Contains(string(example), "[gateway."+key+"]") {
 				t.Errorf("configs/example.toml does not set %s.%s", typ.Name(), key)
 			}
 		}

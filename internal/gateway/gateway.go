@@ -36,11 +36,14 @@ import (
 	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/httpedge"
 	"github.com/tlgate/tlgate/internal/metrics"
+	"github.com/tlgate/tlgate/internal/openapi"
 	"github.com/tlgate/tlgate/internal/policy"
 	"github.com/tlgate/tlgate/internal/probe"
 	"github.com/tlgate/tlgate/internal/proxy"
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/store"
+	"github.com/tlgate/tlgate/internal/tracing"
 )
 
 // Options are what the composition root is given besides the config.
@@ -50,6 +53,12 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Hooks for tests; each may be nil.
 	RequestHooks func(d *request.Deps)
+	// Now is the clock of the per-key rate limits; nil means time.Now.
+	Now func() time.Time
+	// Tracing, when set, replaces the provider [gateway.tracing] would
+	// build (tests pass one with an in-memory exporter). The caller shuts
+	// it down.
+	Tracing *tracing.Provider
 }
 
 // Gateway is a running gateway.
@@ -69,6 +78,10 @@ type Gateway struct {
 	engines  *engineclient.Client
 	proxy    *proxy.Proxy
 	stops    []func(context.Context) error // in start order; run in reverse
+	// Keys holds the per-key usage metrics (nil without a Registry).
+	Keys    *metrics.KeyMetrics
+	tracing *tracing.Provider
+	store   store.Store
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -112,12 +125,15 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 
-	// Route table: the persisted one wins over the config's seed.
-	epoch, rs, err := loadRoutes(gw.StateDir, gw.Routes)
+	// Route table: the stored one (state_dir or etcd) wins over the
+	// config's seed.
+	ss, err := g.openStore(&gw, o.Logger)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	table, err := routes.NewTable(rs)
+	g.store = ss.store
+	epoch := ss.epoch
+	table, err := routes.NewTable(ss.routes)
 	if err != nil {
 		return fmt.Errorf("gateway: routes: %w", err)
 	}
@@ -128,8 +144,17 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			return fmt.Errorf("gateway: %w", err)
 		}
 		g.Metrics.Epoch(epoch)
+		g.Metrics.StoreUp(ss.store.Up())
+		if g.Keys, err = metrics.NewKeyMetrics(o.Registry); err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
 	}
 	m := g.Metrics
+
+	// Tracing: off (and free) unless configured or given.
+	if g.tracing, err = g.startTracing(cfg.Gateway.Tracing, o.Tracing); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 
 	// Actor system and actors.
 	g.sys = actorsys.New(o.Logger)
@@ -148,13 +173,17 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		OnRefuse:   registryRefused(o.Logger),
 	})))
 	g.stops = append(g.stops, g.stopActor(g.Registry))
-	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(router.Config{Policy: pol, LoadFactor: gw.AffinityLoadFactor}, table, epoch), g.Registry))
+	rcfg := router.Config{Policy: pol, LoadFactor: gw.AffinityLoadFactor}
+	overloadConfig(&rcfg, gw, m, o.Logger)
+	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(rcfg, table, epoch), g.Registry))
 	g.stops = append(g.stops, g.stopActor(g.Router))
 	g.Admin = g.sys.Root.Spawn(admin.Props(admin.Deps{
 		Router: g.Router, Registry: g.Registry, StateDir: gw.StateDir, Logger: o.Logger,
 		Table: table, Epoch: epoch, OnWrite: m.AdminWrite, OnEpoch: m.Epoch, OnDrain: m.Drain,
+		Store: ss.store, Rev: ss.rev,
 	}))
 	g.stops = append(g.stops, g.stopActor(g.Admin))
+	g.followStore(ss)
 
 	// Engine clients, over TLS when an engine CA is configured.
 	engineTLS, err := loadEngineTLS(gw.EngineCAFile)
@@ -219,6 +248,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	// HTTP server.
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme}
 	instrument(rdeps, m)
+	rdeps.Tracer = g.tracing.Tracer()
 	if o.RequestHooks != nil {
 		o.RequestHooks(rdeps)
 	}
@@ -228,16 +258,20 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		BodyTimeout: gw.ReadBodyTimeout.Duration,
 		OnDone: func(ex *request.Exchange, out request.Outcome) {
 			observe(m, ex, out)
+			observeKey(g.Keys, ex, out)
 			accessLog(o.Logger, ex, out)
 		},
-		OnReject: func(_ int, code string) { m.Rejected(code) },
+		OnReject:  func(_ int, code string) { m.Rejected(code) },
+		Limits:    limiterOf(gw.APIKeys, o.Now),
+		OnLimited: g.Keys.RateLimited,
 	}
 	httpedge.Register(mux, edge)
 	mux.Handle("/admin/v1/", adminhttp.New(adminhttp.Deps{
 		Root: g.sys.Root, Admin: g.Admin, Router: g.Router, Keyring: keyring, MaxBodyBytes: gw.MaxBodyBytes,
 	}))
+	mux.Handle("GET /openapi.json", openapi.Handler())
 	if o.Gatherer != nil {
-		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})
+		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true})
 		mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			g.refreshGauges()
 			metricsHandler.ServeHTTP(w, r)
@@ -281,7 +315,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.probes.Apply(gw.Engines)
 	g.stops = append(g.stops, func(context.Context) error { g.probes.Close(); return nil })
 	o.Logger.Info().Str("listen", g.HTTPAddr()).Str("registry_listen", g.RegistryAddr()).
-		Str("route_policy", string(pol)).Uint64("epoch", epoch).Int("routes", table.Len()).Msg("gateway started")
+		Str("route_policy", string(pol)).Str("store", gw.Store.Kind).Uint64("epoch", epoch).Int("routes", table.Len()).Msg("gateway started")
 	return nil
 }
 
@@ -379,6 +413,10 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	}
 	if o.Code != "" {
 		ev.Str("code", o.Code)
+	}
+	logUsage(ev, lg.Usage)
+	if sc := ex.TraceContext(); sc.IsValid() {
+		ev.Str("trace_id", sc.TraceID().String()).Str("span_id", sc.SpanID().String())
 	}
 	ev.Msg("request")
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/tlgate/tlgate/actors/request"
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/metrics"
+	"github.com/tlgate/tlgate/internal/tracing"
 )
 
 // instrument points the request actors' hooks at the metrics.
@@ -36,8 +37,19 @@ func instrument(d *request.Deps, m *metrics.Metrics) {
 
 // observe records a finished request.
 func observe(m *metrics.Metrics, ex *request.Exchange, o request.Outcome) {
-	route := o.Log.Route
-	outcome := metrics.OutcomeOK
+	outcome, route := outcomeOf(o)
+	tid := tracing.SampledTraceID(ex.TraceContext())
+	m.RequestDoneTraced(route, outcome, time.Since(ex.Received), tid)
+	if o.Log.FirstByte > 0 {
+		m.FirstByteTraced(route, o.Log.FirstByte, tid)
+	}
+}
+
+// outcomeOf classifies a finished request: its metrics outcome and route
+// label (none for a model that was not found).
+func outcomeOf(o request.Outcome) (outcome, route string) {
+	route = o.Log.Route
+	outcome = metrics.OutcomeOK
 	switch {
 	case o.Log.ClientGone || o.Status == 499:
 		outcome = metrics.OutcomeClientGone
@@ -45,6 +57,8 @@ func observe(m *metrics.Metrics, ex *request.Exchange, o request.Outcome) {
 		outcome, route = metrics.OutcomeNotFound, ""
 	case o.Code == "no_capacity":
 		outcome = metrics.OutcomeNoCapacity
+	case o.Code == "overloaded":
+		outcome = metrics.OutcomeOverloaded
 	case o.Code == "internal_error":
 		outcome = metrics.OutcomeInternalError
 	case o.Streamed && o.Log.Committed && o.Status == http.StatusOK && !o.Log.Done:
@@ -54,10 +68,7 @@ func observe(m *metrics.Metrics, ex *request.Exchange, o request.Outcome) {
 	case o.Status >= 500:
 		outcome = metrics.OutcomeUpstreamFailed
 	}
-	m.RequestDone(route, outcome, time.Since(ex.Received))
-	if o.Log.FirstByte > 0 {
-		m.FirstByte(route, o.Log.FirstByte)
-	}
+	return outcome, route
 }
 
 // refreshGauges sets the worker gauges from the router's view, at scrape
@@ -89,5 +100,6 @@ func (g *Gateway) refreshGauges() {
 		counts[metrics.WorkerKey{Model: w.Model, Role: string(w.Role), State: state}]++
 	}
 	g.Metrics.SetWorkers(counts)
+	g.Metrics.SetOverload(wr.Queued, ejectedByModel(wr.Workers))
 	g.Metrics.Epoch(wr.Epoch)
 }

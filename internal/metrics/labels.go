@@ -35,6 +35,7 @@ const (
 	OutcomeUpstreamFailed = "upstream_failed" // the engine failed after the first byte reached the client
 	OutcomeClientGone     = "client_gone"     // the client went away before the end
 	OutcomeInternalError  = "internal_error"  // 500: a gateway fault
+	OutcomeOverloaded     = "overloaded"      // 503: every worker at its limit and no wait possible
 )
 
 // Failover reasons: the reason label of tlgate_failovers_total. The first
@@ -110,21 +111,24 @@ const (
 	AdminInvalidRoutes   = "invalid_routes"
 	AdminModelNotFound   = "model_not_found"
 	AdminInternalError   = "internal_error"
+	// AdminStoreUnavailable: the shared route store could not be reached.
+	AdminStoreUnavailable = "store_unavailable"
 )
 
 // HTTP edge rejections: the code label of tlgate_http_rejected_total, equal
 // to the OpenAI error codes the edge answers before a request is routed.
 const (
-	RejectInvalidRequest    = "invalid_request"    // 400
-	RejectInvalidAPIKey     = "invalid_api_key"    // 401
-	RejectInsufficientScope = "insufficient_scope" // 403
-	RejectRequestTooLarge   = "request_too_large"  // 413
+	RejectInvalidRequest    = "invalid_request"     // 400
+	RejectInvalidAPIKey     = "invalid_api_key"     // 401
+	RejectInsufficientScope = "insufficient_scope"  // 403
+	RejectRequestTooLarge   = "request_too_large"   // 413
+	RejectRateLimited       = "rate_limit_exceeded" // 429: over the key's limits
 )
 
 // The fixed sets, in exposition order.
 var (
 	requestOutcomes = fixedSet{OutcomeOK, OutcomeClientError, OutcomeNotFound, OutcomeNoCapacity,
-		OutcomeUpstreamFailed, OutcomeClientGone, OutcomeInternalError}
+		OutcomeUpstreamFailed, OutcomeClientGone, OutcomeInternalError, OutcomeOverloaded}
 	failoverReasons = fixedSet{FailoverRefused, FailoverReset, FailoverTimeout, FailoverStatus503,
 		FailoverEOF, FailoverTransport, FailoverTooLarge, FailoverTokenize, FailoverPrefill}
 	decisionReasons = fixedSet{DecisionLeastOutstanding, DecisionWeighted, DecisionAffinity, DecisionLoad}
@@ -133,8 +137,9 @@ var (
 	states          = fixedSet{StateRoutable, StateDraining, StateDrained}
 	sources         = fixedSet{SourceHeartbeat, SourceProbe}
 	adminOutcomes   = fixedSet{AdminOK, AdminIfMatchRequired, AdminETagMismatch, AdminInvalidRoutes,
-		AdminModelNotFound, AdminInternalError}
-	rejectCodes = fixedSet{RejectInvalidRequest, RejectInvalidAPIKey, RejectInsufficientScope, RejectRequestTooLarge}
+		AdminModelNotFound, AdminInternalError, AdminStoreUnavailable}
+	rejectCodes = fixedSet{RejectInvalidRequest, RejectInvalidAPIKey, RejectInsufficientScope, RejectRequestTooLarge,
+		RejectRateLimited}
 )
 
 // fixedSet is the closed list of values a label may take besides Other.

@@ -100,6 +100,7 @@ type Metrics struct {
 	hbRejected    *prometheus.CounterVec
 	drains        *prometheus.CounterVec
 	epoch         prometheus.Gauge
+	storeUp       prometheus.Gauge
 	cascade       *prometheus.CounterVec
 	prefill       prometheus.Histogram
 	kvReleased    *prometheus.CounterVec
@@ -120,6 +121,8 @@ type Metrics struct {
 
 	workersMu   sync.Mutex
 	workersLast map[[3]string]struct{}
+
+	overload overloadMetrics // overload.go
 }
 
 // New creates the gateway's metrics and registers them on reg. It fails,
@@ -180,6 +183,8 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 			"Operator drains of a model.", lModel),
 		epoch: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "route_epoch",
 			Help: "Epoch of the route table in force."}),
+		storeUp: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "store_up",
+			Help: "1 while the route store (state_dir, or etcd) can be reached, else 0."}),
 		cascade: counter("cascade_steps_total",
 			"Cascade steps answered, by route, step (0 = first) and outcome (accepted or escalated).", lRoute, lStep, lOutcome),
 		prefill: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "prefill_duration_seconds",
@@ -198,6 +203,7 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 		routeNames:  newNames(maxRoutes),
 		workerNames: newNames(maxWorkers),
 		modelNames:  newNames(maxModels),
+		overload:    newOverloadMetrics(),
 	}
 	m.decisionBy = make([]prometheus.Observer, len(decisionReasons))
 	for i, r := range decisionReasons {
@@ -225,11 +231,11 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 
 // collectors lists every metric in registration order.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{
+	return append([]prometheus.Collector{
 		m.requests, m.duration, m.ttfb, m.attempts, m.failovers, m.decisions,
-		m.inflight, m.workers, m.evictions, m.registrations, m.hbRejected, m.drains, m.epoch,
+		m.inflight, m.workers, m.evictions, m.registrations, m.hbRejected, m.drains, m.epoch, m.storeUp,
 		m.cascade, m.prefill, m.kvReleased, m.disagg, m.probes, m.admin, m.rejected,
-	}
+	}, m.overload.collectors()...)
 }
 
 // route returns the pre-curried series of route r.
@@ -286,6 +292,12 @@ func seconds(d time.Duration) float64 {
 // Other. A not_found request is always labelled route None, so clients
 // cannot mint route labels. dur runs from arrival to the last byte or error.
 func (m *Metrics) RequestDone(route, outcome string, dur time.Duration) {
+	m.RequestDoneTraced(route, outcome, dur, "")
+}
+
+// RequestDoneTraced is RequestDone with the request's trace id (when not
+// empty) as an exemplar of its duration observation.
+func (m *Metrics) RequestDoneTraced(route, outcome string, dur time.Duration, traceID string) {
 	if m == nil {
 		return
 	}
@@ -298,17 +310,23 @@ func (m *Metrics) RequestDone(route, outcome string, dur time.Duration) {
 	} else {
 		m.requests.WithLabelValues(rs.label, Other).Inc()
 	}
-	rs.duration.Observe(seconds(dur))
+	observe(rs.duration, seconds(dur), traceID)
 }
 
 // FirstByte records tlgate_time_to_first_byte_seconds{route} for a streamed
 // request: d is the time from arrival to the first byte written to the
 // client (the commit point).
 func (m *Metrics) FirstByte(route string, d time.Duration) {
+	m.FirstByteTraced(route, d, "")
+}
+
+// FirstByteTraced is FirstByte with the request's trace id (when not
+// empty) as an exemplar.
+func (m *Metrics) FirstByteTraced(route string, d time.Duration, traceID string) {
 	if m == nil {
 		return
 	}
-	m.route(route).ttfb.Observe(seconds(d))
+	observe(m.route(route).ttfb, seconds(d), traceID)
 }
 
 // Attempt counts tlgate_attempts_total{route, worker}: one attempt sent to
@@ -475,6 +493,18 @@ func (m *Metrics) Drain(model string) {
 		return
 	}
 	m.drains.WithLabelValues(m.modelNames.label(model)).Inc()
+}
+
+// StoreUp sets tlgate_store_up: 1 while the route store can be reached.
+func (m *Metrics) StoreUp(up bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.storeUp.Set(v)
 }
 
 // Epoch sets tlgate_route_epoch to the route table's epoch e.
