@@ -30,7 +30,14 @@ import (
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// protoactor's dead-letter throttle parks one goroutine for one
+		// throttle interval (1 s) after a dead letter (a worker actor's
+		// message arriving as the registry stops), then it ends.
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
+	)
+}
 
 type env struct {
 	sys    *actor.ActorSystem
