@@ -3,7 +3,13 @@
 // answers each heartbeat with the ack (drain flag, route epoch, interval),
 // supervises its children (a crashing worker actor is restarted with its last
 // status; its siblings are untouched), applies operator drains, and tells its
-// subscribers (the router) of every change and eviction.
+// subscribers (the router) of every change and eviction; the router gets
+// them in coalesced, acknowledged batches (Changes), so a heartbeat flood
+// never queues more than one batch ahead of the requests it routes.
+//
+// A worker id is bound to the engine that registered it until it is
+// evicted (CheckBinding), and at most MaxWorkers workers register by
+// heartbeat; a heartbeat that breaks either rule is answered *Refused.
 //
 // Its own logic is kept tiny, and its state lives outside the actor instance:
 // if the registry itself is restarted (which stops all its children), it
