@@ -2,6 +2,8 @@ package registry_test
 
 import (
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -93,8 +95,9 @@ func (h *harness) worker(id string) fleet.Worker {
 // the id is free.
 func TestWorkerIDHijackRefused(t *testing.T) {
 	bubble.Test(t, func(t *testing.T) {
-		var refused []error
-		h := newHarnessWith(t, registry.Config{OnRefuse: func(_ fleet.Worker, err error) { refused = append(refused, err) }})
+		var mu sync.Mutex
+		refused := 0
+		h := newHarnessWith(t, registry.Config{OnRefuse: func(fleet.Worker, error) { mu.Lock(); refused++; mu.Unlock() }})
 		h.beat(status("ea1", "smol", 0))
 		evil := status("ea1", "smol", 0)
 		evil.HttpAddress, evil.Draining = "10.6.6.6:80", true
@@ -102,8 +105,11 @@ func TestWorkerIDHijackRefused(t *testing.T) {
 		if !ok || !errors.Is(r.Err, registry.ErrWorkerIDBound) {
 			t.Fatalf("impostor heartbeat answered %#v, want Refused(ErrWorkerIDBound)", h.ask(evil))
 		}
-		if len(refused) != 1 {
-			t.Fatalf("OnRefuse called %d times, want 1", len(refused))
+		mu.Lock()
+		n := refused
+		mu.Unlock()
+		if n != 1 {
+			t.Fatalf("OnRefuse called %d times, want 1", n)
 		}
 		if w := h.worker("ea1"); w.HTTPAddress != "127.0.0.1:1" || w.Draining {
 			t.Fatalf("impostor changed the worker: %+v", w)
@@ -231,5 +237,57 @@ func TestBatchedSubscriber(t *testing.T) {
 			t.Fatalf("coalesced batch %+v, want a (latest, queue 4) then the new b", b.Changed)
 		}
 		_ = h.sys.Root.StopFuture(sub).Wait()
+	})
+}
+
+// TestLateStampedHeartbeatKeepsWorker: a heartbeat the edge stamped before
+// the deadline but that reaches the registry's mailbox behind the worker
+// actor's expiry (the registry was busy: a loaded machine) keeps the
+// worker; it is neither evicted nor registered anew.
+func TestLateStampedHeartbeatKeepsWorker(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		var mu sync.Mutex
+		var registeredIDs, evictedIDs []string
+		registered := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(registeredIDs) }
+		evicted := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(evictedIDs) }
+		h := newHarnessWith(t, registry.Config{
+			OnRegister: func(w fleet.Worker) {
+				mu.Lock()
+				registeredIDs = append(registeredIDs, w.ID)
+				mu.Unlock()
+				if w.ID == "blocker" {
+					<-gate // the registry is busy until the test says
+				}
+			},
+			OnEvict: func(w fleet.Worker) { mu.Lock(); evictedIDs = append(evictedIDs, w.ID); mu.Unlock() },
+		})
+		t0 := time.Now()
+		h.beat(status("a", "smol", 0))
+		time.Sleep(5900 * time.Millisecond)
+		h.sys.Root.Send(h.reg, &registry.Heartbeat{Status: status("blocker", "smol", 0), Arrived: time.Now(), Source: fleet.SourceHeartbeat})
+		time.Sleep(time.Until(t0.Add(6*time.Second)) + time.Millisecond)
+		synctest.Wait() // a's actor expired; its Expired and Terminated wait
+		// a's heartbeat, stamped at 5.95 s, arrives only now.
+		h.sys.Root.Send(h.reg, &registry.Heartbeat{Status: status("a", "smol", 3), Arrived: t0.Add(5950 * time.Millisecond), Source: fleet.SourceHeartbeat})
+		close(gate)
+		synctest.Wait()
+		if len(evicted()) != 0 || !equal(registered(), []string{"a", "blocker"}) {
+			t.Fatalf("evicted %v, registered %v; want no eviction and a registered once", evicted(), registered())
+		}
+		if w := h.worker("a"); w.QueueDepth != 3 {
+			t.Fatalf("a after the late heartbeat: %+v", w)
+		}
+		// Its new deadline holds: evicted at 5.95 + 6 s.
+		time.Sleep(time.Until(t0.Add(11950*time.Millisecond)) - time.Millisecond)
+		synctest.Wait()
+		if !equal(evicted(), []string{"blocker"}) {
+			t.Fatalf("just before a's new deadline evicted %v, want only blocker (its own deadline was 11.9 s)", evicted())
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if !equal(evicted(), []string{"blocker", "a"}) {
+			t.Fatalf("at a's new deadline evicted %v, want blocker then a", evicted())
+		}
 	})
 }

@@ -173,6 +173,8 @@ func (a *registryActor) Receive(ctx actor.Context) {
 		ctx.Respond(a.heartbeat(ctx, m))
 	case *worker.Expired:
 		a.expired(ctx, m)
+	case *reconsider:
+		a.decide(ctx, m)
 	case *Drain:
 		ctx.Respond(a.drain(ctx, m))
 	case *Snapshot:
@@ -220,9 +222,9 @@ func (a *registryActor) terminated(ctx actor.Context, who *actor.PID) {
 	}
 	if e.worker.Live(time.Now()) {
 		e.pid = a.spawn(ctx, e.worker)
-	} else {
-		a.evict(ctx, e)
+		return
 	}
+	ctx.Send(ctx.Self(), &reconsider{ID: id, PID: who, LastHeartbeat: e.worker.LastHeartbeat})
 }
 
 func (a *registryActor) heartbeat(ctx actor.Context, m *Heartbeat) any {
@@ -276,6 +278,31 @@ func (a *registryActor) expired(ctx actor.Context, m *worker.Expired) {
 		return // already handled when the actor terminated
 	}
 	if e.worker.LastHeartbeat.After(m.LastHeartbeat) {
+		e.pid = a.spawn(ctx, e.worker)
+		return
+	}
+	ctx.Send(ctx.Self(), &reconsider{ID: m.ID, PID: m.PID, LastHeartbeat: m.LastHeartbeat})
+}
+
+// reconsider is the eviction decision, sent by the registry to itself so
+// that it comes after every message already in its mailbox: a heartbeat
+// the edge stamped before the deadline but that reached the mailbox behind
+// the worker actor's expiry (a loaded machine) keeps the worker, instead
+// of evicting it and registering it anew a moment later.
+type reconsider struct {
+	ID            string
+	PID           *actor.PID
+	LastHeartbeat time.Time
+}
+
+// decide evicts the worker of m unless a heartbeat newer than the one that
+// expired has come in meanwhile; then it gets a fresh actor.
+func (a *registryActor) decide(ctx actor.Context, m *reconsider) {
+	e, ok := a.st.entries[m.ID]
+	if !ok || !e.pid.Equal(m.PID) {
+		return // decided already (the other of Expired and Terminated)
+	}
+	if e.worker.LastHeartbeat.After(m.LastHeartbeat) && e.worker.Live(time.Now()) {
 		e.pid = a.spawn(ctx, e.worker)
 		return
 	}
