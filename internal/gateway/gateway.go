@@ -32,6 +32,7 @@ import (
 	"github.com/tlgate/tlgate/internal/adminhttp"
 	"github.com/tlgate/tlgate/internal/auth"
 	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/console"
 	"github.com/tlgate/tlgate/internal/engineclient"
 	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/httpedge"
@@ -41,6 +42,7 @@ import (
 	"github.com/tlgate/tlgate/internal/proxy"
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/traffic"
 )
 
 // Options are what the composition root is given besides the config.
@@ -69,6 +71,8 @@ type Gateway struct {
 	engines  *engineclient.Client
 	proxy    *proxy.Proxy
 	stops    []func(context.Context) error // in start order; run in reverse
+	// Traffic keeps the last 15 minutes per model for the console.
+	Traffic *traffic.Recorder
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -204,6 +208,8 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	// HTTP server.
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme}
 	instrument(rdeps, m)
+	g.Traffic = traffic.New(traffic.Config{})
+	feedTraffic(rdeps, g.Traffic)
 	if o.RequestHooks != nil {
 		o.RequestHooks(rdeps)
 	}
@@ -213,6 +219,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		BodyTimeout: gw.ReadBodyTimeout.Duration,
 		OnDone: func(ex *request.Exchange, out request.Outcome) {
 			observe(m, ex, out)
+			recordTraffic(g.Traffic, ex, out)
 			accessLog(o.Logger, ex, out)
 		},
 		OnReject: func(_ int, code string) { m.Rejected(code) },
@@ -220,7 +227,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	httpedge.Register(mux, edge)
 	mux.Handle("/admin/v1/", adminhttp.New(adminhttp.Deps{
 		Root: g.sys.Root, Admin: g.Admin, Router: g.Router, Keyring: keyring, MaxBodyBytes: gw.MaxBodyBytes,
+		Traffic: g.Traffic,
 	}))
+	console.Register(mux)
 	if o.Gatherer != nil {
 		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})
 		mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
