@@ -52,6 +52,9 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Hooks for tests; each may be nil.
 	RequestHooks func(d *request.Deps)
+	// Traffic sizes the console's traffic rings; zero fields take the
+	// package defaults (5 s × 180 buckets).
+	Traffic traffic.Config
 }
 
 // Gateway is a running gateway.
@@ -208,7 +211,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	// HTTP server.
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme}
 	instrument(rdeps, m)
-	g.Traffic = traffic.New(traffic.Config{})
+	g.Traffic = traffic.New(o.Traffic)
 	feedTraffic(rdeps, g.Traffic)
 	if o.RequestHooks != nil {
 		o.RequestHooks(rdeps)

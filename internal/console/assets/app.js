@@ -184,6 +184,7 @@
   }
   function fmtMs(v) {
     if (v === null || v === undefined || Number.isNaN(v)) return "–";
+    if (v === 0) return "0";
     if (v >= 1000) return (v / 1000).toFixed(v >= 10000 ? 0 : 1) + " s";
     if (v >= 10) return Math.round(v) + " ms";
     if (v >= 1) return v.toFixed(1) + " ms";
@@ -281,7 +282,7 @@
     const headKey = heads.join("|");
     if (c.headKey !== headKey) {
       clear(c.thead);
-      c.thead.append(el("tr", null, heads.map((h, i) => el("th", { class: i >= 4 && i !== 7 ? "r" : "", text: h }))));
+      c.thead.append(el("tr", null, heads.map((h, i) => el("th", { class: i === 7 ? "kvh" : i >= 4 ? "r" : "", text: h }))));
       c.headKey = headKey;
     }
     const drained = ws.filter((w) => w.drained).length;
@@ -371,7 +372,7 @@
           el("div", { class: "bar" }, el("span", { style: { width: pct.toFixed(1) + "%" } })),
           el("span", { class: "num", text: (pct >= 10 ? Math.round(pct) : pct.toFixed(1)) + "%", title: "weight " + b.weight })));
       }
-      body.append(el("div", { class: "row top" }, el("span", { class: "label", text: "split" }), list));
+      body.append(el("div", { class: "row start" }, el("span", { class: "label", text: "split" }), list));
     }
     if (rt.cascade && rt.cascade.length) {
       const ol = el("ol", { class: "steps" });
@@ -382,7 +383,7 @@
           last ? el("span", { class: "muted", text: "final: always answers" })
             : el("span", null, el("span", { class: "muted", text: "accept if " }), el("code", { text: s.accept_if || "" }), el("span", { class: "muted", text: ", else escalate" }))));
       });
-      body.append(el("div", { class: "row top" }, el("span", { class: "label", text: "cascade" }), ol));
+      body.append(el("div", { class: "row start" }, el("span", { class: "label", text: "cascade" }), ol));
     }
     if (!rt.backends?.length && !rt.cascade?.length) {
       body.append(el("div", { class: "row" }, el("span", { class: "label", text: "serves" }), el("span", { class: "name", text: rt.model })));
@@ -507,6 +508,13 @@
     [...$("hl").children].forEach((n, k) => { n.style.top = top(notes[k].line) + "px"; });
     $("gutter").scrollTop = ta.scrollTop;
   }
+  // showLine scrolls the editor so line and its note are in view.
+  function showLine(line) {
+    const ta = $("routes-json");
+    const y = line * LINE;
+    if (y < ta.scrollTop || y + 3 * LINE > ta.scrollTop + ta.clientHeight) ta.scrollTop = Math.max(0, y - ta.clientHeight / 3);
+    placeNotes();
+  }
   function jumpTo(line) {
     const ta = $("routes-json");
     const lines = ta.value.split("\n");
@@ -532,6 +540,7 @@
       const lc = /line (\d+) column/.exec(err.message);
       const line = lc ? Number(lc[1]) - 1 : m[1] ? lineOf(text, Number(m[1])) : 0;
       addNote(line, "", "not JSON: " + err.message);
+      showLine(line);
       return;
     }
     let r;
@@ -556,6 +565,7 @@
       const paths = pathsOf(e.param, e.message);
       if (!paths.length) { addNote(0, "", e.message); return; }
       for (const p of paths) addNote(lineOf(text, offsetOf(text, p)), p, messageFor(p, e.message));
+      showLine(st.routes.notes[0].line);
       return;
     }
     toast(`Save failed (${code || r.status}): ${errMessage(r)}`, true);
@@ -666,7 +676,7 @@
     if (opts.stack) {
       for (let i = 0; i < n; i++) maxV = Math.max(maxV, series.reduce((s, se) => s + (se.values[i] || 0), 0));
     } else {
-      for (const se of series) for (const v of se.values) if (v !== null) maxV = Math.max(maxV, v);
+      for (const se of series) se.values.forEach((v, i) => { if (v !== null && (se.kind === "bar" || i < n - 1)) maxV = Math.max(maxV, v); });
     }
     for (const se of series) for (const v of se.values) if (v) { sum += v; points++; }
     const top = niceMax(maxV);
@@ -678,11 +688,11 @@
       if (k % 2 === 0) g.append(sv("text", { x: L - 6, y: y(v) + 4, class: "tick", "text-anchor": "end" }, opts.unit(v)));
     }
     const span = n * opts.snap.bucket_seconds;
-    for (const mins of [15, 10, 5, 0]) {
-      const secs = mins * 60;
-      if (secs > span) continue;
+    const step = [30, 60, 120, 300, 600, 900, 1800, 3600].find((t) => span / t <= 4) || span;
+    for (let secs = 0; secs <= span + 1e-9; secs += step) {
       const xi = L + pw * (1 - secs / span);
-      g.append(sv("text", { x: xi, y: H - 6, class: "tick", "text-anchor": mins === 0 ? "end" : mins * 60 === span ? "start" : "middle" }, mins ? `−${mins} min` : "now"));
+      const label = secs === 0 ? "now" : secs % 60 ? `−${secs} s` : `−${secs / 60} min`;
+      g.append(sv("text", { x: xi, y: H - 6, class: "tick", "text-anchor": secs === 0 ? "end" : secs >= span - 1e-9 ? "start" : "middle" }, label));
     }
     const bw = Math.max(1, pw / n - 0.6);
     const base = new Array(n).fill(0);
@@ -697,15 +707,16 @@
         }
         continue;
       }
+      // Lines end at the last complete bucket: the current one is partial.
       let d = "", pen = false;
-      for (let i = 0; i < n; i++) {
+      for (let i = 0; i < n - 1; i++) {
         const v = se.values[i];
         if (v === null || v === undefined) { pen = false; continue; }
         d += (pen ? "L" : "M") + x(i).toFixed(1) + " " + y(v).toFixed(1);
         pen = true;
       }
       if (se.kind === "area" && d) {
-        g.append(sv("path", { d: `${d}L${x(n - 1).toFixed(1)} ${y(0)}L${x(0).toFixed(1)} ${y(0)}Z`, class: "area " + se.cls }));
+        g.append(sv("path", { d: `${d}L${x(n - 2).toFixed(1)} ${y(0)}L${x(0).toFixed(1)} ${y(0)}Z`, class: "area " + se.cls }));
       }
       if (d) g.append(sv("path", { d, class: "line " + se.cls }));
     }
