@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -101,12 +102,7 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		file := filepath.Join(*out, name+".png")
-		if err := os.WriteFile(file, png, 0o644); err != nil {
-			return err
-		}
-		fmt.Println("wrote", file)
-		return nil
+		return write(*out, name, png)
 	}
 
 	// Log in once; the key stays in the tab's sessionStorage.
@@ -140,6 +136,9 @@ func run(ctx context.Context, args []string) error {
 	if err := routesErrorShot(b, st, *out); err != nil {
 		return err
 	}
+	if err := conflictShot(ctx, b, st, *out); err != nil {
+		return err
+	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -165,9 +164,14 @@ func outage(ctx context.Context, st *stage.Stage, total time.Duration) {
 	if !wait(total / 5) {
 		return
 	}
+	// The canary's new version has a single worker: its requests have
+	// nowhere to fail over to and are answered no_capacity.
+	v4 := st.Engines["smol-v4-a"]
 	_ = e.SetFaults(enginesim.Faults{Unavailable: true})
+	_ = v4.SetFaults(enginesim.Faults{Unavailable: true})
 	ok := wait(total / 6)
 	_ = e.SetFaults(enginesim.Faults{})
+	_ = v4.SetFaults(enginesim.Faults{})
 	if !ok {
 		return
 	}
@@ -175,6 +179,60 @@ func outage(ctx context.Context, st *stage.Stage, total time.Duration) {
 	for i := 0; i < 20 && wait(300*time.Millisecond); i++ {
 		_, _ = st.Complete(ctx, "smoll", i)
 	}
+}
+
+// edit changes the route editor's text (old to new) and saves.
+func edit(old, new string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => {
+			const ta = document.getElementById("routes-json");
+			ta.value = ta.value.replace(%q, %q);
+			ta.dispatchEvent(new Event("input"));
+		})()`, old, new)),
+		chromedp.Click(chromedp.ID("routes-save")))
+}
+
+// conflictShot photographs the 412 view: the table changes behind the
+// editor's back, then the editor saves its stale edit.
+func conflictShot(ctx context.Context, b *browser.Browser, st *stage.Stage, out string) error {
+	bctx, cancel := context.WithTimeout(b.Ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(bctx, chromedp.Navigate(st.URL+"/ui/#routes"), chromedp.WaitVisible(chromedp.CSS(`.card.route`))); err != nil {
+		return fmt.Errorf("routes-conflict: %w", err)
+	}
+	status, body, h, err := st.Do(ctx, "GET", "/admin/v1/routes", stage.AdminKey, "")
+	if err != nil || status != 200 {
+		return fmt.Errorf("routes-conflict: GET: %d %v", status, err)
+	}
+	theirs := strings.Replace(string(body), `"weight":0.9`, `"weight":0.75`, 1)
+	theirs = strings.Replace(theirs, `"weight":0.1`, `"weight":0.25`, 1)
+	if status, b, _, err := st.Do(ctx, "PUT", "/admin/v1/routes", stage.AdminKey, theirs, "If-Match", h.Get("ETag")); err != nil || status != 200 {
+		return fmt.Errorf("routes-conflict: PUT: %d %s %v", status, b, err)
+	}
+	var png []byte
+	err = chromedp.Do(bctx,
+		edit(`"smol-latest"`, `"smol-latest",
+        "smol-stable"`),
+		chromedp.WaitVisible(chromedp.ID("conflict")),
+		chromedp.Sleep(200*time.Millisecond),
+		chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			var err error
+			png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
+			return err
+		}))
+	if err != nil {
+		return fmt.Errorf("routes-conflict: %w", err)
+	}
+	return write(out, "routes-conflict", png)
+}
+
+func write(out, name string, png []byte) error {
+	file := filepath.Join(out, name+".png")
+	if err := os.WriteFile(file, png, 0o644); err != nil {
+		return err
+	}
+	fmt.Println("wrote", file)
+	return nil
 }
 
 // routesErrorShot photographs the editor showing a validation error next
@@ -186,16 +244,7 @@ func routesErrorShot(b *browser.Browser, st *stage.Stage, out string) error {
 	err := chromedp.Do(ctx,
 		chromedp.Navigate(st.URL+"/ui/#routes"),
 		chromedp.WaitVisible(chromedp.CSS(`.card.route`)),
-		chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-			_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => {
-				const ta = document.getElementById("routes-json");
-				ta.value = ta.value.replace("mean_logprob > -1.2", "mean_logprob >> -1.2");
-				ta.dispatchEvent(new Event("input"));
-				return true;
-			})()`))
-			return err
-		}),
-		chromedp.Click(chromedp.ID("routes-save")),
+		edit("mean_logprob > -1.2", "mean_logprob >> -1.2"),
 		chromedp.WaitVisible(chromedp.CSS(`#notes .note`)),
 		chromedp.Sleep(200*time.Millisecond),
 		chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
@@ -206,10 +255,5 @@ func routesErrorShot(b *browser.Browser, st *stage.Stage, out string) error {
 	if err != nil {
 		return fmt.Errorf("routes-invalid: %w", err)
 	}
-	file := filepath.Join(out, "routes-invalid.png")
-	if err := os.WriteFile(file, png, 0o644); err != nil {
-		return err
-	}
-	fmt.Println("wrote", file)
-	return nil
+	return write(out, "routes-invalid", png)
 }

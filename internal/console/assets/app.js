@@ -352,7 +352,7 @@
   }
 
   function routeCard(rt, i) {
-    const kind = rt.cascade && rt.cascade.length ? "cascade" : rt.backends && rt.backends.length > 1 ? "canary" : rt.backends && rt.backends.length ? "alias of" : "direct";
+    const kind = rt.cascade && rt.cascade.length ? "cascade" : rt.backends && rt.backends.length > 1 ? "canary" : rt.backends && rt.backends.length ? "one backend" : "direct";
     const targets = rt.targets && rt.targets.length ? rt.targets : ["unified"];
     const head = el("div", { class: "cardhead" },
       el("h3", { text: rt.model }),
