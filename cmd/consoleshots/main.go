@@ -150,7 +150,8 @@ func run(ctx context.Context, args []string) error {
 }
 
 // outage makes one worker of the canary's main version answer 503 for a
-// while in the middle of the run, so failovers show.
+// while in the middle of the run, so failovers show, and for a few seconds
+// every worker behind the canary.
 func outage(ctx context.Context, st *stage.Stage, total time.Duration) {
 	e := st.Engines["smol-v3-b"]
 	wait := func(d time.Duration) bool {
@@ -166,10 +167,19 @@ func outage(ctx context.Context, st *stage.Stage, total time.Duration) {
 	}
 	// The canary's new version has a single worker: its requests have
 	// nowhere to fail over to and are answered no_capacity.
-	v4 := st.Engines["smol-v4-a"]
-	_ = e.SetFaults(enginesim.Faults{Unavailable: true})
-	_ = v4.SetFaults(enginesim.Faults{Unavailable: true})
-	ok := wait(total / 6)
+	// For a few seconds in the middle every worker behind "smol" is down:
+	// no_capacity errors.
+	v4, v3a := st.Engines["smol-v4-a"], st.Engines["smol-v3-a"]
+	down := enginesim.Faults{Unavailable: true}
+	_ = e.SetFaults(down)
+	_ = v4.SetFaults(down)
+	ok := wait(total / 15)
+	if ok {
+		_ = v3a.SetFaults(down)
+		ok = wait(total / 25)
+		_ = v3a.SetFaults(enginesim.Faults{})
+	}
+	ok = ok && wait(total/15)
 	_ = e.SetFaults(enginesim.Faults{})
 	_ = v4.SetFaults(enginesim.Faults{})
 	if !ok {
@@ -197,7 +207,7 @@ func edit(old, new string) chromedp.Action[chromedp.Void] {
 func conflictShot(ctx context.Context, b *browser.Browser, st *stage.Stage, out string) error {
 	bctx, cancel := context.WithTimeout(b.Ctx, 30*time.Second)
 	defer cancel()
-	if err := chromedp.Do(bctx, chromedp.Navigate(st.URL+"/ui/#routes"), chromedp.WaitVisible(chromedp.CSS(`.card.route`))); err != nil {
+	if err := chromedp.Do(bctx, chromedp.Navigate(st.URL+"/ui/#routes"), chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`.card.route`))); err != nil {
 		return fmt.Errorf("routes-conflict: %w", err)
 	}
 	status, body, h, err := st.Do(ctx, "GET", "/admin/v1/routes", stage.AdminKey, "")

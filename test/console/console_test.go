@@ -119,14 +119,21 @@ func (u *ui) pageText() string {
 	return s
 }
 
-// login opens the console and enters key in its prompt.
-func (u *ui) login(key string) {
+// enterKey opens the console and enters key in its prompt.
+func (u *ui) enterKey(key string) {
 	u.t.Helper()
 	u.do("open the console",
 		chromedp.Navigate(u.st.URL+"/ui/"),
 		chromedp.WaitVisible(chromedp.ID("key")),
 		chromedp.SendKeys(chromedp.ID("key"), key),
 		chromedp.Click(chromedp.CSS(`#login-form button`)))
+}
+
+// login enters key and waits for the console to open.
+func (u *ui) login(key string) {
+	u.t.Helper()
+	u.enterKey(key)
+	u.do("console open", chromedp.WaitVisible(chromedp.ID("nav")))
 }
 
 func (u *ui) open(page string) {
@@ -141,7 +148,7 @@ func (u *ui) open(page string) {
 // nothing; "Forget key" asks again.
 func TestKeyAskedOnceAndKept(t *testing.T) {
 	u := setup(t)
-	u.login("wrong")
+	u.enterKey("wrong")
 	u.waitJS("wrong key refused", `document.getElementById("login-error").textContent.includes("not accepted")`)
 	u.do("clear", chromedp.Evaluate[chromedp.Void](`document.getElementById("key").value = ""`))
 	u.do("app key", chromedp.SendKeys(chromedp.ID("key"), stage.AppKey), chromedp.Click(chromedp.CSS(`#login-form button`)))
@@ -310,36 +317,54 @@ func TestRouteEditStaleETagShows412Conflict(t *testing.T) {
 }
 
 // TestInvalidRouteErrorNextToField: a 400 invalid_routes is shown on the
-// editor line of the field its message names.
+// editor line of the field its message names, whether the gateway names
+// it in param (a rule) or only in the message (the JSON's shape).
 func TestInvalidRouteErrorNextToField(t *testing.T) {
 	u := setup(t)
 	u.login(stage.AdminKey)
-	u.open("routes")
-	u.waitJS("routes listed", `document.querySelectorAll(".card.route").length === 3`)
-	u.do("break accept_if", chromedp.Evaluate[chromedp.Void](`(() => {
-		const ta = document.getElementById("routes-json");
-		ta.value = ta.value.replace("mean_logprob > -1.2", "mean_logprob >> -1.2");
-		ta.dispatchEvent(new Event("input"));
-	})()`), chromedp.Click(chromedp.ID("routes-save")))
-	const path = "routes[1].cascade[0].accept_if"
-	u.waitJS("note shown", `document.querySelector('#notes .note[data-path="`+path+`"]') !== null`)
-	want := eval[int](u, `document.getElementById("routes-json").value.split("\n").findIndex(l => l.includes('"accept_if"')) + 1`)
-	if got := eval[string](u, `document.querySelector('#notes .note').dataset.line`); got != fmt.Sprint(want) {
-		t.Errorf("note on line %s, want line %d (the accept_if field)", got, want)
+	tests := []struct {
+		name, old, new string
+		path           string // the note's field
+		lineHas        string // the editor line it must sit on
+		says           string
+	}{
+		{"accept_if rule", "mean_logprob > -1.2", "mean_logprob >> -1.2", "routes[1].cascade[0].accept_if", `"accept_if"`, `unknown operator ">>"`},
+		{"weight type", `"weight": 0.1`, `"weight": "x"`, "routes[0].backends[1].weight", `"weight": "x"`, "number"},
+		{"unknown field", `"model": "big-pd",`, `"model": "big-pd", "colour": 1,`, "routes[2].colour", `"colour"`, "unknown field"},
 	}
-	// The note sits just below that line, inside the visible editor.
-	type box struct{ NoteTop, LineTop, EditorTop, EditorBottom float64 }
-	b := eval[box](u, `(() => {
-		const n = document.querySelector("#notes .note").getBoundingClientRect();
-		const l = document.querySelector("#hl .hline").getBoundingClientRect();
-		const e = document.getElementById("editor").getBoundingClientRect();
-		return {NoteTop: n.top, LineTop: l.top, EditorTop: e.top, EditorBottom: e.bottom};
-	})()`)
-	if d := b.NoteTop - b.LineTop; d < 15 || d > 25 || b.LineTop < b.EditorTop || b.NoteTop > b.EditorBottom {
-		t.Errorf("note at y=%v, its line at y=%v, editor %v..%v: want the note right under the line, in view", b.NoteTop, b.LineTop, b.EditorTop, b.EditorBottom)
-	}
-	if got := eval[string](u, `document.querySelector("#notes .note").textContent`); !strings.Contains(got, `unknown operator ">>"`) {
-		t.Errorf("note %q", got)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			u.t = t
+			u.do("fresh editor", chromedp.Navigate(u.st.URL+"/ui/#routes"), chromedp.Reload())
+			u.waitJS("routes listed", `document.querySelectorAll(".card.route").length === 3`)
+			u.do("edit and save", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => {
+				const ta = document.getElementById("routes-json");
+				ta.value = ta.value.replace(%q, %q);
+				ta.dispatchEvent(new Event("input"));
+			})()`, tc.old, tc.new)), chromedp.Click(chromedp.ID("routes-save")))
+			u.waitJS("note shown", `document.querySelector('#notes .note') !== null`)
+			if got := eval[[]string](u, `[...document.querySelectorAll("#notes .note")].map(n => n.dataset.path)`); len(got) != 1 || got[0] != tc.path {
+				t.Fatalf("notes on %q, want one on %s", got, tc.path)
+			}
+			want := eval[int](u, fmt.Sprintf(`document.getElementById("routes-json").value.split("\n").findIndex(l => l.includes(%q)) + 1`, tc.lineHas))
+			if got := eval[string](u, `document.querySelector('#notes .note').dataset.line`); got != fmt.Sprint(want) {
+				t.Errorf("note on line %s, want line %d (the line with %s)", got, want, tc.lineHas)
+			}
+			// The note sits just below that line, inside the visible editor.
+			type box struct{ NoteTop, LineTop, EditorTop, EditorBottom float64 }
+			b := eval[box](u, `(() => {
+				const n = document.querySelector("#notes .note").getBoundingClientRect();
+				const l = document.querySelector("#hl .hline").getBoundingClientRect();
+				const e = document.getElementById("editor").getBoundingClientRect();
+				return {NoteTop: n.top, LineTop: l.top, EditorTop: e.top, EditorBottom: e.bottom};
+			})()`)
+			if d := b.NoteTop - b.LineTop; d < 15 || d > 25 || b.LineTop < b.EditorTop || b.NoteTop > b.EditorBottom {
+				t.Errorf("note at y=%v, its line at y=%v, editor %v..%v: want the note right under the line, in view", b.NoteTop, b.LineTop, b.EditorTop, b.EditorBottom)
+			}
+			if got := eval[string](u, `document.querySelector("#notes .note").textContent`); !strings.Contains(got, tc.says) {
+				t.Errorf("note %q, want it to say %q", got, tc.says)
+			}
+		})
 	}
 }
 

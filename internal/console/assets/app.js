@@ -463,7 +463,9 @@
     const re = /\b((?:routes|epoch)(?:\[\d+\]|\.[A-Za-z_]+)*)\s*:/g;
     let m;
     while ((m = re.exec(message))) if (!out.includes(m[1])) out.push(m[1]);
-    return out;
+    // "routes: bad route table JSON: routes[2].x: ..." names the table
+    // first: keep the bare "routes" only when nothing finer is named.
+    return out.length > 1 ? out.filter((p) => p !== "routes") : out;
   }
   function messageFor(path, message) {
     // "a: x; b: y" -> the part about path.
@@ -581,7 +583,7 @@
     const theirLines = new Set(theirs.split("\n").map((s) => s.trim()));
     const side = (title, text, other) => el("div", { class: "side" },
       el("h4", { text: title }),
-      el("pre", null, text.split("\n").map((ln) => el("span", { class: other.has(ln.trim()) ? "" : "diff", text: ln + "\n" }))));
+      el("pre", null, text.split("\n").map((ln) => el("div", { class: other.has(ln.trim()) ? "ln" : "ln diff", text: ln || " " }))));
     box.append(
       el("div", { class: "cardhead" },
         el("h3", { text: "Changed since you loaded it" }),
@@ -702,7 +704,7 @@
           const v = se.values[i] || 0;
           if (!v) continue;
           const b0 = opts.stack ? base[i] : 0;
-          g.append(sv("rect", { x: x(i) - bw / 2, y: y(b0 + v), width: bw, height: Math.max(0.5, y(b0) - y(b0 + v)), class: "bar " + se.cls }));
+          g.append(sv("rect", { x: x(i) - bw / 2, y: y(b0 + v), width: bw, height: Math.max(0.5, y(b0) - y(b0 + v)), class: "col " + se.cls }));
           if (opts.stack) base[i] += v;
         }
         continue;
