@@ -37,6 +37,7 @@ import (
 	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/httpedge"
 	"github.com/tlgate/tlgate/internal/metrics"
+	"github.com/tlgate/tlgate/internal/openapi"
 	"github.com/tlgate/tlgate/internal/policy"
 	"github.com/tlgate/tlgate/internal/probe"
 	"github.com/tlgate/tlgate/internal/proxy"
@@ -55,6 +56,8 @@ type Options struct {
 	// Traffic sizes the console's traffic rings; zero fields take the
 	// package defaults (5 s × 180 buckets).
 	Traffic traffic.Config
+	// Now is the clock of the per-key rate limits; nil means time.Now.
+	Now func() time.Time
 }
 
 // Gateway is a running gateway.
@@ -76,6 +79,8 @@ type Gateway struct {
 	stops    []func(context.Context) error // in start order; run in reverse
 	// Traffic keeps the last 15 minutes per model for the console.
 	Traffic *traffic.Recorder
+	// Keys holds the per-key usage metrics (nil without a Registry).
+	Keys *metrics.KeyMetrics
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -135,6 +140,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			return fmt.Errorf("gateway: %w", err)
 		}
 		g.Metrics.Epoch(epoch)
+		if g.Keys, err = metrics.NewKeyMetrics(o.Registry); err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
 	}
 	m := g.Metrics
 
@@ -223,9 +231,12 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		OnDone: func(ex *request.Exchange, out request.Outcome) {
 			observe(m, ex, out)
 			recordTraffic(g.Traffic, ex, out)
+			observeKey(g.Keys, ex, out)
 			accessLog(o.Logger, ex, out)
 		},
-		OnReject: func(_ int, code string) { m.Rejected(code) },
+		OnReject:  func(_ int, code string) { m.Rejected(code) },
+		Limits:    limiterOf(gw.APIKeys, o.Now),
+		OnLimited: g.Keys.RateLimited,
 	}
 	httpedge.Register(mux, edge)
 	mux.Handle("/admin/v1/", adminhttp.New(adminhttp.Deps{
@@ -233,6 +244,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		Traffic: g.Traffic,
 	}))
 	console.Register(mux)
+	mux.Handle("GET /openapi.json", openapi.Handler())
 	if o.Gatherer != nil {
 		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})
 		mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -376,6 +388,7 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	if o.Code != "" {
 		ev.Str("code", o.Code)
 	}
+	logUsage(ev, lg.Usage)
 	ev.Msg("request")
 }
 

@@ -36,8 +36,18 @@ func instrument(d *request.Deps, m *metrics.Metrics) {
 
 // observe records a finished request.
 func observe(m *metrics.Metrics, ex *request.Exchange, o request.Outcome) {
-	route := o.Log.Route
-	outcome := metrics.OutcomeOK
+	outcome, route := outcomeOf(o)
+	m.RequestDone(route, outcome, time.Since(ex.Received))
+	if o.Log.FirstByte > 0 {
+		m.FirstByte(route, o.Log.FirstByte)
+	}
+}
+
+// outcomeOf classifies a finished request: its metrics outcome and route
+// label (none for a model that was not found).
+func outcomeOf(o request.Outcome) (outcome, route string) {
+	route = o.Log.Route
+	outcome = metrics.OutcomeOK
 	switch {
 	case o.Log.ClientGone || o.Status == 499:
 		outcome = metrics.OutcomeClientGone
@@ -54,10 +64,7 @@ func observe(m *metrics.Metrics, ex *request.Exchange, o request.Outcome) {
 	case o.Status >= 500:
 		outcome = metrics.OutcomeUpstreamFailed
 	}
-	m.RequestDone(route, outcome, time.Since(ex.Received))
-	if o.Log.FirstByte > 0 {
-		m.FirstByte(route, o.Log.FirstByte)
-	}
+	return outcome, route
 }
 
 // refreshGauges sets the worker gauges from the router's view, at scrape
