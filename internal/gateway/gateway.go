@@ -43,6 +43,7 @@ import (
 	"github.com/tlgate/tlgate/internal/proxy"
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/tracing"
 	"github.com/tlgate/tlgate/internal/traffic"
 )
 
@@ -58,6 +59,10 @@ type Options struct {
 	Traffic traffic.Config
 	// Now is the clock of the per-key rate limits; nil means time.Now.
 	Now func() time.Time
+	// Tracing, when set, replaces the provider [gateway.tracing] would
+	// build (tests pass one with an in-memory exporter). The caller shuts
+	// it down.
+	Tracing *tracing.Provider
 }
 
 // Gateway is a running gateway.
@@ -80,7 +85,8 @@ type Gateway struct {
 	// Traffic keeps the last 15 minutes per model for the console.
 	Traffic *traffic.Recorder
 	// Keys holds the per-key usage metrics (nil without a Registry).
-	Keys *metrics.KeyMetrics
+	Keys    *metrics.KeyMetrics
+	tracing *tracing.Provider
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -145,6 +151,11 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		}
 	}
 	m := g.Metrics
+
+	// Tracing: off (and free) unless configured or given.
+	if g.tracing, err = g.startTracing(cfg.Gateway.Tracing, o.Tracing); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 
 	// Actor system and actors.
 	g.sys = actorsys.New(o.Logger)
@@ -221,6 +232,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	instrument(rdeps, m)
 	g.Traffic = traffic.New(o.Traffic)
 	feedTraffic(rdeps, g.Traffic)
+	rdeps.Tracer = g.tracing.Tracer()
 	if o.RequestHooks != nil {
 		o.RequestHooks(rdeps)
 	}
@@ -246,7 +258,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	console.Register(mux)
 	mux.Handle("GET /openapi.json", openapi.Handler())
 	if o.Gatherer != nil {
-		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})
+		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true})
 		mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			g.refreshGauges()
 			metricsHandler.ServeHTTP(w, r)
@@ -389,6 +401,9 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 		ev.Str("code", o.Code)
 	}
 	logUsage(ev, lg.Usage)
+	if sc := ex.TraceContext(); sc.IsValid() {
+		ev.Str("trace_id", sc.TraceID().String()).Str("span_id", sc.SpanID().String())
+	}
 	ev.Msg("request")
 }
 
