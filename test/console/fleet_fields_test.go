@@ -87,3 +87,36 @@ func contains(xs []string, x string) bool {
 	}
 	return false
 }
+
+// TestFleetAgesOnTheGatewaysClock: heartbeat ages are measured on the
+// gateway's clock (its Date header) when the browser's is far off.
+func TestFleetAgesOnTheGatewaysClock(t *testing.T) {
+	path := chromium(t)
+	skew := time.Hour
+	mux := http.NewServeMux()
+	console.Register(mux)
+	mux.HandleFunc("GET /admin/v1/workers", func(w http.ResponseWriter, r *http.Request) {
+		gwNow := time.Now().Add(skew)
+		w.Header().Set("Date", gwNow.UTC().Format(http.TimeFormat))
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"epoch":1,"workers":[{"id":"w","model":"m","role":"unified","source":"heartbeat","routable":true,"last_heartbeat":%q}]}`,
+			gwNow.Add(-5*time.Second).UTC().Format(time.RFC3339Nano))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testBudget)
+	defer cancel()
+	b, err := browser.Start(ctx, path, 1280, 900)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	u := &ui{t: t, b: b}
+	u.do("open", chromedp.Navigate(srv.URL+"/ui/"))
+	u.waitJS("row", `document.querySelector('tr[data-worker="w"]') !== null`)
+	// The Date header has whole seconds: 5 s, give or take one.
+	age := eval[float64](u, `parseFloat(document.querySelector('tr[data-worker="w"]').lastElementChild.textContent)`)
+	if age < 3.9 || age > 6.1 {
+		t.Fatalf("heartbeat age %v s, want about 5 s on the gateway's clock", age)
+	}
+}

@@ -16,6 +16,7 @@
     timer: 0,
     gen: 0,
     lastOK: 0,
+    skew: 0,
     fleet: { cards: new Map() },
     routes: { etag: "", epoch: 0, loadedText: "" },
     traffic: { model: "", data: null },
@@ -70,6 +71,10 @@
       live(false, "gateway unreachable");
       throw err;
     }
+    // The gateway's clock, for heartbeat ages: the Date header has 1 s
+    // resolution, so only a larger skew is corrected.
+    const served = Date.parse(res.headers.get("Date") || "");
+    if (served) st.skew = Math.abs(served - Date.now()) > 1500 ? served - Date.now() : 0;
     const text = await res.text();
     let json = null;
     try { json = JSON.parse(text); } catch (_) { json = null; }
@@ -173,10 +178,11 @@
   function stopPolling() { clearTimeout(st.timer); st.timer = 0; st.gen++; }
 
   // ---- formatting ----
+  function now() { return Date.now() + (st.skew || 0); }
   function ago(iso) {
     const t = Date.parse(iso);
     if (!t) return "never";
-    const s = Math.max(0, (Date.now() - t) / 1000);
+    const s = Math.max(0, (now() - t) / 1000);
     if (s < 10) return s.toFixed(1) + " s";
     if (s < 120) return Math.round(s) + " s";
     if (s < 7200) return Math.round(s / 60) + " min";
@@ -203,8 +209,8 @@
   function workerState(w) {
     if (w.ejected_until) {
       const until = Date.parse(w.ejected_until);
-      if (!until || until > Date.now()) {
-        const left = until ? " · " + Math.ceil((until - Date.now()) / 1000) + " s" : "";
+      if (!until || until > now()) {
+        const left = until ? " · " + Math.ceil((until - now()) / 1000) + " s" : "";
         return { name: "ejected", label: "ejected" + left, cls: "bad", title: w.ejection_reason || "" };
       }
     }
