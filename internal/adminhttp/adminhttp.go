@@ -98,12 +98,22 @@ type Worker struct {
 	// Source is heartbeat or probe; Kind the probed engine's kind.
 	Source string `json:"source"`
 	Kind   string `json:"kind"`
+	// EjectedUntil (RFC 3339) and EjectionReason are set while passive
+	// health keeps the worker out; Ejections counts its ejections.
+	// ConcurrencyLimit is admission control's in-flight limit (0: none).
+	EjectedUntil     string `json:"ejected_until,omitempty"`
+	EjectionReason   string `json:"ejection_reason,omitempty"`
+	Ejections        int    `json:"ejections"`
+	ConcurrencyLimit int    `json:"concurrency_limit"`
 }
 
 // WorkersBody is the body of GET /admin/v1/workers.
 type WorkersBody struct {
 	Epoch   uint64   `json:"epoch"`
 	Workers []Worker `json:"workers"`
+	// Queued is the number of requests waiting per model queue
+	// (admission control); absent when none waits.
+	Queued map[string]int `json:"queued,omitempty"`
 }
 
 // DrainBody is the body of a 202 drain or resume: the model named and the
@@ -184,7 +194,7 @@ func (h *handler) workers(w http.ResponseWriter, r *http.Request) {
 		internal(w, res)
 		return
 	}
-	body := WorkersBody{Epoch: wr.Epoch, Workers: make([]Worker, len(wr.Workers))}
+	body := WorkersBody{Epoch: wr.Epoch, Workers: make([]Worker, len(wr.Workers)), Queued: wr.Queued}
 	for i, v := range wr.Workers {
 		body.Workers[i] = workerOf(v)
 	}
@@ -204,6 +214,10 @@ func workerOf(v router.WorkerView) Worker {
 	if !v.StartedAt.IsZero() {
 		out.StartedAt = v.StartedAt.UTC().Format(time.RFC3339Nano)
 	}
+	if !v.EjectedUntil.IsZero() {
+		out.EjectedUntil, out.EjectionReason = v.EjectedUntil.UTC().Format(time.RFC3339Nano), v.EjectionReason
+	}
+	out.Ejections, out.ConcurrencyLimit = v.Ejections, v.ConcurrencyLimit
 	return out
 }
 

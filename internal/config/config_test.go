@@ -52,6 +52,9 @@ func TestConfig(t *testing.T) {
 			IdleTimeout: D(60 * time.Second), ReadHeaderTimeout: D(10 * time.Second), ReadBodyTimeout: D(30 * time.Second),
 			ServerIdleTimeout: D(120 * time.Second), ShutdownTimeout: D(10 * time.Second),
 			LogFormat: "json",
+			Ejection:  Ejection{ConsecutiveFailures: 3, ConsecutiveRefused: 1, BaseTime: D(10 * time.Second), MaxTime: D(5 * time.Minute), MaxPercent: 50},
+			Admission: Admission{Enabled: true, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{},
+				QueueSize: 1024, QueueTimeout: D(30 * time.Second)},
 		}
 		want.Tracing = Tracing{Protocol: "grpc", SampleRatio: 1, ServiceName: "tlgate"}
 		if !reflect.DeepEqual(c.Gateway, want) {
@@ -394,7 +397,7 @@ func TestEveryKeyDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Tracing]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Ejection](), reflect.TypeFor[Admission](), reflect.TypeFor[Tracing]()} {
 		for f := range typ.Fields() {
 			key := f.Tag.Get("toml")
 			if !strings.Contains(string(readme), "`"+key+"`") {

@@ -172,7 +172,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		},
 	})))
 	g.stops = append(g.stops, g.stopActor(g.Registry))
-	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(router.Config{Policy: pol, LoadFactor: gw.AffinityLoadFactor}, table, epoch), g.Registry))
+	rcfg := router.Config{Policy: pol, LoadFactor: gw.AffinityLoadFactor}
+	overloadConfig(&rcfg, gw, m, o.Logger)
+	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(rcfg, table, epoch), g.Registry))
 	g.stops = append(g.stops, g.stopActor(g.Router))
 	g.Admin = g.sys.Root.Spawn(admin.Props(admin.Deps{
 		Router: g.Router, Registry: g.Registry, StateDir: gw.StateDir, Logger: o.Logger,

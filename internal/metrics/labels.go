@@ -35,6 +35,7 @@ const (
 	OutcomeUpstreamFailed = "upstream_failed" // the engine failed after the first byte reached the client
 	OutcomeClientGone     = "client_gone"     // the client went away before the end
 	OutcomeInternalError  = "internal_error"  // 500: a gateway fault
+	OutcomeOverloaded     = "overloaded"      // 503: every worker at its limit and no wait possible
 )
 
 // Failover reasons: the reason label of tlgate_failovers_total. The first
@@ -125,7 +126,7 @@ const (
 // The fixed sets, in exposition order.
 var (
 	requestOutcomes = fixedSet{OutcomeOK, OutcomeClientError, OutcomeNotFound, OutcomeNoCapacity,
-		OutcomeUpstreamFailed, OutcomeClientGone, OutcomeInternalError}
+		OutcomeUpstreamFailed, OutcomeClientGone, OutcomeInternalError, OutcomeOverloaded}
 	failoverReasons = fixedSet{FailoverRefused, FailoverReset, FailoverTimeout, FailoverStatus503,
 		FailoverEOF, FailoverTransport, FailoverTooLarge, FailoverTokenize, FailoverPrefill}
 	decisionReasons = fixedSet{DecisionLeastOutstanding, DecisionWeighted, DecisionAffinity, DecisionLoad}

@@ -120,6 +120,8 @@ type Metrics struct {
 
 	workersMu   sync.Mutex
 	workersLast map[[3]string]struct{}
+
+	overload overloadMetrics // overload.go
 }
 
 // New creates the gateway's metrics and registers them on reg. It fails,
@@ -198,6 +200,7 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 		routeNames:  newNames(maxRoutes),
 		workerNames: newNames(maxWorkers),
 		modelNames:  newNames(maxModels),
+		overload:    newOverloadMetrics(),
 	}
 	m.decisionBy = make([]prometheus.Observer, len(decisionReasons))
 	for i, r := range decisionReasons {
@@ -225,11 +228,11 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 
 // collectors lists every metric in registration order.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{
+	return append([]prometheus.Collector{
 		m.requests, m.duration, m.ttfb, m.attempts, m.failovers, m.decisions,
 		m.inflight, m.workers, m.evictions, m.registrations, m.hbRejected, m.drains, m.epoch,
 		m.cascade, m.prefill, m.kvReleased, m.disagg, m.probes, m.admin, m.rejected,
-	}
+	}, m.overload.collectors()...)
 }
 
 // route returns the pre-curried series of route r.
