@@ -31,7 +31,7 @@ func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"epoch":3,"workers":[
+		fmt.Fprintf(w, `{"epoch":3,"queued":{"m":4},"workers":[
 			{"id":"w-ok","model":"m","role":"unified","source":"heartbeat","routable":true,"kv_total_blocks":100,"kv_free_blocks":25,"last_heartbeat":%[1]q,"prefix_index_blocks":1234},
 			{"id":"w-out","model":"m","role":"unified","source":"probe","kind":"vllm","routable":false,"ejected_until":%[2]q,"ejection_reason":"5 consecutive failures","last_heartbeat":%[1]q,"prefix_index_blocks":7},
 			{"id":"w-past","model":"m","role":"unified","source":"heartbeat","routable":true,"ejected_until":"2000-01-01T00:00:00Z","last_heartbeat":%[1]q}
@@ -73,6 +73,9 @@ func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 	cells := eval[[]string](u, `[...document.querySelectorAll("tr[data-worker]")].map(tr => tr.children[8].textContent)`)
 	if strings.Join(cells, ",") != "1.2k,7,–" {
 		t.Errorf("prefix index cells %q, want 1.2k, 7 and – (absent)", cells)
+	}
+	if got := eval[string](u, `document.querySelector('.card.model[data-model="m"] .cardhead .muted').textContent`); got != "2 of 3 routable · 4 waiting" {
+		t.Errorf("model card says %q, want 2 of 3 routable and 4 waiting for admission", got)
 	}
 	if got := eval[string](u, `document.getElementById("live").textContent`); !strings.Contains(got, "no keys") {
 		t.Errorf("status %q, want it to say no keys are configured", got)

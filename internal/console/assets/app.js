@@ -211,7 +211,8 @@
       const until = Date.parse(w.ejected_until);
       if (!until || until > now()) {
         const left = until ? " · " + Math.ceil((until - now()) / 1000) + " s" : "";
-        return { name: "ejected", label: "ejected" + left, cls: "bad", title: w.ejection_reason || "" };
+        const times = w.ejections > 1 ? ` (ejected ${w.ejections} times)` : "";
+        return { name: "ejected", label: "ejected" + left, cls: "bad", title: (w.ejection_reason || "") + times };
       }
     }
     if (w.drained) return { name: "drained", label: "drained", cls: "warn", title: "an operator drained this model" };
@@ -246,7 +247,10 @@
     }
     const models = [...byModel.keys()].sort();
     const routable = workers.filter((w) => workerState(w).name === "routable").length;
-    $("fleet-summary").textContent = `${workers.length} workers · ${routable} routable · ${models.length} models · epoch ${r.json ? r.json.epoch : "?"}`;
+    const queued = (r.json && r.json.queued) || {};
+    const waiting = Object.values(queued).reduce((a, b) => a + b, 0);
+    $("fleet-summary").textContent = `${workers.length} workers · ${routable} routable · ${models.length} models · epoch ${r.json ? r.json.epoch : "?"}` +
+      (waiting ? ` · ${waiting} waiting for admission` : "");
     const root = $("fleet-models");
     const cards = st.fleet.cards;
     for (const [m, c] of cards) if (!byModel.has(m)) { c.card.remove(); cards.delete(m); }
@@ -265,7 +269,7 @@
       const want = prev ? prev.nextSibling : root.firstChild;
       if (want !== c.card) root.insertBefore(c.card, want);
       prev = c.card;
-      fillCard(c, byModel.get(m).sort((a, b) => a.id.localeCompare(b.id)), prefixKeys);
+      fillCard(c, byModel.get(m).sort((a, b) => a.id.localeCompare(b.id)), prefixKeys, queued[m] || 0);
     }
   }
 
@@ -283,7 +287,7 @@
     return { card, drain, resume, counts, badge, thead, tbody, headKey: "" };
   }
 
-  function fillCard(c, ws, prefixKeys) {
+  function fillCard(c, ws, prefixKeys, waiting) {
     const heads = ["Worker", "Role", "Source", "State", "Queue", "Running", "In flight", "KV used", ...prefixKeys.map((k) => k.replace(/_/g, " ")), "Heartbeat"];
     const headKey = heads.join("|");
     if (c.headKey !== headKey) {
@@ -293,7 +297,7 @@
     }
     const drained = ws.filter((w) => w.drained).length;
     const routable = ws.filter((w) => workerState(w).name === "routable").length;
-    c.counts.textContent = `${routable} of ${ws.length} routable`;
+    c.counts.textContent = `${routable} of ${ws.length} routable` + (waiting ? ` · ${waiting} waiting` : "");
     c.badge.textContent = drained === ws.length ? "drained" : drained ? "partly drained" : routable ? "serving" : "no routable worker";
     c.badge.className = "chip " + (drained ? "warn" : routable ? "ok" : "bad");
     c.drain.disabled = drained === ws.length;
