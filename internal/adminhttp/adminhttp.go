@@ -13,7 +13,9 @@
 // field), 401 invalid_api_key, 403 insufficient_scope, 404 model_not_found
 // or not_found, 405 method_not_allowed, 412 etag_mismatch, 413
 // request_too_large, 428 if_match_required, 500 internal_error, 503
-// unavailable (an actor did not answer in time).
+// unavailable (an actor did not answer in time), 503 store_unavailable
+// with Retry-After (the shared route store cannot be reached; a write was
+// not made, routing goes on with the table in force).
 package adminhttp
 
 import (
@@ -42,7 +44,11 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeInternal         = "internal_error"
 	CodeUnavailable      = "unavailable"
+	CodeStoreUnavailable = "store_unavailable"
 )
+
+// StoreRetryAfter is the Retry-After (seconds) of a store_unavailable.
+const StoreRetryAfter = "2"
 
 // Defaults for zero Deps fields.
 const (
@@ -288,6 +294,8 @@ func (h *handler) putRoutes(w http.ResponseWriter, r *http.Request) {
 			param = &p
 		}
 		openai.WriteError(w, http.StatusBadRequest, openai.CodeInvalidRoutes, err.Error(), param)
+	case errors.Is(err, admin.ErrStoreUnavailable):
+		storeUnavailable(w, err)
 	default:
 		openai.WriteError(w, http.StatusInternalServerError, CodeInternal, err.Error(), nil)
 	}
@@ -331,6 +339,9 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(dr.Err, admin.ErrModelNotFound):
 		openai.WriteError(w, http.StatusNotFound, openai.CodeModelNotFound, dr.Err.Error(), nil)
 		return
+	case errors.Is(dr.Err, admin.ErrStoreUnavailable):
+		storeUnavailable(w, dr.Err)
+		return
 	case dr.Err != nil:
 		openai.WriteError(w, http.StatusInternalServerError, CodeInternal, dr.Err.Error(), nil)
 		return
@@ -342,6 +353,11 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 		body.Resumed = dr.Models
 	}
 	writeJSON(w, http.StatusAccepted, body)
+}
+
+func storeUnavailable(w http.ResponseWriter, err error) {
+	w.Header().Set("Retry-After", StoreRetryAfter)
+	openai.WriteError(w, http.StatusServiceUnavailable, CodeStoreUnavailable, err.Error(), nil)
 }
 
 func tooLarge(w http.ResponseWriter, limit int64) {

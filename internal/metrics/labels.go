@@ -111,6 +111,8 @@ const (
 	AdminInvalidRoutes   = "invalid_routes"
 	AdminModelNotFound   = "model_not_found"
 	AdminInternalError   = "internal_error"
+	// AdminStoreUnavailable: the shared route store could not be reached.
+	AdminStoreUnavailable = "store_unavailable"
 )
 
 // HTTP edge rejections: the code label of tlgate_http_rejected_total, equal
@@ -135,7 +137,7 @@ var (
 	states          = fixedSet{StateRoutable, StateDraining, StateDrained}
 	sources         = fixedSet{SourceHeartbeat, SourceProbe}
 	adminOutcomes   = fixedSet{AdminOK, AdminIfMatchRequired, AdminETagMismatch, AdminInvalidRoutes,
-		AdminModelNotFound, AdminInternalError}
+		AdminModelNotFound, AdminInternalError, AdminStoreUnavailable}
 	rejectCodes = fixedSet{RejectInvalidRequest, RejectInvalidAPIKey, RejectInsufficientScope, RejectRequestTooLarge,
 		RejectRateLimited}
 )

@@ -100,6 +100,7 @@ type Metrics struct {
 	hbRejected    *prometheus.CounterVec
 	drains        *prometheus.CounterVec
 	epoch         prometheus.Gauge
+	storeUp       prometheus.Gauge
 	cascade       *prometheus.CounterVec
 	prefill       prometheus.Histogram
 	kvReleased    *prometheus.CounterVec
@@ -182,6 +183,8 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 			"Operator drains of a model.", lModel),
 		epoch: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "route_epoch",
 			Help: "Epoch of the route table in force."}),
+		storeUp: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "store_up",
+			Help: "1 while the route store (state_dir, or etcd) can be reached, else 0."}),
 		cascade: counter("cascade_steps_total",
 			"Cascade steps answered, by route, step (0 = first) and outcome (accepted or escalated).", lRoute, lStep, lOutcome),
 		prefill: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "prefill_duration_seconds",
@@ -230,7 +233,7 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{
 		m.requests, m.duration, m.ttfb, m.attempts, m.failovers, m.decisions,
-		m.inflight, m.workers, m.evictions, m.registrations, m.hbRejected, m.drains, m.epoch,
+		m.inflight, m.workers, m.evictions, m.registrations, m.hbRejected, m.drains, m.epoch, m.storeUp,
 		m.cascade, m.prefill, m.kvReleased, m.disagg, m.probes, m.admin, m.rejected,
 	}, m.overload.collectors()...)
 }
@@ -490,6 +493,18 @@ func (m *Metrics) Drain(model string) {
 		return
 	}
 	m.drains.WithLabelValues(m.modelNames.label(model)).Inc()
+}
+
+// StoreUp sets tlgate_store_up: 1 while the route store can be reached.
+func (m *Metrics) StoreUp(up bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.storeUp.Set(v)
 }
 
 // Epoch sets tlgate_route_epoch to the route table's epoch e.

@@ -180,6 +180,7 @@ func TestEveryMetricExposed(t *testing.T) {
 		"tlgate_probes_total":                 {dto.MetricType_COUNTER, []string{"outcome", "worker"}},
 		"tlgate_admin_writes_total":           {dto.MetricType_COUNTER, []string{"outcome"}},
 		"tlgate_http_rejected_total":          {dto.MetricType_COUNTER, []string{"code"}},
+		"tlgate_store_up":                     {dto.MetricType_GAUGE, nil},
 	}
 	mfs, err := reg.Gather()
 	if err != nil {
