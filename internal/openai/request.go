@@ -127,6 +127,10 @@ func ParseRequest(body []byte, chat bool) (Request, error) {
 	root.ForEach(func(k, v gjson.Result) bool {
 		bit, known := fieldBits[k.Str]
 		if !known {
+			if name := caseVariant(k.Str); name != "" {
+				p.err = fieldErr(k.Str, "%q is not a field; keys are case-sensitive (did you mean %q?)", k.Str, name)
+				return false
+			}
 			return true
 		}
 		if p.seen&bit != 0 {
