@@ -1,0 +1,97 @@
+// Package bodyguard bounds request bodies at the HTTP server's edge, on
+// every path (inference, admin, ops, unknown ones):
+//
+//   - a Content-Length over the limit is answered 413 at once, unread;
+//   - a body must arrive whole within a deadline, however slowly it is
+//     dribbled (the handler's read then fails);
+//   - a body the handler did not read to its end (a 401, 403, 404 or 405
+//     answer, a /healthz with a body) is never read afterwards: the answer
+//     goes out at once and the connection is closed, where net/http would
+//     otherwise wait to drain up to 256 KiB of it, with no deadline.
+//
+// A client that holds a connection by sending a body one byte at a time
+// therefore holds it for the deadline at most, and not at all when it is
+// refused.
+package bodyguard
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/tlgate/tlgate/internal/openai"
+)
+
+// Options configures the guard.
+type Options struct {
+	// MaxBodyBytes is the largest Content-Length accepted (0: no limit).
+	// Handlers still bound what they read (a chunked body has no length).
+	MaxBodyBytes int64
+	// Timeout bounds reading a request body, from the end of its headers
+	// to its last byte (0: no bound).
+	Timeout time.Duration
+	// OnReject, if set, is called for each request the guard refuses
+	// itself (413), with the status and error code.
+	OnReject func(status int, code string)
+}
+
+// longAgo is a read deadline in the past: reads fail at once.
+var longAgo = time.Unix(1, 0)
+
+// Wrap returns next behind the guard.
+func Wrap(next http.Handler, o Options) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		if o.MaxBodyBytes > 0 && r.ContentLength > o.MaxBodyBytes {
+			if o.OnReject != nil {
+				o.OnReject(http.StatusRequestEntityTooLarge, openai.CodeRequestTooLarge)
+			}
+			w.Header().Set("Connection", "close")
+			openai.WriteError(w, http.StatusRequestEntityTooLarge, openai.CodeRequestTooLarge,
+				fmt.Sprintf("The request body of %d bytes is larger than %d bytes.", r.ContentLength, o.MaxBodyBytes), nil)
+			abandon(rc)
+			return
+		}
+		b := &body{ReadCloser: r.Body, rc: rc}
+		if o.Timeout > 0 {
+			b.deadline = rc.SetReadDeadline(time.Now().Add(o.Timeout)) == nil
+		}
+		r = r.WithContext(r.Context()) // a shallow copy: the server's request keeps its body
+		r.Body = b
+		next.ServeHTTP(w, r)
+		if !b.eof.Load() {
+			abandon(rc)
+		}
+	})
+}
+
+// abandon makes every further read of the connection fail at once, so that
+// the server neither waits for the unread rest of a body before answering
+// nor after: it answers, then closes the connection (the bytes left on it
+// cannot be taken for the next request).
+func abandon(rc *http.ResponseController) { _ = rc.SetReadDeadline(longAgo) }
+
+// body is a request body that notes its end and then lifts the read
+// deadline, which must not outlive the body: the server's background read
+// of an idle connection would fail with it and cancel a long streamed
+// answer.
+type body struct {
+	io.ReadCloser
+	rc       *http.ResponseController
+	deadline bool
+	eof      atomic.Bool
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.eof.Swap(true) && b.deadline {
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
