@@ -120,6 +120,13 @@ type Gateway struct {
 	Routes []routes.Route `toml:"routes"`
 	// Engines are engines that do not heartbeat; the gateway probes them.
 	Engines []Engine `toml:"engines"`
+
+	// MaxConnections caps the HTTP listener's open connections; more are
+	// closed as soon as they are accepted (0: no cap).
+	MaxConnections int `toml:"max_connections"`
+	// MaxConnectionsPerClient caps the open HTTP connections of one client
+	// IP likewise (0: no cap).
+	MaxConnectionsPerClient int `toml:"max_connections_per_client"`
 }
 
 // APIKey is one client key. Exactly one of Key, KeyEnv and KeySHA256 is set.
@@ -180,6 +187,9 @@ func Default() *Config {
 		ServerIdleTimeout:  D(120 * time.Second),
 		ShutdownTimeout:    D(10 * time.Second),
 		LogFormat:          LogJSON,
+
+		MaxConnections:          10000,
+		MaxConnectionsPerClient: 1000,
 	}}
 }
 

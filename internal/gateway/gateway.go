@@ -31,7 +31,9 @@ import (
 	"github.com/tlgate/tlgate/internal/actorsys"
 	"github.com/tlgate/tlgate/internal/adminhttp"
 	"github.com/tlgate/tlgate/internal/auth"
+	"github.com/tlgate/tlgate/internal/bodyguard"
 	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/connlimit"
 	"github.com/tlgate/tlgate/internal/engineclient"
 	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/httpedge"
@@ -130,6 +132,8 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		g.Metrics.Epoch(epoch)
 	}
 	m := g.Metrics
+	// 400, 401 and 403 answers of the auth check are edge rejections too.
+	keyring = keyring.WithOnReject(func(_ int, code string) { m.Rejected(code) })
 
 	// Actor system and actors.
 	g.sys = actorsys.New(o.Logger)
@@ -229,7 +233,11 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		}))
 	}
 	g.http = &http.Server{
-		Handler:           mux,
+		// Every path's body is bounded, and never awaited when unread.
+		Handler: bodyguard.Wrap(mux, bodyguard.Options{
+			MaxBodyBytes: gw.MaxBodyBytes, Timeout: gw.ReadBodyTimeout.Duration,
+			OnReject: func(_ int, code string) { m.Rejected(code) },
+		}),
 		ReadHeaderTimeout: gw.ReadHeaderTimeout.Duration,
 		IdleTimeout:       gw.ServerIdleTimeout.Duration,
 		TLSConfig:         serverTLS,
@@ -237,6 +245,10 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	if g.httpLis, err = net.Listen("tcp", gw.Listen); err != nil {
 		return fmt.Errorf("gateway: listen: %w", err)
 	}
+	g.httpLis = connlimit.Wrap(g.httpLis, connlimit.Options{
+		Max: gw.MaxConnections, PerClient: gw.MaxConnectionsPerClient,
+		OnRefuse: func(_ net.Addr, reason string) { m.ConnectionRefused(reason) },
+	})
 	go func() {
 		var err error
 		if serverTLS != nil {
