@@ -83,6 +83,9 @@ type Log struct {
 	Escalations                                 int
 	Phase                                       string // disaggregated: the phase that failed
 	LastError                                   string // the last failed attempt's error
+	// StreamFailure is why a committed stream failed (a proxy.Failure:
+	// timeout, eof, bad_answer...); the client got the upstream_failed event.
+	StreamFailure string
 }
 
 // Deps are the actor's collaborators.
@@ -147,6 +150,7 @@ type requestActor struct {
 	finished bool
 	// prefillFailed lists prefill workers whose Prefill failed once.
 	prefillFailed []string
+	lastErr       error // the last failed attempt's error
 }
 
 // Receive is the actor's switch; each case calls one step of the protocol.
@@ -188,12 +192,11 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 		case errors.Is(m.Err, router.ErrModelNotFound):
 			a.finish(ctx, Outcome{Status: http.StatusNotFound, Code: openai.CodeModelNotFound,
 				Message: fmt.Sprintf("The model %q does not exist.", a.ex.Req.Model)})
+		case a.attempts > 0:
+			a.finish(ctx, exhausted(a.ex.Req.Model, a.attempts, a.lastErr))
 		default:
-			msg := fmt.Sprintf("No worker can serve model %q right now.", a.ex.Req.Model)
-			if a.attempts > 0 {
-				msg = fmt.Sprintf("No worker could serve model %q: %d attempt(s) failed before the first byte.", a.ex.Req.Model, a.attempts)
-			}
-			a.finish(ctx, Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeNoCapacity, Message: msg})
+			a.finish(ctx, Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeNoCapacity,
+				Message: fmt.Sprintf("No worker can serve model %q right now.", a.ex.Req.Model)})
 		}
 		return
 	}
@@ -332,8 +335,15 @@ func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 	a.log.Committed = r.Committed
 	a.log.ClientGone = r.ClientGone
 	a.log.Done = r.Done
+	if r.Committed && r.Err != nil && !r.ClientGone {
+		a.log.StreamFailure, a.log.LastError = string(proxy.ReasonOf(r.Err)), r.Err.Error()
+	}
 	if !r.Committed && !r.ClientGone && r.Err != nil {
 		a.failed(ctx, r.Err, "decode")
+		return
+	}
+	if r.Answer != nil { // an engine's error answer, relayed as a whole
+		a.onFetched(ctx, &fetched{resp: r.Answer})
 		return
 	}
 	if r.Done && a.target.Disaggregated() {
@@ -363,6 +373,7 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 	}
 	a.log.Failures = append(a.log.Failures, reason)
 	a.log.LastError = err.Error()
+	a.lastErr = err
 	if a.d.OnFailover != nil {
 		a.d.OnFailover(a.ex, a.target, reason)
 	}
@@ -371,9 +382,15 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 		a.prefillFailed = append(a.prefillFailed, a.target.Prefill.ID)
 	}
 	a.releaseHeld(ctx)
+	if escalatesOnFailure(a.target, err) {
+		if a.d.OnCascade != nil {
+			a.d.OnCascade(a.ex, a.target.Route, a.target.CascadeStep, false)
+		}
+		a.log.Escalations++
+		a.step = a.target.CascadeStep + 1
+	}
 	if a.attempts >= a.d.MaxAttempts {
-		a.finish(ctx, Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeNoCapacity,
-			Message: fmt.Sprintf("No worker could serve model %q: %d attempt(s) failed before the first byte (last: %s).", a.ex.Req.Model, a.attempts, reason)})
+		a.finish(ctx, exhausted(a.ex.Req.Model, a.attempts, err))
 		return
 	}
 	a.route(ctx)

@@ -352,9 +352,17 @@ func loadEngineTLS(caFile string) (*tls.Config, error) {
 // accessLog writes one structured line per request; never the key itself.
 func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	lg := o.Log
+	outcome := outcomeOf(o)
 	ev := l.Info()
-	if o.Status >= 500 {
+	if o.Status >= 500 || outcome == metrics.OutcomeUpstreamFailed {
 		ev = l.Warn()
+	}
+	ev.Str("outcome", outcome)
+	if lg.StreamFailure != "" {
+		ev.Str("stream_failure", lg.StreamFailure)
+		if len(lg.Failures) == 0 {
+			ev.Str("last_error", lg.LastError)
+		}
 	}
 	ev.Str("request_id", ex.RequestID).Str("key", ex.KeyName).Str("model", ex.Req.Model).
 		Str("route", lg.Route).Str("served_model", lg.ServedModel).Str("worker", lg.Worker).

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"net/http"
 	"strings"
 	"time"
 
@@ -37,22 +36,9 @@ func instrument(d *request.Deps, m *metrics.Metrics) {
 // observe records a finished request.
 func observe(m *metrics.Metrics, ex *request.Exchange, o request.Outcome) {
 	route := o.Log.Route
-	outcome := metrics.OutcomeOK
-	switch {
-	case o.Log.ClientGone || o.Status == 499:
-		outcome = metrics.OutcomeClientGone
-	case o.Code == "model_not_found":
-		outcome, route = metrics.OutcomeNotFound, ""
-	case o.Code == "no_capacity":
-		outcome = metrics.OutcomeNoCapacity
-	case o.Code == "internal_error":
-		outcome = metrics.OutcomeInternalError
-	case o.Streamed && o.Log.Committed && o.Status == http.StatusOK && !o.Log.Done:
-		outcome = metrics.OutcomeUpstreamFailed
-	case o.Status >= 400 && o.Status < 500:
-		outcome = metrics.OutcomeClientError
-	case o.Status >= 500:
-		outcome = metrics.OutcomeUpstreamFailed
+	outcome := outcomeOf(o)
+	if outcome == metrics.OutcomeNotFound {
+		route = ""
 	}
 	m.RequestDone(route, outcome, time.Since(ex.Received))
 	if o.Log.FirstByte > 0 {
