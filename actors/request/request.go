@@ -335,8 +335,13 @@ func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 	a.log.Committed = r.Committed
 	a.log.ClientGone = r.ClientGone
 	a.log.Done = r.Done
-	if r.Committed && r.Err != nil && !r.ClientGone {
-		a.log.StreamFailure, a.log.LastError = string(proxy.ReasonOf(r.Err)), r.Err.Error()
+	if r.Committed && r.Err != nil {
+		// The engine cut the stream, or the client stopped reading it or
+		// went away: either way it was answered 200; the log says which.
+		a.log.LastError = r.Err.Error()
+		if !r.ClientGone {
+			a.log.StreamFailure = string(proxy.ReasonOf(r.Err))
+		}
 	}
 	if !r.Committed && !r.ClientGone && r.Err != nil {
 		a.failed(ctx, r.Err, "decode")

@@ -360,9 +360,9 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	ev.Str("outcome", outcome)
 	if lg.StreamFailure != "" {
 		ev.Str("stream_failure", lg.StreamFailure)
-		if len(lg.Failures) == 0 {
-			ev.Str("last_error", lg.LastError)
-		}
+	}
+	if len(lg.Failures) == 0 && lg.LastError != "" {
+		ev.Str("last_error", lg.LastError) // a committed stream's end
 	}
 	ev.Str("request_id", ex.RequestID).Str("key", ex.KeyName).Str("model", ex.Req.Model).
 		Str("route", lg.Route).Str("served_model", lg.ServedModel).Str("worker", lg.Worker).
