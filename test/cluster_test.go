@@ -72,6 +72,13 @@ func newCluster(t testing.TB, cfgRoutes string, opts []clusterOpt, engines ...en
 // dependencies (to wrap the engine calls, say).
 func newClusterDeps(t testing.TB, cfgRoutes string, opts []clusterOpt, deps func(*request.Deps), engines ...enginesim.Config) *cluster {
 	t.Helper()
+	return newClusterGateway(t, cfgRoutes, opts, deps, nil, engines...)
+}
+
+// newClusterGateway is newClusterDeps with a last say on the gateway's
+// options (a clock, a metrics registry, a logger).
+func newClusterGateway(t testing.TB, cfgRoutes string, opts []clusterOpt, deps func(*request.Deps), gwOpts func(*gateway.Options), engines ...enginesim.Config) *cluster {
+	t.Helper()
 	cfg, err := config.Parse([]byte(`
 [gateway]
 listen = "127.0.0.1:0"
@@ -89,7 +96,7 @@ idle_timeout = "5s"
 		o(cfg)
 	}
 	hl := &hookLog{}
-	gw, err := gateway.Start(context.Background(), cfg, gateway.Options{
+	gopts := gateway.Options{
 		Logger: zerolog.Nop(),
 		RequestHooks: func(d *request.Deps) {
 			d.OnRouted = func(ex *request.Exchange, tg router.Target, _ time.Duration) {
@@ -115,7 +122,11 @@ idle_timeout = "5s"
 				deps(d)
 			}
 		},
-	})
+	}
+	if gwOpts != nil {
+		gwOpts(&gopts)
+	}
+	gw, err := gateway.Start(context.Background(), cfg, gopts)
 	if err != nil {
 		t.Fatalf("gateway: %v", err)
 	}

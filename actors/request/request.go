@@ -27,6 +27,7 @@ import (
 	"github.com/tlgate/tlgate/internal/cascade"
 	"github.com/tlgate/tlgate/internal/openai"
 	"github.com/tlgate/tlgate/internal/proxy"
+	"github.com/tlgate/tlgate/internal/usage"
 )
 
 // Exchange is one client request as the edge hands it over, and the channel
@@ -83,6 +84,9 @@ type Log struct {
 	Escalations                                 int
 	Phase                                       string // disaggregated: the phase that failed
 	LastError                                   string // the last failed attempt's error
+	// Usage is the tokens the answers used (every answered cascade step),
+	// estimated when an engine reported none (internal/usage).
+	Usage usage.Usage
 	// StreamFailure is why a committed stream failed (a proxy.Failure:
 	// timeout, eof, bad_answer...); the client got the upstream_failed event.
 	StreamFailure string
@@ -150,7 +154,9 @@ type requestActor struct {
 	finished bool
 	// prefillFailed lists prefill workers whose Prefill failed once.
 	prefillFailed []string
-	lastErr       error // the last failed attempt's error
+	// sniff reads the usage of the current streamed attempt.
+	sniff   *usage.Writer
+	lastErr error // the last failed attempt's error
 }
 
 // Receive is the actor's switch; each case calls one step of the protocol.
@@ -239,6 +245,9 @@ func (a *requestActor) body(seed *uint64) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if a.ex.Req.Stream {
+		return usage.AskInStream(b)
+	}
 	return b, nil
 }
 
@@ -275,9 +284,10 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 		return
 	}
 	debug, worker, step := ex.Debug, a.target.Worker.ID, a.target.CascadeStep
+	sw := a.streamWriter()
 	go func() {
 		defer ex.wg.Done()
-		res := p.Stream(actx, att, ex.W, func(status int, uh http.Header) {
+		res := p.Stream(actx, att, sw, func(status int, uh http.Header) {
 			ex.committed.Store(true)
 			responseHeaders(ex.W.Header(), ex.RequestID, debug, worker, step)
 		})
@@ -292,6 +302,7 @@ func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 		return
 	}
 	resp := m.resp
+	a.countFetched(resp)
 	if a.target.CascadeStep < a.target.CascadeSteps-1 && resp.Status == http.StatusOK {
 		accepted := a.judge(resp.Body)
 		if a.d.OnCascade != nil {
@@ -331,6 +342,7 @@ func (a *requestActor) judge(body []byte) bool {
 func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 	a.endAttempt(ctx)
 	r := m.res
+	a.countStreamed(r)
 	a.log.FirstByte = r.FirstByte
 	a.log.Committed = r.Committed
 	a.log.ClientGone = r.ClientGone

@@ -138,15 +138,6 @@ func (c *cluster) engineURLs() []string {
 	return out
 }
 
-// engineAddrs are the engines' host:port addresses.
-func (c *cluster) engineAddrs() []string {
-	out := make([]string, len(c.engines))
-	for i, e := range c.engines {
-		out[i] = e.HTTPAddr()
-	}
-	return out
-}
-
 // stats are every engine's figures now.
 func (c *cluster) stats() []enginesim.Stats {
 	out := make([]enginesim.Stats, len(c.engines))

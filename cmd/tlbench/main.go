@@ -37,6 +37,13 @@ import (
 )
 
 func main() {
+	if ran, err := runRole(); ran {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tlbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return

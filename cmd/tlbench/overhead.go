@@ -5,20 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"time"
 
-	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/bench/loadgen"
 	"github.com/tlgate/tlgate/internal/bench/nginxproxy"
-	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/bench/procs"
 	"github.com/tlgate/tlgate/internal/svgplot"
 )
 
 // Paths of the overhead comparison.
 const (
 	pathDirect  = "direct"
+	pathGoProxy = "go-reverseproxy"
 	pathGateway = "gateway"
 	pathNginx   = "nginx"
 )
@@ -39,43 +42,210 @@ type overheadCell struct {
 	rps        float64 // closed-loop maximum
 	failed     int
 	dropped    int
-	// Whole-process allocation and collections over the fixed-rate runs.
-	allocBytes, requests uint64
-	gcs                  uint32
-	gcPause              time.Duration
+	requests   uint64 // answered at the fixed rate (ok or failed)
+	// CPU over the fixed-rate runs: the path's own process (the proxy;
+	// zero for direct), the engine's, and the load generator's.
+	cpu, engineCPU, clientCPU time.Duration
+	// The gateway process's allocation and GC cycles over the fixed-rate
+	// runs, from its own /metrics (gateway path only).
+	allocBytes float64
+	gcs        float64
+	hasAlloc   bool
 }
 
-// allocPerRequest is the bytes the whole process allocated per request.
-func (c *overheadCell) allocPerRequest() float64 {
+// perRequest is d spread over the cell's requests, in µs.
+func (c *overheadCell) perRequest(d time.Duration) string {
 	if c.requests == 0 {
-		return 0
+		return "-"
 	}
-	return float64(c.allocBytes) / float64(c.requests)
+	return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)/float64(c.requests))
 }
 
-// overheadExperiment measures latency at a fixed rate and the maximum
-// throughput straight to a zero-cost engine, through the gateway, and
-// through nginx, in the same run.
+// overheadPath is one way to reach the engine.
+type overheadPath struct {
+	name, url string
+	pid       int  // the proxy process measured (0: none)
+	children  bool // count its child processes too (nginx's workers)
+	metrics   string
+}
+
+// overheadFleet is the experiment's processes: the reference engine, the
+// gateway binary, a bare Go reverse proxy and nginx, each its own process
+// so the load generator (this process) is never counted against them.
+type overheadFleet struct {
+	dir                       string
+	engine, gateway, goproxy  *procs.Proc
+	nginx                     *nginxproxy.Proxy
+	engineURL, gatewayURL, gp string
+	nginxNote                 string
+}
+
+func (f *overheadFleet) close() {
+	for _, p := range []*procs.Proc{f.goproxy, f.gateway, f.engine} {
+		if p != nil {
+			p.Stop(5 * time.Second)
+		}
+	}
+	if f.nginx != nil {
+		_ = f.nginx.Close()
+	}
+	_ = os.RemoveAll(f.dir)
+}
+
+// startOverheadFleet builds the gateway and engine binaries and starts
+// every process, waiting until the gateway routes to the engine.
+func startOverheadFleet(ctx context.Context, c settings, logOut io.Writer) (_ *overheadFleet, err error) {
+	dir, err := os.MkdirTemp("", "tlbench-procs-")
+	if err != nil {
+		return nil, err
+	}
+	f := &overheadFleet{dir: dir}
+	defer func() {
+		if err != nil {
+			f.close()
+		}
+	}()
+	fmt.Fprintln(logOut, "tlbench:   building the gateway and engine binaries")
+	gwBin, err := procs.Build(ctx, dir, "./cmd/gateway")
+	if err != nil {
+		return nil, err
+	}
+	engBin, err := procs.Build(ctx, dir, "./cmd/enginesim")
+	if err != nil {
+		return nil, err
+	}
+	var gwAddr, regAddr, engAddr, gpAddr string
+	for _, a := range []*string{&gwAddr, &regAddr, &engAddr, &gpAddr} {
+		if *a, err = procs.FreeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	// Production-like: JSON access logs written (to a file), metrics on.
+	cfg := fmt.Sprintf(`[gateway]
+listen = %q
+registry_listen = %q
+route_policy = "least_outstanding"
+heartbeat_interval = %q
+state_dir = %q
+log_format = "json"
+`, gwAddr, regAddr, c.heartbeat.String(), filepath.Join(dir, "state"))
+	cfgPath := filepath.Join(dir, "gateway.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	if f.gateway, err = procs.Start("gateway", dir, gwBin, []string{"-config", cfgPath}, nil); err != nil {
+		return nil, err
+	}
+	f.gatewayURL = "http://" + gwAddr
+	if err := f.gateway.WaitHTTP(ctx, f.gatewayURL+"/healthz", http.StatusOK, 30*time.Second); err != nil {
+		return nil, err
+	}
+	if f.engine, err = procs.Start("engine", dir, engBin, []string{
+		"-id", "zero", "-model", c.model, "-http", engAddr, "-gateway", regAddr,
+		"-heartbeat-interval", c.heartbeat.String(), "-log-level", "warn",
+	}, nil); err != nil {
+		return nil, err
+	}
+	f.engineURL = "http://" + engAddr
+	if err := f.engine.WaitHTTP(ctx, f.engineURL+"/health", http.StatusOK, 30*time.Second); err != nil {
+		return nil, err
+	}
+	if err := f.gateway.WaitHTTP(ctx, f.gatewayURL+"/readyz", http.StatusOK, 30*time.Second); err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	if f.goproxy, err = procs.Start("goproxy", dir, self, nil, []string{
+		roleEnv + "=" + roleGoProxy, listenEnv + "=" + gpAddr, upstreamEnv + "=" + f.engineURL,
+	}); err != nil {
+		return nil, err
+	}
+	f.gp = "http://" + gpAddr
+	if err := f.goproxy.WaitHTTP(ctx, f.gp+"/health", http.StatusOK, 30*time.Second); err != nil {
+		return nil, err
+	}
+	px, err := nginxproxy.Start(ctx, nginxproxy.Options{Binary: c.nginx, Upstreams: []string{engAddr}, Workers: runtime.NumCPU()})
+	switch {
+	case errors.Is(err, nginxproxy.ErrNotFound):
+		f.nginxNote = "nginx is not installed: the nginx rows are skipped (install it with `apt-get install -y nginx`)."
+		fmt.Fprintln(logOut, "tlbench:   "+f.nginxNote)
+	case err != nil:
+		return nil, err
+	default:
+		f.nginx = px
+	}
+	return f, nil
+}
+
+func (f *overheadFleet) paths() []overheadPath {
+	ps := []overheadPath{
+		{name: pathDirect, url: f.engineURL},
+		{name: pathGoProxy, url: f.gp, pid: f.goproxy.Pid()},
+		{name: pathGateway, url: f.gatewayURL, pid: f.gateway.Pid(), metrics: f.gatewayURL + "/metrics"},
+	}
+	if f.nginx != nil {
+		ps = append(ps, overheadPath{name: pathNginx, url: f.nginx.URL(), pid: f.nginx.Pid(), children: true})
+	}
+	return ps
+}
+
+// usage is what one measurement window reads before and after.
+type usage struct {
+	cpu, engine, client time.Duration
+	alloc, gcs          float64
+	hasAlloc            bool
+}
+
+func (f *overheadFleet) usage(ctx context.Context, p overheadPath) (usage, error) {
+	var u usage
+	var err error
+	if p.pid != 0 {
+		if u.cpu, err = procs.CPU(p.pid, p.children); err != nil {
+			return u, err
+		}
+	}
+	if u.engine, err = procs.CPU(f.engine.Pid(), false); err != nil {
+		return u, err
+	}
+	if u.client, err = procs.SelfCPU(); err != nil {
+		return u, err
+	}
+	if p.metrics != "" {
+		if b, err := fetch(ctx, p.metrics); err == nil {
+			a, ok1 := procs.Counter(b, "go_memstats_alloc_bytes_total")
+			g, ok2 := procs.Counter(b, "go_gc_duration_seconds_count")
+			u.alloc, u.gcs, u.hasAlloc = a, g, ok1 && ok2
+		}
+	}
+	return u, nil
+}
+
+func fetch(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
+
+// overheadExperiment measures latency at a fixed rate, CPU per request and
+// the maximum throughput straight to a zero-cost engine, through a bare Go
+// httputil.ReverseProxy, through the gateway binary and through nginx, in
+// the same run, each proxy a process of its own.
 func overheadExperiment(ctx context.Context, c settings, logOut io.Writer) (section, []plotFile, error) {
-	eng := enginesim.Config{ID: "zero", Model: c.model, HeartbeatInterval: c.heartbeat} // zero costs
-	cl, err := startCluster(ctx, &gatewayConfig{policy: config.PolicyLeastOutstanding, heartbeat: c.heartbeat}, []enginesim.Config{eng})
+	f, err := startOverheadFleet(ctx, c, logOut)
 	if err != nil {
 		return section{}, nil, err
 	}
-	defer cl.close()
-	paths := []struct{ name, url string }{{pathDirect, cl.engineURLs()[0]}, {pathGateway, cl.url()}}
-	var nginxNote string
-	px, err := nginxproxy.Start(ctx, nginxproxy.Options{Binary: c.nginx, Upstreams: cl.engineAddrs(), Workers: runtime.NumCPU()})
-	switch {
-	case errors.Is(err, nginxproxy.ErrNotFound):
-		nginxNote = "nginx is not installed: the nginx rows are skipped (install it with `apt-get install -y nginx`)."
-		fmt.Fprintln(logOut, "tlbench:   "+nginxNote)
-	case err != nil:
-		return section{}, nil, err
-	default:
-		defer px.Close()
-		paths = append(paths, struct{ name, url string }{pathNginx, px.URL()})
-	}
+	defer f.close()
+	paths := f.paths()
 
 	client := loadgen.NewClient(256)
 	defer client.CloseIdleConnections()
@@ -94,17 +264,27 @@ func overheadExperiment(ctx context.Context, c settings, logOut io.Writer) (sect
 		// noise from the shared machine spreads over all of them.
 		for range c.rounds {
 			for _, p := range paths {
-				var before, after runtime.MemStats
-				runtime.ReadMemStats(&before)
+				before, err := f.usage(ctx, p)
+				if err != nil {
+					return section{}, nil, err
+				}
 				res := loadgen.RunOpen(ctx, client, loadgen.Fixed(p.url), loadgen.Open{
 					Rate: c.rate, Duration: c.rateDuration, Requests: reqs, MaxInFlight: 512,
 				})
-				runtime.ReadMemStats(&after)
+				after, err := f.usage(ctx, p)
+				if err != nil {
+					return section{}, nil, err
+				}
 				cell := byPath[p.name]
-				cell.allocBytes += after.TotalAlloc - before.TotalAlloc
 				cell.requests += uint64(res.OK + res.Failed)
-				cell.gcs += after.NumGC - before.NumGC
-				cell.gcPause += time.Duration(after.PauseTotalNs - before.PauseTotalNs)
+				cell.cpu += after.cpu - before.cpu
+				cell.engineCPU += after.engine - before.engine
+				cell.clientCPU += after.client - before.client
+				if before.hasAlloc && after.hasAlloc {
+					cell.allocBytes += after.alloc - before.alloc
+					cell.gcs += after.gcs - before.gcs
+					cell.hasAlloc = true
+				}
 				cell.samples = append(cell.samples, res.Latency...)
 				cell.failed += res.Failed
 				cell.dropped += res.Dropped
@@ -118,13 +298,14 @@ func overheadExperiment(ctx context.Context, c settings, logOut io.Writer) (sect
 			cell.rps = res.Throughput()
 			cell.failed += res.Failed
 			cell.lat = loadgen.Summarize(cell.samples)
-			fmt.Fprintf(logOut, "tlbench:   %-12s %-7s p50 %5s µs  p99 %6s µs  max %7.0f req/s\n", m.name, p.name, us(cell.lat.P50), us(cell.lat.P99), cell.rps)
+			fmt.Fprintf(logOut, "tlbench:   %-12s %-15s p50 %5s µs  p99 %6s µs  max %7.0f req/s  CPU %s µs/req\n",
+				m.name, p.name, us(cell.lat.P50), us(cell.lat.P99), cell.rps, cell.perRequest(cell.cpu))
 		}
 		if err := ctx.Err(); err != nil {
 			return section{}, nil, err
 		}
 	}
-	return overheadSection(c, cells, nginxNote), overheadPlots(cells), nil
+	return overheadSection(c, cells, f.nginxNote), overheadPlots(cells), nil
 }
 
 func findCell(cells []*overheadCell, mode, path string) *overheadCell {
@@ -138,43 +319,68 @@ func findCell(cells []*overheadCell, mode, path string) *overheadCell {
 
 func overheadSection(c settings, cells []*overheadCell, nginxNote string) section {
 	t := &table{header: []string{"mode", "path", "p50 µs", "p90 µs", "p99 µs", "added p50 µs", "added p99 µs", "max req/s",
-		"process KiB allocated per request", "GC cycles (pause ms)", "failed", "dropped"}}
+		"proxy CPU µs/req", "engine CPU µs/req", "load generator CPU µs/req", "gateway KiB allocated/req (GC cycles)", "failed", "dropped"}}
 	for _, cell := range cells {
 		added50, added99 := "-", "-"
 		if d := findCell(cells, cell.mode, pathDirect); d != nil && cell.path != pathDirect {
 			added50, added99 = signedUS(cell.lat.P50-d.lat.P50), signedUS(cell.lat.P99-d.lat.P99)
 		}
+		proxyCPU, alloc := "-", "-"
+		if cell.path != pathDirect {
+			proxyCPU = cell.perRequest(cell.cpu)
+		}
+		if cell.hasAlloc && cell.requests > 0 {
+			alloc = fmt.Sprintf("%s (%.0f)", f1(cell.allocBytes/float64(cell.requests)/1024), cell.gcs)
+		}
 		t.add(cell.mode, cell.path, us(cell.lat.P50), us(cell.lat.P90), us(cell.lat.P99), added50, added99,
-			fmt.Sprintf("%.0f", cell.rps), f1(cell.allocPerRequest()/1024),
-			fmt.Sprintf("%d (%s)", cell.gcs, ms(cell.gcPause)), fmt.Sprint(cell.failed), fmt.Sprint(cell.dropped))
+			fmt.Sprintf("%.0f", cell.rps), proxyCPU, cell.perRequest(cell.engineCPU), cell.perRequest(cell.clientCPU), alloc,
+			fmt.Sprint(cell.failed), fmt.Sprint(cell.dropped))
 	}
-	lead := fmt.Sprintf("One zero-cost engine (no prefill or decode delay; %d tokens per answer from the toy model) reached straight, "+
-		"through the gateway (least_outstanding, access log encoded, metrics on) and through nginx (a plain reverse proxy: "+
-		"%d worker processes, upstream keep-alive, proxy_buffering off). Latency to the last byte at an open-loop %.0f requests/s "+
-		"for %v per path, %d interleaved rounds pooled; added = the path's percentile minus the direct one. "+
-		"Max req/s: %d closed-loop keep-alive clients for %v. The allocation and GC columns are the whole process's (client, engine, and the gateway "+
-		"when on the path) over the fixed-rate runs; nginx allocates outside the Go heap.",
+	lead := fmt.Sprintf("Separate processes on loopback: one zero-cost reference engine (`cmd/enginesim`, %d tokens per answer), "+
+		"the `gateway` binary (least_outstanding, JSON access log written to a file, metrics on), a bare Go "+
+		"`httputil.ReverseProxy` (FlushInterval -1, upstream keep-alive: the floor of a Go HTTP proxy on this machine), "+
+		"and nginx (%d worker processes, upstream keep-alive, proxy_buffering off); the load generator is tlbench's own process. "+
+		"Latency to the last byte at an open-loop %.0f requests/s for %v per path, %d interleaved rounds pooled; "+
+		"added = the path's percentile minus the direct one. CPU per request is user+system time from /proc over those "+
+		"fixed-rate runs, divided by the requests answered: the proxy's process (nginx with its workers), the engine's and "+
+		"the load generator's. Max req/s: %d closed-loop keep-alive clients for %v.",
 		c.overheadTokens, runtime.NumCPU(), c.rate, c.rateDuration, c.rounds, c.tputConcurrency, c.tputDuration)
 	var notes []string
 	if nginxNote != "" {
 		notes = append(notes, nginxNote)
 	}
 	for _, m := range overheadModes {
-		d, g, n := findCell(cells, m.name, pathDirect), findCell(cells, m.name, pathGateway), findCell(cells, m.name, pathNginx)
+		d, g, n, gp := findCell(cells, m.name, pathDirect), findCell(cells, m.name, pathGateway), findCell(cells, m.name, pathNginx), findCell(cells, m.name, pathGoProxy)
 		if d == nil || g == nil {
 			continue
 		}
 		g50, g99 := g.lat.P50-d.lat.P50, g.lat.P99-d.lat.P99
 		if n != nil {
 			n50 := n.lat.P50 - d.lat.P50
-			ok := g50 <= 2*n50
 			notes = append(notes, fmt.Sprintf("Target (%s): gateway added p50 within 2× nginx's: %s µs vs %s µs (%s) — %s.",
-				m.name, signedUS(g50), signedUS(n50), ratio(g50, n50), metOrMissed(ok)))
+				m.name, signedUS(g50), signedUS(n50), ratio(g50, n50), metOrMissed(g50 <= 2*n50)))
 		}
 		notes = append(notes, fmt.Sprintf("Target (%s): gateway added p99 under 1 ms at %.0f requests/s: %s µs — %s.",
 			m.name, c.rate, signedUS(g99), metOrMissed(g99 < time.Millisecond)))
+		if gp != nil && gp.requests > 0 && g.requests > 0 {
+			gcpu := float64(g.cpu) / float64(g.requests)
+			fcpu := float64(gp.cpu) / float64(gp.requests)
+			line := fmt.Sprintf("CPU per request (%s): gateway %s µs, Go ReverseProxy floor %s µs (%s)", m.name,
+				g.perRequest(g.cpu), gp.perRequest(gp.cpu), cpuRatio(gcpu, fcpu))
+			if n != nil && n.requests > 0 {
+				line += fmt.Sprintf(", nginx %s µs", n.perRequest(n.cpu))
+			}
+			notes = append(notes, line+".")
+		}
 	}
 	return section{title: "Gateway overhead", lead: lead, tables: []*table{t}, notes: notes}
+}
+
+func cpuRatio(a, b float64) string {
+	if b <= 0 {
+		return "floor not measurable"
+	}
+	return fmt.Sprintf("%.2f× the floor", a/b)
 }
 
 func ratio(a, b time.Duration) string {

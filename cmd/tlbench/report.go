@@ -145,8 +145,9 @@ func machineSection(ctx context.Context, c settings) section {
 	t.add("nginx", v)
 	return section{
 		title: "Machine",
-		lead: "Everything runs on this one machine, on loopback: the load generator, the reference engines and the gateway " +
-			"share one Go process (nginx is a child process), so they compete for the same CPUs.",
+		lead: "Everything runs on this one machine, on loopback, so every party competes for the same CPUs. The overhead " +
+			"experiment runs the engine, the gateway binary, a bare Go reverse proxy and nginx as processes of their own, " +
+			"apart from the load generator; the routing, scale and memory experiments run engines and gateway in tlbench's process.",
 		tables: []*table{t},
 	}
 }

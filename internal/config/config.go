@@ -142,6 +142,12 @@ type APIKey struct {
 	KeySHA256 string `toml:"key_sha256"`
 	// Scopes are a non-empty subset of inference, debug, admin.
 	Scopes []string `toml:"scopes"`
+	// RequestsPerMinute, TokensPerMinute (prompt + completion) and
+	// MaxConcurrent limit the key's inference requests; 0 or absent means
+	// unlimited. Over a limit the key is answered 429 rate_limit_exceeded.
+	RequestsPerMinute int `toml:"requests_per_minute"`
+	TokensPerMinute   int `toml:"tokens_per_minute"`
+	MaxConcurrent     int `toml:"max_concurrent"`
 }
 
 // Engine is an engine the gateway probes instead of waiting for its

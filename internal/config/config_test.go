@@ -213,6 +213,9 @@ func TestConfigValidation(t *testing.T) {
 		{"same secret twice", "[[gateway.api_keys]]\nname = \"a\"\nkey_env = \"TLGATE_TEST_SET\"\nscopes = [\"inference\"]\n[[gateway.api_keys]]\nname = \"b\"\nkey_sha256 = \"" + hexSum("value") + "\"\nscopes = [\"admin\"]", []string{"gateway.api_keys[1]: same secret as api_keys[0]"}},
 		{"unknown scope", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k\"\nscopes = [\"inference\", \"root\"]", []string{`gateway.api_keys[0].scopes[1]: unknown scope "root" (want inference, debug or admin)`}},
 		{"no scopes", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k\"", []string{`gateway.api_keys[0].scopes: at least one of "inference", "debug", "admin" required`}},
+		{"key limits", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k\"\nscopes = [\"inference\"]\nrequests_per_minute = -1\ntokens_per_minute = 2000000000\nmax_concurrent = 4", []string{
+			"gateway.api_keys[0].requests_per_minute: must be from 0 (unlimited) to 1000000000, got -1",
+			"gateway.api_keys[0].tokens_per_minute: must be from 0 (unlimited) to 1000000000, got 2000000000"}},
 		{"route error prefixed", "[[gateway.routes]]\nmodel = \"a\"\n[[gateway.routes]]\nmodel = \"auto\"\ncascade = [{ model = \"smol\", accept_if = \"mean_logprob => -1.2\" }, { model = \"big\" }]", []string{`gateway.routes[1].cascade[0].accept_if: unknown operator "=>" at column 14 (want > or >=)`}},
 		{"route errors all", "[[gateway.routes]]\nmodel = \"\"\n[[gateway.routes]]\nmodel = \"b\"\nbackends = [{ model = \"x\", weight = 0 }]", []string{"gateway.routes[0].model: required", "gateway.routes[1].backends[0].weight: must be > 0, got 0"}},
 		{"engine model discovered", "[[gateway.engines]]\nid = \"v1\"\nhttp_address = \"127.0.0.1:8000\"\nkind = \"vllm\"", nil},

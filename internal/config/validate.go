@@ -260,6 +260,20 @@ func (v *checker) apiKeys(keys []APIKey) {
 				v.add(fmt.Sprintf("%s.scopes[%d]", at, j), "unknown scope %q (want %s, %s or %s)", s, ScopeInference, ScopeDebug, ScopeAdmin)
 			}
 		}
+		v.keyLimit(at+".requests_per_minute", k.RequestsPerMinute)
+		v.keyLimit(at+".tokens_per_minute", k.TokensPerMinute)
+		v.keyLimit(at+".max_concurrent", k.MaxConcurrent)
+	}
+}
+
+// MaxKeyLimit is the largest per-key limit (requests_per_minute,
+// tokens_per_minute, max_concurrent) accepted.
+const MaxKeyLimit = 1_000_000_000
+
+// keyLimit checks one per-key limit: 0 (unlimited) to MaxKeyLimit.
+func (v *checker) keyLimit(key string, n int) {
+	if n < 0 || n > MaxKeyLimit {
+		v.add(key, "must be from 0 (unlimited) to %d, got %d", MaxKeyLimit, n)
 	}
 }
 

@@ -38,6 +38,7 @@ import (
 	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/httpedge"
 	"github.com/tlgate/tlgate/internal/metrics"
+	"github.com/tlgate/tlgate/internal/openapi"
 	"github.com/tlgate/tlgate/internal/policy"
 	"github.com/tlgate/tlgate/internal/probe"
 	"github.com/tlgate/tlgate/internal/proxy"
@@ -52,6 +53,8 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Hooks for tests; each may be nil.
 	RequestHooks func(d *request.Deps)
+	// Now is the clock of the per-key rate limits; nil means time.Now.
+	Now func() time.Time
 }
 
 // Gateway is a running gateway.
@@ -71,6 +74,8 @@ type Gateway struct {
 	engines  *engineclient.Client
 	proxy    *proxy.Proxy
 	stops    []func(context.Context) error // in start order; run in reverse
+	// Keys holds the per-key usage metrics (nil without a Registry).
+	Keys *metrics.KeyMetrics
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -130,6 +135,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			return fmt.Errorf("gateway: %w", err)
 		}
 		g.Metrics.Epoch(epoch)
+		if g.Keys, err = metrics.NewKeyMetrics(o.Registry); err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
 	}
 	m := g.Metrics
 	// 400, 401 and 403 answers of the auth check are edge rejections too.
@@ -217,14 +225,18 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		BodyTimeout: gw.ReadBodyTimeout.Duration,
 		OnDone: func(ex *request.Exchange, out request.Outcome) {
 			observe(m, ex, out)
+			observeKey(g.Keys, ex, out)
 			accessLog(o.Logger, ex, out)
 		},
-		OnReject: func(_ int, code string) { m.Rejected(code) },
+		OnReject:  func(_ int, code string) { m.Rejected(code) },
+		Limits:    limiterOf(gw.APIKeys, o.Now),
+		OnLimited: g.Keys.RateLimited,
 	}
 	httpedge.Register(mux, edge)
 	mux.Handle("/admin/v1/", adminhttp.New(adminhttp.Deps{
 		Root: g.sys.Root, Admin: g.Admin, Router: g.Router, Keyring: keyring, MaxBodyBytes: gw.MaxBodyBytes,
 	}))
+	mux.Handle("GET /openapi.json", openapi.Handler())
 	if o.Gatherer != nil {
 		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})
 		mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -352,7 +364,7 @@ func loadEngineTLS(caFile string) (*tls.Config, error) {
 // accessLog writes one structured line per request; never the key itself.
 func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	lg := o.Log
-	outcome := outcomeOf(o)
+	outcome, _ := outcomeOf(o)
 	ev := l.Info()
 	if o.Status >= 500 || outcome == metrics.OutcomeUpstreamFailed {
 		ev = l.Warn()
@@ -384,6 +396,7 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	if o.Code != "" {
 		ev.Str("code", o.Code)
 	}
+	logUsage(ev, lg.Usage)
 	ev.Msg("request")
 }
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"net/http"
 	"strings"
 	"time"
 
@@ -35,15 +36,35 @@ func instrument(d *request.Deps, m *metrics.Metrics) {
 
 // observe records a finished request.
 func observe(m *metrics.Metrics, ex *request.Exchange, o request.Outcome) {
-	route := o.Log.Route
-	outcome := outcomeOf(o)
-	if outcome == metrics.OutcomeNotFound {
-		route = ""
-	}
+	outcome, route := outcomeOf(o)
 	m.RequestDone(route, outcome, time.Since(ex.Received))
 	if o.Log.FirstByte > 0 {
 		m.FirstByte(route, o.Log.FirstByte)
 	}
+}
+
+// outcomeOf classifies a finished request: its metrics outcome and route
+// label (none for a model that was not found).
+func outcomeOf(o request.Outcome) (outcome, route string) {
+	route = o.Log.Route
+	outcome = metrics.OutcomeOK
+	switch {
+	case o.Log.ClientGone || o.Status == 499:
+		outcome = metrics.OutcomeClientGone
+	case o.Code == "model_not_found":
+		outcome, route = metrics.OutcomeNotFound, ""
+	case o.Code == "no_capacity":
+		outcome = metrics.OutcomeNoCapacity
+	case o.Code == "internal_error":
+		outcome = metrics.OutcomeInternalError
+	case o.Streamed && o.Log.Committed && o.Status == http.StatusOK && !o.Log.Done:
+		outcome = metrics.OutcomeUpstreamFailed
+	case o.Status >= 400 && o.Status < 500:
+		outcome = metrics.OutcomeClientError
+	case o.Status >= 500:
+		outcome = metrics.OutcomeUpstreamFailed
+	}
+	return outcome, route
 }
 
 // refreshGauges sets the worker gauges from the router's view, at scrape

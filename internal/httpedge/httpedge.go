@@ -24,6 +24,7 @@ import (
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/auth"
 	"github.com/tlgate/tlgate/internal/openai"
+	"github.com/tlgate/tlgate/internal/ratelimit"
 )
 
 // Deps are the edge's collaborators.
@@ -43,6 +44,13 @@ type Deps struct {
 	// OnReject, if set, is called for requests refused by the edge itself
 	// (status and error code).
 	OnReject func(status int, code string)
+	// Limits, if set, holds the per-key limits: a request over one is
+	// answered 429 rate_limit_exceeded, and every answer of a limited key
+	// carries the x-ratelimit-* headers.
+	Limits *ratelimit.Limiter
+	// OnLimited, if set, is called for each request refused by Limits with
+	// the key's name and the limit (a ratelimit.Limit constant).
+	OnLimited func(key, limit string)
 }
 
 // Register mounts the OpenAI API and the ops endpoints on mux.
@@ -140,6 +148,9 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	key, _ := auth.FromContext(r.Context())
+	if !d.admit(w, key.Name) {
+		return
+	}
 	ex := request.NewExchange(r.Context(), w, body, req, r.URL.Path, rid)
 	ex.KeyName = key.Name
 	ex.Debug = key.Has(auth.ScopeDebug)
@@ -158,9 +169,25 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
 			o.Log.Committed = true // the first byte went out just now
 		}
 	}
+	d.Limits.Done(key.Name, o.Log.Usage.Total())
 	if d.OnDone != nil {
 		d.OnDone(ex, o)
 	}
+}
+
+// admit asks Limits about a request of key and sets the x-ratelimit-*
+// headers; over a limit it answers 429 and reports false.
+func (d *Deps) admit(w http.ResponseWriter, key string) bool {
+	adm := d.Limits.Admit(key)
+	adm.SetHeaders(w.Header())
+	if adm.OK {
+		return true
+	}
+	if d.OnLimited != nil {
+		d.OnLimited(key, adm.Limited)
+	}
+	d.reject(w, http.StatusTooManyRequests, openai.CodeRateLimitExceeded, adm.Message(key), nil)
+	return false
 }
 
 func (d *Deps) ask(ctx context.Context, msg any) (any, error) {

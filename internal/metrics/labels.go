@@ -126,10 +126,11 @@ const (
 // HTTP edge rejections: the code label of tlgate_http_rejected_total, equal
 // to the OpenAI error codes the edge answers before a request is routed.
 const (
-	RejectInvalidRequest    = "invalid_request"    // 400
-	RejectInvalidAPIKey     = "invalid_api_key"    // 401
-	RejectInsufficientScope = "insufficient_scope" // 403
-	RejectRequestTooLarge   = "request_too_large"  // 413
+	RejectInvalidRequest    = "invalid_request"     // 400
+	RejectInvalidAPIKey     = "invalid_api_key"     // 401
+	RejectInsufficientScope = "insufficient_scope"  // 403
+	RejectRequestTooLarge   = "request_too_large"   // 413
+	RejectRateLimited       = "rate_limit_exceeded" // 429: over the key's limits
 )
 
 // The fixed sets, in exposition order.
@@ -146,7 +147,8 @@ var (
 	sources         = fixedSet{SourceHeartbeat, SourceProbe}
 	adminOutcomes   = fixedSet{AdminOK, AdminIfMatchRequired, AdminETagMismatch, AdminInvalidRoutes,
 		AdminModelNotFound, AdminInternalError}
-	rejectCodes        = fixedSet{RejectInvalidRequest, RejectInvalidAPIKey, RejectInsufficientScope, RejectRequestTooLarge}
+	rejectCodes = fixedSet{RejectInvalidRequest, RejectInvalidAPIKey, RejectInsufficientScope, RejectRequestTooLarge,
+		RejectRateLimited}
 	connRefusedReasons = fixedSet{ConnRefusedTotal, ConnRefusedPerClient}
 )
 

@@ -19,6 +19,8 @@ const (
 	CodeIfMatchRequired   = "if_match_required"
 	CodeETagMismatch      = "etag_mismatch"
 	CodeInvalidRoutes     = "invalid_routes"
+	// CodeRateLimitExceeded answers a request over its key's limits (429).
+	CodeRateLimitExceeded = "rate_limit_exceeded"
 )
 
 // ErrorBody is OpenAI's error envelope:

@@ -237,6 +237,9 @@ func (p *Proxy) errorLog() string {
 	return strings.TrimSpace(string(b))
 }
 
+// Pid is the nginx master's process id (its workers are its children).
+func (p *Proxy) Pid() int { return p.cmd.Process.Pid }
+
 // Addr is the proxy's host:port.
 func (p *Proxy) Addr() string { return p.addr }
 

@@ -1,0 +1,561 @@
+// Package deploy holds tlgate's deployment files: a Grafana dashboard,
+// Prometheus alert rules, a Dockerfile, Kubernetes manifests and a systemd
+// unit. Its tests check each file with the tool made for it where Debian
+// has one (promtool, systemd-analyze) and against the gateway itself where
+// none exists: every metric a dashboard or alert reads is one the gateway
+// exports, the configuration the manifests ship loads, the ports, paths,
+// user and secrets agree across files, and the Dockerfile's build command
+// yields a static binary.
+package deploy
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/metrics"
+)
+
+// tool returns the path of a command the checks need. Outside CI a missing
+// tool skips the check; in CI (.ci/run installs them) it fails it.
+func tool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not installed: .ci/run must install it", name)
+		}
+		t.Skipf("%s is not installed", name)
+	}
+	return p
+}
+
+// recorder is a prometheus.Registerer that keeps what is registered.
+type recorder struct{ cs []prometheus.Collector }
+
+func (r *recorder) Register(c prometheus.Collector) error   { r.cs = append(r.cs, c); return nil }
+func (r *recorder) MustRegister(cs ...prometheus.Collector) { r.cs = append(r.cs, cs...) }
+func (r *recorder) Unregister(prometheus.Collector) bool    { return false }
+
+var fqName = regexp.MustCompile(`fqName: "([a-zA-Z_:][a-zA-Z0-9_:]*)"`)
+
+// exported lists every series name the gateway's metrics can have
+// (histograms with their _bucket, _sum and _count).
+func exported(t *testing.T) map[string]bool {
+	t.Helper()
+	r := &recorder{}
+	if _, err := metrics.New(r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := metrics.NewKeyMetrics(r); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, c := range r.cs {
+		ch := make(chan *prometheus.Desc, 16)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			m := fqName.FindStringSubmatch(d.String())
+			if m == nil {
+				t.Fatalf("cannot read the name of %s", d)
+			}
+			names[m[1]] = true
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				names[m[1]+s] = true
+			}
+		}
+	}
+	if len(names) < 20 {
+		t.Fatalf("only %d metric names found", len(names))
+	}
+	return names
+}
+
+var metricRef = regexp.MustCompile(`\btlgate_[a-z0-9_]+\b`)
+
+// checkMetrics fails for every tlgate_ name in expr the gateway does not
+// export.
+func checkMetrics(t *testing.T, where, expr string, names map[string]bool) {
+	t.Helper()
+	for _, m := range metricRef.FindAllString(expr, -1) {
+		if !names[m] {
+			t.Errorf("%s reads %s, which the gateway does not export", where, m)
+		}
+	}
+}
+
+// promtoolCheck writes exprs as recording rules and runs promtool check
+// rules on them: each must be valid PromQL.
+func promtoolCheck(t *testing.T, exprs map[string]string) {
+	t.Helper()
+	promtool := tool(t, "promtool")
+	type rule struct {
+		Record string `yaml:"record"`
+		Expr   string `yaml:"expr"`
+	}
+	var rules []rule
+	keys := make([]string, 0, len(exprs))
+	for k := range exprs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for i, k := range keys {
+		e := strings.NewReplacer("$__rate_interval", "5m", "$route", ".*").Replace(exprs[k])
+		rules = append(rules, rule{Record: fmt.Sprintf("dashboard:expr_%d", i), Expr: e})
+	}
+	b, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "dashboard.rules.yml")
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "check", "rules", f).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules on the dashboard's queries: %v\n%s", err, out)
+	}
+}
+
+func TestGrafanaDashboard(t *testing.T) {
+	b, err := os.ReadFile("grafana/tlgate.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		UID    string `json:"uid"`
+		Title  string `json:"title"`
+		Panels []struct {
+			ID      int    `json:"id"`
+			Type    string `json:"type"`
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+			GridPos struct{ X, Y, W, H int } `json:"gridPos"`
+		} `json:"panels"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&dash); err != nil {
+		t.Fatalf("grafana/tlgate.json: %v", err)
+	}
+	if dash.UID == "" || dash.Title == "" {
+		t.Fatal("the dashboard has no uid or title")
+	}
+	names := exported(t)
+	exprs := map[string]string{}
+	ids := map[int]bool{}
+	for _, p := range dash.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel id %d is used twice", p.ID)
+		}
+		ids[p.ID] = true
+		if p.GridPos.W <= 0 || p.GridPos.X+p.GridPos.W > 24 {
+			t.Errorf("panel %q is placed off the 24-column grid: %+v", p.Title, p.GridPos)
+		}
+		if p.Type == "row" {
+			continue
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for i, tg := range p.Targets {
+			where := fmt.Sprintf("panel %q query %d", p.Title, i)
+			checkMetrics(t, where, tg.Expr, names)
+			exprs[where] = tg.Expr
+		}
+	}
+	if len(exprs) < 15 {
+		t.Fatalf("only %d queries", len(exprs))
+	}
+	promtoolCheck(t, exprs)
+}
+
+func TestAlertRules(t *testing.T) {
+	promtool := tool(t, "promtool")
+	b, err := os.ReadFile("prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `yaml:"alert"`
+				Expr  string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &file); err != nil {
+		t.Fatal(err)
+	}
+	names := exported(t)
+	var alerts []string
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			checkMetrics(t, "alert "+r.Alert, r.Expr, names)
+			alerts = append(alerts, r.Alert)
+		}
+	}
+	for _, want := range []string{"TlgateModelNoRoutableWorker", "TlgateHighFailoverRate", "TlgateUpstreamFailedRate", "TlgateHeartbeatsRejected"} {
+		if !slices.Contains(alerts, want) {
+			t.Errorf("alert %s is missing", want)
+		}
+	}
+	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = "prometheus"
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// manifest is the part of a Kubernetes object the checks read.
+type manifest struct {
+	Kind     string `yaml:"kind"`
+	Metadata struct {
+		Name string `yaml:"name"`
+	} `yaml:"metadata"`
+	StringData map[string]string `yaml:"stringData"`
+	Spec       struct {
+		Replicas  int    `yaml:"replicas"`
+		ClusterIP string `yaml:"clusterIP"`
+		Ports     []struct {
+			Name       string `yaml:"name"`
+			Port       int    `yaml:"port"`
+			TargetPort string `yaml:"targetPort"`
+		} `yaml:"ports"`
+		Template struct {
+			Spec struct {
+				TerminationGracePeriodSeconds int `yaml:"terminationGracePeriodSeconds"`
+				SecurityContext               struct {
+					RunAsNonRoot bool `yaml:"runAsNonRoot"`
+					RunAsUser    int  `yaml:"runAsUser"`
+				} `yaml:"securityContext"`
+				Containers []struct {
+					Args  []string `yaml:"args"`
+					Ports []struct {
+						Name          string `yaml:"name"`
+						ContainerPort int    `yaml:"containerPort"`
+					} `yaml:"ports"`
+					EnvFrom []struct {
+						SecretRef struct {
+							Name string `yaml:"name"`
+						} `yaml:"secretRef"`
+					} `yaml:"envFrom"`
+					ReadinessProbe probe `yaml:"readinessProbe"`
+					LivenessProbe  probe `yaml:"livenessProbe"`
+					VolumeMounts   []struct {
+						Name      string `yaml:"name"`
+						MountPath string `yaml:"mountPath"`
+					} `yaml:"volumeMounts"`
+				} `yaml:"containers"`
+				Volumes []struct {
+					Name      string `yaml:"name"`
+					ConfigMap struct {
+						Name string `yaml:"name"`
+					} `yaml:"configMap"`
+				} `yaml:"volumes"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+	} `yaml:"spec"`
+}
+
+type probe struct {
+	HTTPGet struct {
+		Path string `yaml:"path"`
+		Port string `yaml:"port"`
+	} `yaml:"httpGet"`
+}
+
+func readManifests(t *testing.T, dir string) map[string]manifest {
+	t.Helper()
+	var kust struct {
+		Resources          []string `yaml:"resources"`
+		ConfigMapGenerator []struct {
+			Name  string   `yaml:"name"`
+			Files []string `yaml:"files"`
+		} `yaml:"configMapGenerator"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &kust); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]manifest{}
+	for _, res := range kust.Resources {
+		b, err := os.ReadFile(filepath.Join(dir, res))
+		if err != nil {
+			t.Fatalf("kustomization lists %s: %v", res, err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		for {
+			var m manifest
+			if err := dec.Decode(&m); err != nil {
+				if err.Error() == "EOF" {
+					break
+				}
+				t.Fatalf("%s: %v", res, err)
+			}
+			out[m.Kind+"/"+m.Metadata.Name] = m
+		}
+	}
+	for _, g := range kust.ConfigMapGenerator {
+		for _, f := range g.Files {
+			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+				t.Fatalf("configMapGenerator %s: %v", g.Name, err)
+			}
+		}
+		out["ConfigMap/"+g.Name] = manifest{Kind: "ConfigMap"}
+	}
+	return out
+}
+
+func TestKubernetesManifests(t *testing.T) {
+	ms := readManifests(t, "kubernetes")
+	dep, ok := ms["Deployment/tlgate"]
+	if !ok {
+		t.Fatalf("no Deployment tlgate in %v", keysOf(ms))
+	}
+	if dep.Spec.Replicas != 2 {
+		t.Errorf("replicas = %d, want 2", dep.Spec.Replicas)
+	}
+	pod := dep.Spec.Template.Spec
+	if !pod.SecurityContext.RunAsNonRoot || pod.SecurityContext.RunAsUser != dockerUser(t) {
+		t.Errorf("the pod runs as %d (non-root %v); the image's user is %d", pod.SecurityContext.RunAsUser, pod.SecurityContext.RunAsNonRoot, dockerUser(t))
+	}
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+
+	// The shipped configuration loads, with the Secret's keys as its
+	// environment.
+	secret, ok := ms["Secret/tlgate-keys"]
+	if !ok || len(c.EnvFrom) == 0 || c.EnvFrom[0].SecretRef.Name != "tlgate-keys" {
+		t.Fatal("the container does not take its environment from the Secret tlgate-keys")
+	}
+	for k, v := range secret.StringData {
+		t.Setenv(k, v)
+	}
+	cfg, err := config.Load(filepath.Join("kubernetes", "gateway.toml"))
+	if err != nil {
+		t.Fatalf("the shipped configuration does not load with the Secret's keys: %v", err)
+	}
+	gw := cfg.Gateway
+	if len(gw.APIKeys) == 0 {
+		t.Error("the shipped configuration has no API keys")
+	}
+
+	// Ports: the container's, the config's listeners and the Services'.
+	ports := map[string]int{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	for name, addr := range map[string]string{"http": gw.Listen, "registry": gw.RegistryListen} {
+		if want := fmt.Sprintf(":%d", ports[name]); !strings.HasSuffix(addr, want) || !strings.HasPrefix(addr, "0.0.0.0:") {
+			t.Errorf("container port %s is %d, the config listens on %s", name, ports[name], addr)
+		}
+	}
+	for _, svc := range []string{"Service/tlgate", "Service/tlgate-registry"} {
+		s, ok := ms[svc]
+		if !ok {
+			t.Fatalf("no %s", svc)
+		}
+		for _, p := range s.Spec.Ports {
+			if _, ok := ports[p.TargetPort]; !ok {
+				t.Errorf("%s targets port %q, which the container does not name", svc, p.TargetPort)
+			}
+		}
+	}
+	if ms["Service/tlgate-registry"].Spec.ClusterIP != "None" {
+		t.Error("the registry Service must be headless: engines heartbeat to every replica")
+	}
+	if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+		t.Errorf("probes: readiness %q, liveness %q", c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
+	}
+	if grace := time.Duration(pod.TerminationGracePeriodSeconds) * time.Second; grace <= gw.ShutdownTimeout.Duration {
+		t.Errorf("terminationGracePeriodSeconds %v is not longer than shutdown_timeout %v", grace, gw.ShutdownTimeout.Duration)
+	}
+
+	// The config file the container is told to read is the ConfigMap's,
+	// and the state directory is writable (a volume).
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m.Name
+	}
+	if len(c.Args) != 2 || c.Args[0] != "-config" || mounts[filepath.Dir(c.Args[1])] == "" {
+		t.Errorf("args %v do not read a mounted config", c.Args)
+	}
+	if filepath.Base(c.Args[1]) != "gateway.toml" {
+		t.Errorf("the container reads %s; the ConfigMap holds gateway.toml", c.Args[1])
+	}
+	if mounts[gw.StateDir] == "" {
+		t.Errorf("state_dir %s is not a mounted volume (the root filesystem is read-only)", gw.StateDir)
+	}
+	var cmName string
+	for _, v := range pod.Volumes {
+		if v.Name == mounts[filepath.Dir(c.Args[1])] {
+			cmName = v.ConfigMap.Name
+		}
+	}
+	if _, ok := ms["ConfigMap/"+cmName]; !ok {
+		t.Errorf("the config volume names ConfigMap %q, which kustomization does not make", cmName)
+	}
+}
+
+// dockerUser returns the numeric user of the Dockerfile's final stage.
+func dockerUser(t *testing.T) int {
+	t.Helper()
+	lines := dockerLines(t)
+	var user string
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "USER" {
+			user = f[1]
+		}
+	}
+	var uid int
+	if _, err := fmt.Sscanf(user, "%d", &uid); err != nil || uid == 0 {
+		t.Fatalf("the image's USER %q is not a numeric non-root user", user)
+	}
+	return uid
+}
+
+// dockerLines returns the Dockerfile's instructions, continuations joined.
+func dockerLines(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	var cur strings.Builder
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "#") {
+			continue
+		}
+		if s, ok := strings.CutSuffix(l, "\\"); ok {
+			cur.WriteString(s + " ")
+			continue
+		}
+		cur.WriteString(l)
+		if s := strings.TrimSpace(cur.String()); s != "" {
+			out = append(out, s)
+		}
+		cur.Reset()
+	}
+	return out
+}
+
+// TestDockerfile checks the image's shape (a build stage and a final stage
+// with a non-root user, the ports the config listens on, the config path
+// the Kubernetes example mounts) and runs the Dockerfile's build command
+// for the gateway: it must give a static binary (no interpreter, nothing
+// dynamic), which a distroless image needs.
+func TestDockerfile(t *testing.T) {
+	lines := dockerLines(t)
+	var froms []string
+	var build string
+	var cmd, expose string
+	for _, l := range lines {
+		switch f := strings.Fields(l); f[0] {
+		case "FROM":
+			froms = append(froms, l)
+		case "RUN":
+			for _, part := range strings.Split(strings.TrimPrefix(l, "RUN "), "&&") {
+				if strings.Contains(part, "go build") && strings.Contains(part, "./cmd/gateway") {
+					build = strings.TrimSpace(part)
+				}
+			}
+		case "CMD":
+			cmd = l
+		case "EXPOSE":
+			expose = l
+		}
+	}
+	if len(froms) != 2 || !strings.Contains(froms[1], "static") {
+		t.Errorf("want a build stage and a static final stage, got %q", froms)
+	}
+	dockerUser(t)
+	if !strings.Contains(cmd, `"/etc/tlgate/gateway.toml"`) {
+		t.Errorf("CMD %q does not read /etc/tlgate/gateway.toml", cmd)
+	}
+	if expose != "EXPOSE 8080 9090" {
+		t.Errorf("%q does not expose the example's listeners", expose)
+	}
+	if build == "" || !strings.Contains(build, " -o /out/gateway ") {
+		t.Fatalf("no go build of ./cmd/gateway -o /out/gateway in the Dockerfile (found %q)", build)
+	}
+
+	// Run the same build, from the repository root, into a temporary file.
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "gateway")
+	c := exec.Command(sh, "-c", strings.Replace(build, " -o /out/gateway ", " -o "+out+" ", 1))
+	c.Dir = ".."
+	if b, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", build, err, b)
+	}
+	f, err := elf.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Fatalf("the binary is not static: it has a %v program header", p.Type)
+		}
+	}
+}
+
+// TestSystemdUnit runs systemd-analyze verify on the unit (with its
+// ExecStart pointed at a real executable): any warning fails the test.
+func TestSystemdUnit(t *testing.T) {
+	analyze := tool(t, "systemd-analyze")
+	b, err := os.ReadFile("systemd/tlgate.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ExecStart=/usr/local/bin/gateway -config /etc/tlgate/gateway.toml", "ExecReload=/bin/kill -HUP $MAINPID", "DynamicUser=yes", "StateDirectory=tlgate"} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("the unit lacks %q", want)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := filepath.Join(t.TempDir(), "tlgate.service")
+	if err := os.WriteFile(unit, bytes.ReplaceAll(b, []byte("/usr/local/bin/gateway"), []byte(self)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(analyze, "verify", unit).CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+func keysOf(m map[string]manifest) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,221 @@
+package ratelimit
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// clock is a settable fake clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// step is one event in a limiter scenario: advance the clock, then admit a
+// request (and maybe end it with tokens) or end an earlier one.
+type step struct {
+	after   time.Duration
+	admit   bool
+	done    int // tokens charged by a Done (-1: no Done)
+	wantOK  bool
+	limited string
+	retry   time.Duration
+	req     Status
+	tok     Status
+}
+
+func TestLimiterScenarios(t *testing.T) {
+	cases := []struct {
+		name   string
+		limits Limits
+		steps  []step
+	}{
+		{"requests burst then refill", Limits{RequestsPerMinute: 3}, []step{
+			{admit: true, done: 0, wantOK: true, req: Status{3, 2, 20 * time.Second}},
+			{admit: true, done: 0, wantOK: true, req: Status{3, 1, 40 * time.Second}},
+			{admit: true, done: 0, wantOK: true, req: Status{3, 0, 60 * time.Second}},
+			{admit: true, done: -1, wantOK: false, limited: LimitRequests, retry: 20 * time.Second, req: Status{3, 0, 60 * time.Second}},
+			{after: 19 * time.Second, admit: true, done: -1, wantOK: false, limited: LimitRequests, retry: time.Second, req: Status{3, 0, 41 * time.Second}},
+			{after: time.Second, admit: true, done: 0, wantOK: true, req: Status{3, 0, 60 * time.Second}},
+			{after: 10 * time.Minute, admit: true, done: 0, wantOK: true, req: Status{3, 2, 20 * time.Second}},
+		}},
+		{"limit that does not divide the minute", Limits{RequestsPerMinute: 7}, []step{
+			{admit: true, done: 0, wantOK: true, req: Status{7, 6, 8571429 * time.Microsecond}},
+			// One microsecond short of a whole request: the bucket holds 6.99…
+			{after: 8571428 * time.Microsecond, admit: true, done: 0, wantOK: true, req: Status{7, 5, 8571430 * time.Microsecond}},
+			{after: 2 * 8571429 * time.Microsecond, admit: true, done: 0, wantOK: true, req: Status{7, 6, 8571429 * time.Microsecond}},
+		}},
+		{"tokens charged when done, debt waits", Limits{TokensPerMinute: 600}, []step{
+			{admit: true, done: 300, wantOK: true, tok: Status{600, 600, 0}},
+			{admit: true, done: 400, wantOK: true, tok: Status{600, 300, 30 * time.Second}},
+			// 100 in debt: wait until one token is back (101 tokens at 10/s).
+			{admit: true, done: -1, wantOK: false, limited: LimitTokens, retry: 10100 * time.Millisecond, tok: Status{600, 0, 70 * time.Second}},
+			{after: 10100 * time.Millisecond, admit: true, done: 0, wantOK: true, tok: Status{600, 1, 59900 * time.Millisecond}},
+		}},
+		{"a lying usage figure is bounded", Limits{TokensPerMinute: 10}, []step{
+			{admit: true, done: 1 << 40, wantOK: true, tok: Status{10, 10, 0}},
+			{admit: true, done: -1, wantOK: false, limited: LimitTokens, retry: 10*time.Minute + 6*time.Second, tok: Status{10, 0, 11 * time.Minute}},
+		}},
+		{"both limits: the longer wait is reported", Limits{RequestsPerMinute: 60, TokensPerMinute: 60}, []step{
+			{admit: true, done: 120, wantOK: true, req: Status{60, 59, time.Second}, tok: Status{60, 60, 0}},
+			{admit: true, done: -1, wantOK: false, limited: LimitTokens, retry: 61 * time.Second, req: Status{60, 59, time.Second}, tok: Status{60, 0, 2 * time.Minute}},
+		}},
+		{"max concurrent", Limits{MaxConcurrent: 2}, []step{
+			{admit: true, done: -1, wantOK: true},
+			{admit: true, done: -1, wantOK: true},
+			{admit: true, done: -1, wantOK: false, limited: LimitConcurrent, retry: time.Second},
+			{done: 0},
+			{admit: true, done: -1, wantOK: true},
+		}},
+		{"refused requests take nothing", Limits{RequestsPerMinute: 1, MaxConcurrent: 1}, []step{
+			{admit: true, done: -1, wantOK: true, req: Status{1, 0, time.Minute}},
+			{after: time.Minute, admit: true, done: -1, wantOK: false, limited: LimitConcurrent, retry: time.Second, req: Status{1, 1, 0}},
+			{done: 0},
+			{admit: true, done: 0, wantOK: true, req: Status{1, 0, time.Minute}},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClock()
+			l := New(map[string]Limits{"k": tc.limits, "free": {}}, c.now)
+			for i, s := range tc.steps {
+				c.add(s.after)
+				if !s.admit {
+					l.Done("k", s.done)
+					continue
+				}
+				d := l.Admit("k")
+				if d.OK != s.wantOK || d.Limited != s.limited || d.RetryAfter != s.retry || d.Requests != s.req || d.Tokens != s.tok {
+					t.Fatalf("step %d: got %+v, want ok=%v limited=%q retry=%s requests=%+v tokens=%+v",
+						i, d, s.wantOK, s.limited, s.retry, s.req, s.tok)
+				}
+				if d.OK && s.done >= 0 {
+					l.Done("k", s.done)
+				}
+			}
+			if d := l.Admit("free"); !d.OK || d.Requests.Limit != 0 || l.Limited("free") {
+				t.Fatalf("a key without limits: %+v", d)
+			}
+		})
+	}
+}
+
+func TestClockGoingBackRefillsNothing(t *testing.T) {
+	c := newClock()
+	l := New(map[string]Limits{"k": {RequestsPerMinute: 1}}, c.now)
+	if !l.Admit("k").OK {
+		t.Fatal("first request refused")
+	}
+	c.add(-time.Hour)
+	if d := l.Admit("k"); d.OK {
+		t.Fatalf("admitted after the clock went back: %+v", d)
+	}
+}
+
+func TestSetHeaders(t *testing.T) {
+	cases := []struct {
+		name string
+		d    Decision
+		want map[string]string
+	}{
+		{"admitted, both limits", Decision{OK: true, Requests: Status{60, 59, time.Second}, Tokens: Status{150000, 149984, 6 * time.Minute}},
+			map[string]string{
+				"X-Ratelimit-Limit-Requests": "60", "X-Ratelimit-Remaining-Requests": "59", "X-Ratelimit-Reset-Requests": "1s",
+				"X-Ratelimit-Limit-Tokens": "150000", "X-Ratelimit-Remaining-Tokens": "149984", "X-Ratelimit-Reset-Tokens": "6m0s",
+			}},
+		{"refused, sub-second", Decision{Limited: LimitRequests, RetryAfter: 11500 * time.Microsecond, Requests: Status{5, 0, 12 * time.Millisecond}},
+			map[string]string{
+				"X-Ratelimit-Limit-Requests": "5", "X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "12ms",
+				"Retry-After": "1", "Retry-After-Ms": "12",
+			}},
+		{"refused, seconds rounded up", Decision{Limited: LimitTokens, RetryAfter: 2001 * time.Millisecond, Tokens: Status{10, 0, 1500 * time.Millisecond}},
+			map[string]string{
+				"X-Ratelimit-Limit-Tokens": "10", "X-Ratelimit-Remaining-Tokens": "0", "X-Ratelimit-Reset-Tokens": "1.5s",
+				"Retry-After": "3", "Retry-After-Ms": "2001",
+			}},
+		{"no limits", Decision{OK: true}, map[string]string{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			tc.d.SetHeaders(h)
+			if len(h) != len(tc.want) {
+				t.Fatalf("headers %v, want %v", h, tc.want)
+			}
+			for k, v := range tc.want {
+				if got := h.Get(k); got != v {
+					t.Fatalf("%s = %q, want %q (all: %v)", k, got, v, h)
+				}
+			}
+		})
+	}
+}
+
+func TestFormatReset(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "0s", -time.Second: "0s", time.Microsecond: "1ms", 20 * time.Second: "20s",
+		6 * time.Minute: "6m0s", 1234567 * time.Microsecond: "1.235s",
+	} {
+		if got := FormatReset(d); got != want {
+			t.Errorf("FormatReset(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	c := newClock()
+	l := New(map[string]Limits{"k": {RequestsPerMinute: 100, MaxConcurrent: 1000}}, c.now)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	admitted := 0
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				if d := l.Admit("k"); d.OK {
+					mu.Lock()
+					admitted++
+					mu.Unlock()
+					l.Done("k", 0)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if admitted != 100 {
+		t.Fatalf("admitted %d of 400 at one instant, want exactly the limit 100", admitted)
+	}
+}
+
+func TestMessageNamesTheLimit(t *testing.T) {
+	for limit, want := range map[string]string{LimitRequests: "requests per minute", LimitTokens: "tokens per minute", LimitConcurrent: "concurrent"} {
+		d := Decision{Limited: limit, RetryAfter: time.Second, Requests: Status{Limit: 1}, Tokens: Status{Limit: 2}, MaxConcurrent: 3}
+		if m := d.Message("alice"); !contains(m, want) || !contains(m, `"alice"`) {
+			t.Errorf("%s: %q lacks %q", limit, m, want)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,495 @@
+// Package tlctl is the admin command line of tlgate: it lists the workers,
+// gets and puts the route table with its ETag, and drains and resumes
+// models, over the gateway's admin API. cmd/tlctl is its main; the logic
+// lives here so tests can run it against a real gateway in-process.
+//
+//	tlctl [flags] workers
+//	tlctl [flags] routes get [-f FILE]        (writes FILE and FILE.etag)
+//	tlctl [flags] routes put -f FILE [-etag ETAG]
+//	tlctl [flags] drain MODEL
+//	tlctl [flags] resume MODEL
+//
+// TLGATE_URL and TLGATE_KEY give the gateway's address and the admin key;
+// -url and -key override them. Output is a table, or JSON with -o json.
+// A refused call prints the server's message and exits 1; a usage error
+// exits 2.
+package tlctl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// DefaultURL is the gateway's address when neither -url nor TLGATE_URL
+// says otherwise.
+const DefaultURL = "http://127.0.0.1:8080"
+
+// Exit codes.
+const (
+	ExitOK     = 0
+	ExitFailed = 1 // the gateway refused or could not be reached
+	ExitUsage  = 2 // bad command line
+)
+
+const (
+	etagSuffix  = ".etag" // routes get -f FILE writes the ETag to FILE.etag
+	defaultWait = 10 * time.Second
+)
+
+// ErrUsage marks a bad command line.
+var ErrUsage = errors.New("usage")
+
+// APIError is a refusal from the gateway: its status and OpenAI-shaped
+// error.
+type APIError struct {
+	Status  int
+	Code    string
+	Message string
+	Param   string
+}
+
+func (e *APIError) Error() string {
+	s := fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+	if e.Param != "" {
+		s += " (field " + e.Param + ")"
+	}
+	return s
+}
+
+// Env reads environment variables (os.Getenv in main).
+type Env func(string) string
+
+// Run runs one tlctl command line (without the program name) and returns
+// its exit code.
+func Run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) int {
+	err := run(ctx, args, env, stdout, stderr)
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, flag.ErrHelp):
+		return ExitOK
+	case errors.Is(err, ErrUsage):
+		fmt.Fprintf(stderr, "tlctl: %v\n\n%s", err, usage)
+		return ExitUsage
+	default:
+		fmt.Fprintf(stderr, "tlctl: %v\n", err)
+		return ExitFailed
+	}
+}
+
+const usage = `Usage: tlctl [-url URL] [-key KEY] [-o table|json] COMMAND
+
+Commands:
+  workers                           the workers, their load and routability
+  routes get [-f FILE]              the route table (FILE and FILE.etag, or stdout)
+  routes put -f FILE [-etag ETAG]   replace the table; If-Match is ETAG or FILE.etag
+  drain MODEL                       stop routing to MODEL's workers
+  resume MODEL                      route to MODEL's workers again
+
+Environment: TLGATE_URL (default ` + DefaultURL + `), TLGATE_KEY (an admin key).
+`
+
+type client struct {
+	base   *url.URL
+	key    string
+	http   *http.Client
+	output string
+	out    io.Writer
+	errOut io.Writer
+}
+
+func run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tlctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	base := fs.String("url", env("TLGATE_URL"), "gateway URL")
+	key := fs.String("key", env("TLGATE_KEY"), "admin key")
+	output := fs.String("o", "table", "output: table or json")
+	timeout := fs.Duration("timeout", defaultWait, "time limit of each call")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return err
+		}
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if *output != "table" && *output != "json" {
+		return fmt.Errorf("%w: -o %q: want table or json", ErrUsage, *output)
+	}
+	if *base == "" {
+		*base = DefaultURL
+	}
+	u, err := url.Parse(*base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%w: gateway URL %q: want http(s)://host:port", ErrUsage, *base)
+	}
+	c := &client{base: u, key: *key, http: &http.Client{Timeout: *timeout}, output: *output, out: stdout, errOut: stderr}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return fmt.Errorf("%w: no command", ErrUsage)
+	}
+	switch cmd, rest := rest[0], rest[1:]; cmd {
+	case "workers":
+		if len(rest) > 0 {
+			return fmt.Errorf("%w: workers takes no argument", ErrUsage)
+		}
+		return c.workers(ctx)
+	case "routes":
+		if len(rest) == 0 {
+			return fmt.Errorf("%w: routes get or routes put", ErrUsage)
+		}
+		switch rest[0] {
+		case "get":
+			return c.routesGet(ctx, rest[1:])
+		case "put":
+			return c.routesPut(ctx, rest[1:])
+		}
+		return fmt.Errorf("%w: routes %q: want get or put", ErrUsage, rest[0])
+	case "drain", "resume":
+		if len(rest) != 1 || rest[0] == "" {
+			return fmt.Errorf("%w: %s MODEL", ErrUsage, cmd)
+		}
+		return c.drain(ctx, cmd, rest[0])
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		return fmt.Errorf("%w: unknown command %q", ErrUsage, cmd)
+	}
+}
+
+// call sends one request and returns the answer's body and headers; a
+// status other than want is an *APIError.
+func (c *client) call(ctx context.Context, method, path string, body []byte, hdr http.Header, want int) ([]byte, http.Header, error) {
+	u := c.base.JoinPath(path)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, nil, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s %s: %w", method, u.Redacted(), err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s %s: reading the answer: %w", method, u.Redacted(), err)
+	}
+	if resp.StatusCode != want {
+		return nil, resp.Header, apiError(resp.StatusCode, b)
+	}
+	return b, resp.Header, nil
+}
+
+func apiError(status int, b []byte) error {
+	var e struct {
+		Error struct {
+			Message string  `json:"message"`
+			Code    string  `json:"code"`
+			Param   *string `json:"param"`
+		} `json:"error"`
+	}
+	ae := &APIError{Status: status}
+	if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
+		ae.Code, ae.Message = e.Error.Code, e.Error.Message
+		if e.Error.Param != nil {
+			ae.Param = *e.Error.Param
+		}
+		return ae
+	}
+	ae.Code = http.StatusText(status)
+	ae.Message = strings.TrimSpace(string(b))
+	if len(ae.Message) > 200 {
+		ae.Message = ae.Message[:200] + "…"
+	}
+	return ae
+}
+
+// worker is the part of an admin worker the table shows; JSON output
+// passes the gateway's body through whole.
+type worker struct {
+	ID            string `json:"id"`
+	Model         string `json:"model"`
+	Role          string `json:"role"`
+	Source        string `json:"source"`
+	HTTPAddress   string `json:"http_address"`
+	QueueDepth    int    `json:"queue_depth"`
+	Running       int    `json:"running"`
+	InFlight      int    `json:"in_flight"`
+	KVFreeBlocks  int    `json:"kv_free_blocks"`
+	KVTotalBlocks int    `json:"kv_total_blocks"`
+	Draining      bool   `json:"draining"`
+	Drained       bool   `json:"drained"`
+	Routable      bool   `json:"routable"`
+	EjectedUntil  string `json:"ejected_until"`
+	LastHeartbeat string `json:"last_heartbeat"`
+}
+
+func (c *client) workers(ctx context.Context) error {
+	b, _, err := c.call(ctx, http.MethodGet, "/admin/v1/workers", nil, nil, http.StatusOK)
+	if err != nil {
+		return err
+	}
+	if c.output == "json" {
+		return writeAll(c.out, b)
+	}
+	var body struct {
+		Epoch   uint64   `json:"epoch"`
+		Workers []worker `json:"workers"`
+	}
+	if err := json.Unmarshal(b, &body); err != nil {
+		return fmt.Errorf("workers: the gateway's answer is not a worker list: %w", err)
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tMODEL\tROLE\tSOURCE\tSTATE\tQUEUE\tRUNNING\tIN FLIGHT\tKV USED\tHEARTBEAT\tADDRESS")
+	now := time.Now()
+	for _, w := range body.Workers {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", w.ID, w.Model, w.Role, w.Source, state(w, now),
+			w.QueueDepth, w.Running, w.InFlight, kvUsed(w), age(w.LastHeartbeat, now), w.HTTPAddress)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.errOut, "%d worker(s), route table epoch %d\n", len(body.Workers), body.Epoch)
+	return nil
+}
+
+// state says why a worker is or is not routable.
+func state(w worker, now time.Time) string {
+	switch {
+	case w.EjectedUntil != "":
+		if t, err := time.Parse(time.RFC3339Nano, w.EjectedUntil); err == nil && t.After(now) {
+			return "ejected"
+		}
+	}
+	switch {
+	case w.Drained:
+		return "drained"
+	case w.Draining:
+		return "draining"
+	case w.Routable:
+		return "routable"
+	}
+	return "unroutable"
+}
+
+func kvUsed(w worker) string {
+	if w.KVTotalBlocks <= 0 {
+		return "-"
+	}
+	used := w.KVTotalBlocks - w.KVFreeBlocks
+	return strconv.Itoa(used*100/w.KVTotalBlocks) + "%"
+}
+
+func age(ts string, now time.Time) string {
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return "-"
+	}
+	return now.Sub(t).Round(100*time.Millisecond).String() + " ago"
+}
+
+func (c *client) routesGet(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("routes get", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	file := fs.String("f", "", "write the table to FILE and its ETag to FILE.etag")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		return fmt.Errorf("%w: routes get [-f FILE]", ErrUsage)
+	}
+	b, h, err := c.call(ctx, http.MethodGet, "/admin/v1/routes", nil, nil, http.StatusOK)
+	if err != nil {
+		return err
+	}
+	etag := h.Get("ETag")
+	if *file == "" {
+		if c.output == "table" {
+			if err := c.routesTable(b); err != nil {
+				return err
+			}
+		} else if err := writeAll(c.out, b); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.errOut, "ETag: %s\n", etag)
+		return nil
+	}
+	pretty, err := indent(b)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(*file, pretty, 0o644); err != nil {
+		return fmt.Errorf("routes get: %w", err)
+	}
+	if err := os.WriteFile(*file+etagSuffix, []byte(etag+"\n"), 0o644); err != nil {
+		return fmt.Errorf("routes get: %w", err)
+	}
+	fmt.Fprintf(c.out, "wrote %s and %s (ETag %s)\n", *file, *file+etagSuffix, etag)
+	return nil
+}
+
+func (c *client) routesPut(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("routes put", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	file := fs.String("f", "", "the table to install (JSON, as routes get writes it)")
+	etag := fs.String("etag", "", "If-Match (default: the content of FILE.etag)")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *file == "" {
+		return fmt.Errorf("%w: routes put -f FILE [-etag ETAG]", ErrUsage)
+	}
+	body, err := os.ReadFile(*file)
+	if err != nil {
+		return fmt.Errorf("routes put: %w", err)
+	}
+	if !json.Valid(body) {
+		return fmt.Errorf("routes put: %s is not JSON", *file)
+	}
+	if *etag == "" {
+		b, err := os.ReadFile(*file + etagSuffix)
+		if err != nil {
+			return fmt.Errorf("routes put: no -etag and no %s (run routes get -f %s first): %w", *file+etagSuffix, *file, err)
+		}
+		*etag = strings.TrimSpace(string(b))
+	}
+	b, h, err := c.call(ctx, http.MethodPut, "/admin/v1/routes", body, http.Header{"If-Match": {*etag}}, http.StatusOK)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed {
+		return fmt.Errorf("%w; the table changed since %s was read (now ETag %s): run routes get again and reapply your change", err, *file, h.Get("ETag"))
+	}
+	if err != nil {
+		return err
+	}
+	next := h.Get("ETag")
+	if err := os.WriteFile(*file+etagSuffix, []byte(next+"\n"), 0o644); err != nil {
+		return fmt.Errorf("routes put: installed as %s, but %w", next, err)
+	}
+	if c.output == "json" {
+		return writeAll(c.out, b)
+	}
+	fmt.Fprintf(c.out, "installed; ETag %s (written to %s)\n", next, *file+etagSuffix)
+	return nil
+}
+
+type route struct {
+	Model    string   `json:"model"`
+	Aliases  []string `json:"aliases"`
+	Backends []struct {
+		Model  string  `json:"model"`
+		Weight float64 `json:"weight"`
+	} `json:"backends"`
+	Cascade []struct {
+		Model    string `json:"model"`
+		AcceptIf string `json:"accept_if"`
+	} `json:"cascade"`
+	Targets []string `json:"targets"`
+}
+
+func (c *client) routesTable(b []byte) error {
+	var body struct {
+		Epoch  uint64  `json:"epoch"`
+		Routes []route `json:"routes"`
+	}
+	if err := json.Unmarshal(b, &body); err != nil {
+		return fmt.Errorf("routes: the gateway's answer is not a route table: %w", err)
+	}
+	sort.Slice(body.Routes, func(i, j int) bool { return body.Routes[i].Model < body.Routes[j].Model })
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL\tALIASES\tSERVED BY\tTARGETS")
+	for _, r := range body.Routes {
+		var served []string
+		for _, bk := range r.Backends {
+			served = append(served, fmt.Sprintf("%s (%g)", bk.Model, bk.Weight))
+		}
+		for i, s := range r.Cascade {
+			step := s.Model
+			if s.AcceptIf != "" {
+				step += " if " + s.AcceptIf
+			}
+			if i > 0 {
+				step = "→ " + step
+			}
+			served = append(served, step)
+		}
+		if len(served) == 0 {
+			served = []string{r.Model}
+		}
+		targets := strings.Join(r.Targets, ",")
+		if targets == "" {
+			targets = "unified"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Model, dash(strings.Join(r.Aliases, ",")), strings.Join(served, ", "), targets)
+	}
+	return tw.Flush()
+}
+
+func (c *client) drain(ctx context.Context, action, model string) error {
+	b, _, err := c.call(ctx, http.MethodPost, "/admin/v1/models/"+url.PathEscape(model)+":"+action, nil, nil, http.StatusAccepted)
+	if err != nil {
+		return err
+	}
+	if c.output == "json" {
+		return writeAll(c.out, b)
+	}
+	var body struct {
+		Model   string   `json:"model"`
+		Drained []string `json:"drained"`
+		Resumed []string `json:"resumed"`
+		Workers int      `json:"workers"`
+	}
+	if err := json.Unmarshal(b, &body); err != nil {
+		return fmt.Errorf("%s: the gateway's answer is not a drain result: %w", action, err)
+	}
+	models := body.Drained
+	verb := "drained"
+	if action == "resume" {
+		models, verb = body.Resumed, "resumed"
+	}
+	fmt.Fprintf(c.out, "%s %s: served models %s, %d worker(s)\n", verb, body.Model, dash(strings.Join(models, ", ")), body.Workers)
+	return nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func indent(b []byte) ([]byte, error) {
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return nil, fmt.Errorf("routes: the gateway's answer is not JSON: %w", err)
+	}
+	out.WriteByte('\n')
+	return out.Bytes(), nil
+}
+
+func writeAll(w io.Writer, b []byte) error {
+	if len(b) > 0 && b[len(b)-1] != '\n' {
+		b = append(b, '\n')
+	}
+	_, err := w.Write(b)
+	return err
+}

@@ -1,0 +1,169 @@
+package usage
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestFromBodyAndEstimate(t *testing.T) {
+	cases := []struct {
+		name   string
+		body   string
+		prompt string
+		want   Usage
+		ok     bool
+	}{
+		{"openai chat", `{"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}`, "", Usage{12, 5, false}, true},
+		{"completion only", `{"usage":{"completion_tokens":3}}`, "", Usage{0, 3, false}, true},
+		{"null usage: estimated", `{"choices":[{"message":{"content":"12345"}}],"usage":null}`, "abcdefgh", Usage{2, 2, true}, false},
+		{"no usage, completions text", `{"choices":[{"text":"abcd"},{"text":"efghi"}]}`, "abc", Usage{1, 3, true}, false},
+		{"empty usage object: estimated", `{"choices":[],"usage":{}}`, "", Usage{0, 0, true}, false},
+		{"negative and huge figures are clamped", `{"usage":{"prompt_tokens":-4,"completion_tokens":99999999999999}}`, "", Usage{0, maxTokens, false}, true},
+		{"not JSON", `garbage`, "abcd", Usage{1, 0, true}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			u, ok := FromBody([]byte(tc.body))
+			if ok != tc.ok || (ok && u != tc.want) {
+				t.Fatalf("FromBody = %+v, %v; want %+v, %v", u, ok, tc.want, tc.ok)
+			}
+			if got := Estimate([]byte(tc.body), tc.prompt); got != tc.want {
+				t.Fatalf("Estimate = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAdd(t *testing.T) {
+	u := Usage{PromptTokens: 1, CompletionTokens: 2}
+	u.Add(Usage{PromptTokens: 10, CompletionTokens: 20, Estimated: true})
+	if u != (Usage{11, 22, true}) || u.Total() != 33 {
+		t.Fatalf("%+v", u)
+	}
+	u = Usage{PromptTokens: maxTokens}
+	u.Add(Usage{PromptTokens: maxTokens})
+	if u.PromptTokens != maxTokens {
+		t.Fatalf("overflow: %+v", u)
+	}
+}
+
+const (
+	chunkA    = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}],\"usage\":null}\n\n"
+	chunkB    = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}],\"usage\":null}\n\n"
+	usageOnly = "data: {\"id\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":2,\"total_tokens\":9}}\n\n"
+	done      = "data: [DONE]\n\n"
+	// llama.cpp: usage (and timings) in the final chunk, which has choices.
+	llamaFinal = "data: {\"choices\":[{\"finish_reason\":\"stop\",\"index\":0,\"delta\":{}}],\"object\":\"chat.completion.chunk\",\"usage\":{\"completion_tokens\":10,\"prompt_tokens\":5,\"total_tokens\":15},\"timings\":{\"prompt_n\":5}}\n\n"
+)
+
+func TestWriter(t *testing.T) {
+	cases := []struct {
+		name     string
+		ct       string
+		strip    bool
+		writes   []string
+		wantBody string
+		want     Usage
+		reported bool
+	}{
+		{"openai usage chunk, client asked", "text/event-stream", false,
+			[]string{chunkA, chunkB + usageOnly + done}, chunkA + chunkB + usageOnly + done, Usage{7, 2, false}, true},
+		{"openai usage chunk, stripped", "text/event-stream", true,
+			[]string{chunkA, chunkB + usageOnly + done}, chunkA + chunkB + done, Usage{7, 2, false}, true},
+		{"usage chunk alone in a write, stripped", "text/event-stream; charset=utf-8", true,
+			[]string{chunkA + chunkB, usageOnly, done}, chunkA + chunkB + done, Usage{7, 2, false}, true},
+		{"llama.cpp final chunk is kept", "text/event-stream", true,
+			[]string{chunkA, llamaFinal, done}, chunkA + llamaFinal + done, Usage{5, 10, false}, true},
+		{"no usage: estimated from events", "text/event-stream", true,
+			[]string{": keep-alive\n\n", chunkA, chunkB, done}, ": keep-alive\n\n" + chunkA + chunkB + done, Usage{3, 2, true}, false},
+		{"CRLF events", "text/event-stream", true,
+			[]string{strings.ReplaceAll(chunkA+usageOnly+done, "\n", "\r\n")}, strings.ReplaceAll(chunkA+done, "\n", "\r\n"), Usage{7, 2, false}, true},
+		{"usage chunk split across writes is read, not dropped", "text/event-stream", true,
+			[]string{chunkA + usageOnly[:20], usageOnly[20:] + done}, chunkA + usageOnly + done, Usage{7, 2, false}, true},
+		{"not SSE: passed through unread", "application/json", true,
+			[]string{`{"usage":{"prompt_tokens":1}}`}, `{"usage":{"prompt_tokens":1}}`, Usage{3, 0, true}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			rec.Header().Set("Content-Type", tc.ct)
+			w := NewWriter(rec, tc.strip)
+			for _, s := range tc.writes {
+				if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
+					t.Fatalf("Write = %d, %v; want %d", n, err, len(s))
+				}
+			}
+			if got := rec.Body.String(); got != tc.wantBody {
+				t.Fatalf("client got\n%q\nwant\n%q", got, tc.wantBody)
+			}
+			if got := w.Usage("0123456789"); got != tc.want || w.Reported() != tc.reported {
+				t.Fatalf("usage %+v (reported %v), want %+v (%v)", got, w.Reported(), tc.want, tc.reported)
+			}
+		})
+	}
+}
+
+func TestWriterUnwrapsForFlush(t *testing.T) {
+	rec := httptest.NewRecorder()
+	w := NewWriter(rec, false)
+	if err := http.NewResponseController(w).Flush(); err != nil || !rec.Flushed {
+		t.Fatalf("flush through the Writer: %v, flushed %v", err, rec.Flushed)
+	}
+}
+
+// nopWriter is a ResponseWriter that discards, for the allocation check.
+type nopWriter struct{ h http.Header }
+
+func (n *nopWriter) Header() http.Header         { return n.h }
+func (n *nopWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (n *nopWriter) WriteHeader(int)             {}
+
+func TestWriterDoesNotAllocatePerEvent(t *testing.T) {
+	w := NewWriter(&nopWriter{h: http.Header{"Content-Type": {"text/event-stream"}}}, true)
+	a, b := []byte(chunkA), []byte(chunkB+usageOnly+": keep-alive\n\n")
+	allocs := testing.AllocsPerRun(200, func() {
+		_, _ = w.Write(a)
+		_, _ = w.Write(b)
+	})
+	if allocs != 0 {
+		t.Fatalf("%.1f allocations per pair of writes, want 0", allocs)
+	}
+}
+
+func BenchmarkWriter(b *testing.B) {
+	w := NewWriter(&nopWriter{h: http.Header{"Content-Type": {"text/event-stream"}}}, true)
+	p := []byte(chunkA)
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = w.Write(p)
+	}
+}
+
+func TestAskInStream(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{`{"model":"m","stream":true}`, `{"model":"m","stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"stream_options":null,"stream":true}`, `{"stream_options":{"include_usage":true},"stream":true}`},
+		{`{"stream_options":{"continuous_usage_stats":false}}`, `{"stream_options":{"continuous_usage_stats":false,"include_usage":true}}`},
+		{`{"stream_options":{"include_usage":false}}`, `{"stream_options":{"include_usage":true}}`},
+		{`{"stream_options":{"include_usage":true}}`, `{"stream_options":{"include_usage":true}}`},
+	}
+	for _, tc := range cases {
+		in := []byte(tc.in)
+		got, err := AskInStream(in)
+		if err != nil || string(got) != tc.want {
+			t.Errorf("AskInStream(%s) = %s, %v; want %s", tc.in, got, err, tc.want)
+		}
+		if string(in) != tc.in {
+			t.Errorf("AskInStream modified its input: %s", in)
+		}
+		if !Asked(got) {
+			t.Errorf("Asked(%s) = false", got)
+		}
+	}
+	if Asked([]byte(`{"stream_options":{"include_usage":"yes"}}`)) {
+		t.Error("a non-boolean include_usage counts as asked")
+	}
+}
