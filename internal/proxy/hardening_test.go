@@ -200,3 +200,25 @@ func TestSSELine(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamTruncatedByContentLength: an SSE stream that announces more
+// bytes than it sends ends, after its events, with the upstream_failed
+// event, never with a clean end.
+func TestStreamTruncatedByContentLength(t *testing.T) {
+	srv := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Content-Length", "100000")
+		_, _ = io.WriteString(w, ev1)
+		_ = http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler)
+	})
+	p := newProxy(t, Options{})
+	cw := newClientWriter()
+	res := p.Stream(context.Background(), Attempt{URL: srv.URL, Body: []byte(`{}`)}, cw, nil)
+	if !res.Committed || res.Done || ReasonOf(res.Err) != FailEOF {
+		t.Fatalf("Result = %+v", res)
+	}
+	if _, got := cw.got(); !strings.HasPrefix(got, ev1) || !strings.Contains(got[len(ev1):], sseErrLine) {
+		t.Fatalf("client got %q, want the event and the error event", got)
+	}
+}
