@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
@@ -109,6 +110,10 @@ type Config struct {
 	Faults Faults
 	// Logger receives the engine's logs.
 	Logger zerolog.Logger
+	// Tracer, when set, records the engine's spans (inference, tokenize,
+	// Prefill, KV push and Release), each continuing the caller's W3C trace
+	// context (traceparent in HTTP headers or gRPC metadata).
+	Tracer trace.TracerProvider
 
 	// hooks lets the package's tests observe internal events.
 	hooks *hooks

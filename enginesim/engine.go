@@ -191,12 +191,12 @@ func (e *Engine) serve() {
 		e.wg.Go(func() { e.controlSrv.Serve(e.controlLis) })
 	}
 	if e.grpcLis != nil {
-		e.grpcSrv = grpc.NewServer(grpc.WaitForHandlers(true))
+		e.grpcSrv = grpc.NewServer(append(e.grpcTracing(), grpc.WaitForHandlers(true))...)
 		enginev1.RegisterEngineControlServer(e.grpcSrv, &controlServer{e: e})
 		e.wg.Go(func() { e.grpcSrv.Serve(e.grpcLis) })
 	}
 	if e.kvLis != nil {
-		e.kvSrv = grpc.NewServer(grpc.WaitForHandlers(true))
+		e.kvSrv = grpc.NewServer(append(e.grpcTracing(), grpc.WaitForHandlers(true))...)
 		kvv1.RegisterKvTransferServiceServer(e.kvSrv, &kvServer{e: e})
 		e.wg.Go(func() { e.kvSrv.Serve(e.kvLis) })
 	}

@@ -9,12 +9,15 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/tlgate/tlgate/enginesim/toymodel"
+	"github.com/tlgate/tlgate/internal/tracing"
 	enginev1 "github.com/tlgate/tlgate/protos/tl/engine/v1"
 	kvv1 "github.com/tlgate/tlgate/protos/tl/kv/v1"
 )
@@ -148,7 +151,10 @@ func (e *Engine) push(ctx context.Context, target string, header *kvv1.KvHeader,
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "decode_target %q: %v", target, err)
 	}
-	stream, err := kvv1.NewKvTransferServiceClient(conn).Push(ctx)
+	ctx, span := e.startSpan(ctx, "enginesim.kv_push", trace.SpanKindClient, attribute.String("tlgate.kv.target", target),
+		attribute.String("tlgate.kv.handle", header.GetHandleId()), attribute.Int("tlgate.kv.blocks", len(blocks)))
+	defer span.End()
+	stream, err := kvv1.NewKvTransferServiceClient(conn).Push(tracing.OutgoingGRPC(ctx))
 	if err != nil {
 		return pushStatus(target, err)
 	}

@@ -21,9 +21,9 @@ var errDie = errors.New("enginesim: die fault")
 
 func (e *Engine) httpHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/completions", e.handleInference(false))
-	mux.HandleFunc("POST /v1/chat/completions", e.handleInference(true))
-	mux.HandleFunc("POST /v1/tokenize", e.handleTokenize)
+	mux.HandleFunc("POST /v1/completions", e.traced("enginesim.completions", e.handleInference(false)))
+	mux.HandleFunc("POST /v1/chat/completions", e.traced("enginesim.chat", e.handleInference(true)))
+	mux.HandleFunc("POST /v1/tokenize", e.traced("enginesim.tokenize", e.handleTokenize))
 	mux.HandleFunc("POST /v1/detokenize", e.handleDetokenize)
 	mux.HandleFunc("GET /v1/models", e.handleModels)
 	mux.HandleFunc("GET /v1/models/{id}", e.handleModel)

@@ -45,11 +45,11 @@ func (r *recorder) Prefill(ctx context.Context, addr string, req *enginev1.Prefi
 	return resp, err
 }
 
-func (r *recorder) Release(addr, handle string) (*kvv1.ReleaseResponse, error) {
+func (r *recorder) Release(ctx context.Context, addr, handle string) (*kvv1.ReleaseResponse, error) {
 	r.mu.Lock()
 	r.releases = append(r.releases, addr+"/"+handle)
 	r.mu.Unlock()
-	return r.Engines.Release(addr, handle)
+	return r.Engines.Release(ctx, addr, handle)
 }
 
 func (r *recorder) snapshot() (prefills []*enginev1.PrefillRequest, handles, releases []string) {

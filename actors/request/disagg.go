@@ -18,7 +18,7 @@ import (
 type Engines interface {
 	Tokenize(ctx context.Context, httpAddr, model string, body []byte, chat bool) ([]uint32, error)
 	Prefill(ctx context.Context, grpcAddr string, req *enginev1.PrefillRequest) (*enginev1.PrefillResponse, error)
-	Release(kvAddr, handle string) (*kvv1.ReleaseResponse, error)
+	Release(ctx context.Context, kvAddr, handle string) (*kvv1.ReleaseResponse, error)
 }
 
 // The phases of a disaggregated request, in order. Each runs off the
@@ -49,15 +49,17 @@ func (a *requestActor) tokenize(ctx actor.Context) {
 	}
 	self, root, ex, eng := ctx.Self(), ctx.ActorSystem().Root, a.ex, a.d.Engines
 	addr, model := a.target.Prefill.HTTPAddress, a.target.ServedModel
+	tctx := a.traceTokenize()
 	ex.wg.Add(1)
 	go func() {
 		defer ex.wg.Done()
-		ids, err := eng.Tokenize(ex.Ctx, addr, model, ex.Body, ex.Req.Chat)
+		ids, err := eng.Tokenize(tctx, addr, model, ex.Body, ex.Req.Chat)
 		root.Send(self, &tokenized{ids: ids, err: err})
 	}()
 }
 
 func (a *requestActor) onTokenized(ctx actor.Context, m *tokenized) {
+	a.tracePhaseEnd(m.err, AttrPromptTokens.Int(len(m.ids)))
 	if m.err != nil {
 		a.failed(ctx, m.err, PhaseTokenize)
 		return
@@ -78,11 +80,12 @@ func (a *requestActor) prefill(ctx actor.Context) {
 	}
 	self, root, ex, eng := ctx.Self(), ctx.ActorSystem().Root, a.ex, a.d.Engines
 	addr := a.target.Prefill.GRPCAddress
+	pctx := a.tracePrefill()
 	ex.wg.Add(1)
 	go func() {
 		defer ex.wg.Done()
 		start := time.Now()
-		resp, err := eng.Prefill(ex.Ctx, addr, req)
+		resp, err := eng.Prefill(pctx, addr, req)
 		m := &prefilled{took: time.Since(start), err: err}
 		if resp != nil {
 			m.handle = resp.GetHandleId()
@@ -92,6 +95,7 @@ func (a *requestActor) prefill(ctx actor.Context) {
 }
 
 func (a *requestActor) onPrefilled(ctx actor.Context, m *prefilled) {
+	a.tracePhaseEnd(m.err, AttrKVHandle.String(m.handle))
 	if m.err != nil {
 		a.failed(ctx, m.err, PhasePrefill)
 		return
@@ -114,11 +118,13 @@ func (a *requestActor) releaseHandle() {
 	}
 	handle, addr, eng, onKV, ex := a.handle, a.target.Worker.KVAddress, a.d.Engines, a.d.OnKV, a.ex
 	a.handle = ""
+	rctx, span := a.traceRelease(handle)
 	ex.wg.Add(1)
 	go func() {
 		defer ex.wg.Done()
 		start := time.Now()
-		_, err := eng.Release(addr, handle)
+		_, err := eng.Release(rctx, addr, handle)
+		endSpan(span, err)
 		if onKV != nil {
 			if err != nil {
 				onKV("failure:"+PhaseRelease, time.Since(start))

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/cascade"
@@ -48,6 +49,7 @@ type Exchange struct {
 	Done      chan Outcome // buffered (1); receives exactly one Outcome
 	wg        sync.WaitGroup
 	committed atomic.Bool
+	trace     *trace.SpanContext // the request span's, set by the actor (nil: tracing off)
 }
 
 // NewExchange returns an exchange ready to hand to the actor.
@@ -106,6 +108,8 @@ type Deps struct {
 	OnFailover func(ex *Exchange, t router.Target, reason string)
 	OnCascade  func(ex *Exchange, route string, step int, accepted bool)
 	OnKV       func(event string, d time.Duration) // "prefill", "release", "failure:<phase>"
+	// Tracer records the request's spans (trace.go); nil: tracing off.
+	Tracer trace.Tracer
 }
 
 // Props returns the props of one request actor for ex. Spawn it with the
@@ -156,7 +160,8 @@ type requestActor struct {
 	prefillFailed []string
 	// sniff reads the usage of the current streamed attempt.
 	sniff   *usage.Writer
-	lastErr error // the last failed attempt's error
+	tr      *traceState // nil: tracing off
+	lastErr error       // the last failed attempt's error
 }
 
 // Receive is the actor's switch; each case calls one step of the protocol.
@@ -164,6 +169,7 @@ func (a *requestActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.exclude = map[string]bool{}
+		a.traceStart()
 		a.route(ctx)
 	case *router.RouteResult:
 		a.routed(ctx, m)
@@ -186,6 +192,7 @@ func (a *requestActor) route(ctx actor.Context) {
 		a.finish(ctx, Outcome{Status: 499, Code: "client_closed", Message: "client closed the request"})
 		return
 	}
+	a.traceRoute()
 	ctx.Request(a.d.Router, &router.Route{Request: router.Request{
 		Model: a.ex.Req.Model, RequestID: a.ex.RequestID, PrefixKey: a.ex.Req.PrefixKey,
 		Stream: a.ex.Req.Stream, Step: a.step, Exclude: a.exclude,
@@ -193,6 +200,7 @@ func (a *requestActor) route(ctx actor.Context) {
 }
 
 func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
+	a.traceRouted(m)
 	if m.Err != nil {
 		switch {
 		case errors.Is(m.Err, router.ErrModelNotFound):
@@ -266,6 +274,7 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 	for k, v := range extra {
 		h[k] = v
 	}
+	a.traceInject(h)
 	scheme := a.d.Scheme
 	if scheme == "" {
 		scheme = "http"
@@ -297,11 +306,17 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 
 func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 	a.endAttempt(ctx)
+	a.traceAnswered(statusOf(m.resp), 0, m.err)
 	if m.err != nil {
 		a.failed(ctx, m.err, "attempt")
 		return
 	}
-	resp := m.resp
+	a.answered(ctx, m.resp)
+}
+
+// answered handles an engine's whole answer: judged by a cascade step, or
+// relayed.
+func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
 	a.countFetched(resp)
 	if a.target.CascadeStep < a.target.CascadeSteps-1 && resp.Status == http.StatusOK {
 		accepted := a.judge(resp.Body)
@@ -311,6 +326,7 @@ func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 		if !accepted {
 			a.releaseHeld(ctx)
 			a.log.Escalations++
+			a.traceAttemptEnd(OutcomeEscalated, "", nil)
 			a.step = a.target.CascadeStep + 1
 			a.route(ctx)
 			return
@@ -333,16 +349,16 @@ func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 // without readable logprobs or tokens is never accepted.
 func (a *requestActor) judge(body []byte) bool {
 	lps, err := cascade.LogprobsOf(body)
-	if err != nil {
-		return false
-	}
-	return a.target.Rule.Holds(lps)
+	ok := err == nil && a.target.Rule.Holds(lps)
+	a.traceJudged(lps, ok)
+	return ok
 }
 
 func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 	a.endAttempt(ctx)
 	r := m.res
 	a.countStreamed(r)
+	a.traceAnswered(r.Status, r.FirstByte, r.Err)
 	a.log.FirstByte = r.FirstByte
 	a.log.Committed = r.Committed
 	a.log.ClientGone = r.ClientGone
@@ -360,7 +376,7 @@ func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 		return
 	}
 	if r.Answer != nil { // an engine's error answer, relayed as a whole
-		a.onFetched(ctx, &fetched{resp: r.Answer})
+		a.answered(ctx, r.Answer)
 		return
 	}
 	if r.Done && a.target.Disaggregated() {
@@ -377,6 +393,7 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 	if errors.As(err, &ae) {
 		reason = string(ae.Reason)
 	}
+	a.traceAttemptEnd(OutcomeFailed, reason, err)
 	if a.ex.Ctx.Err() != nil {
 		a.log.ClientGone = true
 		a.finish(ctx, Outcome{Status: 499, Code: "client_closed", Message: "client closed the request"})
@@ -458,6 +475,7 @@ func (a *requestActor) finish(ctx actor.Context, o Outcome) {
 	}
 	responseHeaders(o.Header, a.ex.RequestID, a.ex.Debug, a.log.Worker, a.log.CascadeStep)
 	o.Log = a.log
+	a.traceEnd(o)
 	a.ex.Done <- o
 	ctx.Stop(ctx.Self())
 }
@@ -483,6 +501,8 @@ func (a *requestActor) cleanup(ctx actor.Context) {
 	a.releaseHeld(ctx)
 	a.endAttempt(ctx)
 	a.log.Committed = a.ex.Committed()
-	a.ex.Done <- Outcome{Status: http.StatusInternalServerError, Code: "internal_error",
+	o := Outcome{Status: http.StatusInternalServerError, Code: "internal_error",
 		Message: "The gateway failed while handling the request.", Header: http.Header{"X-Request-Id": {a.ex.RequestID}}, Log: a.log}
+	a.traceEnd(o)
+	a.ex.Done <- o
 }

@@ -57,6 +57,10 @@ type Target struct {
 	AcceptIf     string
 	Rule         cascade.Accept // AcceptIf parsed (zero on the last step)
 	Epoch        uint64
+	// Policy is the route policy that picked Worker, Candidates how many
+	// workers it chose among (for traces).
+	Policy     string
+	Candidates int
 }
 
 // Disaggregated reports whether the target is a prefill/decode pair.
@@ -342,6 +346,7 @@ func (s *State) pickOne(t *Target, model string, role fleet.Role, req *Request, 
 		return ErrNoCapacity
 	}
 	t.Worker = *s.members[i]
+	t.Policy, t.Candidates = string(s.cfg.Policy), len(s.cands)
 	return nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/tracing"
 )
 
 // tokenEnv is read for the registry token when -registry-token is not given,
@@ -32,7 +33,7 @@ const tokenEnv = "ENGINESIM_REGISTRY_TOKEN"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg, err := parseFlags(os.Args[1:], os.Stderr, os.Getenv)
+	cfg, tc, err := parseFlags(os.Args[1:], os.Stderr, os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		return
 	}
@@ -40,7 +41,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "enginesim:", err)
 		os.Exit(2)
 	}
-	if err := run(ctx, cfg, nil); err != nil {
+	tp, err := tracing.New(ctx, tc)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "enginesim:", err)
+		os.Exit(2)
+	}
+	if tp.Enabled() {
+		cfg.Tracer = tp.TracerProvider()
+	}
+	err = run(ctx, cfg, nil)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if serr := tp.Shutdown(sctx); serr != nil {
+		cfg.Logger.Warn().Err(serr).Msg("flushing spans")
+	}
+	cancel()
+	if err != nil {
 		cfg.Logger.Error().Err(err).Msg("enginesim failed")
 		os.Exit(1)
 	}
@@ -74,9 +89,12 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
-// parseFlags turns the command line into a Config (with its logger).
-func parseFlags(args []string, stderr io.Writer, getenv func(string) string) (enginesim.Config, error) {
+// parseFlags turns the command line into a Config (with its logger) and
+// the configuration of its span exporter (tracing off without
+// -otlp-endpoint).
+func parseFlags(args []string, stderr io.Writer, getenv func(string) string) (enginesim.Config, tracing.Config, error) {
 	var cfg enginesim.Config
+	var tc tracing.Config
 	fs := flag.NewFlagSet("enginesim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -123,11 +141,20 @@ Flags:
 	fs.BoolVar(&cfg.Faults.NoHeartbeat, "fault-no-heartbeat", false, "fault: stop heartbeating")
 	fs.StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&logFormat, "log-format", "console", "log `format`: console or json")
+	fs.StringVar(&tc.Endpoint, "otlp-endpoint", "", "OTLP receiver `URL` for the engine's spans, e.g. http://127.0.0.1:4317 (default: no spans)")
+	fs.StringVar(&tc.Protocol, "otlp-protocol", tracing.ProtocolGRPC, "OTLP `protocol`: grpc or http")
+	fs.Float64Var(&tc.SampleRatio, "otlp-sample-ratio", 1, "share of new traces recorded, in [0, 1] (a caller's traceparent decides for its own)")
+	fs.StringVar(&tc.ServiceName, "otlp-service-name", "enginesim", "service.name of the engine's spans")
 	if err := fs.Parse(args); err != nil {
-		return cfg, err
+		return cfg, tc, err
 	}
 	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+		return cfg, tc, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if tc.Endpoint != "" {
+		if err := tc.Validate(); err != nil {
+			return cfg, tc, fmt.Errorf("-otlp-*: %w", err)
+		}
 	}
 	cfg.Gateways = gateways
 	cfg.KVFormat = uint32(*kvFormat)
@@ -138,11 +165,11 @@ Flags:
 		cfg.Faults.Die, cfg.Faults.DieAfterTokens = true, dieAfter
 	}
 	if cfg.Confidence <= 0 || cfg.Confidence > 1 {
-		return cfg, fmt.Errorf("-confidence %v outside (0, 1]", cfg.Confidence)
+		return cfg, tc, fmt.Errorf("-confidence %v outside (0, 1]", cfg.Confidence)
 	}
 	level, err := zerolog.ParseLevel(logLevel)
 	if err != nil {
-		return cfg, fmt.Errorf("-log-level: %w", err)
+		return cfg, tc, fmt.Errorf("-log-level: %w", err)
 	}
 	var out io.Writer
 	switch logFormat {
@@ -151,8 +178,8 @@ Flags:
 	case "json":
 		out = stderr
 	default:
-		return cfg, fmt.Errorf("-log-format %q is not console or json", logFormat)
+		return cfg, tc, fmt.Errorf("-log-format %q is not console or json", logFormat)
 	}
 	cfg.Logger = zerolog.New(out).Level(level).With().Timestamp().Logger()
-	return cfg, nil
+	return cfg, tc, nil
 }

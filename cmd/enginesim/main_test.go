@@ -51,7 +51,7 @@ func TestParseFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			getenv := func(k string) string { return tt.env[k] }
-			got, err := parseFlags(tt.args, &bytes.Buffer{}, getenv)
+			got, _, err := parseFlags(tt.args, &bytes.Buffer{}, getenv)
 			if err != nil {
 				t.Fatalf("parseFlags: %v", err)
 			}
@@ -70,17 +70,29 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+func TestParseFlagsOTLP(t *testing.T) {
+	_, tc, err := parseFlags([]string{"-otlp-endpoint", "http://127.0.0.1:4318", "-otlp-protocol", "http", "-otlp-sample-ratio", "0.5"}, &bytes.Buffer{}, noEnv)
+	if err != nil || tc.Endpoint != "http://127.0.0.1:4318" || tc.Protocol != "http" || tc.SampleRatio != 0.5 || tc.ServiceName != "enginesim" {
+		t.Fatalf("parseFlags: %+v, %v", tc, err)
+	}
+	if _, tc, _ := parseFlags(nil, &bytes.Buffer{}, noEnv); tc.Endpoint != "" {
+		t.Fatalf("tracing on by default: %+v", tc)
+	}
+}
+
 func TestParseFlagsErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"-confidence", "0"}, {"-confidence", "2"}, {"-heartbeat-interval", "soon"},
 		{"-log-level", "loud"}, {"-log-format", "xml"}, {"extra"}, {"-nope"},
+		{"-otlp-endpoint", "127.0.0.1:4317"}, {"-otlp-endpoint", "http://h:4317", "-otlp-protocol", "thrift"},
+		{"-otlp-endpoint", "http://h:4317", "-otlp-sample-ratio", "2"},
 	} {
-		if _, err := parseFlags(args, &bytes.Buffer{}, noEnv); err == nil {
+		if _, _, err := parseFlags(args, &bytes.Buffer{}, noEnv); err == nil {
 			t.Errorf("parseFlags(%q) succeeded", args)
 		}
 	}
 	var out bytes.Buffer
-	if _, err := parseFlags([]string{"-h"}, &out, noEnv); !errors.Is(err, flag.ErrHelp) {
+	if _, _, err := parseFlags([]string{"-h"}, &out, noEnv); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
 	for _, f := range []string{"-id", "-model", "-role", "-http", "-grpc", "-kv", "-kv-blocks", "-kv-format",
@@ -94,7 +106,7 @@ func TestParseFlagsErrors(t *testing.T) {
 }
 
 func TestRunStopsOnCancel(t *testing.T) {
-	cfg, err := parseFlags([]string{"-http", "127.0.0.1:0", "-model", "m", "-log-level", "error"}, &bytes.Buffer{}, noEnv)
+	cfg, _, err := parseFlags([]string{"-http", "127.0.0.1:0", "-model", "m", "-log-level", "error"}, &bytes.Buffer{}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +129,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 }
 
 func TestRunFailsToListen(t *testing.T) {
-	cfg, err := parseFlags([]string{"-http", "127.0.0.1:-1", "-log-level", "error"}, &bytes.Buffer{}, noEnv)
+	cfg, _, err := parseFlags([]string{"-http", "127.0.0.1:-1", "-log-level", "error"}, &bytes.Buffer{}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/tlgate/tlgate/internal/config"
 	"github.com/tlgate/tlgate/internal/gateway"
 	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/tracing"
 )
 
 // demoConfig is the embedded default: loopback listeners, no keys (allowed
@@ -47,13 +48,21 @@ var demoEngines = []enginesim.Config{
 
 // startDemo starts the demo engines heartbeating to gw, waits until every
 // one is routable and prints ready-to-paste commands carrying the address
-// the gateway listens on. The returned func stops them.
-func startDemo(ctx context.Context, gw *gateway.Gateway, logger zerolog.Logger, out io.Writer) (func(), error) {
+// the gateway listens on. With a tracing endpoint the engines export their
+// spans there too (service.name enginesim). The returned func stops them.
+func startDemo(ctx context.Context, gw *gateway.Gateway, tc config.Tracing, logger zerolog.Logger, out io.Writer) (func(), error) {
+	tp, err := tracing.New(ctx, tracing.Config{Endpoint: tc.Endpoint, Protocol: tc.Protocol, SampleRatio: tc.SampleRatio, ServiceName: "enginesim"})
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
 	var engines []*enginesim.Engine
 	stop := func() {
 		for _, e := range engines {
 			_ = e.Close()
 		}
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = tp.Shutdown(sctx)
+		cancel()
 		_ = os.RemoveAll(demoConfig().Gateway.StateDir)
 	}
 	for _, c := range demoEngines {
@@ -62,6 +71,9 @@ func startDemo(ctx context.Context, gw *gateway.Gateway, logger zerolog.Logger, 
 		c.DecodePerToken = 20 * time.Millisecond // a visible stream
 		c.PrefillPerToken = 200 * time.Microsecond
 		c.Logger = logger.With().Str("engine", c.ID).Logger().Level(zerolog.WarnLevel)
+		if tp.Enabled() {
+			c.Tracer = tp.TracerProvider()
+		}
 		e, err := enginesim.Start(ctx, c)
 		if err != nil {
 			stop()

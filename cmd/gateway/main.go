@@ -58,6 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	registryListen := fs.String("registry-listen", "", "gRPC registry listener host:port, overriding the config's registry_listen")
 	logFormat := fs.String("log-format", "", "json or console (default: the config's log_format; console with -demo)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	otlp := fs.String("otlp-endpoint", "", "OTLP receiver URL for traces (grpc, e.g. http://127.0.0.1:4317), overriding [gateway.tracing] endpoint; with -demo the engines export there too")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -81,6 +82,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	if err := overrideListeners(cfg, *listen, *registryListen); err != nil {
 		return err
 	}
+	if *otlp != "" {
+		cfg.Gateway.Tracing.Endpoint = *otlp
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("-otlp-endpoint: %w", err)
+		}
+	}
 	format := cfg.Gateway.LogFormat
 	if *demo {
 		format = config.LogConsole
@@ -102,7 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	}
 	var stopDemo func()
 	if *demo {
-		if stopDemo, err = startDemo(ctx, gw, logger, stdout); err != nil {
+		if stopDemo, err = startDemo(ctx, gw, cfg.Gateway.Tracing, logger, stdout); err != nil {
 			_ = gw.Close(context.Background())
 			if ctx.Err() != nil {
 				return nil // stopped while starting: not a failure

@@ -626,6 +626,7 @@ func TestRunFlagErrors(t *testing.T) {
 		{"bad registry listen", []string{"-demo", "-registry-listen", "127.0.0.1:x"}, "-registry-listen: gateway.registry_listen: port must be", nil},
 		{"open without keys", []string{"-demo", "-listen", "0.0.0.0:0"}, "-listen: gateway.api_keys: required when a listener is not on loopback", nil},
 		{"missing config", []string{"-config", missing}, "missing.toml", nil},
+		{"bad otlp endpoint", []string{"-demo", "-otlp-endpoint", "127.0.0.1:4317"}, "-otlp-endpoint: gateway.tracing.endpoint: must be an http:// or https:// URL", nil},
 		{"unknown flag", []string{"-verbose"}, "flag provided but not defined: -verbose", nil},
 		{"stray argument", []string{"-demo", "extra"}, `unexpected argument "extra"`, nil},
 		{"help", []string{"-h"}, "", flag.ErrHelp},

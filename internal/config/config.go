@@ -120,6 +120,9 @@ type Gateway struct {
 	Routes []routes.Route `toml:"routes"`
 	// Engines are engines that do not heartbeat; the gateway probes them.
 	Engines []Engine `toml:"engines"`
+	// Tracing is the [gateway.tracing] table: OpenTelemetry traces over
+	// OTLP, off unless an endpoint is set.
+	Tracing Tracing `toml:"tracing"`
 
 	// MaxConnections caps the HTTP listener's open connections; more are
 	// closed as soon as they are accepted (0: no cap).
@@ -128,6 +131,30 @@ type Gateway struct {
 	// IP likewise (0: no cap).
 	MaxConnectionsPerClient int `toml:"max_connections_per_client"`
 }
+
+// Tracing is the [gateway.tracing] table.
+type Tracing struct {
+	// Endpoint is the OTLP receiver's URL (http://host:4317 for grpc,
+	// http://host:4318 for http); empty turns tracing off.
+	Endpoint string `toml:"endpoint"`
+	// Protocol is grpc or http.
+	Protocol string `toml:"protocol"`
+	// SampleRatio is the share of new traces recorded, in [0, 1]; requests
+	// that bring a traceparent follow its sampled flag.
+	SampleRatio float64 `toml:"sample_ratio"`
+	// ServiceName is the service.name of the gateway's spans.
+	ServiceName string `toml:"service_name"`
+	// HeadersEnv names an environment variable holding headers for the
+	// receiver, "key=value,key2=value2" (OTEL_EXPORTER_OTLP_HEADERS works
+	// too).
+	HeadersEnv string `toml:"headers_env"`
+}
+
+// Tracing protocols (gateway.tracing.protocol).
+const (
+	TracingGRPC = "grpc"
+	TracingHTTP = "http"
+)
 
 // APIKey is one client key. Exactly one of Key, KeyEnv and KeySHA256 is set.
 type APIKey struct {
@@ -193,6 +220,7 @@ func Default() *Config {
 		ServerIdleTimeout:  D(120 * time.Second),
 		ShutdownTimeout:    D(10 * time.Second),
 		LogFormat:          LogJSON,
+		Tracing:            Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "tlgate"},
 
 		MaxConnections:          10000,
 		MaxConnectionsPerClient: 1000,

@@ -54,6 +54,7 @@ func TestConfig(t *testing.T) {
 			LogFormat:      "json",
 			MaxConnections: 10000, MaxConnectionsPerClient: 1000,
 		}
+		want.Tracing = Tracing{Protocol: "grpc", SampleRatio: 1, ServiceName: "tlgate"}
 		if !reflect.DeepEqual(c.Gateway, want) {
 			t.Fatalf("defaults\n got %+v\nwant %+v", c.Gateway, want)
 		}
@@ -396,13 +397,13 @@ func TestEveryKeyDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Tracing]()} {
 		for f := range typ.Fields() {
 			key := f.Tag.Get("toml")
 			if !strings.Contains(string(readme), "`"+key+"`") {
 				t.Errorf("configs/README.md does not document %s.%s", typ.Name(), key)
 			}
-			if !strings.Contains(string(example), key+" =") && !strings.Contains(string(example), "[[gateway."+key+"]]") {
+			if !strings.Contains(string(example), key+" =") && !strings.Contains(string(example), "[gateway."+key+"]") {
 				t.Errorf("configs/example.toml does not set %s.%s", typ.Name(), key)
 			}
 		}

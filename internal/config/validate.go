@@ -114,6 +114,7 @@ func (c *Config) Validate() error {
 		v.routeErrors(err)
 	}
 	v.engines(g.Engines)
+	v.tracing(g.Tracing)
 	return errors.Join(v.errs...)
 }
 

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tlgate/tlgate/internal/tracing"
 	enginev1 "github.com/tlgate/tlgate/protos/tl/engine/v1"
 	kvv1 "github.com/tlgate/tlgate/protos/tl/kv/v1"
 )
@@ -122,6 +123,7 @@ func (c *Client) Tokenize(ctx context.Context, httpAddr, model string, body []by
 		return nil, fmt.Errorf("engineclient: %w: %v", ErrTokenize, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	tracing.Inject(ctx, req.Header)
 	resp, err := c.o.HTTP.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("engineclient: %w: %v", ErrTokenize, err)
@@ -149,7 +151,7 @@ func (c *Client) Prefill(ctx context.Context, grpcAddr string, req *enginev1.Pre
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
+	ctx, cancel := context.WithTimeout(tracing.OutgoingGRPC(ctx), c.o.Timeout)
 	defer cancel()
 	resp, err := enginev1.NewEngineControlClient(cc).Prefill(ctx, req)
 	if err != nil {
@@ -159,14 +161,15 @@ func (c *Client) Prefill(ctx context.Context, grpcAddr string, req *enginev1.Pre
 }
 
 // Release calls KvTransferService/Release on the decode worker at kvAddr.
-// It uses its own deadline, not the caller's context, so a handle is
-// released even when the client's request was canceled.
-func (c *Client) Release(kvAddr, handle string) (*kvv1.ReleaseResponse, error) {
+// It uses its own deadline and ignores ctx's cancellation, so a handle is
+// released even when the client's request was canceled; ctx carries the
+// trace context (traceparent in the call's metadata).
+func (c *Client) Release(ctx context.Context, kvAddr, handle string) (*kvv1.ReleaseResponse, error) {
 	cc, err := c.conn(kvAddr)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.o.Timeout)
+	ctx, cancel := context.WithTimeout(tracing.OutgoingGRPC(tracing.Detached(ctx)), c.o.Timeout)
 	defer cancel()
 	resp, err := kvv1.NewKvTransferServiceClient(cc).Release(ctx, &kvv1.ReleaseRequest{HandleId: handle})
 	if err != nil {

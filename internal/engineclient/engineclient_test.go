@@ -61,11 +61,11 @@ func TestTokenizePrefillRelease(t *testing.T) {
 	if d.Stats().HeldHandles != 1 {
 		t.Fatalf("D holds %d handles after the push", d.Stats().HeldHandles)
 	}
-	rel, err := c.Release(d.KVAddr(), resp.GetHandleId())
+	rel, err := c.Release(ctx, d.KVAddr(), resp.GetHandleId())
 	if err != nil || !rel.GetReleased() {
 		t.Fatalf("release: %v %v", rel, err)
 	}
-	rel, err = c.Release(d.KVAddr(), resp.GetHandleId())
+	rel, err = c.Release(ctx, d.KVAddr(), resp.GetHandleId())
 	if err != nil || rel.GetReleased() {
 		t.Fatalf("second release: %v %v (want released=false, no error)", rel, err)
 	}
@@ -75,7 +75,7 @@ func TestTokenizePrefillRelease(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Release(d.KVAddr(), "h"); !errors.Is(err, engineclient.ErrClosed) {
+	if _, err := c.Release(ctx, d.KVAddr(), "h"); !errors.Is(err, engineclient.ErrClosed) {
 		t.Fatalf("after Close: %v", err)
 	}
 }

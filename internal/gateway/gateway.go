@@ -44,6 +44,7 @@ import (
 	"github.com/tlgate/tlgate/internal/proxy"
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/tracing"
 )
 
 // Options are what the composition root is given besides the config.
@@ -55,6 +56,10 @@ type Options struct {
 	RequestHooks func(d *request.Deps)
 	// Now is the clock of the per-key rate limits; nil means time.Now.
 	Now func() time.Time
+	// Tracing, when set, replaces the provider [gateway.tracing] would
+	// build (tests pass one with an in-memory exporter). The caller shuts
+	// it down.
+	Tracing *tracing.Provider
 }
 
 // Gateway is a running gateway.
@@ -75,7 +80,8 @@ type Gateway struct {
 	proxy    *proxy.Proxy
 	stops    []func(context.Context) error // in start order; run in reverse
 	// Keys holds the per-key usage metrics (nil without a Registry).
-	Keys *metrics.KeyMetrics
+	Keys    *metrics.KeyMetrics
+	tracing *tracing.Provider
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -142,6 +148,11 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	m := g.Metrics
 	// 400, 401 and 403 answers of the auth check are edge rejections too.
 	keyring = keyring.WithOnReject(func(_ int, code string) { m.Rejected(code) })
+
+	// Tracing: off (and free) unless configured or given.
+	if g.tracing, err = g.startTracing(cfg.Gateway.Tracing, o.Tracing); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 
 	// Actor system and actors.
 	g.sys = actorsys.New(o.Logger)
@@ -216,6 +227,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	// HTTP server.
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme}
 	instrument(rdeps, m)
+	rdeps.Tracer = g.tracing.Tracer()
 	if o.RequestHooks != nil {
 		o.RequestHooks(rdeps)
 	}
@@ -238,7 +250,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	}))
 	mux.Handle("GET /openapi.json", openapi.Handler())
 	if o.Gatherer != nil {
-		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})
+		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true})
 		mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			g.refreshGauges()
 			metricsHandler.ServeHTTP(w, r)
@@ -397,6 +409,9 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 		ev.Str("code", o.Code)
 	}
 	logUsage(ev, lg.Usage)
+	if sc := ex.TraceContext(); sc.IsValid() {
+		ev.Str("trace_id", sc.TraceID().String()).Str("span_id", sc.SpanID().String())
+	}
 	ev.Msg("request")
 }
 

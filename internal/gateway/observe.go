@@ -8,6 +8,7 @@ import (
 	"github.com/tlgate/tlgate/actors/request"
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/metrics"
+	"github.com/tlgate/tlgate/internal/tracing"
 )
 
 // instrument points the request actors' hooks at the metrics.
@@ -37,9 +38,10 @@ func instrument(d *request.Deps, m *metrics.Metrics) {
 // observe records a finished request.
 func observe(m *metrics.Metrics, ex *request.Exchange, o request.Outcome) {
 	outcome, route := outcomeOf(o)
-	m.RequestDone(route, outcome, time.Since(ex.Received))
+	tid := tracing.SampledTraceID(ex.TraceContext())
+	m.RequestDoneTraced(route, outcome, time.Since(ex.Received), tid)
 	if o.Log.FirstByte > 0 {
-		m.FirstByte(route, o.Log.FirstByte)
+		m.FirstByteTraced(route, o.Log.FirstByte, tid)
 	}
 }
 

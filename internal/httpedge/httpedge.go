@@ -25,6 +25,7 @@ import (
 	"github.com/tlgate/tlgate/internal/auth"
 	"github.com/tlgate/tlgate/internal/openai"
 	"github.com/tlgate/tlgate/internal/ratelimit"
+	"github.com/tlgate/tlgate/internal/tracing"
 )
 
 // Deps are the edge's collaborators.
@@ -151,7 +152,11 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
 	if !d.admit(w, key.Name) {
 		return
 	}
-	ex := request.NewExchange(r.Context(), w, body, req, r.URL.Path, rid)
+	rctx := r.Context()
+	if d.Request.Tracer != nil { // continue the client's W3C trace context
+		rctx = tracing.Extract(rctx, r.Header)
+	}
+	ex := request.NewExchange(rctx, w, body, req, r.URL.Path, rid)
 	ex.KeyName = key.Name
 	ex.Debug = key.Has(auth.ScopeDebug)
 	d.Root.Spawn(request.Props(d.Request, ex))

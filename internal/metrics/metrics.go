@@ -293,6 +293,12 @@ func seconds(d time.Duration) float64 {
 // Other. A not_found request is always labelled route None, so clients
 // cannot mint route labels. dur runs from arrival to the last byte or error.
 func (m *Metrics) RequestDone(route, outcome string, dur time.Duration) {
+	m.RequestDoneTraced(route, outcome, dur, "")
+}
+
+// RequestDoneTraced is RequestDone with the request's trace id (when not
+// empty) as an exemplar of its duration observation.
+func (m *Metrics) RequestDoneTraced(route, outcome string, dur time.Duration, traceID string) {
 	if m == nil {
 		return
 	}
@@ -305,17 +311,23 @@ func (m *Metrics) RequestDone(route, outcome string, dur time.Duration) {
 	} else {
 		m.requests.WithLabelValues(rs.label, Other).Inc()
 	}
-	rs.duration.Observe(seconds(dur))
+	observe(rs.duration, seconds(dur), traceID)
 }
 
 // FirstByte records tlgate_time_to_first_byte_seconds{route} for a streamed
 // request: d is the time from arrival to the first byte written to the
 // client (the commit point).
 func (m *Metrics) FirstByte(route string, d time.Duration) {
+	m.FirstByteTraced(route, d, "")
+}
+
+// FirstByteTraced is FirstByte with the request's trace id (when not
+// empty) as an exemplar.
+func (m *Metrics) FirstByteTraced(route string, d time.Duration, traceID string) {
 	if m == nil {
 		return
 	}
-	m.route(route).ttfb.Observe(seconds(d))
+	observe(m.route(route).ttfb, seconds(d), traceID)
 }
 
 // Attempt counts tlgate_attempts_total{route, worker}: one attempt sent to

@@ -1,0 +1,283 @@
+// Package tracing sets up OpenTelemetry tracing for tlgate and its reference
+// engine: a TracerProvider that exports spans over OTLP (gRPC or HTTP) with
+// a parent-based ratio sampler, or a no-op one when tracing is off, and the
+// W3C trace-context propagation (traceparent, tracestate) over HTTP headers
+// and gRPC metadata. Nothing here touches OpenTelemetry's globals: callers
+// pass the Provider, or a Tracer from it, to whatever records spans.
+package tracing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc/metadata"
+)
+
+// Protocols of the OTLP exporter (Config.Protocol).
+const (
+	ProtocolGRPC = "grpc"
+	ProtocolHTTP = "http"
+)
+
+// ScopeName is the instrumentation scope of tlgate's spans.
+const ScopeName = "github.com/tlgate/tlgate"
+
+// Errors of New.
+var (
+	ErrProtocol = errors.New("tracing: protocol must be \"grpc\" or \"http\"")
+	ErrEndpoint = errors.New("tracing: endpoint must be an http:// or https:// URL with a host")
+	ErrRatio    = errors.New("tracing: sample_ratio must be within [0, 1]")
+	ErrHeaders  = errors.New("tracing: headers must be comma-separated key=value pairs")
+)
+
+// Config says where spans go. An empty Endpoint turns tracing off.
+type Config struct {
+	// Endpoint is the OTLP receiver's URL: http://host:4317 for gRPC,
+	// http://host:4318 for HTTP (the path /v1/traces is added when the URL
+	// has none). https:// uses TLS, http:// plaintext.
+	Endpoint string
+	// Protocol is ProtocolGRPC (default) or ProtocolHTTP.
+	Protocol string
+	// SampleRatio is the share of new traces recorded, in [0, 1]; a request
+	// that arrives with a trace context follows its sampled flag.
+	SampleRatio float64
+	// ServiceName is the resource's service.name.
+	ServiceName string
+	// Headers are sent with every export (an API key of the receiver, say).
+	Headers map[string]string
+}
+
+// Provider hands out tracers; it is the no-op provider when tracing is off.
+type Provider struct {
+	tp  trace.TracerProvider
+	sdk *sdktrace.TracerProvider // nil when off
+}
+
+// Off returns a provider that records nothing.
+func Off() *Provider { return &Provider{tp: noop.NewTracerProvider()} }
+
+// New returns the provider for c: Off when c.Endpoint is empty, else one
+// that batches spans to an OTLP exporter. The exporter connects lazily, so
+// an unreachable receiver does not fail New (spans are then dropped).
+func New(ctx context.Context, c Config) (*Provider, error) {
+	if c.Endpoint == "" {
+		return Off(), nil
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	var (
+		exp sdktrace.SpanExporter
+		err error
+	)
+	switch c.Protocol {
+	case ProtocolHTTP:
+		u := c.Endpoint
+		if pu, _ := url.Parse(u); pu != nil && (pu.Path == "" || pu.Path == "/") {
+			u = strings.TrimSuffix(u, "/") + "/v1/traces"
+		}
+		opts := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(u)}
+		if len(c.Headers) > 0 {
+			opts = append(opts, otlptracehttp.WithHeaders(c.Headers))
+		}
+		exp, err = otlptracehttp.New(ctx, opts...)
+	default:
+		opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpointURL(c.Endpoint)}
+		if len(c.Headers) > 0 {
+			opts = append(opts, otlptracegrpc.WithHeaders(c.Headers))
+		}
+		exp, err = otlptracegrpc.New(ctx, opts...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tracing: exporter: %w", err)
+	}
+	return WithExporter(exp, c, sdktrace.WithBatcher(exp)), nil
+}
+
+// WithExporter returns a recording provider that sends spans to exp
+// through the span processor opts name (sdktrace.WithSyncer(exp) in tests,
+// so spans are there the moment they end); with no opts, a batcher.
+func WithExporter(exp sdktrace.SpanExporter, c Config, opts ...sdktrace.TracerProviderOption) *Provider {
+	if len(opts) == 0 {
+		opts = []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp)}
+	}
+	name := c.ServiceName
+	if name == "" {
+		name = "tlgate"
+	}
+	ratio := c.SampleRatio
+	if ratio < 0 || ratio > 1 {
+		ratio = 1
+	}
+	opts = append(opts,
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
+		sdktrace.WithResource(resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(name))),
+	)
+	sdk := sdktrace.NewTracerProvider(opts...)
+	return &Provider{tp: sdk, sdk: sdk}
+}
+
+// Validate checks a config with an endpoint; each error names the problem.
+func (c Config) Validate() error {
+	var errs []error
+	switch c.Protocol {
+	case "", ProtocolGRPC, ProtocolHTTP:
+	default:
+		errs = append(errs, fmt.Errorf("%w, got %q", ErrProtocol, c.Protocol))
+	}
+	if u, err := url.Parse(c.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("%w, got %q", ErrEndpoint, c.Endpoint))
+	}
+	if !(c.SampleRatio >= 0 && c.SampleRatio <= 1) {
+		errs = append(errs, fmt.Errorf("%w, got %v", ErrRatio, c.SampleRatio))
+	}
+	return errors.Join(errs...)
+}
+
+// ParseHeaders reads "key=value,key2=value2" (the format of
+// OTEL_EXPORTER_OTLP_HEADERS; values may be percent-encoded).
+func ParseHeaders(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		if strings.TrimSpace(kv) == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%w: an entry has no key=", ErrHeaders)
+		}
+		if dv, err := url.PathUnescape(strings.TrimSpace(v)); err == nil {
+			v = dv
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// Enabled reports whether spans are recorded and exported.
+func (p *Provider) Enabled() bool { return p != nil && p.sdk != nil }
+
+// TracerProvider is the provider itself (no-op when off).
+func (p *Provider) TracerProvider() trace.TracerProvider {
+	if p == nil {
+		return noop.NewTracerProvider()
+	}
+	return p.tp
+}
+
+// Tracer returns tlgate's tracer, or nil when tracing is off: callers skip
+// all span work on a nil tracer, so tracing off costs nothing.
+func (p *Provider) Tracer() trace.Tracer {
+	if !p.Enabled() {
+		return nil
+	}
+	return p.tp.Tracer(ScopeName)
+}
+
+// Shutdown flushes spans not yet exported and stops the exporter.
+func (p *Provider) Shutdown(ctx context.Context) error {
+	if !p.Enabled() {
+		return nil
+	}
+	if err := p.sdk.Shutdown(ctx); err != nil {
+		return fmt.Errorf("tracing: shutdown: %w", err)
+	}
+	return nil
+}
+
+// propagator is W3C trace context: traceparent and tracestate.
+func propagator() propagation.TraceContext { return propagation.TraceContext{} }
+
+// Extract returns ctx with the remote span context of h's traceparent and
+// tracestate, or ctx itself when h carries none (or a malformed one).
+func Extract(ctx context.Context, h http.Header) context.Context {
+	if h.Get("Traceparent") == "" {
+		return ctx
+	}
+	return propagator().Extract(ctx, propagation.HeaderCarrier(h))
+}
+
+// Inject sets traceparent (and tracestate) in h from ctx's span context;
+// it does nothing when ctx has no valid one.
+func Inject(ctx context.Context, h http.Header) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return
+	}
+	propagator().Inject(ctx, propagation.HeaderCarrier(h))
+}
+
+// OutgoingGRPC returns ctx with traceparent (and tracestate) in its
+// outgoing gRPC metadata, or ctx itself when it has no valid span context.
+func OutgoingGRPC(ctx context.Context) context.Context {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx
+	}
+	md, _ := metadata.FromOutgoingContext(ctx)
+	md = md.Copy()
+	propagator().Inject(ctx, mdCarrier(md))
+	return metadata.NewOutgoingContext(ctx, md)
+}
+
+// IncomingGRPC returns ctx with the remote span context of its incoming
+// gRPC metadata, or ctx itself when the metadata carries none.
+func IncomingGRPC(ctx context.Context) context.Context {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok || len(md.Get("traceparent")) == 0 {
+		return ctx
+	}
+	return propagator().Extract(ctx, mdCarrier(md))
+}
+
+// mdCarrier adapts gRPC metadata to a propagation.TextMapCarrier.
+type mdCarrier metadata.MD
+
+func (c mdCarrier) Get(key string) string {
+	if v := metadata.MD(c).Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (c mdCarrier) Set(key, value string) { metadata.MD(c).Set(key, value) }
+
+func (c mdCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// Detached returns a context free of ctx's deadline and cancellation that
+// carries only ctx's span context: for calls that must outlive the request
+// (a KV Release). Without a valid span context it is context.Background().
+func Detached(ctx context.Context) context.Context {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return context.Background()
+	}
+	return trace.ContextWithSpanContext(context.Background(), sc)
+}
+
+// SampledTraceID returns the trace id of sc when it is
+// sampled (its spans are exported), else "": what an exemplar or a log
+// line may point to.
+func SampledTraceID(sc trace.SpanContext) string {
+	if !sc.IsSampled() {
+		return ""
+	}
+	return sc.TraceID().String()
+}
