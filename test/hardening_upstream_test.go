@@ -124,13 +124,14 @@ func fakeBad(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// upstreamCluster is a gateway with short engine timeouts and fake engines
+// upstreamCluster is a gateway with short engine timeouts (1 s: far above
+// what a fake on loopback takes to answer, even on a busy machine) and fake engines
 // for each case, by model: the faulty worker's id sorts first, so the
 // router tries it first (ties go to the smallest id).
 func upstreamCluster(t *testing.T) *cluster {
 	c := newCluster(t, "", []clusterOpt{drillGateway(func(g *config.Gateway) {
-		g.FirstByteTimeout = config.D(300 * time.Millisecond)
-		g.IdleTimeout = config.D(300 * time.Millisecond)
+		g.FirstByteTimeout = config.D(time.Second)
+		g.IdleTimeout = config.D(time.Second)
 	})})
 	c.addFake("a-stall", "stall", fakeStall)
 	c.addFake("b-stall", "stall", fakeGood)
