@@ -6,8 +6,10 @@
 //     dribbled (the handler's read then fails);
 //   - a body the handler did not read to its end (a 401, 403, 404 or 405
 //     answer, a /healthz with a body) is never read afterwards: the answer
-//     goes out at once and the connection is closed, where net/http would
-//     otherwise wait to drain up to 256 KiB of it, with no deadline.
+//     goes out at once with "Connection: close" and the connection is
+//     closed, where net/http would otherwise wait to drain up to 256 KiB of
+//     it, with no deadline (HTTP/1; HTTP/2 resets the stream of a body left
+//     unread, and the deadline bounds the rest).
 //
 // A client that holds a connection by sending a body one byte at a time
 // therefore holds it for the deadline at most, and not at all when it is
@@ -62,10 +64,17 @@ func Wrap(next http.Handler, o Options) http.Handler {
 		if o.Timeout > 0 {
 			b.deadline = rc.SetReadDeadline(time.Now().Add(o.Timeout)) == nil
 		}
+		if r.ProtoMajor == 1 {
+			// Until the body is read to its end, the answer closes the
+			// connection: the rest of the body is not drained, and the
+			// header must be in place before the handler answers.
+			b.header = w.Header()
+			b.header.Set("Connection", "close")
+		}
 		r = r.WithContext(r.Context()) // a shallow copy: the server's request keeps its body
 		r.Body = b
 		next.ServeHTTP(w, r)
-		if !b.eof.Load() {
+		if !b.eof.Load() && b.header != nil {
 			abandon(rc)
 		}
 	})
@@ -81,17 +90,25 @@ func abandon(rc *http.ResponseController) { _ = rc.SetReadDeadline(longAgo) }
 // deadline, which must not outlive the body: the server's background read
 // of an idle connection would fail with it and cancel a long streamed
 // answer.
+// It also lifts the "Connection: close" set for HTTP/1 (the handler reads
+// its body before it answers, in its own goroutine).
 type body struct {
 	io.ReadCloser
 	rc       *http.ResponseController
 	deadline bool
+	header   http.Header // HTTP/1: the answer's, holding Connection: close
 	eof      atomic.Bool
 }
 
 func (b *body) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF && !b.eof.Swap(true) && b.deadline {
-		_ = b.rc.SetReadDeadline(time.Time{})
+	if err == io.EOF && !b.eof.Swap(true) {
+		if b.deadline {
+			_ = b.rc.SetReadDeadline(time.Time{})
+		}
+		if b.header != nil && b.header.Get("Connection") == "close" {
+			b.header.Del("Connection")
+		}
 	}
 	return n, err
 }

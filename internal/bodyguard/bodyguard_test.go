@@ -185,3 +185,41 @@ func TestReadBodyKeepsConnection(t *testing.T) {
 		t.Fatalf("bodiless GET: %d", resp.StatusCode)
 	}
 }
+
+// TestRefusedSmallBodyKeepsClientWorking: a refused request whose small
+// body arrived whole is answered with Connection: close, so a client that
+// goes on sending requests opens a new connection instead of reusing one
+// the server is closing (a past read deadline left on a kept connection
+// used to break its next request).
+func TestRefusedSmallBodyKeepsClientWorking(t *testing.T) {
+	s := httptest.NewServer(Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/refuse" {
+			refuse(w, r)
+			return
+		}
+		if _, err := io.ReadAll(r.Body); err != nil || r.Context().Err() != nil {
+			http.Error(w, "broken", http.StatusInternalServerError)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}), Options{Timeout: time.Second}))
+	defer s.Close()
+	client := s.Client()
+	defer client.CloseIdleConnections()
+	for i := 0; i < 20; i++ {
+		path := "/refuse"
+		if i%2 == 1 {
+			path = "/ok"
+		}
+		resp, err := client.Post(s.URL+path, "application/json", strings.NewReader(`{"model":"m"}`))
+		if err != nil {
+			t.Fatalf("request %d (%s): %v", i, path, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		want := map[string]int{"/refuse": 401, "/ok": 200}[path]
+		if resp.StatusCode != want || resp.Close != (path == "/refuse") {
+			t.Fatalf("request %d (%s): %d close %v", i, path, resp.StatusCode, resp.Close)
+		}
+	}
+}
