@@ -39,8 +39,12 @@ type Options struct {
 	OnReject func(status int, code string)
 }
 
-// longAgo is a read deadline in the past: reads fail at once.
-var longAgo = time.Unix(1, 0)
+// drainGrace bounds reading what a client still sends of a body left
+// unread, after its answer went out: long enough for a client that sent its
+// body at once to have it taken in (closing a connection on unread bytes
+// resets it, and the client could lose the answer), short enough that a
+// client dribbling its body holds nothing.
+const drainGrace = time.Second
 
 // Wrap returns next behind the guard.
 func Wrap(next http.Handler, o Options) http.Handler {
@@ -57,7 +61,7 @@ func Wrap(next http.Handler, o Options) http.Handler {
 			w.Header().Set("Connection", "close")
 			openai.WriteError(w, http.StatusRequestEntityTooLarge, openai.CodeRequestTooLarge,
 				fmt.Sprintf("The request body of %d bytes is larger than %d bytes.", r.ContentLength, o.MaxBodyBytes), nil)
-			abandon(rc)
+			abandon(rc, o.Timeout)
 			return
 		}
 		b := &body{ReadCloser: r.Body, rc: rc}
@@ -75,16 +79,22 @@ func Wrap(next http.Handler, o Options) http.Handler {
 		r.Body = b
 		next.ServeHTTP(w, r)
 		if !b.eof.Load() && b.header != nil {
-			abandon(rc)
+			abandon(rc, o.Timeout)
 		}
 	})
 }
 
-// abandon makes every further read of the connection fail at once, so that
-// the server neither waits for the unread rest of a body before answering
-// nor after: it answers, then closes the connection (the bytes left on it
-// cannot be taken for the next request).
-func abandon(rc *http.ResponseController) { _ = rc.SetReadDeadline(longAgo) }
+// abandon bounds the connection's reads to drainGrace (or timeout, when
+// shorter) for an answer with Connection: close: the server sends the
+// answer without draining the body first, then drains what arrives within
+// the grace (none of it past 256 KiB) and closes the connection.
+func abandon(rc *http.ResponseController, timeout time.Duration) {
+	d := drainGrace
+	if timeout > 0 && timeout < d {
+		d = timeout
+	}
+	_ = rc.SetReadDeadline(time.Now().Add(d))
+}
 
 // body is a request body that notes its end and then lifts the read
 // deadline, which must not outlive the body: the server's background read

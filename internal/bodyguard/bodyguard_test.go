@@ -223,3 +223,27 @@ func TestRefusedSmallBodyKeepsClientWorking(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedLargeBodyIsAnswered: a client that sends a whole body of
+// 100 KiB (under 256 KiB, which net/http drains) to a refusing handler, or
+// over the limit, gets its answer rather than a reset connection: what it
+// sent is taken in within the grace before the connection is closed.
+func TestRefusedLargeBodyIsAnswered(t *testing.T) {
+	s := httptest.NewServer(Wrap(http.HandlerFunc(refuse), Options{Timeout: 5 * time.Second, MaxBodyBytes: 50 << 10}))
+	defer s.Close()
+	client := s.Client()
+	defer client.CloseIdleConnections()
+	for _, tc := range []struct {
+		size   int
+		status int
+	}{{40 << 10, 401}, {100 << 10, 413}, {40 << 10, 401}, {100 << 10, 413}} {
+		resp, err := client.Post(s.URL, "application/json", strings.NewReader(strings.Repeat("x", tc.size)))
+		if err != nil {
+			t.Fatalf("%d bytes: %v", tc.size, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Fatalf("%d bytes: status %d, want %d", tc.size, resp.StatusCode, tc.status)
+		}
+	}
+}
