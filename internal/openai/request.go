@@ -91,6 +91,7 @@ const (
 	fStop
 	fPresencePenalty
 	fFrequencyPenalty
+	fStreamOptions
 )
 
 var fieldBits = map[string]uint32{
@@ -109,6 +110,7 @@ var fieldBits = map[string]uint32{
 	"stop":                  fStop,
 	"presence_penalty":      fPresencePenalty,
 	"frequency_penalty":     fFrequencyPenalty,
+	"stream_options":        fStreamOptions,
 }
 
 // ParseRequest validates a completions (chat false) or chat completions (chat
@@ -220,6 +222,8 @@ func (p *parser) field(bit uint32, name string, v gjson.Result) {
 		p.req.PresencePenalty, err = optFloat(name, v)
 	case fFrequencyPenalty:
 		p.req.FrequencyPenalty, err = optFloat(name, v)
+	case fStreamOptions:
+		err = streamOptions(name, v)
 	}
 	p.err = err
 }
