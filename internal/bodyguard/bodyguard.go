@@ -58,10 +58,15 @@ func Wrap(next http.Handler, o Options) http.Handler {
 			if o.OnReject != nil {
 				o.OnReject(http.StatusRequestEntityTooLarge, openai.CodeRequestTooLarge)
 			}
-			w.Header().Set("Connection", "close")
+			http1 := r.ProtoMajor == 1
+			if http1 { // HTTP/2 would take it for the whole connection's end
+				w.Header().Set("Connection", "close")
+			}
 			openai.WriteError(w, http.StatusRequestEntityTooLarge, openai.CodeRequestTooLarge,
 				fmt.Sprintf("The request body of %d bytes is larger than %d bytes.", r.ContentLength, o.MaxBodyBytes), nil)
-			abandon(rc, o.Timeout)
+			if http1 {
+				abandon(rc, o.Timeout)
+			}
 			return
 		}
 		b := &body{ReadCloser: r.Body, rc: rc}
