@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -245,5 +246,47 @@ func TestRefusedLargeBodyIsAnswered(t *testing.T) {
 		if resp.StatusCode != tc.status {
 			t.Fatalf("%d bytes: status %d, want %d", tc.size, resp.StatusCode, tc.status)
 		}
+	}
+}
+
+// TestHTTP2KeepsConnection: over HTTP/2 a refused body resets only its
+// stream: the guard sends no Connection: close (HTTP/2 would end the whole
+// connection for it), and the requests that follow share the connection.
+func TestHTTP2KeepsConnection(t *testing.T) {
+	var conns atomic.Int32
+	s := httptest.NewUnstartedServer(Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/refuse" {
+			refuse(w, r)
+			return
+		}
+		_, _ = io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, "ok")
+	}), Options{Timeout: time.Second, MaxBodyBytes: 1000}))
+	s.EnableHTTP2 = true
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	s.StartTLS()
+	defer s.Close()
+	client := s.Client()
+	defer client.CloseIdleConnections()
+	for i, tc := range []struct {
+		path, body string
+		status     int
+	}{{"/refuse", "{}", 401}, {"/ok", "{}", 200}, {"/ok", strings.Repeat("x", 2000), 413}, {"/ok", "{}", 200}} {
+		resp, err := client.Post(s.URL+tc.path, "application/json", strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 || resp.StatusCode != tc.status || resp.Header.Get("Connection") != "" {
+			t.Fatalf("request %d: HTTP/%d %d Connection %q", i, resp.ProtoMajor, resp.StatusCode, resp.Header.Get("Connection"))
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections for 4 HTTP/2 requests, want 1", n)
 	}
 }
