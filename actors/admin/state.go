@@ -150,6 +150,11 @@ type State struct {
 	table   *routes.Table
 	epoch   uint64
 	drained map[string]bool
+	// tableRev is the store revision of the table in force (or of a newer
+	// stored one refused), rev that of the last store snapshot applied and
+	// drainRev that of the last drain this replica wrote; all 0 with the
+	// file store.
+	tableRev, rev, drainRev int64
 }
 
 // NewState returns the state for table (nil is an empty table) at epoch.

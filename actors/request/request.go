@@ -159,9 +159,15 @@ type requestActor struct {
 	// prefillFailed lists prefill workers whose Prefill failed once.
 	prefillFailed []string
 	// sniff reads the usage of the current streamed attempt.
-	sniff   *usage.Writer
-	tr      *traceState // nil: tracing off
-	lastErr error       // the last failed attempt's error
+	sniff *usage.Writer
+	// routing: a Route request is outstanding (it may wait in the router's
+	// queue); leaving: its client went away and Leave was sent; unwatch
+	// stops the client watch (overload.go).
+	routing, leaving bool
+	unwatch          func() bool
+	reported         int         // the attempt whose outcome the router was told
+	tr               *traceState // nil: tracing off
+	lastErr          error       // the last failed attempt's error
 }
 
 // Receive is the actor's switch; each case calls one step of the protocol.
@@ -170,7 +176,10 @@ func (a *requestActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		a.exclude = map[string]bool{}
 		a.traceStart()
+		a.watchClient(ctx)
 		a.route(ctx)
+	case *clientLeft:
+		a.onClientLeft(ctx)
 	case *router.RouteResult:
 		a.routed(ctx, m)
 	case *fetched:
@@ -195,12 +204,17 @@ func (a *requestActor) route(ctx actor.Context) {
 	a.traceRoute()
 	ctx.Request(a.d.Router, &router.Route{Request: router.Request{
 		Model: a.ex.Req.Model, RequestID: a.ex.RequestID, PrefixKey: a.ex.Req.PrefixKey,
-		Stream: a.ex.Req.Stream, Step: a.step, Exclude: a.exclude,
+		Stream: a.ex.Req.Stream, Step: a.step, Exclude: a.exclude, Key: a.ex.KeyName,
 	}})
+	a.routing = true
 }
 
 func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 	a.traceRouted(m)
+	a.routing = false
+	if a.admissionAnswer(ctx, m) {
+		return
+	}
 	if m.Err != nil {
 		switch {
 		case errors.Is(m.Err, router.ErrModelNotFound):
@@ -292,12 +306,13 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 		}()
 		return
 	}
-	debug, worker, step := ex.Debug, a.target.Worker.ID, a.target.CascadeStep
+	debug, worker, step, rt := ex.Debug, a.target.Worker.ID, a.target.CascadeStep, a.d.Router
 	sw := a.streamWriter()
 	go func() {
 		defer ex.wg.Done()
 		res := p.Stream(actx, att, sw, func(status int, uh http.Header) {
 			ex.committed.Store(true)
+			reportAnswer(root.Send, rt, worker, status)
 			responseHeaders(ex.W.Header(), ex.RequestID, debug, worker, step)
 		})
 		root.Send(self, &streamed{res: res})
@@ -317,6 +332,7 @@ func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 // answered handles an engine's whole answer: judged by a cascade step, or
 // relayed.
 func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
+	a.reportFetched(ctx, resp.Status)
 	a.countFetched(resp)
 	if a.target.CascadeStep < a.target.CascadeSteps-1 && resp.Status == http.StatusOK {
 		accepted := a.judge(resp.Body)
@@ -412,6 +428,7 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 		a.d.OnFailover(a.ex, a.target, reason)
 	}
 	a.exclude[ExcludeAfter(a.target, phase, a.prefillFailed)] = true
+	a.reportFailure(ctx, ExcludeAfter(a.target, phase, a.prefillFailed), reason)
 	if phase == PhasePrefill {
 		a.prefillFailed = append(a.prefillFailed, a.target.Prefill.ID)
 	}
@@ -468,6 +485,7 @@ func (a *requestActor) finish(ctx actor.Context, o Outcome) {
 		return
 	}
 	a.finished = true
+	a.stopWatching()
 	a.releaseHeld(ctx)
 	a.endAttempt(ctx)
 	if o.Header == nil {
@@ -498,6 +516,10 @@ func (a *requestActor) cleanup(ctx actor.Context) {
 		return
 	}
 	a.finished = true
+	a.stopWatching()
+	if a.routing {
+		ctx.Send(a.d.Router, &router.Leave{PID: ctx.Self()})
+	}
 	a.releaseHeld(ctx)
 	a.endAttempt(ctx)
 	a.log.Committed = a.ex.Committed()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/scheduler"
 
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/internal/routes"
@@ -29,6 +30,10 @@ type RouteResult struct {
 	Err    error
 	// Took is how long the decision took inside the router.
 	Took time.Duration
+	// Waited is how long the request waited in its model's queue;
+	// RetryAfter, with ErrOverloaded, is the Retry-After to answer.
+	Waited     time.Duration
+	RetryAfter time.Duration
 }
 
 // Release ends one in-flight request on a worker.
@@ -48,6 +53,8 @@ type ListWorkers struct{}
 type WorkersResult struct {
 	Epoch   uint64
 	Workers []WorkerView
+	// Queued is the number of requests waiting per model queue.
+	Queued map[string]int
 }
 
 // Ready asks whether any worker is routable; the router responds with bool.
@@ -74,6 +81,7 @@ func Props(st *State, registryPID *actor.PID) *actor.Props {
 type routerActor struct {
 	st       *State
 	registry *actor.PID
+	timers   *scheduler.TimerScheduler // queue deadlines
 }
 
 // Receive is the actor's thin switch.
@@ -81,25 +89,37 @@ func (a *routerActor) Receive(ctx actor.Context) {
 	st := a.st
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		a.timers = scheduler.NewTimerScheduler(ctx.ActorSystem().Root)
 		if a.registry != nil {
 			ctx.Send(a.registry, &registry.Subscribe{PID: ctx.Self()})
 		}
 	case *Route:
-		start := time.Now()
-		t, err := st.Pick(&m.Request, start)
-		ctx.Respond(&RouteResult{Target: t, Err: err, Took: time.Since(start)})
+		a.route(ctx, m)
 	case *Release:
 		st.Release(m.WorkerID)
+		a.dispatch(ctx)
+	case *AttemptFailed:
+		a.attemptFailed(ctx, m)
+	case *ejectionEnded:
+		a.dispatch(ctx)
+	case *AttemptSucceeded:
+		st.AttemptSucceeded(m.WorkerID)
+	case *Leave:
+		a.leave(ctx, m)
+	case *queueDeadline:
+		a.expire(ctx, m)
 	case *registry.WorkerChanged:
 		st.SetWorker(m.Worker)
+		a.dispatch(ctx)
 	case *registry.WorkerGone:
 		st.RemoveWorker(m.ID)
 	case *registry.SnapshotResult:
 		st.ResetWorkers(m.Workers)
+		a.dispatch(ctx)
 	case *SetRoutes:
 		st.SetRoutes(m.Table, m.Epoch)
 	case *ListWorkers:
-		ctx.Respond(&WorkersResult{Epoch: st.epoch, Workers: st.Workers(time.Now())})
+		ctx.Respond(&WorkersResult{Epoch: st.epoch, Workers: st.Workers(time.Now()), Queued: st.QueueLengths()})
 	case *Ready:
 		ctx.Respond(st.Ready(time.Now()))
 	case *ListModels:

@@ -26,6 +26,11 @@ var (
 type Config struct {
 	Policy     policy.Name
 	LoadFactor float64 // affinity_load_factor c
+	// Ejection and Admission are passive health and admission control
+	// (ejection.go, admission.go); Observe receives their events.
+	Ejection  EjectionConfig
+	Admission AdmissionConfig
+	Observe   Observer
 }
 
 // Request is what routing needs to know of a client request.
@@ -40,6 +45,8 @@ type Request struct {
 	Step int
 	// Exclude lists worker ids that already failed this request.
 	Exclude map[string]bool
+	// Key is the API key's name: the queue's fair shares are per key.
+	Key string
 }
 
 // Target is the router's answer: where an attempt goes.
@@ -91,6 +98,15 @@ type State struct {
 	pools    map[poolKey]*pool
 	cands    []policy.Candidate // scratch, reused per pick
 	members  []*fleet.Worker    // scratch, parallel to cands
+
+	// Passive health and admission control (ejection.go, admission.go).
+	health  map[string]*health
+	learned map[string]learned
+	queues  map[string]*fairQueue
+	waiters map[uint64]*Waiter
+	byFrom  map[string]uint64
+	seq     uint64
+	full    bool // the last pick passed over a worker at its limit
 }
 
 // NewState returns a router state with the given table and epoch.
@@ -113,6 +129,7 @@ func (s *State) SetWorker(w fleet.Worker) {
 	}
 	cp := w
 	s.workers[w.ID] = &cp
+	s.observe(&cp) // admission.go, ejection.go
 	p := s.pool(poolKey{w.Model, w.Role})
 	i := sort.SearchStrings(p.ids, w.ID)
 	if i == len(p.ids) || p.ids[i] != w.ID {
@@ -132,6 +149,7 @@ func (s *State) RemoveWorker(id string) {
 	if w, ok := s.workers[id]; ok {
 		s.leavePool(w)
 		delete(s.workers, id)
+		delete(s.learned, id)
 	}
 	if c := s.inflight[id]; c != nil && c.n <= 0 {
 		delete(s.inflight, id)
@@ -176,7 +194,13 @@ func (s *State) pool(k poolKey) *pool {
 
 // counter is one worker's in-flight count, shared by the pools that list
 // the worker so a pick reads it without a map lookup.
-type counter struct{ n int }
+type counter struct {
+	n int
+	// limit and until are the worker's admission limit (0: none) and the
+	// end of its ejection, copied here so a pick reads no map (admission.go).
+	limit int
+	until time.Time
+}
 
 func (s *State) counter(id string) *counter {
 	c := s.inflight[id]
@@ -319,7 +343,7 @@ func (s *State) candidates(model string, role fleet.Role, req *Request, now time
 		return nil, false
 	}
 	for i, w := range p.ws {
-		if !w.Routable(now) || len(req.Exclude) > 0 && req.Exclude[w.ID] || keep != nil && !keep(w) {
+		if !w.Routable(now) || len(req.Exclude) > 0 && req.Exclude[w.ID] || keep != nil && !keep(w) || s.held(p.ns[i], now) {
 			continue
 		}
 		s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: p.ns[i].n + w.QueueDepth, Weight: w.KVTotalBlocks})
@@ -391,13 +415,18 @@ type WorkerView struct {
 	fleet.Worker
 	InFlight int  `json:"in_flight"`
 	Routable bool `json:"routable"`
+	// Ejection and admission (ejection.go, admission.go).
+	EjectedUntil     time.Time `json:"ejected_until,omitzero"`
+	EjectionReason   string    `json:"ejection_reason,omitempty"`
+	Ejections        int       `json:"ejections"`
+	ConcurrencyLimit int       `json:"concurrency_limit"`
 }
 
 // Workers lists every known worker at now, sorted by id.
 func (s *State) Workers(now time.Time) []WorkerView {
 	out := make([]WorkerView, 0, len(s.workers))
 	for _, w := range s.workers {
-		out = append(out, WorkerView{Worker: *w, InFlight: s.InFlight(w.ID), Routable: w.Routable(now)})
+		out = append(out, s.overloadView(WorkerView{Worker: *w, InFlight: s.InFlight(w.ID), Routable: w.Routable(now)}, now))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

@@ -26,6 +26,8 @@ type gatewayConfig struct {
 	// idleTimeout, when set, replaces the gap allowed between two chunks
 	// of an engine's stream (held streams need a long one).
 	idleTimeout time.Duration
+	// tune, when set, adjusts the rest of the gateway's configuration.
+	tune func(g *config.Gateway)
 }
 
 // cluster is a set of in-process engines, with a gateway they heartbeat to
@@ -66,6 +68,9 @@ func startCluster(ctx context.Context, gc *gatewayConfig, engines []enginesim.Co
 			return nil, fmt.Errorf("state dir: %w", err)
 		}
 		c.stateDir, g.StateDir = dir, dir
+		if gc.tune != nil {
+			gc.tune(g)
+		}
 		if err := cfg.Validate(); err != nil {
 			c.close()
 			return nil, fmt.Errorf("gateway config: %w", err)

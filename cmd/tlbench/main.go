@@ -9,7 +9,9 @@
 //  2. overhead: latency at a fixed request rate and maximum throughput
 //     straight to a zero-cost engine, through the gateway and through nginx;
 //  3. scale: the route decision time at growing fleet sizes, and the
-//     gateway's memory per open stream.
+//     gateway's memory per open stream;
+//  4. overload: goodput, p99 and the share of two keys at 2× and 5× the
+//     fleet's capacity, with and without admission control.
 //
 // With -out it also writes the tables (results.md) and SVG plots (and PNGs
 // when rsvg-convert is installed) into that directory. Every run is bounded
@@ -66,9 +68,10 @@ const (
 	expOverhead = "overhead"
 	expScale    = "scale"
 	expMemory   = "memory"
+	expOverload = "overload"
 )
 
-var experiments = []string{expRouting, expOverhead, expScale, expMemory}
+var experiments = []string{expRouting, expOverhead, expScale, expMemory, expOverload}
 
 // settings is everything a run needs; preset gives the full and quick ones
 // and flags override parts.
@@ -109,6 +112,12 @@ type settings struct {
 	streams    []int
 	memprofile string // heap profile of the held streams, if set
 	cpuprofile string // CPU profile of the run, if set
+
+	// Overload (overload.go).
+	overloadEngines, overloadRunning, overloadTokens, overloadQueue int
+	overloadDecode, overloadQueueTimeout, overloadSLO               time.Duration
+	overloadDuration, overloadClientTimeout                         time.Duration
+	overloadMultiples                                               []float64
 }
 
 // preset returns the full benchmark's configuration, or the quick one.
@@ -131,6 +140,11 @@ func preset(quick bool) settings {
 
 		workers: []int{4, 64, 1024}, pickBudget: time.Second, pickMinOps: 2000,
 		streams: []int{1000, 10000},
+
+		overloadEngines: 2, overloadRunning: 4, overloadTokens: 16, overloadQueue: 16,
+		overloadDecode: 8 * time.Millisecond, overloadQueueTimeout: 2 * time.Second, overloadSLO: time.Second,
+		overloadDuration: 5 * time.Second, overloadClientTimeout: 10 * time.Second,
+		overloadMultiples: []float64{2, 5},
 	}
 	if quick {
 		c.timeout = 2 * time.Minute
@@ -140,6 +154,7 @@ func preset(quick bool) settings {
 		c.tputDuration = time.Second
 		c.pickBudget, c.pickMinOps = 100*time.Millisecond, 500
 		c.streams = []int{1000}
+		c.overloadDuration, c.overloadClientTimeout = 2*time.Second, 5*time.Second
 	}
 	return c
 }
@@ -276,6 +291,8 @@ func run(ctx context.Context, c settings, out, logOut io.Writer) error {
 			sec, ps, err = scaleExperiment(ctx, c)
 		case expMemory:
 			sec, ps, err = memoryExperiment(ctx, c, logOut)
+		case expOverload:
+			sec, ps, err = overloadExperiment(ctx, c, logOut)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", e, err)

@@ -53,6 +53,8 @@ func smallest(out string) settings {
 	c.tputConcurrency, c.tputDuration = 4, 100*time.Millisecond
 	c.workers, c.pickBudget, c.pickMinOps = []int{4, 16}, time.Millisecond, 200
 	c.streams = []int{20}
+	c.overloadDecode, c.overloadTokens = time.Millisecond, 4
+	c.overloadDuration, c.overloadClientTimeout = 300*time.Millisecond, 5*time.Second
 	return c
 }
 
@@ -137,6 +139,12 @@ func TestQuickRun(t *testing.T) {
 	memory := tableRows(t, md, "Gateway memory per open stream")
 	if len(memory) != 2 { // the header and the row of 20 streams
 		t.Errorf("memory table rows %v", memory)
+	}
+	overload := tableRows(t, md, "Overload: admission control")
+	for _, k := range []string{"2× off", "2× on", "5× off", "5× on"} {
+		if overload[k] == nil {
+			t.Errorf("overload table has no row %s", k)
+		}
 	}
 	for _, want := range []string{"## Machine", "Target: affinity ≥ 2×", "Target: under 50 KiB per open stream at 20 streams"} {
 		if !strings.Contains(md, want) {

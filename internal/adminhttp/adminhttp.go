@@ -12,7 +12,9 @@
 // field), 401 invalid_api_key, 403 insufficient_scope, 404 model_not_found
 // or not_found, 405 method_not_allowed, 412 etag_mismatch, 413
 // request_too_large, 428 if_match_required, 500 internal_error, 503
-// unavailable (an actor did not answer in time).
+// unavailable (an actor did not answer in time), 503 store_unavailable
+// with Retry-After (the shared route store cannot be reached; a write was
+// not made, routing goes on with the table in force).
 package adminhttp
 
 import (
@@ -40,7 +42,11 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeInternal         = "internal_error"
 	CodeUnavailable      = "unavailable"
+	CodeStoreUnavailable = "store_unavailable"
 )
+
+// StoreRetryAfter is the Retry-After (seconds) of a store_unavailable.
+const StoreRetryAfter = "2"
 
 // Defaults for zero Deps fields.
 const (
@@ -93,12 +99,22 @@ type Worker struct {
 	// Source is heartbeat or probe; Kind the probed engine's kind.
 	Source string `json:"source"`
 	Kind   string `json:"kind"`
+	// EjectedUntil (RFC 3339) and EjectionReason are set while passive
+	// health keeps the worker out; Ejections counts its ejections.
+	// ConcurrencyLimit is admission control's in-flight limit (0: none).
+	EjectedUntil     string `json:"ejected_until,omitempty"`
+	EjectionReason   string `json:"ejection_reason,omitempty"`
+	Ejections        int    `json:"ejections"`
+	ConcurrencyLimit int    `json:"concurrency_limit"`
 }
 
 // WorkersBody is the body of GET /admin/v1/workers.
 type WorkersBody struct {
 	Epoch   uint64   `json:"epoch"`
 	Workers []Worker `json:"workers"`
+	// Queued is the number of requests waiting per model queue
+	// (admission control); absent when none waits.
+	Queued map[string]int `json:"queued,omitempty"`
 }
 
 // DrainBody is the body of a 202 drain or resume: the model named and the
@@ -173,7 +189,7 @@ func (h *handler) workers(w http.ResponseWriter, r *http.Request) {
 		internal(w, res)
 		return
 	}
-	body := WorkersBody{Epoch: wr.Epoch, Workers: make([]Worker, len(wr.Workers))}
+	body := WorkersBody{Epoch: wr.Epoch, Workers: make([]Worker, len(wr.Workers)), Queued: wr.Queued}
 	for i, v := range wr.Workers {
 		body.Workers[i] = workerOf(v)
 	}
@@ -193,6 +209,10 @@ func workerOf(v router.WorkerView) Worker {
 	if !v.StartedAt.IsZero() {
 		out.StartedAt = v.StartedAt.UTC().Format(time.RFC3339Nano)
 	}
+	if !v.EjectedUntil.IsZero() {
+		out.EjectedUntil, out.EjectionReason = v.EjectedUntil.UTC().Format(time.RFC3339Nano), v.EjectionReason
+	}
+	out.Ejections, out.ConcurrencyLimit = v.Ejections, v.ConcurrencyLimit
 	return out
 }
 
@@ -263,6 +283,8 @@ func (h *handler) putRoutes(w http.ResponseWriter, r *http.Request) {
 			param = &p
 		}
 		openai.WriteError(w, http.StatusBadRequest, openai.CodeInvalidRoutes, err.Error(), param)
+	case errors.Is(err, admin.ErrStoreUnavailable):
+		storeUnavailable(w, err)
 	default:
 		openai.WriteError(w, http.StatusInternalServerError, CodeInternal, err.Error(), nil)
 	}
@@ -306,6 +328,9 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(dr.Err, admin.ErrModelNotFound):
 		openai.WriteError(w, http.StatusNotFound, openai.CodeModelNotFound, dr.Err.Error(), nil)
 		return
+	case errors.Is(dr.Err, admin.ErrStoreUnavailable):
+		storeUnavailable(w, dr.Err)
+		return
 	case dr.Err != nil:
 		openai.WriteError(w, http.StatusInternalServerError, CodeInternal, dr.Err.Error(), nil)
 		return
@@ -317,6 +342,11 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 		body.Resumed = dr.Models
 	}
 	writeJSON(w, http.StatusAccepted, body)
+}
+
+func storeUnavailable(w http.ResponseWriter, err error) {
+	w.Header().Set("Retry-After", StoreRetryAfter)
+	openai.WriteError(w, http.StatusServiceUnavailable, CodeStoreUnavailable, err.Error(), nil)
 }
 
 func tooLarge(w http.ResponseWriter, limit int64) {

@@ -120,6 +120,14 @@ type Gateway struct {
 	Routes []routes.Route `toml:"routes"`
 	// Engines are engines that do not heartbeat; the gateway probes them.
 	Engines []Engine `toml:"engines"`
+	// Store is where the route table and the drains are kept: state_dir
+	// (one replica) or etcd (several replicas as one).
+	Store Store `toml:"store"`
+
+	// Ejection is passive health: workers failing in a row are ejected.
+	Ejection Ejection `toml:"ejection"`
+	// Admission is the per-worker concurrency limit and per-model queue.
+	Admission Admission `toml:"admission"`
 	// Tracing is the [gateway.tracing] table: OpenTelemetry traces over
 	// OTLP, off unless an endpoint is set.
 	Tracing Tracing `toml:"tracing"`
@@ -220,6 +228,9 @@ func Default() *Config {
 		ServerIdleTimeout:  D(120 * time.Second),
 		ShutdownTimeout:    D(10 * time.Second),
 		LogFormat:          LogJSON,
+		Store:              Store{Kind: StoreFile, Prefix: DefaultStorePrefix, DialTimeout: D(DefaultStoreDialTimeout)},
+		Ejection:           defaultEjection(),
+		Admission:          defaultAdmission(),
 		Tracing:            Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "tlgate"},
 
 		MaxConnections:          10000,

@@ -51,7 +51,11 @@ func TestConfig(t *testing.T) {
 			ConnectTimeout: D(2 * time.Second), FirstByteTimeout: D(30 * time.Second),
 			IdleTimeout: D(60 * time.Second), ReadHeaderTimeout: D(10 * time.Second), ReadBodyTimeout: D(30 * time.Second),
 			ServerIdleTimeout: D(120 * time.Second), ShutdownTimeout: D(10 * time.Second),
-			LogFormat:      "json",
+			LogFormat: "json",
+			Store:     Store{Kind: "file", Prefix: "/tlgate/", DialTimeout: D(5 * time.Second)},
+			Ejection:  Ejection{ConsecutiveFailures: 3, ConsecutiveRefused: 1, BaseTime: D(10 * time.Second), MaxTime: D(5 * time.Minute), MaxPercent: 50},
+			Admission: Admission{Enabled: true, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{},
+				QueueSize: 1024, QueueTimeout: D(30 * time.Second)},
 			MaxConnections: 10000, MaxConnectionsPerClient: 1000,
 		}
 		want.Tracing = Tracing{Protocol: "grpc", SampleRatio: 1, ServiceName: "tlgate"}
@@ -397,13 +401,13 @@ func TestEveryKeyDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Tracing]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Ejection](), reflect.TypeFor[Admission](), reflect.TypeFor[Tracing](), reflect.TypeFor[Store]()} {
 		for f := range typ.Fields() {
 			key := f.Tag.Get("toml")
 			if !strings.Contains(string(readme), "`"+key+"`") {
 				t.Errorf("configs/README.md does not document %s.%s", typ.Name(), key)
 			}
-			if !strings.Contains(string(example), key+" =") && !strings.Contains(string(example), "[gateway."+key+"]") {
+			if !strings.Contains(string(example), key+" =") && !strings.Contains(string(example), "[[gateway."+key+"]]") && !strings.Contains(string(example), "[gateway."+key+"]") {
 				t.Errorf("configs/example.toml does not set %s.%s", typ.Name(), key)
 			}
 		}

@@ -114,6 +114,8 @@ func (c *Config) Validate() error {
 		v.routeErrors(err)
 	}
 	v.engines(g.Engines)
+	v.store(&g.Store)
+	v.overload(g.Ejection, g.Admission)
 	v.tracing(g.Tracing)
 	return errors.Join(v.errs...)
 }

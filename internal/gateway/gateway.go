@@ -44,6 +44,7 @@ import (
 	"github.com/tlgate/tlgate/internal/proxy"
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/store"
 	"github.com/tlgate/tlgate/internal/tracing"
 )
 
@@ -82,6 +83,7 @@ type Gateway struct {
 	// Keys holds the per-key usage metrics (nil without a Registry).
 	Keys    *metrics.KeyMetrics
 	tracing *tracing.Provider
+	store   store.Store
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -125,12 +127,15 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 
-	// Route table: the persisted one wins over the config's seed.
-	epoch, rs, err := loadRoutes(gw.StateDir, gw.Routes)
+	// Route table: the stored one (state_dir or etcd) wins over the
+	// config's seed.
+	ss, err := g.openStore(&gw, o.Logger)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	table, err := routes.NewTable(rs)
+	g.store = ss.store
+	epoch := ss.epoch
+	table, err := routes.NewTable(ss.routes)
 	if err != nil {
 		return fmt.Errorf("gateway: routes: %w", err)
 	}
@@ -141,6 +146,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			return fmt.Errorf("gateway: %w", err)
 		}
 		g.Metrics.Epoch(epoch)
+		g.Metrics.StoreUp(ss.store.Up())
 		if g.Keys, err = metrics.NewKeyMetrics(o.Registry); err != nil {
 			return fmt.Errorf("gateway: %w", err)
 		}
@@ -169,13 +175,17 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		},
 	})))
 	g.stops = append(g.stops, g.stopActor(g.Registry))
-	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(router.Config{Policy: pol, LoadFactor: gw.AffinityLoadFactor}, table, epoch), g.Registry))
+	rcfg := router.Config{Policy: pol, LoadFactor: gw.AffinityLoadFactor}
+	overloadConfig(&rcfg, gw, m, o.Logger)
+	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(rcfg, table, epoch), g.Registry))
 	g.stops = append(g.stops, g.stopActor(g.Router))
 	g.Admin = g.sys.Root.Spawn(admin.Props(admin.Deps{
 		Router: g.Router, Registry: g.Registry, StateDir: gw.StateDir, Logger: o.Logger,
 		Table: table, Epoch: epoch, OnWrite: m.AdminWrite, OnEpoch: m.Epoch, OnDrain: m.Drain,
+		Store: ss.store, Rev: ss.rev,
 	}))
 	g.stops = append(g.stops, g.stopActor(g.Admin))
+	g.followStore(ss)
 
 	// Engine clients, over TLS when an engine CA is configured.
 	engineTLS, err := loadEngineTLS(gw.EngineCAFile)
@@ -301,7 +311,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.probes.Apply(gw.Engines)
 	g.stops = append(g.stops, func(context.Context) error { g.probes.Close(); return nil })
 	o.Logger.Info().Str("listen", g.HTTPAddr()).Str("registry_listen", g.RegistryAddr()).
-		Str("route_policy", string(pol)).Uint64("epoch", epoch).Int("routes", table.Len()).Msg("gateway started")
+		Str("route_policy", string(pol)).Str("store", gw.Store.Kind).Uint64("epoch", epoch).Int("routes", table.Len()).Msg("gateway started")
 	return nil
 }
 

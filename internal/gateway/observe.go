@@ -57,6 +57,8 @@ func outcomeOf(o request.Outcome) (outcome, route string) {
 		outcome, route = metrics.OutcomeNotFound, ""
 	case o.Code == "no_capacity":
 		outcome = metrics.OutcomeNoCapacity
+	case o.Code == "overloaded":
+		outcome = metrics.OutcomeOverloaded
 	case o.Code == "internal_error":
 		outcome = metrics.OutcomeInternalError
 	case o.Streamed && o.Log.Committed && o.Status == http.StatusOK && !o.Log.Done:
@@ -98,5 +100,6 @@ func (g *Gateway) refreshGauges() {
 		counts[metrics.WorkerKey{Model: w.Model, Role: string(w.Role), State: state}]++
 	}
 	g.Metrics.SetWorkers(counts)
+	g.Metrics.SetOverload(wr.Queued, ejectedByModel(wr.Workers))
 	g.Metrics.Epoch(wr.Epoch)
 }

@@ -35,6 +35,7 @@ const (
 	OutcomeUpstreamFailed = "upstream_failed" // the engine failed after the first byte reached the client
 	OutcomeClientGone     = "client_gone"     // the client went away before the end
 	OutcomeInternalError  = "internal_error"  // 500: a gateway fault
+	OutcomeOverloaded     = "overloaded"      // 503: every worker at its limit and no wait possible
 )
 
 // Failover reasons: the reason label of tlgate_failovers_total. The first
@@ -121,6 +122,8 @@ const (
 	AdminInvalidRoutes   = "invalid_routes"
 	AdminModelNotFound   = "model_not_found"
 	AdminInternalError   = "internal_error"
+	// AdminStoreUnavailable: the shared route store could not be reached.
+	AdminStoreUnavailable = "store_unavailable"
 )
 
 // HTTP edge rejections: the code label of tlgate_http_rejected_total, equal
@@ -136,7 +139,7 @@ const (
 // The fixed sets, in exposition order.
 var (
 	requestOutcomes = fixedSet{OutcomeOK, OutcomeClientError, OutcomeNotFound, OutcomeNoCapacity,
-		OutcomeUpstreamFailed, OutcomeClientGone, OutcomeInternalError}
+		OutcomeUpstreamFailed, OutcomeClientGone, OutcomeInternalError, OutcomeOverloaded}
 	failoverReasons = fixedSet{FailoverRefused, FailoverReset, FailoverTimeout, FailoverStatus503,
 		FailoverEOF, FailoverTransport, FailoverTooLarge, FailoverTokenize, FailoverPrefill,
 		FailoverStatus5xx, FailoverBadAnswer}
@@ -146,7 +149,7 @@ var (
 	states          = fixedSet{StateRoutable, StateDraining, StateDrained}
 	sources         = fixedSet{SourceHeartbeat, SourceProbe}
 	adminOutcomes   = fixedSet{AdminOK, AdminIfMatchRequired, AdminETagMismatch, AdminInvalidRoutes,
-		AdminModelNotFound, AdminInternalError}
+		AdminModelNotFound, AdminInternalError, AdminStoreUnavailable}
 	rejectCodes = fixedSet{RejectInvalidRequest, RejectInvalidAPIKey, RejectInsufficientScope, RejectRequestTooLarge,
 		RejectRateLimited}
 	connRefusedReasons = fixedSet{ConnRefusedTotal, ConnRefusedPerClient}

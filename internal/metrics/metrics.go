@@ -100,6 +100,7 @@ type Metrics struct {
 	hbRejected    *prometheus.CounterVec
 	drains        *prometheus.CounterVec
 	epoch         prometheus.Gauge
+	storeUp       prometheus.Gauge
 	cascade       *prometheus.CounterVec
 	prefill       prometheus.Histogram
 	kvReleased    *prometheus.CounterVec
@@ -121,6 +122,8 @@ type Metrics struct {
 
 	workersMu   sync.Mutex
 	workersLast map[[3]string]struct{}
+
+	overload overloadMetrics // overload.go
 }
 
 // New creates the gateway's metrics and registers them on reg. It fails,
@@ -181,6 +184,8 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 			"Operator drains of a model.", lModel),
 		epoch: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "route_epoch",
 			Help: "Epoch of the route table in force."}),
+		storeUp: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "store_up",
+			Help: "1 while the route store (state_dir, or etcd) can be reached, else 0."}),
 		cascade: counter("cascade_steps_total",
 			"Cascade steps answered, by route, step (0 = first) and outcome (accepted or escalated).", lRoute, lStep, lOutcome),
 		prefill: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "prefill_duration_seconds",
@@ -201,6 +206,7 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 		routeNames:  newNames(maxRoutes),
 		workerNames: newNames(maxWorkers),
 		modelNames:  newNames(maxModels),
+		overload:    newOverloadMetrics(),
 	}
 	m.decisionBy = make([]prometheus.Observer, len(decisionReasons))
 	for i, r := range decisionReasons {
@@ -231,12 +237,12 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 
 // collectors lists every metric in registration order.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{
+	return append([]prometheus.Collector{
 		m.requests, m.duration, m.ttfb, m.attempts, m.failovers, m.decisions,
-		m.inflight, m.workers, m.evictions, m.registrations, m.hbRejected, m.drains, m.epoch,
+		m.inflight, m.workers, m.evictions, m.registrations, m.hbRejected, m.drains, m.epoch, m.storeUp,
 		m.cascade, m.prefill, m.kvReleased, m.disagg, m.probes, m.admin, m.rejected,
 		m.connRefused,
-	}
+	}, m.overload.collectors()...)
 }
 
 // route returns the pre-curried series of route r.
@@ -494,6 +500,18 @@ func (m *Metrics) Drain(model string) {
 		return
 	}
 	m.drains.WithLabelValues(m.modelNames.label(model)).Inc()
+}
+
+// StoreUp sets tlgate_store_up: 1 while the route store can be reached.
+func (m *Metrics) StoreUp(up bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.storeUp.Set(v)
 }
 
 // Epoch sets tlgate_route_epoch to the route table's epoch e.

@@ -181,6 +181,7 @@ func TestEveryMetricExposed(t *testing.T) {
 		"tlgate_probes_total":                   {dto.MetricType_COUNTER, []string{"outcome", "worker"}},
 		"tlgate_admin_writes_total":             {dto.MetricType_COUNTER, []string{"outcome"}},
 		"tlgate_http_rejected_total":            {dto.MetricType_COUNTER, []string{"code"}},
+		"tlgate_store_up":                       {dto.MetricType_GAUGE, nil},
 		"tlgate_http_connections_refused_total": {dto.MetricType_COUNTER, []string{"reason"}},
 	}
 	mfs, err := reg.Gather()
@@ -260,6 +261,8 @@ tlgate_requests_total{outcome="not_found",route="none"} 1
 tlgate_requests_total{outcome="not_found",route="smol"} 0
 tlgate_requests_total{outcome="ok",route="none"} 0
 tlgate_requests_total{outcome="ok",route="smol"} 2
+tlgate_requests_total{outcome="overloaded",route="none"} 0
+tlgate_requests_total{outcome="overloaded",route="smol"} 0
 tlgate_requests_total{outcome="upstream_failed",route="none"} 0
 tlgate_requests_total{outcome="upstream_failed",route="smol"} 0
 # HELP tlgate_route_epoch Epoch of the route table in force.
@@ -751,4 +754,35 @@ func TestConcurrentUse(t *testing.T) {
 	if attempts != goroutines*perG {
 		t.Errorf("attempts on stable workers = %v, want %d", attempts, goroutines*perG)
 	}
+}
+
+func TestOverloadMetrics(t *testing.T) {
+	m, reg := newTest(t)
+	m.Ejected("smol", FailoverRefused)
+	m.Ejected("smol", "weird")
+	m.QueueLeft("smol", QueueServed, 2*time.Second)
+	m.Overloaded("smol", OverloadQueueTimeout)
+	m.SetOverload(map[string]int{"smol": 3}, map[string]int{"smol": 1})
+	m.SetOverload(map[string]int{"big": 2}, nil)
+	want := `
+# HELP tlgate_worker_ejections_total Workers ejected by passive health after failing before the first byte, by served model and the failure that ejected them.
+# TYPE tlgate_worker_ejections_total counter
+tlgate_worker_ejections_total{model="smol",reason="other"} 1
+tlgate_worker_ejections_total{model="smol",reason="refused"} 1
+# HELP tlgate_queue_length Requests waiting in the admission queue, by model queue.
+# TYPE tlgate_queue_length gauge
+tlgate_queue_length{model="big"} 2
+# HELP tlgate_overloaded_total Requests answered 503 overloaded, by model queue and reason (queue_full, queue_timeout).
+# TYPE tlgate_overloaded_total counter
+tlgate_overloaded_total{model="smol",reason="queue_timeout"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "tlgate_worker_ejections_total", "tlgate_queue_length", "tlgate_overloaded_total", "tlgate_ejected_workers"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m.overload.queueWait); n != 1 {
+		t.Errorf("queue wait series = %d, want 1", n)
+	}
+	var nilM *Metrics
+	nilM.Ejected("x", "y")
+	nilM.SetOverload(nil, nil)
 }

@@ -21,6 +21,9 @@ const (
 	CodeInvalidRoutes     = "invalid_routes"
 	// CodeRateLimitExceeded answers a request over its key's limits (429).
 	CodeRateLimitExceeded = "rate_limit_exceeded"
+	// CodeOverloaded (503, with Retry-After): every routable worker of the
+	// model is at its concurrency limit and the request could not wait.
+	CodeOverloaded = "overloaded"
 )
 
 // ErrorBody is OpenAI's error envelope:

@@ -229,6 +229,11 @@ func newRequest(ctx context.Context, a Attempt, accept string) (*http.Request, e
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", accept)
 	req.Header.Set("User-Agent", "tlgate")
+	// A pooled connection that turns out dead (the engine died since it was
+	// last used) is retried once by the transport on a fresh connection,
+	// so an engine's death reads as a refused dial, not a reset: an empty
+	// Idempotency-Key marks the request replayable and is not sent.
+	req.Header["Idempotency-Key"] = nil
 	return req, nil
 }
 

@@ -1,0 +1,117 @@
+package request
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/openai"
+	"github.com/tlgate/tlgate/internal/proxy"
+)
+
+// clientLeft is sent by the context.AfterFunc watching the client's
+// context: the client went away.
+type clientLeft struct{}
+
+// watchClient tells the actor when the client's context ends, so a request
+// waiting in the router's queue gives its place up at once.
+func (a *requestActor) watchClient(ctx actor.Context) {
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	a.unwatch = context.AfterFunc(a.ex.Ctx, func() { root.Send(self, &clientLeft{}) })
+}
+
+// onClientLeft asks the router to drop the queued Route request, if one is
+// outstanding. The router answers ErrLeft when it dropped it; when the
+// answer was already on its way, that answer arrives instead and the
+// attempt ends at once on the canceled context.
+func (a *requestActor) onClientLeft(ctx actor.Context) {
+	if a.routing && !a.leaving {
+		a.leaving = true
+		ctx.Send(a.d.Router, &router.Leave{PID: ctx.Self()})
+	}
+}
+
+// stopWatching stops the client watch.
+func (a *requestActor) stopWatching() {
+	if a.unwatch != nil {
+		a.unwatch()
+		a.unwatch = nil
+	}
+}
+
+// admissionAnswer handles the router's overload answers; it reports
+// whether m was one.
+func (a *requestActor) admissionAnswer(ctx actor.Context, m *router.RouteResult) bool {
+	switch {
+	case errors.Is(m.Err, router.ErrLeft):
+		a.log.ClientGone = true
+		a.finish(ctx, Outcome{Status: 499, Code: "client_closed", Message: "client closed the request"})
+	case m.Err == nil && a.ex.Ctx.Err() != nil:
+		// The answer crossed the client's leaving: give the slots back.
+		ctx.Send(a.d.Router, &router.Release{WorkerID: m.Target.Worker.ID})
+		if m.Target.Prefill != nil {
+			ctx.Send(a.d.Router, &router.Release{WorkerID: m.Target.Prefill.ID})
+		}
+		a.log.ClientGone = true
+		a.finish(ctx, Outcome{Status: 499, Code: "client_closed", Message: "client closed the request"})
+	case errors.Is(m.Err, router.ErrOverloaded):
+		secs := int((m.RetryAfter + time.Second - 1) / time.Second)
+		a.finish(ctx, Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeOverloaded,
+			Header:  http.Header{"Retry-After": {strconv.Itoa(max(secs, 1))}},
+			Message: fmt.Sprintf("Every worker of model %q is at its concurrency limit and the request could not wait; retry later.", a.ex.Req.Model)})
+	default:
+		return false
+	}
+	return true
+}
+
+// reportFailure tells the router that an attempt on worker failed before
+// its first byte, when the failure is the engine's (refused, reset,
+// timeout, a 5xx answer, an early close, another transport error).
+func (a *requestActor) reportFailure(ctx actor.Context, worker, reason string) {
+	if a.reported == a.attempts {
+		return // the answer was already reported (a 5xx failed over)
+	}
+	a.reported = a.attempts
+	if CountsForEjection(reason) {
+		ctx.Send(a.d.Router, &router.AttemptFailed{WorkerID: worker, Reason: reason})
+	}
+}
+
+// CountsForEjection reports whether an attempt failure (a proxy.Failure)
+// is the engine's fault and counts towards its ejection: refused, reset,
+// timeout, an early close, another transport error, a status_ failure
+// (503 and any other 5xx the proxy fails over) or an answer that is not
+// OpenAI-shaped (bad_answer). The client leaving, an
+// answer too large and a request that could not be built do not.
+func CountsForEjection(reason string) bool {
+	switch f := proxy.Failure(reason); {
+	case f == proxy.FailRefused, f == proxy.FailReset, f == proxy.FailTimeout, f == proxy.FailEOF, f == proxy.FailTransport,
+		f == proxy.FailBadAnswer:
+		return true
+	}
+	return strings.HasPrefix(reason, "status_")
+}
+
+// reportFetched reports a non-streamed attempt's answer (once per attempt).
+func (a *requestActor) reportFetched(ctx actor.Context, status int) {
+	a.reported = a.attempts
+	reportAnswer(ctx.Send, a.d.Router, a.target.Worker.ID, status)
+}
+
+// reportAnswer tells the router how an attempt on worker that got an
+// answer went: a 5xx is a failure, anything else a success.
+func reportAnswer(send func(pid *actor.PID, msg any), routerPID *actor.PID, worker string, status int) {
+	if status >= 500 {
+		send(routerPID, &router.AttemptFailed{WorkerID: worker, Reason: router.StatusError})
+		return
+	}
+	send(routerPID, &router.AttemptSucceeded{WorkerID: worker})
+}

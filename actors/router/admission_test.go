@@ -1,0 +1,173 @@
+package router
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/policy"
+)
+
+func TestFairQueueRoundRobin(t *testing.T) {
+	q := newFairQueue()
+	push := func(key string, n int) {
+		for range n {
+			q.push(&Waiter{Key: key})
+		}
+	}
+	push("a", 4)
+	push("b", 2)
+	var got []string
+	pop := func(n int) {
+		for range n {
+			got = append(got, q.pop().Key)
+		}
+	}
+	pop(2) // a, b
+	push("c", 1)
+	pop(5) // c joins after the keys already waiting
+	if s := strings.Join(got, ""); s != "ababcaa" {
+		t.Fatalf("order %s, want ababcaa", s)
+	}
+	if q.pop() != nil || q.n != 0 || len(q.keys) != 0 {
+		t.Fatalf("queue not empty: %+v", q)
+	}
+}
+
+func TestFairQueueRemove(t *testing.T) {
+	q := newFairQueue()
+	ws := map[string]*Waiter{}
+	for _, k := range []string{"a1", "b1", "c1", "a2"} {
+		ws[k] = &Waiter{Key: k[:1]}
+		q.push(ws[k])
+	}
+	q.pop() // a1; turn passes to b
+	if !q.remove(ws["b1"]) || q.remove(ws["b1"]) {
+		t.Fatal("remove")
+	}
+	if w := q.pop(); w != ws["c1"] {
+		t.Fatalf("after removing b's only waiter, got %+v, want c1", w)
+	}
+	if w := q.pop(); w != ws["a2"] {
+		t.Fatalf("got %+v, want a2", w)
+	}
+}
+
+func admitState(t *testing.T, limit, size int) *State {
+	t.Helper()
+	s := state(t, policy.NameLeastOutstanding, nil)
+	s.cfg.Admission = AdmissionConfig{Enabled: limit > 0, Worker: limit, QueueSize: size, QueueTimeout: 30 * time.Second}
+	s.SetWorker(w("a", "m", fleet.RoleUnified, 0, 0))
+	s.SetWorker(w("b", "m", fleet.RoleUnified, 0, 0))
+	return s
+}
+
+func pid(n string) *actor.PID { return actor.NewPID("local", n) }
+
+func TestAdmitQueuesWhenSaturated(t *testing.T) {
+	s := admitState(t, 1, 2)
+	for i := range 2 {
+		if ad := s.Admit(&Request{Model: "m"}, "k", pid("p"+string(rune('0'+i))), now); ad.Err != nil || ad.Queued != nil {
+			t.Fatalf("admit %d: %+v", i, ad)
+		}
+	}
+	q1 := s.Admit(&Request{Model: "m"}, "k", pid("q1"), now)
+	q2 := s.Admit(&Request{Model: "m"}, "k", pid("q2"), now.Add(1500*time.Millisecond))
+	if q1.Queued == nil || q2.Queued == nil {
+		t.Fatalf("not queued: %+v %+v", q1, q2)
+	}
+	full := s.Admit(&Request{Model: "m"}, "k", pid("q3"), now.Add(2*time.Second))
+	if !errors.Is(full.Err, ErrOverloaded) || full.RetryAfter != 2*time.Second {
+		t.Fatalf("full queue: %+v", full)
+	}
+	// Another key displaces the heaviest key's newest waiter.
+	other := s.Admit(&Request{Model: "m"}, "other", pid("o1"), now.Add(2*time.Second))
+	if other.Queued == nil || other.Displaced != q2.Queued {
+		t.Fatalf("other key: %+v", other)
+	}
+	if got := s.QueueLengths()["m"]; got != 2 {
+		t.Fatalf("queued %d", got)
+	}
+	// Nothing frees: dispatch serves nobody.
+	if d := s.Dispatch(now.Add(2 * time.Second)); len(d) != 0 {
+		t.Fatalf("dispatched %+v", d)
+	}
+	s.Release("a")
+	d := s.Dispatch(now.Add(3 * time.Second))
+	if len(d) != 1 || d[0].W != q1.Queued || d[0].Err != nil || d[0].Target.Worker.ID != "a" {
+		t.Fatalf("dispatch after a release: %+v", d)
+	}
+	// The other key's waiter leaves (client gone): the queue empties.
+	if w := s.Leave(pid("o1")); w != other.Queued || s.Leave(pid("o1")) != nil {
+		t.Fatal("leave")
+	}
+	if len(s.QueueLengths()) != 0 {
+		t.Fatalf("queues left: %v", s.QueueLengths())
+	}
+}
+
+func TestAdmitExpiresAndUnknownModel(t *testing.T) {
+	s := admitState(t, 1, 4)
+	s.Admit(&Request{Model: "m"}, "k", nil, now)
+	s.Admit(&Request{Model: "m"}, "k", nil, now)
+	q := s.Admit(&Request{Model: "m"}, "k", nil, now).Queued
+	if s.Expire(q.Seq, now.Add(29*time.Second)) != nil {
+		t.Fatal("expired before its deadline")
+	}
+	if s.Expire(q.Seq, now.Add(30*time.Second)) != q || s.Expire(q.Seq, now.Add(31*time.Second)) != nil {
+		t.Fatal("expire")
+	}
+	// A model with no worker at all is refused at once, not queued.
+	if ad := s.Admit(&Request{Model: "nope"}, "k", nil, now); ad.Queued != nil || !errors.Is(ad.Err, ErrModelNotFound) {
+		t.Fatalf("unknown model: %+v", ad)
+	}
+	// Admission off: no limits, no queue.
+	s = admitState(t, 0, 4)
+	s.Admit(&Request{Model: "m"}, "k", nil, now)
+	s.Admit(&Request{Model: "m"}, "k", nil, now)
+	if ad := s.Admit(&Request{Model: "m"}, "k", nil, now); ad.Err != nil || ad.Queued != nil {
+		t.Fatalf("admission off: %+v", ad)
+	}
+}
+
+func TestLimitRules(t *testing.T) {
+	s := state(t, policy.NameLeastOutstanding, nil)
+	s.cfg.Admission = AdmissionConfig{Enabled: true, Model: map[string]int{"big": 4}, Engine: map[string]int{"e1": 2}}
+	x := w("x", "m", fleet.RoleUnified, 0, 0)
+	x.Running = 8
+	s.SetWorker(x)
+	if got := s.Limit(s.workers["x"]); got != 0 {
+		t.Fatalf("no queue reported yet: limit %d, want none", got)
+	}
+	steps := []struct{ queue, running, want int }{
+		{3, 6, 7}, // queueing at 6: capacity 6, one more allowed
+		{0, 2, 7}, // less load: nothing learned
+		{0, 7, 8}, // ran 7 without a queue: capacity 7
+		{2, 4, 5}, // queueing at 4 now (KV short): capacity 4
+	}
+	for _, st := range steps {
+		x.QueueDepth, x.Running = st.queue, st.running
+		s.SetWorker(x)
+		if got := s.Limit(s.workers["x"]); got != st.want {
+			t.Fatalf("after queue %d running %d: limit %d, want %d", st.queue, st.running, got, st.want)
+		}
+	}
+	x.StartedAt, x.QueueDepth = now.Add(time.Minute), 0 // restarted: forgotten
+	s.SetWorker(x)
+	if got := s.Limit(s.workers["x"]); got != 0 {
+		t.Fatalf("after a restart: %d", got)
+	}
+	s.SetWorker(w("e1", "big", fleet.RoleUnified, 0, 0))
+	s.SetWorker(w("e2", "big", fleet.RoleUnified, 0, 0))
+	if a, b := s.Limit(s.workers["e1"]), s.Limit(s.workers["e2"]); a != 2 || b != 4 {
+		t.Fatalf("engine override %d (want 2), model override %d (want 4)", a, b)
+	}
+	s.cfg.Admission.Worker = 5
+	if got := s.Limit(s.workers["x"]); got != 5 {
+		t.Fatalf("worker_concurrency: %d", got)
+	}
+}

@@ -1,0 +1,207 @@
+package router
+
+import (
+	"sort"
+	"time"
+
+	"github.com/tlgate/tlgate/internal/fleet"
+)
+
+// EjectionConfig is passive health (outlier ejection): a worker whose
+// attempts fail before the first byte Failures times in a row (Refused
+// times when the failure that reaches the count is a refused connection)
+// is ejected for Base × the number of times it has been ejected, at most
+// Max. At most MaxPercent of the workers of one pool (served model and
+// role) are ejected at once, rounded down; MaxPercent 0 turns ejection off.
+type EjectionConfig struct {
+	Failures   int
+	Refused    int
+	Base       time.Duration
+	Max        time.Duration
+	MaxPercent int
+}
+
+// Failure reasons the request actor reports (those of internal/proxy, plus
+// StatusError for a 5xx answer that is not a 503).
+const (
+	FailureRefused = "refused"
+	StatusError    = "status_5xx"
+)
+
+// health is one worker's passive-health record. It outlives eviction while
+// an ejection runs, and a heartbeat never changes it.
+type health struct {
+	fails  int       // consecutive failures
+	times  int       // ejections so far (the multiplier)
+	until  time.Time // end of the current or last ejection
+	reason string    // the failure that caused the last ejection
+	// The incarnation the record is about: a worker that comes back at
+	// another address or with another start time is a new process, and
+	// starts with a clean record.
+	addr    string
+	started time.Time
+}
+
+// renewed forgets the record of a worker whose report shows a new process
+// (another HTTP address or start time); other reports leave it alone, so
+// no heartbeat or probe ends an ejection early.
+func (s *State) renewed(w *fleet.Worker) {
+	if h := s.health[w.ID]; h != nil && (h.addr != w.HTTPAddress || !h.started.Equal(w.StartedAt)) {
+		delete(s.health, w.ID)
+	}
+}
+
+// Ejection is what AttemptFailed did.
+type Ejection struct {
+	Ejected bool
+	Until   time.Time
+	Reason  string
+	Model   string
+	// Capped: the worker reached its threshold but the pool's cap kept it.
+	Capped bool
+}
+
+// ejected reports whether worker id is ejected at now.
+func (s *State) ejected(id string, now time.Time) bool {
+	h := s.health[id]
+	return h != nil && now.Before(h.until)
+}
+
+// AttemptSucceeded resets worker id's failure count: an attempt reached its
+// first byte with an answer that is not a 5xx. It does not end an ejection.
+func (s *State) AttemptSucceeded(id string) {
+	if h := s.health[id]; h != nil {
+		h.fails = 0
+	}
+}
+
+// AttemptFailed records a failure of worker id before the first byte and
+// ejects the worker when it has failed enough times in a row and its
+// pool's cap allows. Failures of a worker already ejected (attempts sent
+// before the ejection) change nothing.
+func (s *State) AttemptFailed(id, reason string, now time.Time) Ejection {
+	ec := s.cfg.Ejection
+	w, known := s.workers[id]
+	if ec.MaxPercent <= 0 || !known {
+		return Ejection{}
+	}
+	if s.health == nil {
+		s.health = map[string]*health{}
+	}
+	h := s.health[id]
+	if h == nil {
+		h = &health{addr: w.HTTPAddress, started: w.StartedAt}
+		s.health[id] = h
+	}
+	if now.Before(h.until) {
+		return Ejection{}
+	}
+	h.fails++
+	need := max(ec.Failures, 1)
+	if reason == FailureRefused {
+		need = max(ec.Refused, 1)
+	}
+	if h.fails < need {
+		return Ejection{}
+	}
+	out := Ejection{Model: w.Model, Reason: reason}
+	if !s.ejectionRoom(w, now) {
+		out.Capped = true
+		return out
+	}
+	// A worker that stayed out of trouble for Max after its last ejection
+	// starts again at one Base.
+	if h.times > 0 && now.Sub(h.until) >= ec.Max {
+		h.times = 0
+	}
+	h.times++
+	h.fails = 0
+	h.reason = reason
+	h.until = now.Add(EjectionTime(ec, h.times))
+	s.counter(id).until = h.until
+	out.Ejected, out.Until = true, h.until
+	s.pruneHealth(now)
+	return out
+}
+
+// EjectionTime is the length of a worker's k-th ejection: k × Base, at
+// most Max.
+func EjectionTime(ec EjectionConfig, k int) time.Duration {
+	d := time.Duration(k) * ec.Base
+	if ec.Max > 0 && (d > ec.Max || d < 0) {
+		d = ec.Max
+	}
+	return d
+}
+
+// ejectionRoom reports whether one more worker of the pool may be ejected
+// at now: ejected + 1 ≤ ⌊n × MaxPercent / 100⌋.
+func (s *State) ejectionRoom(w *fleet.Worker, now time.Time) bool {
+	p, ok := s.pools[poolKey{w.Model, w.Role}]
+	if !ok {
+		return false
+	}
+	ejected := 0
+	for _, other := range p.ids {
+		if other != w.ID && s.ejected(other, now) {
+			ejected++
+		}
+	}
+	return (ejected+1)*100 <= len(p.ids)*s.cfg.Ejection.MaxPercent
+}
+
+// pruneHealth forgets records of workers that are gone and not ejected.
+func (s *State) pruneHealth(now time.Time) {
+	for id, h := range s.health {
+		if _, live := s.workers[id]; !live && !now.Before(h.until) {
+			delete(s.health, id)
+		}
+	}
+}
+
+// EjectedWorker is one ejection in force.
+type EjectedWorker struct {
+	ID, Model, Reason string
+	Until             time.Time
+}
+
+// EjectedAt lists the workers ejected at now, by id.
+func (s *State) EjectedAt(now time.Time) []EjectedWorker {
+	var out []EjectedWorker
+	for id, h := range s.health {
+		if now.Before(h.until) {
+			e := EjectedWorker{ID: id, Reason: h.reason, Until: h.until}
+			if w, ok := s.workers[id]; ok {
+				e.Model = w.Model
+			}
+			out = append(out, e)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Observer receives the router's overload events; each func may be nil.
+// They run inside the router actor and must not block.
+type Observer struct {
+	// OnEject: worker (of model) was ejected until until after reason.
+	OnEject func(worker, model, reason string, until time.Time)
+	// OnQueueLeft: a waiter left queue after waited, with outcome served,
+	// overloaded or gone.
+	OnQueueLeft func(queue, outcome string, waited time.Duration)
+	// OnOverloaded: a request to queue was answered overloaded, for reason
+	// queue_full or queue_timeout.
+	OnOverloaded func(queue, reason string)
+}
+
+// overloadView fills v's ejection and admission fields at now.
+func (s *State) overloadView(v WorkerView, now time.Time) WorkerView {
+	if h := s.health[v.ID]; h != nil {
+		v.Ejections = h.times
+		if now.Before(h.until) {
+			v.EjectedUntil, v.EjectionReason = h.until, h.reason
+		}
+	}
+	v.ConcurrencyLimit = s.Limit(&v.Worker)
+	return v
+}

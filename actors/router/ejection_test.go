@@ -1,0 +1,152 @@
+package router
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/policy"
+)
+
+var testEjection = EjectionConfig{Failures: 3, Refused: 1, Base: 10 * time.Second, Max: 25 * time.Second, MaxPercent: 50}
+
+func ejectState(t *testing.T, ec EjectionConfig, ids ...string) *State {
+	t.Helper()
+	s := state(t, policy.NameLeastOutstanding, nil)
+	s.cfg.Ejection = ec
+	for _, id := range ids {
+		s.SetWorker(w(id, "m", fleet.RoleUnified, 0, 0))
+	}
+	return s
+}
+
+func TestEjectionThresholds(t *testing.T) {
+	cases := []struct {
+		name    string
+		reasons []string
+		ejected bool
+	}{
+		{"one refused ejects", []string{"refused"}, true},
+		{"two resets do not", []string{"reset", "reset"}, false},
+		{"three failures of any kind do", []string{"reset", "status_5xx", "timeout"}, true},
+		{"a refused after two others", []string{"eof", "status_503", "refused"}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := ejectState(t, testEjection, "a", "b")
+			var e Ejection
+			for _, r := range tc.reasons {
+				e = s.AttemptFailed("a", r, now)
+			}
+			if e.Ejected != tc.ejected || s.ejected("a", now) != tc.ejected {
+				t.Fatalf("ejected %v (state %v), want %v", e.Ejected, s.ejected("a", now), tc.ejected)
+			}
+			if tc.ejected && (!e.Until.Equal(now.Add(10*time.Second)) || e.Reason != tc.reasons[len(tc.reasons)-1]) {
+				t.Fatalf("ejection %+v", e)
+			}
+		})
+	}
+}
+
+func TestEjectionSuccessResetsCount(t *testing.T) {
+	s := ejectState(t, testEjection, "a", "b")
+	s.AttemptFailed("a", "reset", now)
+	s.AttemptFailed("a", "reset", now)
+	s.AttemptSucceeded("a")
+	if e := s.AttemptFailed("a", "reset", now); e.Ejected {
+		t.Fatal("ejected after a success broke the run")
+	}
+}
+
+// TestEjectionCappedAtHalf: every worker of a pool of four refuses; only
+// two (50%) are ejected, the others stay routable; when an ejection ends,
+// room is made for the next.
+func TestEjectionCappedAtHalf(t *testing.T) {
+	s := ejectState(t, testEjection, "a", "b", "c", "d")
+	var ejected, capped []string
+	for _, id := range []string{"a", "b", "c", "d"} {
+		e := s.AttemptFailed(id, "refused", now)
+		if e.Ejected {
+			ejected = append(ejected, id)
+		}
+		if e.Capped {
+			capped = append(capped, id)
+		}
+	}
+	if len(ejected) != 2 || len(capped) != 2 {
+		t.Fatalf("ejected %v, capped %v: want two of each", ejected, capped)
+	}
+	for range 8 {
+		tg, err := s.Pick(&Request{Model: "m", RequestID: "x"}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.ejected(tg.Worker.ID, now) {
+			t.Fatalf("picked ejected %s", tg.Worker.ID)
+		}
+		s.Release(tg.Worker.ID)
+	}
+	// Ejections end after 10 s; c fails again and is ejected now.
+	later := now.Add(10 * time.Second)
+	if e := s.AttemptFailed("c", "refused", later); !e.Ejected {
+		t.Fatalf("c not ejected once room was made: %+v", e)
+	}
+	// A single worker is never ejected (⌊1 × 50%⌋ = 0).
+	one := ejectState(t, testEjection, "solo")
+	if e := one.AttemptFailed("solo", "refused", now); e.Ejected || !e.Capped {
+		t.Fatalf("single worker: %+v", e)
+	}
+	// max_percent 0 turns ejection off.
+	off := ejectState(t, EjectionConfig{Failures: 1, Refused: 1, Base: time.Second, Max: time.Second}, "a", "b")
+	if e := off.AttemptFailed("a", "refused", now); e.Ejected {
+		t.Fatal("ejected with max_percent 0")
+	}
+}
+
+func TestEjectionTime(t *testing.T) {
+	for k, want := range map[int]time.Duration{1: 10 * time.Second, 2: 20 * time.Second, 3: 25 * time.Second, 100: 25 * time.Second} {
+		if got := EjectionTime(testEjection, k); got != want {
+			t.Errorf("EjectionTime(%d) = %v, want %v", k, got, want)
+		}
+	}
+}
+
+func TestEjectionFailuresWhileEjectedIgnored(t *testing.T) {
+	s := ejectState(t, testEjection, "a", "b")
+	s.AttemptFailed("a", "refused", now)
+	// Attempts sent before the ejection fail later: no extension.
+	if e := s.AttemptFailed("a", "refused", now.Add(time.Second)); e.Ejected {
+		t.Fatal("an ejected worker's late failure extended the ejection")
+	}
+	if v := s.Workers(now)[0]; v.EjectedUntil != now.Add(10*time.Second) || v.EjectionReason != "refused" || v.Ejections != 1 {
+		t.Fatalf("view %+v", v)
+	}
+	// Heartbeats do not end it.
+	s.SetWorker(w("a", "m", fleet.RoleUnified, 0, 0))
+	if !s.ejected("a", now.Add(9*time.Second)) {
+		t.Fatal("a heartbeat ended the ejection")
+	}
+	// A long quiet spell resets the multiplier.
+	far := now.Add(10*time.Second + 25*time.Second)
+	if e := s.AttemptFailed("a", "refused", far); !e.Ejected || !e.Until.Equal(far.Add(10*time.Second)) {
+		t.Fatalf("after a quiet spell: %+v, want one base", e)
+	}
+}
+
+func TestEjectionForgottenForNewProcess(t *testing.T) {
+	s := ejectState(t, testEjection, "a", "b")
+	s.AttemptFailed("a", "refused", now)
+	moved := w("a", "m", fleet.RoleUnified, 0, 0)
+	moved.HTTPAddress = "127.0.0.1:2"
+	s.SetWorker(moved)
+	if s.ejected("a", now) {
+		t.Fatal("a restarted at a new address is still ejected")
+	}
+	s.AttemptFailed("a", "refused", now)
+	restarted := moved
+	restarted.StartedAt = now
+	s.SetWorker(restarted)
+	if s.ejected("a", now) {
+		t.Fatal("a with a new start time is still ejected")
+	}
+}
