@@ -56,6 +56,7 @@ func TestConfig(t *testing.T) {
 			Ejection:  Ejection{ConsecutiveFailures: 3, ConsecutiveRefused: 1, BaseTime: D(10 * time.Second), MaxTime: D(5 * time.Minute), MaxPercent: 50},
 			Admission: Admission{Enabled: true, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{},
 				QueueSize: 1024, QueueTimeout: D(30 * time.Second)},
+			MaxConnections: 10000, MaxConnectionsPerClient: 1000,
 		}
 		want.Tracing = Tracing{Protocol: "grpc", SampleRatio: 1, ServiceName: "tlgate"}
 		if !reflect.DeepEqual(c.Gateway, want) {
@@ -185,6 +186,8 @@ func TestConfigValidation(t *testing.T) {
 		{"heartbeat_interval", `heartbeat_interval = "0s"`, []string{"gateway.heartbeat_interval: must be > 0, got 0s"}},
 		{"heartbeat_miss_limit", `heartbeat_miss_limit = 0`, []string{"gateway.heartbeat_miss_limit: must be >= 1, got 0"}},
 		{"max_attempts", `max_attempts = -1`, []string{"gateway.max_attempts: must be >= 1, got -1"}},
+		{"max_connections", `max_connections = -1`, []string{"gateway.max_connections: must be >= 0 (0: no cap), got -1"}},
+		{"max_connections_per_client", `max_connections_per_client = -2`, []string{"gateway.max_connections_per_client: must be >= 0 (0: no cap), got -2"}},
 		{"max_body_bytes", `max_body_bytes = 0`, []string{"gateway.max_body_bytes: must be > 0, got 0"}},
 		{"state_dir", `state_dir = " "`, []string{"gateway.state_dir: required"}},
 		{"timeouts", "connect_timeout = \"-1s\"\nfirst_byte_timeout = \"0s\"\nidle_timeout = \"0s\"\nread_header_timeout = \"0s\"\nserver_idle_timeout = \"0s\"\nshutdown_timeout = \"0s\"", []string{

@@ -31,7 +31,9 @@ import (
 	"github.com/tlgate/tlgate/internal/actorsys"
 	"github.com/tlgate/tlgate/internal/adminhttp"
 	"github.com/tlgate/tlgate/internal/auth"
+	"github.com/tlgate/tlgate/internal/bodyguard"
 	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/connlimit"
 	"github.com/tlgate/tlgate/internal/console"
 	"github.com/tlgate/tlgate/internal/engineclient"
 	"github.com/tlgate/tlgate/internal/fleet"
@@ -157,6 +159,8 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		}
 	}
 	m := g.Metrics
+	// 400, 401 and 403 answers of the auth check are edge rejections too.
+	keyring = keyring.WithOnReject(func(_ int, code string) { m.Rejected(code) })
 
 	// Tracing: off (and free) unless configured or given.
 	if g.tracing, err = g.startTracing(cfg.Gateway.Tracing, o.Tracing); err != nil {
@@ -275,7 +279,11 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		}))
 	}
 	g.http = &http.Server{
-		Handler:           mux,
+		// Every path's body is bounded, and never awaited when unread.
+		Handler: bodyguard.Wrap(mux, bodyguard.Options{
+			MaxBodyBytes: gw.MaxBodyBytes, Timeout: gw.ReadBodyTimeout.Duration,
+			OnReject: func(_ int, code string) { m.Rejected(code) },
+		}),
 		ReadHeaderTimeout: gw.ReadHeaderTimeout.Duration,
 		IdleTimeout:       gw.ServerIdleTimeout.Duration,
 		TLSConfig:         serverTLS,
@@ -283,6 +291,10 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	if g.httpLis, err = net.Listen("tcp", gw.Listen); err != nil {
 		return fmt.Errorf("gateway: listen: %w", err)
 	}
+	g.httpLis = connlimit.Wrap(g.httpLis, connlimit.Options{
+		Max: gw.MaxConnections, PerClient: gw.MaxConnectionsPerClient,
+		OnRefuse: func(_ net.Addr, reason string) { m.ConnectionRefused(reason) },
+	})
 	go func() {
 		var err error
 		if serverTLS != nil {
@@ -386,9 +398,17 @@ func loadEngineTLS(caFile string) (*tls.Config, error) {
 // accessLog writes one structured line per request; never the key itself.
 func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	lg := o.Log
+	outcome, _ := outcomeOf(o)
 	ev := l.Info()
-	if o.Status >= 500 {
+	if o.Status >= 500 || outcome == metrics.OutcomeUpstreamFailed {
 		ev = l.Warn()
+	}
+	ev.Str("outcome", outcome)
+	if lg.StreamFailure != "" {
+		ev.Str("stream_failure", lg.StreamFailure)
+	}
+	if len(lg.Failures) == 0 && lg.LastError != "" {
+		ev.Str("last_error", lg.LastError) // a committed stream's end
 	}
 	ev.Str("request_id", ex.RequestID).Str("key", ex.KeyName).Str("model", ex.Req.Model).
 		Str("route", lg.Route).Str("served_model", lg.ServedModel).Str("worker", lg.Worker).
