@@ -20,30 +20,10 @@ import (
 // Authorization headers) included, and a 413 by Content-Length;
 // tlgate_http_connections_refused_total counts connections over a cap.
 func TestRejectionsAreCounted(t *testing.T) {
-	cfg, err := config.Parse([]byte(`
-[gateway]
-listen = "127.0.0.1:0"
-registry_listen = "127.0.0.1:0"
-max_body_bytes = 1000
-max_connections_per_client = 2
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Gateway.StateDir = t.TempDir()
-	keys()(cfg)
-	reg := prometheus.NewRegistry()
-	gw, err := gateway.Start(context.Background(), cfg, gateway.Options{Logger: zerolog.Nop(), Registry: reg, Gatherer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := gw.Close(ctx); err != nil {
-			t.Errorf("gateway close: %v", err)
-		}
-	})
+	// The refusals are counted on a gateway without a per-client cap: the
+	// connections its answers close are still being closed when the next
+	// request dials, and a cap of 2 would refuse that dial instead.
+	gw, reg := startHardeningGateway(t, "")
 	url := "http://" + gw.HTTPAddr()
 	client := &http.Client{Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
@@ -84,22 +64,54 @@ max_connections_per_client = 2
 		}
 	}
 
-	// Over the per-client cap of 2: the third connection is refused.
 	client.CloseIdleConnections()
+
+	// Over the per-client cap of 2: the third connection is refused.
+	capped, capReg := startHardeningGateway(t, "max_connections_per_client = 2\n")
 	for i := 0; i < 2; i++ {
-		c, err := net.Dial("tcp", gw.HTTPAddr())
+		c, err := net.Dial("tcp", capped.HTTPAddr())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 	}
 	eventually(t, 5*time.Second, func() bool {
-		c, err := net.Dial("tcp", gw.HTTPAddr())
+		c, err := net.Dial("tcp", capped.HTTPAddr())
 		if err == nil {
 			c.Close()
 		}
-		return counterValue(t, reg, "tlgate_http_connections_refused_total", "reason", "per_client") >= 1
+		return counterValue(t, capReg, "tlgate_http_connections_refused_total", "reason", "per_client") >= 1
 	}, "a refused connection counted")
+}
+
+// startHardeningGateway starts a gateway with the test keys, a 1000-byte
+// body limit and extra [gateway] lines, and its metrics registry.
+func startHardeningGateway(t *testing.T, extra string) (*gateway.Gateway, *prometheus.Registry) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(`
+[gateway]
+listen = "127.0.0.1:0"
+registry_listen = "127.0.0.1:0"
+max_body_bytes = 1000
+` + extra))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Gateway.StateDir = t.TempDir()
+	keys()(cfg)
+	reg := prometheus.NewRegistry()
+	gw, err := gateway.Start(context.Background(), cfg, gateway.Options{Logger: zerolog.Nop(), Registry: reg, Gatherer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := gw.Close(ctx); err != nil {
+			t.Errorf("gateway close: %v", err)
+		}
+	})
+	return gw, reg
 }
 
 // counterValue returns the value of the counter name{label=value}.
