@@ -7,6 +7,7 @@
 //	PUT  /admin/v1/routes                  If-Match required; 200 with the new body and ETag
 //	POST /admin/v1/models/{model}:drain    202 {"model":...,"drained":[...],"workers":n}
 //	POST /admin/v1/models/{model}:resume   202 {"model":...,"resumed":[...],"workers":n}
+//	GET  /admin/v1/traffic                 the last 15 minutes per model (when Deps.Traffic is set)
 //
 // Errors are OpenAI-shaped: 400 invalid_routes (param names the bad
 // field), 401 invalid_api_key, 403 insufficient_scope, 404 model_not_found
@@ -34,6 +35,7 @@ import (
 	"github.com/tlgate/tlgate/internal/auth"
 	"github.com/tlgate/tlgate/internal/openai"
 	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/traffic"
 )
 
 // Error codes of the admin API beyond those of package openai.
@@ -71,6 +73,9 @@ type Deps struct {
 	MaxBodyBytes int64
 	// Timeout bounds each question to an actor; 0 means DefaultTimeout.
 	Timeout time.Duration
+	// Traffic, when set, serves GET /admin/v1/traffic: the last 15
+	// minutes per model (traffic.Snapshot).
+	Traffic *traffic.Recorder
 }
 
 // Worker is one worker as GET /admin/v1/workers lists it.
@@ -149,6 +154,12 @@ func New(d Deps) http.Handler {
 	// ServeMux cannot match "{model}:drain" inside one segment: match the
 	// rest of the path (model ids may hold '/') and split at the last ':'.
 	mux.HandleFunc("POST /admin/v1/models/{target...}", h.drain)
+	if d.Traffic != nil {
+		mux.HandleFunc("GET /admin/v1/traffic", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, d.Traffic.Snapshot())
+		})
+		mux.Handle("/admin/v1/traffic", notAllowed("GET, HEAD"))
+	}
 	mux.Handle("/admin/v1/workers", notAllowed("GET, HEAD"))
 	mux.Handle("/admin/v1/routes", notAllowed("GET, HEAD, PUT"))
 	mux.Handle("/admin/v1/models/", notAllowed("POST"))

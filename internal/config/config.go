@@ -132,6 +132,12 @@ type Gateway struct {
 	// OTLP, off unless an endpoint is set.
 	Tracing Tracing `toml:"tracing"`
 
+	// MaxConnections caps the HTTP listener's open connections; more are
+	// closed as soon as they are accepted (0: no cap).
+	MaxConnections int `toml:"max_connections"`
+	// MaxConnectionsPerClient caps the open HTTP connections of one client
+	// IP likewise (0: no cap).
+	MaxConnectionsPerClient int `toml:"max_connections_per_client"`
 	// MaxWorkers caps the workers registered by heartbeat; a new worker id
 	// beyond it is refused (ResourceExhausted) until one is evicted.
 	MaxWorkers int `toml:"max_workers"`
@@ -269,6 +275,9 @@ func Default() *Config {
 		Ejection:           defaultEjection(),
 		Admission:          defaultAdmission(),
 		Tracing:            Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "tlgate"},
+
+		MaxConnections:          10000,
+		MaxConnectionsPerClient: 1000,
 	}}
 }
 

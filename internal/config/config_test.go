@@ -57,6 +57,7 @@ func TestConfig(t *testing.T) {
 			Admission: Admission{Enabled: true, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{},
 				QueueSize: 1024, QueueTimeout: D(30 * time.Second)},
 			MaxWorkers: 1024, RegistryPeerRate: 200, RegistryPeerBurst: 400,
+			MaxConnections: 10000, MaxConnectionsPerClient: 1000,
 		}
 		want.Tracing = Tracing{Protocol: "grpc", SampleRatio: 1, ServiceName: "tlgate"}
 		if !reflect.DeepEqual(c.Gateway, want) {
@@ -202,6 +203,8 @@ func TestConfigValidation(t *testing.T) {
 		{"registry_peer_burst", `registry_peer_burst = 0`, []string{"gateway.registry_peer_burst: must be >= 1 when registry_peer_rate is set, got 0"}},
 		{"engine_networks", `engine_networks = ["10.0.0.0/8", "nope", "10.1.2.3/8"]`, []string{`gateway.engine_networks[1]: must be a CIDR network such as "10.0.0.0/8", got "nope"`, `gateway.engine_networks[2]: "10.1.2.3/8" has host bits set; the network is "10.0.0.0/8"`}},
 		{"max_attempts", `max_attempts = -1`, []string{"gateway.max_attempts: must be >= 1, got -1"}},
+		{"max_connections", `max_connections = -1`, []string{"gateway.max_connections: must be >= 0 (0: no cap), got -1"}},
+		{"max_connections_per_client", `max_connections_per_client = -2`, []string{"gateway.max_connections_per_client: must be >= 0 (0: no cap), got -2"}},
 		{"max_body_bytes", `max_body_bytes = 0`, []string{"gateway.max_body_bytes: must be > 0, got 0"}},
 		{"state_dir", `state_dir = " "`, []string{"gateway.state_dir: required"}},
 		{"timeouts", "connect_timeout = \"-1s\"\nfirst_byte_timeout = \"0s\"\nidle_timeout = \"0s\"\nread_header_timeout = \"0s\"\nserver_idle_timeout = \"0s\"\nshutdown_timeout = \"0s\"", []string{

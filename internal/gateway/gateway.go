@@ -31,7 +31,10 @@ import (
 	"github.com/tlgate/tlgate/internal/actorsys"
 	"github.com/tlgate/tlgate/internal/adminhttp"
 	"github.com/tlgate/tlgate/internal/auth"
+	"github.com/tlgate/tlgate/internal/bodyguard"
 	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/connlimit"
+	"github.com/tlgate/tlgate/internal/console"
 	"github.com/tlgate/tlgate/internal/engineclient"
 	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/httpedge"
@@ -44,6 +47,7 @@ import (
 	"github.com/tlgate/tlgate/internal/routes"
 	"github.com/tlgate/tlgate/internal/store"
 	"github.com/tlgate/tlgate/internal/tracing"
+	"github.com/tlgate/tlgate/internal/traffic"
 )
 
 // Options are what the composition root is given besides the config.
@@ -53,6 +57,9 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Hooks for tests; each may be nil.
 	RequestHooks func(d *request.Deps)
+	// Traffic sizes the console's traffic rings; zero fields take the
+	// package defaults (5 s × 180 buckets).
+	Traffic traffic.Config
 	// Now is the clock of the per-key rate limits; nil means time.Now.
 	Now func() time.Time
 	// Tracing, when set, replaces the provider [gateway.tracing] would
@@ -78,6 +85,8 @@ type Gateway struct {
 	engines  *engineclient.Client
 	proxy    *proxy.Proxy
 	stops    []func(context.Context) error // in start order; run in reverse
+	// Traffic keeps the last 15 minutes per model for the console.
+	Traffic *traffic.Recorder
 	// Keys holds the per-key usage metrics (nil without a Registry).
 	Keys    *metrics.KeyMetrics
 	tracing *tracing.Provider
@@ -150,6 +159,8 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		}
 	}
 	m := g.Metrics
+	// 400, 401 and 403 answers of the auth check are edge rejections too.
+	keyring = keyring.WithOnReject(func(_ int, code string) { m.Rejected(code) })
 
 	// Tracing: off (and free) unless configured or given.
 	if g.tracing, err = g.startTracing(cfg.Gateway.Tracing, o.Tracing); err != nil {
@@ -248,6 +259,8 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	// HTTP server.
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme}
 	instrument(rdeps, m)
+	g.Traffic = traffic.New(o.Traffic)
+	feedTraffic(rdeps, g.Traffic)
 	rdeps.Tracer = g.tracing.Tracer()
 	if o.RequestHooks != nil {
 		o.RequestHooks(rdeps)
@@ -258,6 +271,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		BodyTimeout: gw.ReadBodyTimeout.Duration,
 		OnDone: func(ex *request.Exchange, out request.Outcome) {
 			observe(m, ex, out)
+			recordTraffic(g.Traffic, ex, out)
 			observeKey(g.Keys, ex, out)
 			accessLog(o.Logger, ex, out)
 		},
@@ -268,7 +282,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	httpedge.Register(mux, edge)
 	mux.Handle("/admin/v1/", adminhttp.New(adminhttp.Deps{
 		Root: g.sys.Root, Admin: g.Admin, Router: g.Router, Keyring: keyring, MaxBodyBytes: gw.MaxBodyBytes,
+		Traffic: g.Traffic,
 	}))
+	console.Register(mux)
 	mux.Handle("GET /openapi.json", openapi.Handler())
 	if o.Gatherer != nil {
 		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true})
@@ -278,7 +294,11 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		}))
 	}
 	g.http = &http.Server{
-		Handler:           mux,
+		// Every path's body is bounded, and never awaited when unread.
+		Handler: bodyguard.Wrap(mux, bodyguard.Options{
+			MaxBodyBytes: gw.MaxBodyBytes, Timeout: gw.ReadBodyTimeout.Duration,
+			OnReject: func(_ int, code string) { m.Rejected(code) },
+		}),
 		ReadHeaderTimeout: gw.ReadHeaderTimeout.Duration,
 		IdleTimeout:       gw.ServerIdleTimeout.Duration,
 		TLSConfig:         serverTLS,
@@ -287,6 +307,10 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		return fmt.Errorf("gateway: listen: %w", err)
 	}
 	addrs.AddOwn(g.httpLis.Addr())
+	g.httpLis = connlimit.Wrap(g.httpLis, connlimit.Options{
+		Max: gw.MaxConnections, PerClient: gw.MaxConnectionsPerClient,
+		OnRefuse: func(_ net.Addr, reason string) { m.ConnectionRefused(reason) },
+	})
 	go func() {
 		var err error
 		if serverTLS != nil {
@@ -390,9 +414,17 @@ func loadEngineTLS(caFile string) (*tls.Config, error) {
 // accessLog writes one structured line per request; never the key itself.
 func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	lg := o.Log
+	outcome, _ := outcomeOf(o)
 	ev := l.Info()
-	if o.Status >= 500 {
+	if o.Status >= 500 || outcome == metrics.OutcomeUpstreamFailed {
 		ev = l.Warn()
+	}
+	ev.Str("outcome", outcome)
+	if lg.StreamFailure != "" {
+		ev.Str("stream_failure", lg.StreamFailure)
+	}
+	if len(lg.Failures) == 0 && lg.LastError != "" {
+		ev.Str("last_error", lg.LastError) // a committed stream's end
 	}
 	ev.Str("request_id", ex.RequestID).Str("key", ex.KeyName).Str("model", ex.Req.Model).
 		Str("route", lg.Route).Str("served_model", lg.ServedModel).Str("worker", lg.Worker).

@@ -108,6 +108,7 @@ type Metrics struct {
 	probes        *prometheus.CounterVec
 	admin         *prometheus.CounterVec
 	rejected      *prometheus.CounterVec
+	connRefused   *prometheus.CounterVec
 
 	routeNames  *names
 	workerNames *names
@@ -199,6 +200,8 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 			"Admin writes (route table replacements and drains), by outcome.", lOutcome),
 		rejected: counter("http_rejected_total",
 			"Requests the HTTP edge refused before routing, by error code.", lCode),
+		connRefused: counter("http_connections_refused_total",
+			"HTTP connections closed as soon as accepted, over the total or the per-client cap, by reason.", lReason),
 
 		routeNames:  newNames(maxRoutes),
 		workerNames: newNames(maxWorkers),
@@ -223,6 +226,9 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 	for _, c := range rejectCodes {
 		m.rejected.WithLabelValues(c)
 	}
+	for _, r := range connRefusedReasons {
+		m.connRefused.WithLabelValues(r)
+	}
 	for _, c := range []codes.Code{codes.InvalidArgument, codes.Unauthenticated} {
 		m.hbRejected.WithLabelValues(c.String())
 	}
@@ -235,6 +241,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.requests, m.duration, m.ttfb, m.attempts, m.failovers, m.decisions,
 		m.inflight, m.workers, m.evictions, m.registrations, m.hbRejected, m.drains, m.epoch, m.storeUp,
 		m.cascade, m.prefill, m.kvReleased, m.disagg, m.probes, m.admin, m.rejected,
+		m.connRefused,
 	}, m.overload.collectors()...)
 }
 
@@ -635,4 +642,14 @@ func result(ok bool) string {
 		return ResultOK
 	}
 	return ResultError
+}
+
+// ConnectionRefused counts tlgate_http_connections_refused_total{reason}:
+// an HTTP connection over a cap was closed as soon as it was accepted;
+// reason is a ConnRefused constant, anything else counts as Other.
+func (m *Metrics) ConnectionRefused(reason string) {
+	if m == nil {
+		return
+	}
+	m.connRefused.WithLabelValues(connRefusedReasons.label(reason)).Inc()
 }
