@@ -360,6 +360,10 @@ func TestKubernetesManifests(t *testing.T) {
 	if len(gw.APIKeys) == 0 {
 		t.Error("the shipped configuration has no API keys")
 	}
+	// Replicas with file stores would each keep a route table of their own.
+	if dep.Spec.Replicas > 1 && gw.Store.Kind != "etcd" {
+		t.Errorf("%d replicas with store kind %q: they would not share routes and drains", dep.Spec.Replicas, gw.Store.Kind)
+	}
 
 	// Ports: the container's, the config's listeners and the Services'.
 	ports := map[string]int{}

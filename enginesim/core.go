@@ -48,6 +48,8 @@ type counters struct {
 	handlesReleased, handlesExpired  uint64
 	heartbeatsSent, heartbeatsFailed uint64
 	heartbeatsSkipped                uint64
+	resumes, resumesUnseeded         uint64
+	lastResumeSeed                   uint64
 }
 
 func newCore(blocks, maxRunning int, holdTimeout time.Duration) *core {

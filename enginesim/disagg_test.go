@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -266,12 +267,16 @@ func TestKVHandleMismatch(t *testing.T) {
 			}
 		})
 	}
-	// A body without a seed takes the pushed one.
+	// A body without a seed is refused and counted: a real engine would
+	// sample it with a seed of its own.
 	resp := x.prefill(t, false, body)
 	noSeed := completionBody("m", "the pushed prompt", nil)
-	if got, want := complete(t, x.client, x.d.URL(), false, noSeed, HeaderKVHandle, resp.HandleId),
-		complete(t, x.client, x.d.URL(), false, body); !reflect.DeepEqual(got, want) {
-		t.Fatalf("seedless resume %+v, want %+v", got, want)
+	r := post(t, x.client, x.d.URL()+"/v1/completions", noSeed, HeaderKVHandle, resp.HandleId)
+	if r.status != http.StatusBadRequest || decode[errorJSON](t, r.body).Error.Code != "kv_handle_mismatch" || !strings.Contains(string(r.body), "seed") {
+		t.Fatalf("seedless resume: %d %s, want 400 kv_handle_mismatch naming the seed", r.status, r.body)
+	}
+	if s := x.d.Stats(); s.ResumesUnseeded != 1 || s.HeldHandles != 0 {
+		t.Fatalf("after a seedless resume: %+v", s)
 	}
 }
 

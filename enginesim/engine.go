@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -67,6 +68,8 @@ type Engine struct {
 	draining bool
 	kvConns  map[string]*grpc.ClientConn // prefill role: decode targets
 	idle     map[net.Conn]bool           // HTTP connections, true when idle
+
+	sampled atomic.Uint64 // tokens sampled so far (Stats.TokensSampled)
 
 	stopOnce sync.Once
 	stopErr  error
@@ -381,6 +384,15 @@ type Stats struct {
 	HeartbeatsSent, HeartbeatsFailed, HeartbeatsSkipped uint64
 	// Draining reports draining.
 	Draining bool
+	// Resumes counts requests that resumed a pushed KV handle;
+	// ResumesUnseeded those refused because their body had no seed (a real
+	// engine would sample them with a seed of its own, not the prefill's);
+	// LastResumeSeed is the seed the body of the last resume carried.
+	Resumes, ResumesUnseeded, LastResumeSeed uint64
+	// TokensSampled counts the tokens sampled so far, by requests finished
+	// or still running: tests wait on progress, not on a guess of how fast
+	// the machine is.
+	TokensSampled uint64
 }
 
 // Stats returns the engine's figures.
@@ -402,6 +414,8 @@ func (e *Engine) Stats() Stats {
 		HeartbeatsSent: k.heartbeatsSent, HeartbeatsFailed: k.heartbeatsFailed,
 		HeartbeatsSkipped: k.heartbeatsSkipped,
 		Draining:          draining,
+		Resumes:           k.resumes, ResumesUnseeded: k.resumesUnseeded, LastResumeSeed: k.lastResumeSeed,
+		TokensSampled: e.sampled.Load(),
 	}
 }
 

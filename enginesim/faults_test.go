@@ -23,7 +23,7 @@ func TestFaultRefuse(t *testing.T) {
 	x := startPD(t, Config{Model: "m"}, Config{Model: "m"})
 	u := startEngine(t, Config{Model: "m"})
 	c := newClient(t)
-	body := completionBody("m", "hi", map[string]any{"max_tokens": 2})
+	body := completionBody("m", "hi", map[string]any{"max_tokens": 2, "seed": 3})
 	complete(t, c, u.URL(), false, body) // leaves a keep-alive connection
 
 	if err := u.SetFaults(Faults{Refuse: true}); err != nil {

@@ -107,6 +107,7 @@ func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit fu
 		}
 		g.Accept(c.Token)
 		res.completionTokens++
+		e.sampled.Add(1)
 
 		st.index, st.token, st.logprob = i, c.Token, c.Logprob
 		st.piece = e.tok.Piece(c.Token)

@@ -11,8 +11,8 @@ import (
 )
 
 // heartbeatLoop sends the engine's status to one gateway registry: at once,
-// then every interval (which the gateway's ack may change), until the engine
-// stops. An ack with drain set makes the engine drain.
+// then every interval (which the gateway's ack may change), counted from
+// each send, until the engine stops. An ack with drain set makes the engine drain.
 func (e *Engine) heartbeatLoop(addr string, conn *grpc.ClientConn) {
 	client := controlv1.NewWorkerRegistryClient(conn)
 	interval := e.cfg.HeartbeatInterval
@@ -36,6 +36,7 @@ func (e *Engine) heartbeatLoop(addr string, conn *grpc.ClientConn) {
 			t.Reset(interval)
 			continue
 		}
+		sent := time.Now()
 		ctx, cancel := context.WithTimeout(e.ctx, max(interval, time.Second))
 		if e.cfg.RegistryToken != "" {
 			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+e.cfg.RegistryToken)
@@ -75,6 +76,13 @@ func (e *Engine) heartbeatLoop(addr string, conn *grpc.ClientConn) {
 			default:
 			}
 		}
-		t.Reset(interval)
+		// The next heartbeat is due one interval after this one was sent,
+		// not after its ack: a gateway slow to answer (a loaded machine)
+		// must not stretch the period towards its eviction deadline.
+		t.Reset(nextBeat(interval, time.Since(sent)))
 	}
 }
+
+// nextBeat is the wait before the next heartbeat, when the last one was
+// sent elapsed ago: the rest of the interval, or none if it is used up.
+func nextBeat(interval, elapsed time.Duration) time.Duration { return max(0, interval-elapsed) }

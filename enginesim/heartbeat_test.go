@@ -204,3 +204,16 @@ func TestHeartbeatFailuresCounted(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// TestNextBeat: heartbeats keep their period from each send, so a slow
+// ack does not push the next one towards the gateway's eviction deadline.
+func TestNextBeat(t *testing.T) {
+	const T = 200 * time.Millisecond
+	for _, tc := range []struct{ elapsed, want time.Duration }{
+		{0, T}, {5 * time.Millisecond, 195 * time.Millisecond}, {150 * time.Millisecond, 50 * time.Millisecond}, {T, 0}, {time.Second, 0},
+	} {
+		if got := nextBeat(T, tc.elapsed); got != tc.want {
+			t.Errorf("nextBeat(%v, %v) = %v, want %v", T, tc.elapsed, got, tc.want)
+		}
+	}
+}

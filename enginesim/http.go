@@ -129,7 +129,17 @@ func (e *Engine) handleInference(chat bool) http.HandlerFunc {
 					fmt.Sprintf("KV handle %q is not held here (unknown, used, released or expired)", id))
 				return
 			}
-			if err := resumable(h, g); err != nil {
+			err := resumable(h, g)
+			e.core.count(func(c *counters) {
+				switch {
+				case errors.Is(err, errUnseeded):
+					c.resumesUnseeded++
+				case err == nil:
+					c.resumes++
+					c.lastResumeSeed = g.seed
+				}
+			})
+			if err != nil {
 				e.core.drop(h)
 				writeError(w, http.StatusBadRequest, "invalid_request_error", "kv_handle_mismatch", err.Error())
 				return
@@ -159,15 +169,21 @@ func (e *Engine) handleInference(chat bool) http.HandlerFunc {
 	}
 }
 
+// errUnseeded is wrapped by resumable's error for a body without a seed.
+var errUnseeded = errors.New("a resumed request must carry its seed")
+
 // resumable checks that the request continues the pushed prompt: same
-// prompt tokens and seed (a missing seed takes the pushed one).
+// prompt tokens and seed. A body without a seed is refused, not given the
+// pushed one: a real engine would draw its own seed and sample a stream
+// other than the one prefilled, so a gateway that forgets the seed must
+// hear about it here.
 func resumable(h *handle, g *genRequest) error {
 	if !slices.Equal(h.header.PromptIds, g.prompt) {
 		return fmt.Errorf("the request's prompt (%d tokens) is not the prompt pushed under KV handle %q (%d tokens)",
 			len(g.prompt), h.id, len(h.header.PromptIds))
 	}
 	if !g.seeded {
-		g.seed, g.seeded = h.header.Seed, true
+		return fmt.Errorf("%w: KV handle %q was prefilled with seed %d and the body has none", errUnseeded, h.id, h.header.Seed)
 	}
 	if g.seed != h.header.Seed {
 		return fmt.Errorf("the request's seed %d is not the seed %d of KV handle %q", g.seed, h.header.Seed, h.id)

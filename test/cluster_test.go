@@ -195,6 +195,23 @@ func (c *cluster) waitRoutable(ids ...string) {
 	}, "workers %v routable", ids)
 }
 
+// progressing polls cond until it holds, for as long as work goes on:
+// it fails when progress() (a counter of work done) has not moved for
+// stall, so a slow machine only makes it wait longer while a stuck
+// system fails within stall.
+func progressing(t testing.TB, stall time.Duration, progress func() uint64, cond func() bool, format string, args ...any) {
+	t.Helper()
+	last, moved := progress(), time.Now()
+	for !cond() {
+		if p := progress(); p != last {
+			last, moved = p, time.Now()
+		} else if time.Since(moved) > stall {
+			t.Fatalf("no progress for %v (at %d) while waiting for "+format, append([]any{stall, last}, args...)...)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, within time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()

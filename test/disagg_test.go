@@ -76,8 +76,8 @@ func newPDCluster(t *testing.T, decoders int, decodePerToken time.Duration) (*cl
 
 // TestDisaggregatedEqualsUnified: the disaggregated stream equals the
 // unified one for the same seed, greedy and sampled, chat and completions;
-// P got the prompt ids, the defaults and decode_target = D's KV address; a
-// seed the gateway generated reaches D.
+// P got the prompt ids, the defaults and decode_target = D's KV address;
+// the body D resumes carries P's seed, the client's or one the gateway drew.
 func TestDisaggregatedEqualsUnified(t *testing.T) {
 	c, rec := newPDCluster(t, 1, 0)
 	cases := []struct {
@@ -105,6 +105,12 @@ func TestDisaggregatedEqualsUnified(t *testing.T) {
 			}
 			if texts["big"] == "" || texts["big"] != texts["big-pd"] {
 				t.Fatalf("unified %q, disaggregated %q", texts["big"], texts["big-pd"])
+			}
+			// The body that reached D carried the seed P prefilled with.
+			prefills, _, _ := rec.snapshot()
+			want := prefills[len(prefills)-1].GetSampling().GetSeed()
+			if s := c.engines["d1"].Stats(); s.LastResumeSeed != want || s.ResumesUnseeded != 0 {
+				t.Fatalf("D resumed with seed %d (%d resumes without one), want the prefill's %d", s.LastResumeSeed, s.ResumesUnseeded, want)
 			}
 		})
 	}
@@ -138,6 +144,9 @@ func TestDisaggregatedEqualsUnified(t *testing.T) {
 	}
 	prefills, _, _ = rec.snapshot()
 	seed := prefills[len(prefills)-1].GetSampling().GetSeed()
+	if got := d.Stats().LastResumeSeed; got != seed {
+		t.Fatalf("the gateway drew seed %d for P, but D's body carried %d", seed, got)
+	}
 	u := c.post("/v1/completions", "", map[string]any{"model": "big", "prompt": "A seedless tale", "max_tokens": 12, "temperature": 1, "stream": true, "seed": seed})
 	if got, want := completionText(t, r.body), completionText(t, u.body); got != want {
 		t.Fatalf("generated seed %d: disaggregated %q, unified with that seed %q", seed, got, want)

@@ -89,6 +89,8 @@ cascade = [{ model = "m", accept_if = "mean_logprob > -1.2" }, { model = "m" }]
 		{"readyz drained", "GET", "/readyz", "", "", nil, 503},
 		{"resume", "POST", "/admin/v1/models/m:resume", "key-admin", "", nil, 202},
 		{"drain unknown", "POST", "/admin/v1/models/nope:drain", "key-admin", "", nil, 404},
+		{"traffic", "GET", "/admin/v1/traffic", "key-admin", "", nil, 200},
+		{"traffic wrong scope", "GET", "/admin/v1/traffic", "key-plain", "", nil, 403},
 		{"healthz", "GET", "/healthz", "", "", nil, 200},
 		{"openapi", "GET", "/openapi.json", "", "", nil, 200},
 	}

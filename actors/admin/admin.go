@@ -1,10 +1,12 @@
 // Package admin is the actor that serialises the operator's writes: route
 // table replacements (optimistic concurrency on the epoch, sent as the
-// ETag) and model drains. A new table is validated whole, persisted to
-// state_dir, and only then installed: the router gets it with its epoch
-// and the registry the epoch it puts in every heartbeat ack. A drain names
-// a route or a model and is turned into registry drains of the served
-// models behind it.
+// ETag) and model drains. A new table is validated whole, written to the
+// store (state_dir, or etcd shared by several replicas), and only then
+// installed: the router gets it with its epoch and the registry the epoch
+// it puts in every heartbeat ack. A drain names a route or a model and is
+// turned into registry drains of the served models behind it; with a
+// shared store it is written there first. Every replica watching a shared
+// store installs the tables and drains the others wrote (store.go).
 //
 // The decisions (If-Match, parsing and validation, which served models a
 // drain reaches) are pure functions of the state and the message,
@@ -22,7 +24,7 @@ import (
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/routes"
-	"github.com/tlgate/tlgate/internal/statefile"
+	"github.com/tlgate/tlgate/internal/store"
 )
 
 // GetRoutes asks for the current table; the admin responds with
@@ -86,7 +88,8 @@ type Deps struct {
 	// Router gets SetRoutes and answers Known; Registry gets SetEpoch and
 	// Drain. Either may be nil (tests), which skips its messages.
 	Router, Registry *actor.PID
-	// StateDir is where statefile keeps the table; "" disables persistence.
+	// StateDir is where statefile keeps the table when Store is nil; ""
+	// (and no Store) disables persistence.
 	StateDir string
 	Logger   zerolog.Logger
 	// Table and Epoch are the table at start (statefile.Load's, or the
@@ -101,6 +104,14 @@ type Deps struct {
 	OnWrite func(outcome string)
 	OnEpoch func(epoch uint64)
 	OnDrain func(model string)
+	// Store keeps the table and the drains; nil means a file store over
+	// StateDir (or none). With a shared store the admin also receives
+	// *StoreSnapshot messages from the store's watch.
+	Store store.Store
+	// Rev is the store revision of Table (0 for the file store).
+	Rev int64
+	// StoreTimeout bounds each store write; 0 means DefaultStoreTimeout.
+	StoreTimeout time.Duration
 }
 
 // Props returns the admin actor's props. The state is created once here
@@ -110,7 +121,14 @@ func Props(deps Deps) *actor.Props {
 	if deps.AskTimeout <= 0 {
 		deps.AskTimeout = DefaultAskTimeout
 	}
+	if deps.StoreTimeout <= 0 {
+		deps.StoreTimeout = DefaultStoreTimeout
+	}
+	if deps.Store == nil && deps.StateDir != "" {
+		deps.Store = store.NewFile(deps.StateDir, deps.Epoch)
+	}
 	st := NewState(deps.Table, deps.Epoch)
+	st.tableRev = deps.Rev
 	return actor.PropsFromProducer(func() actor.Actor { return &adminActor{st: st, deps: deps} })
 }
 
@@ -125,17 +143,25 @@ func (a *adminActor) Receive(ctx actor.Context) {
 	case *GetRoutes:
 		ctx.Respond(a.st.Routes())
 	case *PutRoutes:
-		res := a.put(ctx, m)
-		if a.deps.OnWrite != nil {
-			a.deps.OnWrite(WriteOutcome(res.Err))
-		}
-		if res.Err == nil && a.deps.OnEpoch != nil {
-			a.deps.OnEpoch(res.Epoch)
-		}
-		ctx.Respond(res)
+		a.put(ctx, m, false)
 	case *Drain:
-		a.drain(ctx, m)
+		a.drain(ctx, m, false)
+	case *StoreSnapshot:
+		a.snapshot(ctx, m)
+	case *registry.DrainResult:
+		// The registry's answer to a drain a snapshot applied: nothing to do.
 	}
+}
+
+// answerPut reports a PUT's outcome and responds with it.
+func (a *adminActor) answerPut(ctx actor.Context, res *PutResult) {
+	if a.deps.OnWrite != nil {
+		a.deps.OnWrite(WriteOutcome(res.Err))
+	}
+	if res.Err == nil && a.deps.OnEpoch != nil {
+		a.deps.OnEpoch(res.Epoch)
+	}
+	ctx.Respond(res)
 }
 
 // WriteOutcome names the outcome of a PUT for metrics.
@@ -149,46 +175,58 @@ func WriteOutcome(err error) string {
 		return "etag_mismatch"
 	case errors.Is(err, ErrInvalidRoutes):
 		return "invalid_routes"
+	case errors.Is(err, ErrStoreUnavailable):
+		return "store_unavailable"
 	}
 	return "internal_error"
 }
 
-// put validates, persists, installs and announces a new table.
+// put validates a new table, writes it to the store and, once the store
+// holds it, installs and announces it (see store.go). Without a store the
+// table is installed at once.
 //
-// The file is written inside Receive on purpose: the admin actor is the
-// one place route-table writes are serialised, and the write is small (a
-// few KB, one fsync of the file and one of the directory). Doing it here
-// means the table on disk is always the table the router serves, in the
-// same order, and a PUT is answered 200 only once it would survive a
-// restart. Only operator writes wait on it; routing never does.
-func (a *adminActor) put(ctx actor.Context, m *PutRoutes) *PutResult {
+// With a shared store, a PUT whose If-Match does not match the table in
+// force here first rereads the store (reread): this replica may not have
+// seen another's write yet, and the ETag the client read there is valid.
+func (a *adminActor) put(ctx actor.Context, m *PutRoutes, reread bool) {
 	st := a.st
 	t, epoch, err := st.Prepare(m)
+	if errors.Is(err, ErrETagMismatch) && !reread && a.reread(ctx, func() { a.put(ctx, m, true) }) {
+		return
+	}
 	if err != nil {
 		a.deps.Logger.Info().Str("key", m.KeyName).Uint64("epoch", st.epoch).Err(err).Msg("admin: route table refused")
-		return &PutResult{Epoch: st.epoch, Routes: st.table.Routes(), Err: err}
+		a.answerPut(ctx, &PutResult{Epoch: st.epoch, Routes: st.table.Routes(), Err: err})
+		return
 	}
-	if a.deps.StateDir != "" {
-		if err := statefile.Save(a.deps.StateDir, epoch, t.Routes()); err != nil {
-			a.deps.Logger.Error().Str("key", m.KeyName).Uint64("epoch", st.epoch).Err(err).Msg("admin: route table not persisted; old table kept")
-			return &PutResult{Epoch: st.epoch, Routes: st.table.Routes(), Err: fmt.Errorf("admin: keep the old table: %w", err)}
-		}
+	if a.deps.Store == nil {
+		a.install(ctx, t, store.Version{Epoch: epoch})
+		a.deps.Logger.Info().Str("key", m.KeyName).Uint64("epoch", epoch).Int("routes", t.Len()).Msg("admin: route table replaced")
+		a.answerPut(ctx, &PutResult{Epoch: epoch, Routes: t.Routes()})
+		return
 	}
-	st.Commit(t, epoch)
+	a.putStored(ctx, m, t, epoch)
+}
+
+// install commits a table at v and sends it to the router and the
+// registry's acks.
+func (a *adminActor) install(ctx actor.Context, t *routes.Table, v store.Version) {
+	a.st.CommitVersion(t, v)
 	if a.deps.Router != nil {
-		ctx.Send(a.deps.Router, &router.SetRoutes{Table: t, Epoch: epoch})
+		ctx.Send(a.deps.Router, &router.SetRoutes{Table: t, Epoch: v.Epoch})
 	}
 	if a.deps.Registry != nil {
-		ctx.Send(a.deps.Registry, &registry.SetEpoch{Epoch: epoch})
+		ctx.Send(a.deps.Registry, &registry.SetEpoch{Epoch: v.Epoch})
 	}
-	a.deps.Logger.Info().Str("key", m.KeyName).Uint64("epoch", epoch).Int("routes", t.Len()).Msg("admin: route table replaced")
-	return &PutResult{Epoch: epoch, Routes: t.Routes()}
 }
 
 // drain resolves the served models from the state, or asks the router
 // whether Model is a worker's model (without blocking the mailbox), then
 // applies the drain.
-func (a *adminActor) drain(ctx actor.Context, m *Drain) {
+//
+// With a shared store, a model unknown here is looked up again after a
+// reread of the store: another replica may just have added its route.
+func (a *adminActor) drain(ctx actor.Context, m *Drain, reread bool) {
 	if served, ok := a.st.Resolve(m.Model, m.On); ok {
 		a.apply(ctx, m, served)
 		return
@@ -205,6 +243,9 @@ func (a *adminActor) drain(ctx actor.Context, m *Drain) {
 			return
 		}
 		if known, _ := res.(bool); !known {
+			if !reread && a.reread(ctx, func() { a.drain(ctx, m, true) }) {
+				return
+			}
 			ctx.Respond(notFound)
 			return
 		}
@@ -212,9 +253,18 @@ func (a *adminActor) drain(ctx actor.Context, m *Drain) {
 	})
 }
 
-// apply sends a registry drain for each served model and responds once
-// every one is answered: by then the registry has told the router.
+// apply writes the drain to the store, then applies it (applyLocal).
 func (a *adminActor) apply(ctx actor.Context, m *Drain, served []string) {
+	if a.deps.Store == nil {
+		a.applyLocal(ctx, m, served)
+		return
+	}
+	a.drainStored(ctx, m, served)
+}
+
+// applyLocal sends a registry drain for each served model and responds
+// once every one is answered: by then the registry has told the router.
+func (a *adminActor) applyLocal(ctx actor.Context, m *Drain, served []string) {
 	a.st.MarkDrained(served, m.On)
 	if m.On && a.deps.OnDrain != nil {
 		for _, s := range served {

@@ -16,6 +16,7 @@ import (
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/actorsys"
+	"github.com/tlgate/tlgate/internal/bubble"
 	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/policy"
 	"github.com/tlgate/tlgate/internal/routes"
@@ -74,7 +75,7 @@ func (e *env) put(body, ifMatch string) *admin.PutResult {
 }
 
 func TestPutInstallsPersistsAndAnnounces(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "state")
 		e := newEnv(t, dir, []routes.Route{{Model: "smol"}})
 
@@ -125,7 +126,7 @@ func TestPutInstallsPersistsAndAnnounces(t *testing.T) {
 // TestPutNotPersistedKeepsTable: when the state file cannot be written the
 // PUT fails and nothing changes anywhere.
 func TestPutNotPersistedKeepsTable(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "not-a-dir")
 		if err := os.WriteFile(file, nil, 0o600); err != nil {
 			t.Fatal(err)
@@ -151,7 +152,7 @@ func TestPutNotPersistedKeepsTable(t *testing.T) {
 }
 
 func TestDrainResolvesAndApplies(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		e := newEnv(t, "", []routes.Route{
 			{Model: "smol", Aliases: []string{"smol-latest"}, Backends: []routes.Backend{{Model: "smol-v3", Weight: 0.9}, {Model: "smol-v4", Weight: 0.1}}},
 			{Model: "auto", Cascade: []routes.Step{{Model: "smol", AcceptIf: "mean_logprob > -1"}, {Model: "big"}}},

@@ -3,6 +3,7 @@ package admin
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -22,6 +23,9 @@ var (
 	// ErrModelNotFound: a drain names no route, no served model and no
 	// worker's model (404 model_not_found).
 	ErrModelNotFound = errors.New("model not found")
+	// ErrEpochExhausted: the epoch is already the largest uint64, so no
+	// new table can get a larger one (409 epoch_exhausted); it never wraps.
+	ErrEpochExhausted = errors.New("route epoch exhausted")
 )
 
 // maxCascadeDepth bounds the walk through cascade steps; validation
@@ -150,6 +154,11 @@ type State struct {
 	table   *routes.Table
 	epoch   uint64
 	drained map[string]bool
+	// tableRev is the store revision of the table in force (or of a newer
+	// stored one refused), rev that of the last store snapshot applied and
+	// drainRev that of the last drain this replica wrote; all 0 with the
+	// file store.
+	tableRev, rev, drainRev int64
 }
 
 // NewState returns the state for table (nil is an empty table) at epoch.
@@ -175,6 +184,9 @@ func (s *State) Prepare(m *PutRoutes) (*routes.Table, uint64, error) {
 	t, err := ParseTable(m.Body, m.Routes)
 	if err != nil {
 		return nil, 0, err
+	}
+	if s.epoch == math.MaxUint64 {
+		return nil, 0, fmt.Errorf("%w: epoch %d is the largest; a new epoch would wrap to 0", ErrEpochExhausted, s.epoch)
 	}
 	return t, s.epoch + 1, nil
 }

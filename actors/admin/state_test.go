@@ -2,6 +2,7 @@ package admin
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -216,5 +217,15 @@ func TestStatePrepare(t *testing.T) {
 	}
 	if r := st.Routes(); r.Epoch != 3 || len(r.Routes) != 5 {
 		t.Errorf("Prepare changed the state: %+v", r)
+	}
+}
+
+// TestStatePrepareEpochNeverWraps: at the largest epoch a PUT is refused
+// rather than given epoch 0.
+func TestStatePrepareEpochNeverWraps(t *testing.T) {
+	st := NewState(fixture(t), math.MaxUint64)
+	tab, epoch, err := st.Prepare(&PutRoutes{Body: []byte(`{"routes":[{"model":"a"}]}`), IfMatch: `"18446744073709551615"`})
+	if !errors.Is(err, ErrEpochExhausted) || tab != nil || epoch != 0 {
+		t.Fatalf("Prepare at the largest epoch = %v, %d, %v; want ErrEpochExhausted", tab, epoch, err)
 	}
 }

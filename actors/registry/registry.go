@@ -3,7 +3,13 @@
 // answers each heartbeat with the ack (drain flag, route epoch, interval),
 // supervises its children (a crashing worker actor is restarted with its last
 // status; its siblings are untouched), applies operator drains, and tells its
-// subscribers (the router) of every change and eviction.
+// subscribers (the router) of every change and eviction; the router gets
+// them in coalesced, acknowledged batches (Changes), so a heartbeat flood
+// never queues more than one batch ahead of the requests it routes.
+//
+// A worker id is bound to the engine that registered it until it is
+// evicted (CheckBinding), and at most MaxWorkers workers register by
+// heartbeat; a heartbeat that breaks either rule is answered *Refused.
 //
 // Its own logic is kept tiny, and its state lives outside the actor instance:
 // if the registry itself is restarted (which stops all its children), it
@@ -12,7 +18,7 @@
 package registry
 
 import (
-	"slices"
+	"fmt"
 	"sort"
 	"time"
 
@@ -25,13 +31,17 @@ import (
 
 // Heartbeat is one validated status from an engine (or a probe of one),
 // stamped with its arrival time by the edge. The registry responds with a
-// *controlv1.HeartbeatAck.
+// *controlv1.HeartbeatAck, or *Refused.
 type Heartbeat struct {
 	Status  *controlv1.WorkerStatus
 	Arrived time.Time
 	Source  string // fleet.SourceHeartbeat or fleet.SourceProbe
 	Kind    string // the probed engine's kind, if any
 }
+
+// Refused answers a heartbeat the registry did not take: Err wraps
+// ErrWorkerIDBound or ErrTooManyWorkers and says why.
+type Refused struct{ Err error }
 
 // Drain starts (On) or ends (!On) an operator drain of the workers serving
 // Model. The registry responds with DrainResult.
@@ -57,10 +67,13 @@ type SnapshotResult struct {
 // SetEpoch tells the registry the route table's epoch, sent in every ack.
 type SetEpoch struct{ Epoch uint64 }
 
-// Subscribe registers PID for WorkerChanged and WorkerGone messages; the
-// registry first sends it a *SnapshotResult of every known worker so a
-// (re)started subscriber can rebuild its view.
-type Subscribe struct{ PID *actor.PID }
+// Subscribe registers PID for WorkerChanged and WorkerGone messages, or,
+// with Batched, for *Changes; the registry first sends it a *SnapshotResult
+// of every known worker so a (re)started subscriber can rebuild its view.
+type Subscribe struct {
+	PID     *actor.PID
+	Batched bool
+}
 
 // WorkerChanged tells subscribers a worker's new snapshot.
 type WorkerChanged struct{ Worker fleet.Worker }
@@ -93,6 +106,13 @@ type Config struct {
 	OnEvict func(w fleet.Worker)
 	// OnRegister, if set, is called for every worker's first heartbeat.
 	OnRegister func(w fleet.Worker)
+	// MaxWorkers caps the workers registered by heartbeat (probed engines,
+	// bounded by the configuration, are not counted); a new id beyond it
+	// is refused with ErrTooManyWorkers. 0 means no cap.
+	MaxWorkers int
+	// OnRefuse, if set, is called (from the actor) for every refused
+	// heartbeat, with the status it carried and the reason.
+	OnRefuse func(w fleet.Worker, err error)
 }
 
 // TTL is how long a heartbeat keeps a worker live: k·T.
@@ -105,18 +125,26 @@ type State struct {
 	entries     map[string]*entry
 	drained     map[string]bool
 	epoch       uint64
-	subscribers []*actor.PID
-	winding     bool // restarting or stopping: children are going away
+	subscribers []*subscriber
+	winding     bool   // restarting or stopping: children are going away
+	heartbeated int    // entries that came by heartbeat, not by probe
+	gens        uint64 // Subscribes so far: each gets the next generation
+	// byPID maps a worker actor's PID id to its worker id, so that a
+	// Terminated costs O(1), not a scan of every entry.
+	byPID map[string]string
 }
 
 type entry struct {
 	worker fleet.Worker
 	pid    *actor.PID
+	// reported is the draining flag of the engine's last status; byAck
+	// says its drain is the gateway's doing (OwnDrain).
+	reported, byAck bool
 }
 
 // NewState returns an empty registry state.
 func NewState(cfg Config) *State {
-	return &State{cfg: cfg, entries: map[string]*entry{}, drained: map[string]bool{}, epoch: cfg.Epoch}
+	return &State{cfg: cfg, entries: map[string]*entry{}, drained: map[string]bool{}, epoch: cfg.Epoch, byPID: map[string]string{}}
 }
 
 // Props returns the registry actor's props over st. Its children are
@@ -145,6 +173,8 @@ func (a *registryActor) Receive(ctx actor.Context) {
 		ctx.Respond(a.heartbeat(ctx, m))
 	case *worker.Expired:
 		a.expired(ctx, m)
+	case *reconsider:
+		a.decide(ctx, m)
 	case *Drain:
 		ctx.Respond(a.drain(ctx, m))
 	case *Snapshot:
@@ -152,15 +182,14 @@ func (a *registryActor) Receive(ctx actor.Context) {
 	case *SetEpoch:
 		st.epoch = m.Epoch
 	case *Subscribe:
-		if !slices.ContainsFunc(st.subscribers, m.PID.Equal) {
-			st.subscribers = append(st.subscribers, m.PID)
-		}
-		ctx.Send(m.PID, st.snapshot(false, time.Now()))
+		a.subscribe(ctx, m)
+	case *ChangesApplied:
+		a.applied(ctx, m)
 	case *Forget:
 		e, ok := st.entries[m.ID]
 		if ok {
 			ctx.Stop(e.pid)
-			delete(st.entries, m.ID)
+			st.remove(m.ID)
 			a.publish(ctx, &WorkerGone{ID: m.ID, Reason: "removed"})
 		}
 		ctx.Respond(ok)
@@ -185,35 +214,52 @@ func (a *registryActor) terminated(ctx actor.Context, who *actor.PID) {
 	if a.st.winding {
 		return
 	}
-	for _, e := range a.st.entries {
-		if !e.pid.Equal(who) {
-			continue
-		}
-		if e.worker.Live(time.Now()) {
-			e.pid = a.spawn(ctx, e.worker)
-		} else {
-			a.evict(ctx, e)
-		}
+	id, ok := a.st.byPID[who.Id]
+	delete(a.st.byPID, who.Id)
+	e := a.st.entries[id]
+	if !ok || e == nil || !e.pid.Equal(who) {
+		return // an actor already replaced, or a worker already gone
+	}
+	if e.worker.Live(time.Now()) {
+		e.pid = a.spawn(ctx, e.worker)
 		return
 	}
+	ctx.Send(ctx.Self(), &reconsider{ID: id, PID: who, LastHeartbeat: e.worker.LastHeartbeat})
 }
 
-func (a *registryActor) heartbeat(ctx actor.Context, m *Heartbeat) *controlv1.HeartbeatAck {
+func (a *registryActor) heartbeat(ctx actor.Context, m *Heartbeat) any {
 	st := a.st
 	w := fleet.FromStatus(m.Status, m.Arrived, st.cfg.TTL(), m.Source)
 	w.Kind = m.Kind
 	w.Drained = st.drained[w.Model]
 	e, known := st.entries[w.ID]
+	var err error
+	switch {
+	case known:
+		err = CheckBinding(e.worker, w)
+	case st.cfg.MaxWorkers > 0 && w.Source != fleet.SourceProbe && st.heartbeated >= st.cfg.MaxWorkers:
+		err = fmt.Errorf("%w: %d workers registered (max_workers); %q is refused until one is evicted", ErrTooManyWorkers, st.cfg.MaxWorkers, w.ID)
+	}
+	if err != nil {
+		if st.cfg.OnRefuse != nil {
+			st.cfg.OnRefuse(w, err)
+		}
+		return &Refused{Err: err}
+	}
 	if known {
+		w.Draining, e.byAck = OwnDrain(e.reported, e.byAck, w.Draining, w.Drained)
+		e.reported = m.Status.GetDraining()
 		e.worker = w
 		ctx.Send(e.pid, &worker.Update{Worker: w})
 	} else {
-		st.entries[w.ID] = &entry{worker: w, pid: a.spawn(ctx, w)}
+		e = &entry{worker: w, reported: w.Draining}
+		e.pid = a.spawn(ctx, w)
+		st.add(e)
 		if st.cfg.OnRegister != nil {
 			st.cfg.OnRegister(w)
 		}
 	}
-	a.publish(ctx, &WorkerChanged{Worker: w})
+	a.publishAs(ctx, &WorkerChanged{Worker: w}, !known)
 	return &controlv1.HeartbeatAck{
 		Drain:      w.Drained,
 		Epoch:      st.epoch,
@@ -235,11 +281,36 @@ func (a *registryActor) expired(ctx actor.Context, m *worker.Expired) {
 		e.pid = a.spawn(ctx, e.worker)
 		return
 	}
+	ctx.Send(ctx.Self(), &reconsider{ID: m.ID, PID: m.PID, LastHeartbeat: m.LastHeartbeat})
+}
+
+// reconsider is the eviction decision, sent by the registry to itself so
+// that it comes after every message already in its mailbox: a heartbeat
+// the edge stamped before the deadline but that reached the mailbox behind
+// the worker actor's expiry (a loaded machine) keeps the worker, instead
+// of evicting it and registering it anew a moment later.
+type reconsider struct {
+	ID            string
+	PID           *actor.PID
+	LastHeartbeat time.Time
+}
+
+// decide evicts the worker of m unless a heartbeat newer than the one that
+// expired has come in meanwhile; then it gets a fresh actor.
+func (a *registryActor) decide(ctx actor.Context, m *reconsider) {
+	e, ok := a.st.entries[m.ID]
+	if !ok || !e.pid.Equal(m.PID) {
+		return // decided already (the other of Expired and Terminated)
+	}
+	if e.worker.LastHeartbeat.After(m.LastHeartbeat) && e.worker.Live(time.Now()) {
+		e.pid = a.spawn(ctx, e.worker)
+		return
+	}
 	a.evict(ctx, e)
 }
 
 func (a *registryActor) evict(ctx actor.Context, e *entry) {
-	delete(a.st.entries, e.worker.ID)
+	a.st.remove(e.worker.ID)
 	if a.st.cfg.OnEvict != nil {
 		a.st.cfg.OnEvict(e.worker)
 	}
@@ -253,21 +324,23 @@ func (a *registryActor) drain(ctx actor.Context, m *Drain) *DrainResult {
 	} else {
 		delete(st.drained, m.Model)
 	}
-	n := 0
+	var changed []fleet.Worker
 	for _, e := range st.entries {
 		if e.worker.Model != m.Model {
 			continue
 		}
-		n++
 		e.worker.Drained = m.On
-		a.publish(ctx, &WorkerChanged{Worker: e.worker})
+		e.worker.Draining, e.byAck = OwnDrain(e.reported, e.byAck, e.reported, m.On)
+		changed = append(changed, e.worker)
 	}
-	return &DrainResult{Workers: n}
+	a.publishNow(ctx, changed)
+	return &DrainResult{Workers: len(changed)}
 }
 
 // respawn runs on (re)start: after a restart the children are gone but the
 // state is not, so each known worker gets a fresh actor with its last status.
 func (a *registryActor) respawn(ctx actor.Context) {
+	a.st.byPID = map[string]string{}
 	for _, e := range a.st.entries {
 		e.pid = a.spawn(ctx, e.worker)
 	}
@@ -276,13 +349,39 @@ func (a *registryActor) respawn(ctx actor.Context) {
 func (a *registryActor) spawn(ctx actor.Context, w fleet.Worker) *actor.PID {
 	pid := ctx.SpawnPrefix(worker.Props(&worker.State{Worker: w}), "worker-"+w.ID+"-")
 	ctx.Watch(pid)
+	a.st.byPID[pid.Id] = w.ID
 	return pid
 }
 
-func (a *registryActor) publish(ctx actor.Context, msg any) {
+func (a *registryActor) publish(ctx actor.Context, msg any) { a.publishAs(ctx, msg, false) }
+
+// publishAs tells every subscriber msg; fresh says it registers a new
+// worker (batched subscribers get such changes after the others).
+func (a *registryActor) publishAs(ctx actor.Context, msg any, fresh bool) {
 	for _, s := range a.st.subscribers {
-		ctx.Send(s, msg)
+		if !s.batched {
+			ctx.Send(s.pid, msg)
+			continue
+		}
+		s.add(msg, fresh)
+		a.flush(ctx, s)
 	}
+}
+
+// add and remove keep entries and the count of heartbeated workers (the
+// cap's) together.
+func (st *State) add(e *entry) {
+	st.entries[e.worker.ID] = e
+	if e.worker.Source != fleet.SourceProbe {
+		st.heartbeated++
+	}
+}
+
+func (st *State) remove(id string) {
+	if e, ok := st.entries[id]; ok && e.worker.Source != fleet.SourceProbe {
+		st.heartbeated--
+	}
+	delete(st.entries, id)
 }
 
 func (st *State) snapshot(routableOnly bool, now time.Time) *SnapshotResult {

@@ -12,6 +12,7 @@ import (
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/worker"
 	"github.com/tlgate/tlgate/internal/actorsys"
+	"github.com/tlgate/tlgate/internal/bubble"
 	"github.com/tlgate/tlgate/internal/fleet"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
@@ -25,8 +26,14 @@ type harness struct {
 }
 
 func newHarness(t *testing.T) *harness {
+	return newHarnessWith(t, registry.Config{})
+}
+
+// newHarnessWith starts a registry with cfg, T = 2 s and k = 3.
+func newHarnessWith(t *testing.T, cfg registry.Config) *harness {
 	sys := actorsys.New(zerolog.Nop())
-	st := registry.NewState(registry.Config{Interval: 2 * time.Second, MissLimit: 3})
+	cfg.Interval, cfg.MissLimit = 2*time.Second, 3
+	st := registry.NewState(cfg)
 	pid := sys.Root.Spawn(registry.Props(st))
 	t.Cleanup(func() {
 		_ = sys.Root.StopFuture(pid).Wait()
@@ -80,7 +87,7 @@ func equal(a, b []string) bool {
 // worked example: three workers heartbeat at t0, a keeps heartbeating every
 // 2 s; at t0+5.999 s all three are listed, at t0+6 s b and c are gone.
 func TestEvictionExactDeadline(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		h := newHarness(t)
 		events := make(chan any, 16)
 		sub := h.sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
@@ -126,7 +133,7 @@ func TestEvictionExactDeadline(t *testing.T) {
 }
 
 func TestWorkerActorRestartKeepsStatus(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		h := newHarness(t)
 		h.beat(status("a", "smol", 7))
 		h.beat(status("b", "smol", 1))
@@ -162,7 +169,7 @@ func TestWorkerActorRestartKeepsStatus(t *testing.T) {
 }
 
 func TestDrainAndSelfDraining(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		h := newHarness(t)
 		h.beat(status("a", "smol", 0))
 		s := status("b", "smol", 0)
@@ -198,7 +205,7 @@ func TestDrainAndSelfDraining(t *testing.T) {
 // TestRegistryRestartKeepsWorkers: a panic in the registry itself restarts
 // it, which stops its children; the registry respawns them from its state.
 func TestRegistryRestartKeepsWorkers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		h := newHarness(t)
 		h.beat(status("a", "smol", 0))
 		h.beat(status("b", "smol", 0))

@@ -87,12 +87,14 @@ func (a *requestActor) reportFailure(ctx actor.Context, worker, reason string) {
 
 // CountsForEjection reports whether an attempt failure (a proxy.Failure)
 // is the engine's fault and counts towards its ejection: refused, reset,
-// timeout, an early close, another transport error, or a status_ failure
-// (503 and any other 5xx the proxy fails over). The client leaving, an
+// timeout, an early close, another transport error, a status_ failure
+// (503 and any other 5xx the proxy fails over) or an answer that is not
+// OpenAI-shaped (bad_answer). The client leaving, an
 // answer too large and a request that could not be built do not.
 func CountsForEjection(reason string) bool {
 	switch f := proxy.Failure(reason); {
-	case f == proxy.FailRefused, f == proxy.FailReset, f == proxy.FailTimeout, f == proxy.FailEOF, f == proxy.FailTransport:
+	case f == proxy.FailRefused, f == proxy.FailReset, f == proxy.FailTimeout, f == proxy.FailEOF, f == proxy.FailTransport,
+		f == proxy.FailBadAnswer:
 		return true
 	}
 	return strings.HasPrefix(reason, "status_")

@@ -89,6 +89,9 @@ type Log struct {
 	// Usage is the tokens the answers used (every answered cascade step),
 	// estimated when an engine reported none (internal/usage).
 	Usage usage.Usage
+	// StreamFailure is why a committed stream failed (a proxy.Failure:
+	// timeout, eof, bad_answer...); the client got the upstream_failed event.
+	StreamFailure string
 }
 
 // Deps are the actor's collaborators.
@@ -164,6 +167,7 @@ type requestActor struct {
 	unwatch          func() bool
 	reported         int         // the attempt whose outcome the router was told
 	tr               *traceState // nil: tracing off
+	lastErr          error       // the last failed attempt's error
 }
 
 // Receive is the actor's switch; each case calls one step of the protocol.
@@ -216,12 +220,11 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 		case errors.Is(m.Err, router.ErrModelNotFound):
 			a.finish(ctx, Outcome{Status: http.StatusNotFound, Code: openai.CodeModelNotFound,
 				Message: fmt.Sprintf("The model %q does not exist.", a.ex.Req.Model)})
+		case a.attempts > 0:
+			a.finish(ctx, exhausted(a.ex.Req.Model, a.attempts, a.lastErr))
 		default:
-			msg := fmt.Sprintf("No worker can serve model %q right now.", a.ex.Req.Model)
-			if a.attempts > 0 {
-				msg = fmt.Sprintf("No worker could serve model %q: %d attempt(s) failed before the first byte.", a.ex.Req.Model, a.attempts)
-			}
-			a.finish(ctx, Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeNoCapacity, Message: msg})
+			a.finish(ctx, Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeNoCapacity,
+				Message: fmt.Sprintf("No worker can serve model %q right now.", a.ex.Req.Model)})
 		}
 		return
 	}
@@ -323,7 +326,12 @@ func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 		a.failed(ctx, m.err, "attempt")
 		return
 	}
-	resp := m.resp
+	a.answered(ctx, m.resp)
+}
+
+// answered handles an engine's whole answer: judged by a cascade step, or
+// relayed.
+func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
 	a.reportFetched(ctx, resp.Status)
 	a.countFetched(resp)
 	if a.target.CascadeStep < a.target.CascadeSteps-1 && resp.Status == http.StatusOK {
@@ -371,8 +379,20 @@ func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 	a.log.Committed = r.Committed
 	a.log.ClientGone = r.ClientGone
 	a.log.Done = r.Done
+	if r.Committed && r.Err != nil {
+		// The engine cut the stream, or the client stopped reading it or
+		// went away: either way it was answered 200; the log says which.
+		a.log.LastError = r.Err.Error()
+		if !r.ClientGone {
+			a.log.StreamFailure = string(proxy.ReasonOf(r.Err))
+		}
+	}
 	if !r.Committed && !r.ClientGone && r.Err != nil {
 		a.failed(ctx, r.Err, "decode")
+		return
+	}
+	if r.Answer != nil { // an engine's error answer, relayed as a whole
+		a.answered(ctx, r.Answer)
 		return
 	}
 	if r.Done && a.target.Disaggregated() {
@@ -403,6 +423,7 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 	}
 	a.log.Failures = append(a.log.Failures, reason)
 	a.log.LastError = err.Error()
+	a.lastErr = err
 	if a.d.OnFailover != nil {
 		a.d.OnFailover(a.ex, a.target, reason)
 	}
@@ -412,9 +433,15 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 		a.prefillFailed = append(a.prefillFailed, a.target.Prefill.ID)
 	}
 	a.releaseHeld(ctx)
+	if escalatesOnFailure(a.target, err) {
+		if a.d.OnCascade != nil {
+			a.d.OnCascade(a.ex, a.target.Route, a.target.CascadeStep, false)
+		}
+		a.log.Escalations++
+		a.step = a.target.CascadeStep + 1
+	}
 	if a.attempts >= a.d.MaxAttempts {
-		a.finish(ctx, Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeNoCapacity,
-			Message: fmt.Sprintf("No worker could serve model %q: %d attempt(s) failed before the first byte (last: %s).", a.ex.Req.Model, a.attempts, reason)})
+		a.finish(ctx, exhausted(a.ex.Req.Model, a.attempts, err))
 		return
 	}
 	a.route(ctx)

@@ -73,6 +73,7 @@ func fmtSampling(temp, topP float32, topK, max uint32, seed uint64, stop []strin
 func TestCountsForEjection(t *testing.T) {
 	for reason, want := range map[string]bool{
 		"refused": true, "reset": true, "timeout": true, "eof": true, "transport": true, "status_503": true, "status_500": true,
+		"status_5xx": true, "bad_answer": true,
 		"canceled": false, "too_large": false, "invalid": false, "error": false, "": false,
 	} {
 		if got := CountsForEjection(reason); got != want {

@@ -91,7 +91,7 @@ func (a *routerActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		a.timers = scheduler.NewTimerScheduler(ctx.ActorSystem().Root)
 		if a.registry != nil {
-			ctx.Send(a.registry, &registry.Subscribe{PID: ctx.Self()})
+			ctx.Send(a.registry, &registry.Subscribe{PID: ctx.Self(), Batched: true})
 		}
 	case *Route:
 		a.route(ctx, m)
@@ -113,6 +113,17 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		a.dispatch(ctx)
 	case *registry.WorkerGone:
 		st.RemoveWorker(m.ID)
+	case *registry.Changes:
+		for _, g := range m.Gone {
+			st.RemoveWorker(g.ID)
+		}
+		for _, w := range m.Changed {
+			st.SetWorker(w)
+		}
+		ctx.Respond(&registry.ChangesApplied{Gen: m.Gen})
+		if len(m.Changed) > 0 {
+			a.dispatch(ctx)
+		}
 	case *registry.SnapshotResult:
 		st.ResetWorkers(m.Workers)
 		a.dispatch(ctx)

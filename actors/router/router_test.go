@@ -13,6 +13,7 @@ import (
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/actorsys"
+	"github.com/tlgate/tlgate/internal/bubble"
 	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/policy"
 	"github.com/tlgate/tlgate/internal/routes"
@@ -97,7 +98,7 @@ func unified(id, model string, queue uint32) *controlv1.WorkerStatus {
 // on b, r2 goes to c; a heartbeats at +2 s and +4 s; at +5.999 s all three
 // are listed; at +6 s b and c are evicted and r3 goes to a.
 func TestHandExample(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		e := newEnv(t, router.Config{Policy: policy.NameLeastOutstanding}, nil)
 		t0 := time.Now()
 		e.beat(unified("a", "smol", 2))
@@ -138,7 +139,7 @@ func TestHandExample(t *testing.T) {
 }
 
 func TestModelNotFoundAndNoCapacity(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		e := newEnv(t, router.Config{Policy: policy.NameLeastOutstanding}, []routes.Route{{Model: "big"}})
 		ready := func() bool {
 			res, err := e.sys.Root.RequestFuture(e.router, &router.Ready{}, time.Second).Result()
@@ -179,7 +180,7 @@ func TestModelNotFoundAndNoCapacity(t *testing.T) {
 }
 
 func TestRouterRestartKeepsViewAndInFlight(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		e := newEnv(t, router.Config{Policy: policy.NameLeastOutstanding}, nil)
 		e.beat(unified("a", "smol", 0))
 		e.beat(unified("b", "smol", 0))

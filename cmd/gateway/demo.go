@@ -103,6 +103,9 @@ Disaggregated prefill and decode, seeded:
   curl -N %[1]s/v1/completions -H 'Content-Type: application/json' \
     -d '{"model":"big-pd","prompt":"Once upon a time","max_tokens":24,"seed":7,"stream":true}'
 
+The web console (no key needed: the demo has none):
+  %[1]s/ui/
+
 Models, workers and routes:
   curl -s %[1]s/v1/models
   curl -s %[1]s/admin/v1/workers

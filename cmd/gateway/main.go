@@ -2,6 +2,8 @@
 //
 //	gateway -config tlgate.toml     run with a configuration file
 //	gateway -demo                   run with in-process reference engines
+//	gateway -demo -replicas 3       the same with 3 gateways sharing an embedded etcd
+//	gateway -config F -seed-from D/routes.json   copy a file store's table into etcd, then exit
 //
 // -listen and -registry-listen override the listeners of either (port 0
 // picks a free port; the demo prints the address it got).
@@ -58,6 +60,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	registryListen := fs.String("registry-listen", "", "gRPC registry listener host:port, overriding the config's registry_listen")
 	logFormat := fs.String("log-format", "", "json or console (default: the config's log_format; console with -demo)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	replicas := fs.Int("replicas", 1, "with -demo: gateway replicas sharing an embedded etcd (1: the file store)")
+	seedFrom := fs.String("seed-from", "", "copy this routes.json (a file store's) into the -config's etcd store and exit")
+	seedForce := fs.Bool("seed-force", false, "with -seed-from: replace a table etcd already holds")
 	otlp := fs.String("otlp-endpoint", "", "OTLP receiver URL for traces (grpc, e.g. http://127.0.0.1:4317), overriding [gateway.tracing] endpoint; with -demo the engines export there too")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -82,6 +87,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	if err := overrideListeners(cfg, *listen, *registryListen); err != nil {
 		return err
 	}
+	switch {
+	case *seedFrom != "" && *demo:
+		return errors.New("-seed-from needs -config, not -demo")
+	case *seedFrom != "":
+		return seedStore(ctx, cfg, *seedFrom, *seedForce, stdout)
+	case *replicas < 1 || *replicas > maxReplicas:
+		return fmt.Errorf("-replicas: must be from 1 to %d, got %d", maxReplicas, *replicas)
+	case *replicas > 1 && !*demo:
+		return errors.New("-replicas needs -demo (a deployment runs one gateway per process)")
+	}
 	if *otlp != "" {
 		cfg.Gateway.Tracing.Endpoint = *otlp
 		if err := cfg.Validate(); err != nil {
@@ -98,6 +113,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	logger, err := newLogger(stderr, format, *logLevel)
 	if err != nil {
 		return err
+	}
+	if *demo && *replicas > 1 {
+		return runReplicas(ctx, *replicas, logger, stdout)
 	}
 
 	reg := prometheus.NewRegistry()

@@ -612,6 +612,10 @@ log_format = "json"
 // with an error naming the flag.
 func TestRunFlagErrors(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing.toml")
+	plain := filepath.Join(t.TempDir(), "plain.toml")
+	if err := os.WriteFile(plain, []byte("[gateway]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string
@@ -630,6 +634,9 @@ func TestRunFlagErrors(t *testing.T) {
 		{"unknown flag", []string{"-verbose"}, "flag provided but not defined: -verbose", nil},
 		{"stray argument", []string{"-demo", "extra"}, `unexpected argument "extra"`, nil},
 		{"help", []string{"-h"}, "", flag.ErrHelp},
+		{"no replicas", []string{"-demo", "-replicas", "0"}, "-replicas: must be from 1 to", nil},
+		{"replicas without demo", []string{"-config", plain, "-replicas", "2"}, "-replicas needs -demo", nil},
+		{"seed without etcd", []string{"-config", plain, "-seed-from", missing}, "-seed-from needs a -config whose [gateway.store] kind is \"etcd\"", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,12 +7,15 @@
 //	PUT  /admin/v1/routes                  If-Match required; 200 with the new body and ETag
 //	POST /admin/v1/models/{model}:drain    202 {"model":...,"drained":[...],"workers":n}
 //	POST /admin/v1/models/{model}:resume   202 {"model":...,"resumed":[...],"workers":n}
+//	GET  /admin/v1/traffic                 the last 15 minutes per model (when Deps.Traffic is set)
 //
 // Errors are OpenAI-shaped: 400 invalid_routes (param names the bad
 // field), 401 invalid_api_key, 403 insufficient_scope, 404 model_not_found
 // or not_found, 405 method_not_allowed, 412 etag_mismatch, 413
 // request_too_large, 428 if_match_required, 500 internal_error, 503
-// unavailable (an actor did not answer in time).
+// unavailable (an actor did not answer in time), 503 store_unavailable
+// with Retry-After (the shared route store cannot be reached; a write was
+// not made, routing goes on with the table in force).
 package adminhttp
 
 import (
@@ -32,6 +35,7 @@ import (
 	"github.com/tlgate/tlgate/internal/auth"
 	"github.com/tlgate/tlgate/internal/openai"
 	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/traffic"
 )
 
 // Error codes of the admin API beyond those of package openai.
@@ -40,7 +44,12 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeInternal         = "internal_error"
 	CodeUnavailable      = "unavailable"
+	CodeEpochExhausted   = "epoch_exhausted"
+	CodeStoreUnavailable = "store_unavailable"
 )
+
+// StoreRetryAfter is the Retry-After (seconds) of a store_unavailable.
+const StoreRetryAfter = "2"
 
 // Defaults for zero Deps fields.
 const (
@@ -64,6 +73,9 @@ type Deps struct {
 	MaxBodyBytes int64
 	// Timeout bounds each question to an actor; 0 means DefaultTimeout.
 	Timeout time.Duration
+	// Traffic, when set, serves GET /admin/v1/traffic: the last 15
+	// minutes per model (traffic.Snapshot).
+	Traffic *traffic.Recorder
 }
 
 // Worker is one worker as GET /admin/v1/workers lists it.
@@ -145,6 +157,12 @@ func New(d Deps) http.Handler {
 	// ServeMux cannot match "{model}:drain" inside one segment: match the
 	// rest of the path (model ids may hold '/') and split at the last ':'.
 	mux.HandleFunc("POST /admin/v1/models/{target...}", h.drain)
+	if d.Traffic != nil {
+		mux.HandleFunc("GET /admin/v1/traffic", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, d.Traffic.Snapshot())
+		})
+		mux.Handle("/admin/v1/traffic", notAllowed("GET, HEAD"))
+	}
 	mux.Handle("/admin/v1/workers", notAllowed("GET, HEAD"))
 	mux.Handle("/admin/v1/routes", notAllowed("GET, HEAD, PUT"))
 	mux.Handle("/admin/v1/models/", notAllowed("POST"))
@@ -281,6 +299,10 @@ func (h *handler) putRoutes(w http.ResponseWriter, r *http.Request) {
 			param = &p
 		}
 		openai.WriteError(w, http.StatusBadRequest, openai.CodeInvalidRoutes, err.Error(), param)
+	case errors.Is(err, admin.ErrEpochExhausted):
+		openai.WriteError(w, http.StatusConflict, CodeEpochExhausted, err.Error(), nil)
+	case errors.Is(err, admin.ErrStoreUnavailable):
+		storeUnavailable(w, err)
 	default:
 		openai.WriteError(w, http.StatusInternalServerError, CodeInternal, err.Error(), nil)
 	}
@@ -324,6 +346,9 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(dr.Err, admin.ErrModelNotFound):
 		openai.WriteError(w, http.StatusNotFound, openai.CodeModelNotFound, dr.Err.Error(), nil)
 		return
+	case errors.Is(dr.Err, admin.ErrStoreUnavailable):
+		storeUnavailable(w, dr.Err)
+		return
 	case dr.Err != nil:
 		openai.WriteError(w, http.StatusInternalServerError, CodeInternal, dr.Err.Error(), nil)
 		return
@@ -335,6 +360,11 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 		body.Resumed = dr.Models
 	}
 	writeJSON(w, http.StatusAccepted, body)
+}
+
+func storeUnavailable(w http.ResponseWriter, err error) {
+	w.Header().Set("Retry-After", StoreRetryAfter)
+	openai.WriteError(w, http.StatusServiceUnavailable, CodeStoreUnavailable, err.Error(), nil)
 }
 
 func tooLarge(w http.ResponseWriter, limit int64) {

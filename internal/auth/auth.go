@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/tlgate/tlgate/internal/openai"
 )
@@ -41,6 +40,9 @@ var (
 	ErrInvalidKey = errors.New("auth: invalid API key")
 	// ErrBadSpec is wrapped by New for an invalid key specification.
 	ErrBadSpec = errors.New("auth: invalid key specification")
+	// ErrDuplicateHeader is returned when a request carries more than one
+	// Authorization header: which one counts would depend on the reader.
+	ErrDuplicateHeader = errors.New("auth: more than one Authorization header")
 )
 
 // KeySpec configures one key: its secret given plainly (already resolved
@@ -79,6 +81,16 @@ type entry struct {
 // concurrent use.
 type Keyring struct {
 	entries []entry
+	// onReject, when set, is told of every request Require refuses.
+	onReject func(status int, code string)
+}
+
+// WithOnReject returns a copy of k whose Require calls f (which must not
+// block) with the status and error code of every request it refuses.
+func (k *Keyring) WithOnReject(f func(status int, code string)) *Keyring {
+	c := *k
+	c.onReject = f
+	return &c
 }
 
 // New validates specs and builds a Keyring. Every key needs a unique
@@ -152,6 +164,9 @@ func (k *Keyring) Enabled() bool { return len(k.entries) > 0 }
 // reveals neither whether nor which key matched. With no keys configured it
 // returns the AnonymousKey.
 func (k *Keyring) Authenticate(r *http.Request) (Key, error) {
+	if len(r.Header.Values("Authorization")) > 1 {
+		return Key{}, ErrDuplicateHeader
+	}
 	if !k.Enabled() {
 		return AnonymousKey(), nil
 	}
@@ -159,8 +174,8 @@ func (k *Keyring) Authenticate(r *http.Request) (Key, error) {
 	if h == "" {
 		return Key{}, ErrMissingKey
 	}
-	scheme, token, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" || strings.ContainsAny(token, " \t") {
+	token, ok := BearerToken(h)
+	if !ok {
 		return Key{}, ErrInvalidKey
 	}
 	digest := sha256.Sum256([]byte(token))
@@ -184,19 +199,29 @@ func (k *Keyring) Authenticate(r *http.Request) (Key, error) {
 func (k *Keyring) Require(scope Scope, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, err := k.Authenticate(r)
+		refuse := func(status int, code, msg string) {
+			if k.onReject != nil {
+				k.onReject(status, code)
+			}
+			openai.WriteError(w, status, code, msg, nil)
+		}
 		switch {
+		case errors.Is(err, ErrDuplicateHeader):
+			refuse(http.StatusBadRequest, openai.CodeInvalidRequest,
+				"The request has more than one Authorization header: send exactly one.")
+			return
 		case errors.Is(err, ErrMissingKey):
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tlgate"`)
-			openai.WriteError(w, http.StatusUnauthorized, openai.CodeInvalidAPIKey,
-				"Missing API key: send it as Authorization: Bearer <key>.", nil)
+			refuse(http.StatusUnauthorized, openai.CodeInvalidAPIKey,
+				"Missing API key: send it as Authorization: Bearer <key>.")
 			return
 		case err != nil:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tlgate", error="invalid_token"`)
-			openai.WriteError(w, http.StatusUnauthorized, openai.CodeInvalidAPIKey, "Invalid API key.", nil)
+			refuse(http.StatusUnauthorized, openai.CodeInvalidAPIKey, "Invalid API key.")
 			return
 		case !key.Has(scope):
-			openai.WriteError(w, http.StatusForbidden, openai.CodeInsufficientScope,
-				fmt.Sprintf("This API key lacks the %q scope.", scope), nil)
+			refuse(http.StatusForbidden, openai.CodeInsufficientScope,
+				fmt.Sprintf("This API key lacks the %q scope.", scope))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), key)))

@@ -209,3 +209,48 @@ func BenchmarkAuthenticate(b *testing.B) {
 		}
 	}
 }
+
+// TestRequireRefusalsAreReported: every refusal (400 for two Authorization
+// headers, which would otherwise let the first one win, 401, 403) reaches
+// the OnReject observer with its status and code, and next never runs.
+func TestRequireRefusalsAreReported(t *testing.T) {
+	type seen struct {
+		status int
+		code   string
+	}
+	tests := []struct {
+		name    string
+		headers []string
+		scope   Scope
+		want    seen
+	}{
+		{"two headers, both valid", []string{"Bearer " + userSecret, "Bearer " + opsSecret}, ScopeInference, seen{400, "invalid_request"}},
+		{"two headers, first valid", []string{"Bearer " + opsSecret, "Bearer sk-nope"}, ScopeAdmin, seen{400, "invalid_request"}},
+		{"missing", nil, ScopeInference, seen{401, "invalid_api_key"}},
+		{"wrong key", []string{"Bearer sk-nope"}, ScopeInference, seen{401, "invalid_api_key"}},
+		{"wrong scope", []string{"Bearer " + userSecret}, ScopeAdmin, seen{403, "insufficient_scope"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []seen
+			kr := testRing(t).WithOnReject(func(status int, code string) { got = append(got, seen{status, code}) })
+			r := httptest.NewRequest(http.MethodGet, "/v1/models", nil)
+			for _, h := range tt.headers {
+				r.Header.Add("Authorization", h)
+			}
+			called := false
+			rec := httptest.NewRecorder()
+			kr.Require(tt.scope, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true })).ServeHTTP(rec, r)
+			if called || rec.Code != tt.want.status {
+				t.Fatalf("status %d (next called %v), want %d: %s", rec.Code, called, tt.want.status, rec.Body)
+			}
+			if len(got) != 1 || got[0] != tt.want {
+				t.Fatalf("OnReject saw %v, want [%v]", got, tt.want)
+			}
+			var body struct{ Error struct{ Code string } }
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Error.Code != tt.want.code {
+				t.Fatalf("body %s (%v), want code %s", rec.Body, err, tt.want.code)
+			}
+		})
+	}
+}

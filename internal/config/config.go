@@ -136,6 +136,9 @@ type Gateway struct {
 	// (> 0, <= 64).
 	CacheAwareChunkBytes    int     `toml:"cache_aware_chunk_bytes"`
 	CacheAwareBytesPerToken float64 `toml:"cache_aware_bytes_per_token"`
+	// Store is where the route table and the drains are kept: state_dir
+	// (one replica) or etcd (several replicas as one).
+	Store Store `toml:"store"`
 
 	// Ejection is passive health: workers failing in a row are ejected.
 	Ejection Ejection `toml:"ejection"`
@@ -144,6 +147,53 @@ type Gateway struct {
 	// Tracing is the [gateway.tracing] table: OpenTelemetry traces over
 	// OTLP, off unless an endpoint is set.
 	Tracing Tracing `toml:"tracing"`
+
+	// MaxConnections caps the HTTP listener's open connections; more are
+	// closed as soon as they are accepted (0: no cap).
+	MaxConnections int `toml:"max_connections"`
+	// MaxConnectionsPerClient caps the open HTTP connections of one client
+	// IP likewise (0: no cap).
+	MaxConnectionsPerClient int `toml:"max_connections_per_client"`
+	// MaxWorkers caps the workers registered by heartbeat; a new worker id
+	// beyond it is refused (ResourceExhausted) until one is evicted.
+	MaxWorkers int `toml:"max_workers"`
+	// RegistryPeerRate and RegistryPeerBurst limit the heartbeats of one
+	// peer IP address (per second, and at once); 0 disables the limit.
+	RegistryPeerRate  float64 `toml:"registry_peer_rate"`
+	RegistryPeerBurst int     `toml:"registry_peer_burst"`
+	// EngineNetworks, when not empty, are the CIDR networks heartbeated
+	// engine addresses must be in (IP addresses only).
+	EngineNetworks []string `toml:"engine_networks"`
+	// EngineTokens are per-engine registry tokens, each naming the worker
+	// ids a heartbeat presenting it may use.
+	EngineTokens []EngineToken `toml:"engine_tokens"`
+}
+
+// EngineToken is a registry token for some engines only: a heartbeat that
+// presents it may name only WorkerIDs. Exactly one of Token and TokenEnv
+// is set.
+type EngineToken struct {
+	// Name identifies the token in logs; unique.
+	Name string `toml:"name"`
+	// Token is the secret itself; TokenEnv names an environment variable
+	// holding it instead.
+	Token    string `toml:"token"`
+	TokenEnv string `toml:"token_env"`
+	// WorkerIDs are the worker ids the token may register; each id in one
+	// token at most.
+	WorkerIDs []string `toml:"worker_ids"`
+}
+
+// Value returns the token: Token, or the value of TokenEnv (read now).
+func (e EngineToken) Value() (string, error) {
+	if e.TokenEnv != "" {
+		v, err := envValue(e.TokenEnv)
+		if err != nil {
+			return "", fmt.Errorf("config: engine token %q: token_env: %w", e.Name, err)
+		}
+		return v, nil
+	}
+	return e.Token, nil
 }
 
 // Tracing is the [gateway.tracing] table.
@@ -241,9 +291,16 @@ func Default() *Config {
 		CacheAwareBalanceRel:    1.5,
 		CacheAwareChunkBytes:    128,
 		CacheAwareBytesPerToken: 4,
+		MaxWorkers:              1024,
+		RegistryPeerRate:        200,
+		RegistryPeerBurst:       400,
+		Store:                   Store{Kind: StoreFile, Prefix: DefaultStorePrefix, DialTimeout: D(DefaultStoreDialTimeout)},
 		Ejection:                defaultEjection(),
 		Admission:               defaultAdmission(),
 		Tracing:                 Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "tlgate"},
+
+		MaxConnections:          10000,
+		MaxConnectionsPerClient: 1000,
 	}}
 }
 

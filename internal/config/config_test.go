@@ -54,9 +54,12 @@ func TestConfig(t *testing.T) {
 			LogFormat:               "json",
 			CacheAwarePrefillWeight: 1, CacheAwareLoadWeight: 64, CacheAwareBalanceAbs: 64, CacheAwareBalanceRel: 1.5,
 			CacheAwareChunkBytes: 128, CacheAwareBytesPerToken: 4,
+			Store:    Store{Kind: "file", Prefix: "/tlgate/", DialTimeout: D(5 * time.Second)},
 			Ejection: Ejection{ConsecutiveFailures: 3, ConsecutiveRefused: 1, BaseTime: D(10 * time.Second), MaxTime: D(5 * time.Minute), MaxPercent: 50},
 			Admission: Admission{Enabled: true, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{},
 				QueueSize: 1024, QueueTimeout: D(30 * time.Second)},
+			MaxWorkers: 1024, RegistryPeerRate: 200, RegistryPeerBurst: 400,
+			MaxConnections: 10000, MaxConnectionsPerClient: 1000,
 		}
 		want.Tracing = Tracing{Protocol: "grpc", SampleRatio: 1, ServiceName: "tlgate"}
 		if !reflect.DeepEqual(c.Gateway, want) {
@@ -101,6 +104,12 @@ func TestConfig(t *testing.T) {
 		// The example sets every default explicitly.
 		d0 := Default().Gateway
 		g.APIKeys, g.Routes = nil, nil
+		if len(g.EngineNetworks) == 0 {
+			g.EngineNetworks = nil // the example's [] is the default
+		}
+		if len(g.EngineTokens) == 0 {
+			g.EngineTokens = nil
+		}
 		if !reflect.DeepEqual(g, d0) {
 			t.Errorf("example differs from the defaults\n got %+v\nwant %+v", g, d0)
 		}
@@ -195,7 +204,19 @@ func TestConfigValidation(t *testing.T) {
 		{"affinity_load_factor inf", `affinity_load_factor = inf`, []string{"gateway.affinity_load_factor: must be > 1, got +Inf"}},
 		{"heartbeat_interval", `heartbeat_interval = "0s"`, []string{"gateway.heartbeat_interval: must be > 0, got 0s"}},
 		{"heartbeat_miss_limit", `heartbeat_miss_limit = 0`, []string{"gateway.heartbeat_miss_limit: must be >= 1, got 0"}},
+		{"max_workers", `max_workers = 0`, []string{"gateway.max_workers: must be >= 1, got 0"}},
+		{"engine_tokens", "[[gateway.engine_tokens]]\nname = \"a\"\ntoken = \"x\"\nworker_ids = [\"e1\", \"bad id\"]\n[[gateway.engine_tokens]]\nname = \"a\"\nworker_ids = [\"e1\"]\n", []string{
+			`gateway.engine_tokens[0].worker_ids[1]: "bad id" must match [A-Za-z0-9._:-]{1,128}`,
+			`gateway.engine_tokens[1].name: "a" already names engine_tokens[0]`,
+			"gateway.engine_tokens[1]: exactly one of token and token_env is required, got none",
+			`gateway.engine_tokens[1].worker_ids[0]: "e1" is already in engine_tokens[0]`,
+		}},
+		{"registry_peer_rate", `registry_peer_rate = -1`, []string{"gateway.registry_peer_rate: must be a finite number >= 0 (0 disables the limit), got -1"}},
+		{"registry_peer_burst", `registry_peer_burst = 0`, []string{"gateway.registry_peer_burst: must be >= 1 when registry_peer_rate is set, got 0"}},
+		{"engine_networks", `engine_networks = ["10.0.0.0/8", "nope", "10.1.2.3/8"]`, []string{`gateway.engine_networks[1]: must be a CIDR network such as "10.0.0.0/8", got "nope"`, `gateway.engine_networks[2]: "10.1.2.3/8" has host bits set; the network is "10.0.0.0/8"`}},
 		{"max_attempts", `max_attempts = -1`, []string{"gateway.max_attempts: must be >= 1, got -1"}},
+		{"max_connections", `max_connections = -1`, []string{"gateway.max_connections: must be >= 0 (0: no cap), got -1"}},
+		{"max_connections_per_client", `max_connections_per_client = -2`, []string{"gateway.max_connections_per_client: must be >= 0 (0: no cap), got -2"}},
 		{"max_body_bytes", `max_body_bytes = 0`, []string{"gateway.max_body_bytes: must be > 0, got 0"}},
 		{"state_dir", `state_dir = " "`, []string{"gateway.state_dir: required"}},
 		{"timeouts", "connect_timeout = \"-1s\"\nfirst_byte_timeout = \"0s\"\nidle_timeout = \"0s\"\nread_header_timeout = \"0s\"\nserver_idle_timeout = \"0s\"\nshutdown_timeout = \"0s\"", []string{
@@ -409,13 +430,13 @@ func TestEveryKeyDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Ejection](), reflect.TypeFor[Admission](), reflect.TypeFor[Tracing]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[EngineToken](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Ejection](), reflect.TypeFor[Admission](), reflect.TypeFor[Tracing](), reflect.TypeFor[Store]()} {
 		for f := range typ.Fields() {
 			key := f.Tag.Get("toml")
 			if !strings.Contains(string(readme), "`"+key+"`") {
 				t.Errorf("configs/README.md does not document %s.%s", typ.Name(), key)
 			}
-			if !strings.Contains(string(example), key+" =") && !strings.Contains(string(example), "[gateway."+key+"]") {
+			if !strings.Contains(string(example), key+" =") && !strings.Contains(string(example), "[[gateway."+key+"]]") && !strings.Contains(string(example), "[gateway."+key+"]") {
 				t.Errorf("configs/example.toml does not set %s.%s", typ.Name(), key)
 			}
 		}
@@ -447,4 +468,28 @@ func FuzzConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRegistryOpen: the start-up warning's condition, a registry off
+// loopback that takes heartbeats with no token at all.
+func TestRegistryOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    func(g *Gateway)
+		want bool
+	}{
+		{"loopback, no token", func(g *Gateway) {}, false},
+		{"all interfaces, no token", func(g *Gateway) { g.RegistryListen = ":9090" }, true},
+		{"off loopback, token", func(g *Gateway) { g.RegistryListen, g.RegistryToken = "10.0.0.1:9090", "t" }, false},
+		{"off loopback, token_env", func(g *Gateway) { g.RegistryListen, g.RegistryTokenEnv = "10.0.0.1:9090", "T" }, false},
+		{"off loopback, engine tokens", func(g *Gateway) {
+			g.RegistryListen, g.EngineTokens = "10.0.0.1:9090", []EngineToken{{Name: "a", Token: "x", WorkerIDs: []string{"e"}}}
+		}, false},
+	} {
+		g := Default().Gateway
+		tc.f(&g)
+		if got := g.RegistryOpen(); got != tc.want {
+			t.Errorf("%s: RegistryOpen = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }

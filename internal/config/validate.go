@@ -74,6 +74,12 @@ func (c *Config) Validate() error {
 	v.positive("gateway.read_body_timeout", g.ReadBodyTimeout)
 	v.positive("gateway.server_idle_timeout", g.ServerIdleTimeout)
 	v.positive("gateway.shutdown_timeout", g.ShutdownTimeout)
+	if g.MaxConnections < 0 {
+		v.add("gateway.max_connections", "must be >= 0 (0: no cap), got %d", g.MaxConnections)
+	}
+	if g.MaxConnectionsPerClient < 0 {
+		v.add("gateway.max_connections_per_client", "must be >= 0 (0: no cap), got %d", g.MaxConnectionsPerClient)
+	}
 
 	switch {
 	case g.RegistryToken != "" && g.RegistryTokenEnv != "":
@@ -109,6 +115,8 @@ func (c *Config) Validate() error {
 		v.routeErrors(err)
 	}
 	v.engines(g.Engines)
+	v.registryLimits(g)
+	v.store(&g.Store)
 	v.overload(g.Ejection, g.Admission)
 	v.tracing(g.Tracing)
 	return errors.Join(v.errs...)

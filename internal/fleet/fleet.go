@@ -159,6 +159,9 @@ func checkHostPort(field, addr string, required bool) error {
 			return fmt.Errorf("%s: %w: %q has a bad host", field, ErrInvalidAddress, truncate(addr))
 		}
 	}
+	if err := checkHost(field, addr, host); err != nil {
+		return err
+	}
 	// The gateway dials it as http://addr/...: it must be a URL host as is.
 	if u, err := url.Parse("http://" + addr); err != nil || u.Host != addr {
 		return fmt.Errorf("%s: %w: %q is not a URL host", field, ErrInvalidAddress, truncate(addr))

@@ -31,7 +31,10 @@ import (
 	"github.com/tlgate/tlgate/internal/actorsys"
 	"github.com/tlgate/tlgate/internal/adminhttp"
 	"github.com/tlgate/tlgate/internal/auth"
+	"github.com/tlgate/tlgate/internal/bodyguard"
 	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/connlimit"
+	"github.com/tlgate/tlgate/internal/console"
 	"github.com/tlgate/tlgate/internal/engineclient"
 	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/httpedge"
@@ -42,7 +45,9 @@ import (
 	"github.com/tlgate/tlgate/internal/proxy"
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/store"
 	"github.com/tlgate/tlgate/internal/tracing"
+	"github.com/tlgate/tlgate/internal/traffic"
 )
 
 // Options are what the composition root is given besides the config.
@@ -52,6 +57,9 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Hooks for tests; each may be nil.
 	RequestHooks func(d *request.Deps)
+	// Traffic sizes the console's traffic rings; zero fields take the
+	// package defaults (5 s × 180 buckets).
+	Traffic traffic.Config
 	// Now is the clock of the per-key rate limits; nil means time.Now.
 	Now func() time.Time
 	// Tracing, when set, replaces the provider [gateway.tracing] would
@@ -77,9 +85,12 @@ type Gateway struct {
 	engines  *engineclient.Client
 	proxy    *proxy.Proxy
 	stops    []func(context.Context) error // in start order; run in reverse
+	// Traffic keeps the last 15 minutes per model for the console.
+	Traffic *traffic.Recorder
 	// Keys holds the per-key usage metrics (nil without a Registry).
 	Keys    *metrics.KeyMetrics
 	tracing *tracing.Provider
+	store   store.Store
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -123,12 +134,15 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 
-	// Route table: the persisted one wins over the config's seed.
-	epoch, rs, err := loadRoutes(gw.StateDir, gw.Routes)
+	// Route table: the stored one (state_dir or etcd) wins over the
+	// config's seed.
+	ss, err := g.openStore(&gw, o.Logger)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	table, err := routes.NewTable(rs)
+	g.store = ss.store
+	epoch := ss.epoch
+	table, err := routes.NewTable(ss.routes)
 	if err != nil {
 		return fmt.Errorf("gateway: routes: %w", err)
 	}
@@ -139,11 +153,14 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			return fmt.Errorf("gateway: %w", err)
 		}
 		g.Metrics.Epoch(epoch)
+		g.Metrics.StoreUp(ss.store.Up())
 		if g.Keys, err = metrics.NewKeyMetrics(o.Registry); err != nil {
 			return fmt.Errorf("gateway: %w", err)
 		}
 	}
 	m := g.Metrics
+	// 400, 401 and 403 answers of the auth check are edge rejections too.
+	keyring = keyring.WithOnReject(func(_ int, code string) { m.Rejected(code) })
 
 	// Tracing: off (and free) unless configured or given.
 	if g.tracing, err = g.startTracing(cfg.Gateway.Tracing, o.Tracing); err != nil {
@@ -163,6 +180,8 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			m.Registration(w.Model, w.Source)
 			o.Logger.Info().Str("worker", w.ID).Str("model", w.Model).Str("role", string(w.Role)).Str("http", w.HTTPAddress).Str("source", w.Source).Msg("worker registered")
 		},
+		MaxWorkers: gw.MaxWorkers,
+		OnRefuse:   registryRefused(o.Logger),
 	})))
 	g.stops = append(g.stops, g.stopActor(g.Registry))
 	rcfg := routerConfig(pol, &gw)
@@ -172,8 +191,10 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.Admin = g.sys.Root.Spawn(admin.Props(admin.Deps{
 		Router: g.Router, Registry: g.Registry, StateDir: gw.StateDir, Logger: o.Logger,
 		Table: table, Epoch: epoch, OnWrite: m.AdminWrite, OnEpoch: m.Epoch, OnDrain: m.Drain,
+		Store: ss.store, Rev: ss.rev,
 	}))
 	g.stops = append(g.stops, g.stopActor(g.Admin))
+	g.followStore(ss)
 
 	// Engine clients, over TLS when an engine CA is configured.
 	engineTLS, err := loadEngineTLS(gw.EngineCAFile)
@@ -213,18 +234,33 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(serverTLS)))
 	}
 	g.grpc = grpc.NewServer(gopts...)
-	rpc := registryrpc.New(g.sys.Root, g.Registry, registryrpc.Options{Token: token})
+	addrs := fleet.NewAddressPolicy(gw.EngineNetworkPrefixes())
+	engineTokens, err := engineTokensOf(gw.EngineTokens)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	rpc := registryrpc.New(g.sys.Root, g.Registry, registryrpc.Options{
+		Token: token, PeerRate: gw.RegistryPeerRate, PeerBurst: gw.RegistryPeerBurst, Addresses: addrs,
+		EngineTokens: engineTokens,
+	})
 	rpc.OnReject = m.HeartbeatRejected
 	rpc.Register(g.grpc)
 	if g.grpcLis, err = net.Listen("tcp", gw.RegistryListen); err != nil {
 		return fmt.Errorf("gateway: registry_listen: %w", err)
 	}
+	addrs.AddOwn(g.grpcLis.Addr())
+	if h, err := net.ResolveTCPAddr("tcp", gw.Listen); err == nil && h.Port != 0 {
+		addrs.AddOwn(h) // known before it is bound
+	}
+	warnOpenRegistry(o.Logger, gw)
 	go func() { _ = g.grpc.Serve(g.grpcLis) }()
 	g.stops = append(g.stops, func(ctx context.Context) error { return stopGRPC(ctx, g.grpc) })
 
 	// HTTP server.
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme}
 	instrument(rdeps, m)
+	g.Traffic = traffic.New(o.Traffic)
+	feedTraffic(rdeps, g.Traffic)
 	rdeps.Tracer = g.tracing.Tracer()
 	if o.RequestHooks != nil {
 		o.RequestHooks(rdeps)
@@ -235,6 +271,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		BodyTimeout: gw.ReadBodyTimeout.Duration,
 		OnDone: func(ex *request.Exchange, out request.Outcome) {
 			observe(m, ex, out)
+			recordTraffic(g.Traffic, ex, out)
 			observeKey(g.Keys, ex, out)
 			accessLog(o.Logger, ex, out)
 		},
@@ -245,7 +282,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	httpedge.Register(mux, edge)
 	mux.Handle("/admin/v1/", adminhttp.New(adminhttp.Deps{
 		Root: g.sys.Root, Admin: g.Admin, Router: g.Router, Keyring: keyring, MaxBodyBytes: gw.MaxBodyBytes,
+		Traffic: g.Traffic,
 	}))
+	console.Register(mux)
 	mux.Handle("GET /openapi.json", openapi.Handler())
 	if o.Gatherer != nil {
 		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true})
@@ -255,7 +294,11 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		}))
 	}
 	g.http = &http.Server{
-		Handler:           mux,
+		// Every path's body is bounded, and never awaited when unread.
+		Handler: bodyguard.Wrap(mux, bodyguard.Options{
+			MaxBodyBytes: gw.MaxBodyBytes, Timeout: gw.ReadBodyTimeout.Duration,
+			OnReject: func(_ int, code string) { m.Rejected(code) },
+		}),
 		ReadHeaderTimeout: gw.ReadHeaderTimeout.Duration,
 		IdleTimeout:       gw.ServerIdleTimeout.Duration,
 		TLSConfig:         serverTLS,
@@ -263,6 +306,11 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	if g.httpLis, err = net.Listen("tcp", gw.Listen); err != nil {
 		return fmt.Errorf("gateway: listen: %w", err)
 	}
+	addrs.AddOwn(g.httpLis.Addr())
+	g.httpLis = connlimit.Wrap(g.httpLis, connlimit.Options{
+		Max: gw.MaxConnections, PerClient: gw.MaxConnectionsPerClient,
+		OnRefuse: func(_ net.Addr, reason string) { m.ConnectionRefused(reason) },
+	})
 	go func() {
 		var err error
 		if serverTLS != nil {
@@ -291,7 +339,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.probes.Apply(gw.Engines)
 	g.stops = append(g.stops, func(context.Context) error { g.probes.Close(); return nil })
 	o.Logger.Info().Str("listen", g.HTTPAddr()).Str("registry_listen", g.RegistryAddr()).
-		Str("route_policy", string(pol)).Uint64("epoch", epoch).Int("routes", table.Len()).Msg("gateway started")
+		Str("route_policy", string(pol)).Str("store", gw.Store.Kind).Uint64("epoch", epoch).Int("routes", table.Len()).Msg("gateway started")
 	return nil
 }
 
@@ -366,9 +414,17 @@ func loadEngineTLS(caFile string) (*tls.Config, error) {
 // accessLog writes one structured line per request; never the key itself.
 func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	lg := o.Log
+	outcome, _ := outcomeOf(o)
 	ev := l.Info()
-	if o.Status >= 500 {
+	if o.Status >= 500 || outcome == metrics.OutcomeUpstreamFailed {
 		ev = l.Warn()
+	}
+	ev.Str("outcome", outcome)
+	if lg.StreamFailure != "" {
+		ev.Str("stream_failure", lg.StreamFailure)
+	}
+	if len(lg.Failures) == 0 && lg.LastError != "" {
+		ev.Str("last_error", lg.LastError) // a committed stream's end
 	}
 	ev.Str("request_id", ex.RequestID).Str("key", ex.KeyName).Str("model", ex.Req.Model).
 		Str("route", lg.Route).Str("served_model", lg.ServedModel).Str("worker", lg.Worker).

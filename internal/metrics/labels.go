@@ -51,6 +51,17 @@ const (
 	FailoverTooLarge  = "too_large"
 	FailoverTokenize  = "tokenize"
 	FailoverPrefill   = "prefill"
+	// The engine answered a 5xx other than 503, or an answer that is
+	// neither an OpenAI-shaped success nor an OpenAI-shaped error.
+	FailoverStatus5xx = "status_5xx"
+	FailoverBadAnswer = "bad_answer"
+)
+
+// Reasons an HTTP connection is refused: the reason label of
+// tlgate_http_connections_refused_total (connlimit's reasons).
+const (
+	ConnRefusedTotal     = "total"
+	ConnRefusedPerClient = "per_client"
 )
 
 // Route decision reasons: the reason label of tlgate_route_decision_seconds,
@@ -111,6 +122,8 @@ const (
 	AdminInvalidRoutes   = "invalid_routes"
 	AdminModelNotFound   = "model_not_found"
 	AdminInternalError   = "internal_error"
+	// AdminStoreUnavailable: the shared route store could not be reached.
+	AdminStoreUnavailable = "store_unavailable"
 )
 
 // HTTP edge rejections: the code label of tlgate_http_rejected_total, equal
@@ -128,16 +141,18 @@ var (
 	requestOutcomes = fixedSet{OutcomeOK, OutcomeClientError, OutcomeNotFound, OutcomeNoCapacity,
 		OutcomeUpstreamFailed, OutcomeClientGone, OutcomeInternalError, OutcomeOverloaded}
 	failoverReasons = fixedSet{FailoverRefused, FailoverReset, FailoverTimeout, FailoverStatus503,
-		FailoverEOF, FailoverTransport, FailoverTooLarge, FailoverTokenize, FailoverPrefill}
+		FailoverEOF, FailoverTransport, FailoverTooLarge, FailoverTokenize, FailoverPrefill,
+		FailoverStatus5xx, FailoverBadAnswer}
 	decisionReasons = fixedSet{DecisionLeastOutstanding, DecisionWeighted, DecisionAffinity, DecisionLoad}
 	phases          = fixedSet{PhaseTokenize, PhasePrefill, PhaseDecode, PhaseRelease}
 	roles           = fixedSet{RoleUnified, RolePrefill, RoleDecode}
 	states          = fixedSet{StateRoutable, StateDraining, StateDrained}
 	sources         = fixedSet{SourceHeartbeat, SourceProbe}
 	adminOutcomes   = fixedSet{AdminOK, AdminIfMatchRequired, AdminETagMismatch, AdminInvalidRoutes,
-		AdminModelNotFound, AdminInternalError}
+		AdminModelNotFound, AdminInternalError, AdminStoreUnavailable}
 	rejectCodes = fixedSet{RejectInvalidRequest, RejectInvalidAPIKey, RejectInsufficientScope, RejectRequestTooLarge,
 		RejectRateLimited}
+	connRefusedReasons = fixedSet{ConnRefusedTotal, ConnRefusedPerClient}
 )
 
 // fixedSet is the closed list of values a label may take besides Other.

@@ -100,6 +100,7 @@ type Metrics struct {
 	hbRejected    *prometheus.CounterVec
 	drains        *prometheus.CounterVec
 	epoch         prometheus.Gauge
+	storeUp       prometheus.Gauge
 	cascade       *prometheus.CounterVec
 	prefill       prometheus.Histogram
 	kvReleased    *prometheus.CounterVec
@@ -107,6 +108,7 @@ type Metrics struct {
 	probes        *prometheus.CounterVec
 	admin         *prometheus.CounterVec
 	rejected      *prometheus.CounterVec
+	connRefused   *prometheus.CounterVec
 
 	routeNames  *names
 	workerNames *names
@@ -182,6 +184,8 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 			"Operator drains of a model.", lModel),
 		epoch: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "route_epoch",
 			Help: "Epoch of the route table in force."}),
+		storeUp: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "store_up",
+			Help: "1 while the route store (state_dir, or etcd) can be reached, else 0."}),
 		cascade: counter("cascade_steps_total",
 			"Cascade steps answered, by route, step (0 = first) and outcome (accepted or escalated).", lRoute, lStep, lOutcome),
 		prefill: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "prefill_duration_seconds",
@@ -196,6 +200,8 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 			"Admin writes (route table replacements and drains), by outcome.", lOutcome),
 		rejected: counter("http_rejected_total",
 			"Requests the HTTP edge refused before routing, by error code.", lCode),
+		connRefused: counter("http_connections_refused_total",
+			"HTTP connections closed as soon as accepted, over the total or the per-client cap, by reason.", lReason),
 
 		routeNames:  newNames(maxRoutes),
 		workerNames: newNames(maxWorkers),
@@ -220,6 +226,9 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 	for _, c := range rejectCodes {
 		m.rejected.WithLabelValues(c)
 	}
+	for _, r := range connRefusedReasons {
+		m.connRefused.WithLabelValues(r)
+	}
 	for _, c := range []codes.Code{codes.InvalidArgument, codes.Unauthenticated} {
 		m.hbRejected.WithLabelValues(c.String())
 	}
@@ -230,8 +239,9 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{
 		m.requests, m.duration, m.ttfb, m.attempts, m.failovers, m.decisions,
-		m.inflight, m.workers, m.evictions, m.registrations, m.hbRejected, m.drains, m.epoch,
+		m.inflight, m.workers, m.evictions, m.registrations, m.hbRejected, m.drains, m.epoch, m.storeUp,
 		m.cascade, m.prefill, m.kvReleased, m.disagg, m.probes, m.admin, m.rejected,
+		m.connRefused,
 	}, m.overload.collectors()...)
 }
 
@@ -492,6 +502,18 @@ func (m *Metrics) Drain(model string) {
 	m.drains.WithLabelValues(m.modelNames.label(model)).Inc()
 }
 
+// StoreUp sets tlgate_store_up: 1 while the route store can be reached.
+func (m *Metrics) StoreUp(up bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.storeUp.Set(v)
+}
+
 // Epoch sets tlgate_route_epoch to the route table's epoch e.
 func (m *Metrics) Epoch(e uint64) {
 	if m == nil {
@@ -620,4 +642,14 @@ func result(ok bool) string {
 		return ResultOK
 	}
 	return ResultError
+}
+
+// ConnectionRefused counts tlgate_http_connections_refused_total{reason}:
+// an HTTP connection over a cap was closed as soon as it was accepted;
+// reason is a ConnRefused constant, anything else counts as Other.
+func (m *Metrics) ConnectionRefused(reason string) {
+	if m == nil {
+		return
+	}
+	m.connRefused.WithLabelValues(connRefusedReasons.label(reason)).Inc()
 }

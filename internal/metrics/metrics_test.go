@@ -59,6 +59,7 @@ func touchAll(m *Metrics) {
 	m.Probe("w9", true)
 	m.AdminWrite(AdminOK)
 	m.Rejected(RejectInvalidAPIKey)
+	m.ConnectionRefused(ConnRefusedPerClient)
 	m.SetInFlight("w1", 2)
 	m.SetWorkers(map[WorkerKey]int{{Model: "smol-v3", Role: RoleUnified, State: StateRoutable}: 2})
 }
@@ -160,26 +161,28 @@ func TestEveryMetricExposed(t *testing.T) {
 		typ    dto.MetricType
 		labels []string
 	}{
-		"tlgate_requests_total":               {dto.MetricType_COUNTER, []string{"outcome", "route"}},
-		"tlgate_request_duration_seconds":     {dto.MetricType_HISTOGRAM, []string{"route"}},
-		"tlgate_time_to_first_byte_seconds":   {dto.MetricType_HISTOGRAM, []string{"route"}},
-		"tlgate_attempts_total":               {dto.MetricType_COUNTER, []string{"route", "worker"}},
-		"tlgate_failovers_total":              {dto.MetricType_COUNTER, []string{"reason", "route"}},
-		"tlgate_route_decision_seconds":       {dto.MetricType_HISTOGRAM, []string{"reason"}},
-		"tlgate_inflight_requests":            {dto.MetricType_GAUGE, []string{"worker"}},
-		"tlgate_workers":                      {dto.MetricType_GAUGE, []string{"model", "role", "state"}},
-		"tlgate_worker_evictions_total":       {dto.MetricType_COUNTER, []string{"model"}},
-		"tlgate_worker_registrations_total":   {dto.MetricType_COUNTER, []string{"model", "source"}},
-		"tlgate_heartbeats_rejected_total":    {dto.MetricType_COUNTER, []string{"code"}},
-		"tlgate_drains_total":                 {dto.MetricType_COUNTER, []string{"model"}},
-		"tlgate_route_epoch":                  {dto.MetricType_GAUGE, nil},
-		"tlgate_cascade_steps_total":          {dto.MetricType_COUNTER, []string{"outcome", "route", "step"}},
-		"tlgate_prefill_duration_seconds":     {dto.MetricType_HISTOGRAM, nil},
-		"tlgate_kv_handles_released_total":    {dto.MetricType_COUNTER, []string{"outcome"}},
-		"tlgate_disaggregated_failures_total": {dto.MetricType_COUNTER, []string{"phase"}},
-		"tlgate_probes_total":                 {dto.MetricType_COUNTER, []string{"outcome", "worker"}},
-		"tlgate_admin_writes_total":           {dto.MetricType_COUNTER, []string{"outcome"}},
-		"tlgate_http_rejected_total":          {dto.MetricType_COUNTER, []string{"code"}},
+		"tlgate_requests_total":                 {dto.MetricType_COUNTER, []string{"outcome", "route"}},
+		"tlgate_request_duration_seconds":       {dto.MetricType_HISTOGRAM, []string{"route"}},
+		"tlgate_time_to_first_byte_seconds":     {dto.MetricType_HISTOGRAM, []string{"route"}},
+		"tlgate_attempts_total":                 {dto.MetricType_COUNTER, []string{"route", "worker"}},
+		"tlgate_failovers_total":                {dto.MetricType_COUNTER, []string{"reason", "route"}},
+		"tlgate_route_decision_seconds":         {dto.MetricType_HISTOGRAM, []string{"reason"}},
+		"tlgate_inflight_requests":              {dto.MetricType_GAUGE, []string{"worker"}},
+		"tlgate_workers":                        {dto.MetricType_GAUGE, []string{"model", "role", "state"}},
+		"tlgate_worker_evictions_total":         {dto.MetricType_COUNTER, []string{"model"}},
+		"tlgate_worker_registrations_total":     {dto.MetricType_COUNTER, []string{"model", "source"}},
+		"tlgate_heartbeats_rejected_total":      {dto.MetricType_COUNTER, []string{"code"}},
+		"tlgate_drains_total":                   {dto.MetricType_COUNTER, []string{"model"}},
+		"tlgate_route_epoch":                    {dto.MetricType_GAUGE, nil},
+		"tlgate_cascade_steps_total":            {dto.MetricType_COUNTER, []string{"outcome", "route", "step"}},
+		"tlgate_prefill_duration_seconds":       {dto.MetricType_HISTOGRAM, nil},
+		"tlgate_kv_handles_released_total":      {dto.MetricType_COUNTER, []string{"outcome"}},
+		"tlgate_disaggregated_failures_total":   {dto.MetricType_COUNTER, []string{"phase"}},
+		"tlgate_probes_total":                   {dto.MetricType_COUNTER, []string{"outcome", "worker"}},
+		"tlgate_admin_writes_total":             {dto.MetricType_COUNTER, []string{"outcome"}},
+		"tlgate_http_rejected_total":            {dto.MetricType_COUNTER, []string{"code"}},
+		"tlgate_store_up":                       {dto.MetricType_GAUGE, nil},
+		"tlgate_http_connections_refused_total": {dto.MetricType_COUNTER, []string{"reason"}},
 	}
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -91,6 +91,7 @@ const (
 	fStop
 	fPresencePenalty
 	fFrequencyPenalty
+	fStreamOptions
 )
 
 var fieldBits = map[string]uint32{
@@ -109,6 +110,7 @@ var fieldBits = map[string]uint32{
 	"stop":                  fStop,
 	"presence_penalty":      fPresencePenalty,
 	"frequency_penalty":     fFrequencyPenalty,
+	"stream_options":        fStreamOptions,
 }
 
 // ParseRequest validates a completions (chat false) or chat completions (chat
@@ -127,6 +129,10 @@ func ParseRequest(body []byte, chat bool) (Request, error) {
 	root.ForEach(func(k, v gjson.Result) bool {
 		bit, known := fieldBits[k.Str]
 		if !known {
+			if name := caseVariant(k.Str); name != "" {
+				p.err = fieldErr(k.Str, "%q is not a field; keys are case-sensitive (did you mean %q?)", k.Str, name)
+				return false
+			}
 			return true
 		}
 		if p.seen&bit != 0 {
@@ -216,6 +222,8 @@ func (p *parser) field(bit uint32, name string, v gjson.Result) {
 		p.req.PresencePenalty, err = optFloat(name, v)
 	case fFrequencyPenalty:
 		p.req.FrequencyPenalty, err = optFloat(name, v)
+	case fStreamOptions:
+		err = streamOptions(name, v)
 	}
 	p.err = err
 }

@@ -42,7 +42,7 @@ func TestParseRequest(t *testing.T) {
 		},
 		{
 			name: "nulls are absent",
-			body: `{"model":"m","prompt":"p","stream":null,"seed":null,"stop":null,"temperature":null,"logprobs":null}`,
+			body: `{"model":"m","prompt":"p","stream":null,"seed":null,"stop":null,"temperature":null,"logprobs":null,"stream_options":null}`,
 			want: Request{Model: "m", Prompt: "p", PrefixKey: []byte("p")},
 		},
 		{
@@ -53,7 +53,7 @@ func TestParseRequest(t *testing.T) {
 		},
 		{
 			name: "completions logprobs false",
-			body: `{"model":"m","prompt":"p","logprobs":false}`,
+			body: `{"model":"m","prompt":"p","logprobs":false,"stream_options":{"include_usage":true,"other":1}}`,
 			want: Request{Model: "m", Prompt: "p", PrefixKey: []byte("p")},
 		},
 		{
@@ -149,6 +149,18 @@ func TestParseRequestErrors(t *testing.T) {
 		{"top_logprobs negative", `{"model":"m","messages":[{"role":"u"}],"top_logprobs":-3}`, true, "top_logprobs"},
 		{"presence_penalty an object", `{"model":"m","prompt":"p","presence_penalty":{}}`, false, "presence_penalty"},
 		{"frequency_penalty an array", `{"model":"m","prompt":"p","frequency_penalty":[]}`, false, "frequency_penalty"},
+		// Keys that equal a field only up to case: an engine decoding JSON
+		// case-insensitively would read them as that field.
+		{"STREAM upper case", `{"model":"m","prompt":"p","STREAM":true}`, false, "STREAM"},
+		{"MODEL beside model", `{"model":"smol","MODEL":"nope","prompt":"p"}`, false, "MODEL"},
+		{"Model before model", `{"Model":"nope","model":"smol","prompt":"p"}`, false, "Model"},
+		{"stream with a long s", `{"model":"m","prompt":"p","\u017ftream":true}`, false, "\u017ftream"},
+		{"top_k with a Kelvin sign", `{"model":"m","prompt":"p","top_\u212a":1}`, false, "top_\u212a"},
+		{"Messages in a chat body", `{"model":"m","Messages":[],"messages":[{"role":"u"}]}`, true, "Messages"},
+		{"stream_options a string", `{"model":"m","prompt":"p","stream_options":"x"}`, false, "stream_options"},
+		{"stream_options.include_usage a number", `{"model":"m","prompt":"p","stream_options":{"include_usage":1}}`, false, "stream_options.include_usage"},
+		{"Stream_Options", `{"model":"m","prompt":"p","Stream_Options":{}}`, false, "Stream_Options"},
+		{"escaped exact key twice", `{"model":"m","prompt":"p","stre\u0061m":true,"stream":false}`, false, "stream"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,26 +1,32 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"io"
 	"net/http"
 	"time"
 )
 
-// Fetch sends a non-streamed attempt and reads the engine's answer whole,
-// bounded by MaxResponseBytes and ResponseTimeout. It never touches the
-// client, so every failure is uncommitted: refused, reset, timeout, a 503
-// answer or a truncated body give a retryable *AttemptError; an answer over
-// MaxResponseBytes gives FailTooLarge and the client's own cancellation
-// FailCanceled (neither retryable). Any other status (2xx, 4xx, other 5xx) is
-// returned as a Response for the caller to pass through.
+// Fetch sends a non-streamed attempt and reads the engine's answer whole.
+// The engine's first byte (its headers) must come within FirstByteTimeout,
+// each further read within IdleTimeout of the previous one, and the whole
+// answer within ResponseTimeout; it is bounded by MaxResponseBytes. An
+// engine generates a non-streamed answer before its first byte, so
+// FirstByteTimeout bounds the generation too.
+//
+// Fetch never touches the client, so every failure is uncommitted and,
+// except FailTooLarge (an answer over MaxResponseBytes) and FailCanceled
+// (the client went away), retryable: refused, reset, a timeout, a truncated
+// body, a 503 (FailStatus503) or other 5xx (FailStatus5xx), or an answer
+// that is neither an OpenAI-shaped success nor an OpenAI-shaped client error
+// (FailBadAnswer; see checkAnswer). What it returns is a 2xx completion to
+// relay as it is, or a 4xx error re-encoded in OpenAI's shape.
 func (p *Proxy) Fetch(ctx context.Context, a Attempt) (*Response, error) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	timer := time.AfterFunc(p.o.ResponseTimeout, func() { cancel(errTimeout) })
-	defer timer.Stop()
+	total := time.AfterFunc(p.o.ResponseTimeout, func() { cancel(errTimeout) })
+	defer total.Stop()
+	wait := time.AfterFunc(p.o.FirstByteTimeout, func() { cancel(errTimeout) })
+	defer wait.Stop()
 
 	req, err := newRequest(actx, a, "application/json")
 	if err != nil {
@@ -35,22 +41,9 @@ func (p *Proxy) Fetch(ctx context.Context, a Attempt) (*Response, error) {
 		discard(resp.Body)
 		return nil, &AttemptError{Reason: FailStatus503, Err: err503}
 	}
-	limit := p.o.MaxResponseBytes
-	if resp.ContentLength > limit {
-		return nil, &AttemptError{Reason: FailTooLarge,
-			Err: fmt.Errorf("proxy: answer of %d bytes is over the %d-byte limit", resp.ContentLength, limit)}
-	}
-	var buf bytes.Buffer
-	if resp.ContentLength > 0 {
-		buf.Grow(int(resp.ContentLength))
-	}
-	n, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1))
+	body, err := p.readAnswer(ctx, actx, resp, wait)
 	if err != nil {
-		return nil, classify(ctx, actx, err, false)
+		return nil, err
 	}
-	if n > limit {
-		return nil, &AttemptError{Reason: FailTooLarge,
-			Err: fmt.Errorf("proxy: answer is over the %d-byte limit", limit)}
-	}
-	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: buf.Bytes()}, nil
+	return checkAnswer(resp, body)
 }

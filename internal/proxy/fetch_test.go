@@ -12,7 +12,7 @@ import (
 
 func TestFetch(t *testing.T) {
 	const limit = 4096
-	big := strings.Repeat("x", limit)
+	big := `{"choices":[{"text":"` + strings.Repeat("x", limit-len(`{"choices":[{"text":""}]}`)) + `"}]}`
 	tests := []struct {
 		name       string
 		handler    http.HandlerFunc // nil: nothing listens
@@ -24,20 +24,41 @@ func TestFetch(t *testing.T) {
 	}{
 		{name: "200 read whole", handler: func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
-			for range 4 { // chunked, in pieces
-				_, _ = io.WriteString(w, big[:limit/4])
+			for i := range 4 { // chunked, in pieces
+				_, _ = io.WriteString(w, big[i*limit/4:(i+1)*limit/4])
 				_ = http.NewResponseController(w).Flush()
 			}
 		}, wantStatus: 200, wantBody: big},
-		{name: "400 relayed", handler: func(w http.ResponseWriter, r *http.Request) {
+		{name: "400 relayed in OpenAI's shape", handler: func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(400)
 			_, _ = io.WriteString(w, `{"error":{"message":"bad"}}`)
-		}, wantStatus: 400, wantBody: `{"error":{"message":"bad"}}`},
-		{name: "500 relayed", handler: func(w http.ResponseWriter, r *http.Request) {
+		}, wantStatus: 400, wantBody: `{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":"invalid_request"}}`},
+		{name: "500 fails over", handler: func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(500)
 			_, _ = io.WriteString(w, "boom")
-		}, wantStatus: 500, wantBody: "boom"},
+		}, reason: FailStatus5xx, retryable: true},
+		{name: "200 not JSON", handler: func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, "not json")
+		}, reason: FailBadAnswer, retryable: true},
+		{name: "200 JSON without choices", handler: func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, `{"error":{"message":"hidden in a 200"}}`)
+		}, reason: FailBadAnswer, retryable: true},
+		{name: "401 of the engine", handler: func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(401)
+			_, _ = io.WriteString(w, `{"error":{"message":"Invalid API key.","code":"invalid_api_key"}}`)
+		}, reason: FailBadAnswer, retryable: true},
+		{name: "403 plain text", handler: func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(403)
+			_, _ = io.WriteString(w, "Forbidden")
+		}, reason: FailBadAnswer, retryable: true},
+		{name: "307 without Location", handler: func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(307)
+		}, reason: FailBadAnswer, retryable: true},
+		{name: "404 not OpenAI-shaped", handler: func(w http.ResponseWriter, r *http.Request) {
+			http.NotFound(w, r)
+		}, reason: FailBadAnswer, retryable: true},
 		{name: "refused", reason: FailRefused, retryable: true},
 		{name: "503", handler: func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(503)

@@ -181,7 +181,7 @@ func (e *AttemptError) Retryable() bool {
 		return false
 	}
 	switch e.Reason {
-	case FailRefused, FailReset, FailTimeout, FailStatus503, FailEOF, FailTransport:
+	case FailRefused, FailReset, FailTimeout, FailStatus503, FailEOF, FailTransport, FailStatus5xx, FailBadAnswer:
 		return true
 	}
 	return false

@@ -6,7 +6,9 @@ import "bytes"
 // notices the "data: [DONE]" event, scanning every byte once across reads.
 // A block of comment lines (": keep-alive") is relayed but is no event: it
 // does not commit a stream. Lines end with "\n" or "\r\n"; a lone "\r" is
-// not taken as a line end.
+// not taken as a line end. A line that is neither a comment nor one of the
+// fields data, event, id and retry is garbage: scanning stops before its
+// block and bad is set.
 type sseScanner struct {
 	pos        int  // next byte to scan
 	lineStart  int  // start of the current line
@@ -14,6 +16,7 @@ type sseScanner struct {
 	eventLines bool // the current block has a field line (not a comment)
 	doneLine   bool // the current block has a [DONE] data line
 	events     int  // events completed since take
+	bad        bool // a line that is not SSE was met; scan returns at once
 }
 
 var (
@@ -39,6 +42,10 @@ func (s *sseScanner) scan(b []byte) (end, endEvent int, done bool) {
 		}
 		s.pos, s.lineStart = i+1, i+1
 		if len(line) > 0 {
+			if !sseLine(line) {
+				s.bad = true
+				return end, endEvent, false
+			}
 			s.blockLines = true
 			if line[0] != ':' {
 				s.eventLines = true
@@ -60,6 +67,24 @@ func (s *sseScanner) scan(b []byte) (end, endEvent int, done bool) {
 		}
 		s.blockLines, s.eventLines = false, false
 	}
+}
+
+// sseLine reports whether a non-empty line is a comment or a field of the
+// SSE grammar that engines send (data, event, id, retry; with or without a
+// colon and value).
+func sseLine(line []byte) bool {
+	if line[0] == ':' {
+		return true
+	}
+	name := line
+	if i := bytes.IndexByte(line, ':'); i >= 0 {
+		name = line[:i]
+	}
+	switch string(name) {
+	case "data", "event", "id", "retry":
+		return true
+	}
+	return false
 }
 
 // take returns the events completed since the last take.

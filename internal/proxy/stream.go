@@ -34,6 +34,9 @@ type Result struct {
 	Events int
 	// Bytes counts the engine's bytes relayed (not the SSE error event).
 	Bytes int64
+	// Answer, when set, is an engine's OpenAI-shaped error answer to relay
+	// instead of a stream (Committed false, Err nil): see Stream.
+	Answer *Response
 }
 
 // doneGrace bounds reading the end of an engine's response after its
@@ -43,27 +46,32 @@ const doneGrace = time.Second
 // Stream sends a streamed attempt and relays the engine's answer to w.
 //
 // The commitment boundary is the first write to the client. Before it, any
-// failure (refused, reset, FirstByteTimeout, a 503 answer, an engine that
-// closes before its first complete SSE event) returns Result{Committed:
-// false} with a retryable Err and w untouched. The attempt commits when the
-// first complete SSE event has arrived (for any other body, its first byte;
-// for an empty non-SSE body, its end): Stream then sets Content-Type (and,
-// for SSE, Cache-Control: no-cache) on w, calls commit(status, engine
-// header) once so the caller can set its own headers (X-Request-Id,
-// X-TL-Route) and learn that it committed, writes the status, and relays.
-// commit may be nil.
+// failure (refused, reset, FirstByteTimeout, a 503 or other 5xx answer, an
+// engine that closes before its first complete SSE event, a malformed one)
+// returns Result{Committed: false} with a retryable Err and w untouched.
+// The attempt commits when the first complete SSE event has arrived: Stream
+// then sets Content-Type, Cache-Control: no-cache on w, calls
+// commit(status, engine header) once so the caller can set its own headers
+// (X-Request-Id, X-TL-Route) and learn that it committed, writes the
+// status, and relays. commit may be nil.
 //
-// SSE answers (2xx, Content-Type text/event-stream or none) are relayed
-// event by event as they arrive and flushed after each read, whole events
-// only, without buffering the stream; a comment-only block (": keep-alive")
-// is relayed but does not commit. Nothing after the [DONE] event is relayed. After commit, a failure (reset, an end
-// without "data: [DONE]", IdleTimeout between reads, an event over
-// MaxEventBytes) writes exactly one SSE event
-// `data: {"error":{...,"code":"upstream_failed"}}` and returns Committed with
-// Err; no [DONE] follows. Other answers (4xx, 5xx other than 503, non-SSE
-// 2xx) are relayed as they are, a committed relay and not an error of the
-// attempt; if one fails midway no error event can be appended (the body is
-// not SSE), Err says so and the caller may abort the connection.
+// Only SSE answers (2xx, Content-Type text/event-stream or none) are
+// streamed: event by event as they arrive, flushed after each read, whole
+// events only, without buffering the stream; a comment-only block (":
+// keep-alive") is relayed but does not commit. Nothing after the [DONE]
+// event is relayed. After commit, a failure (reset, an end without "data:
+// [DONE]", IdleTimeout between reads, an event over MaxEventBytes, a line
+// that is not SSE) writes exactly one SSE event `data:
+// {"error":{...,"code":"upstream_failed"}}` and returns Committed with Err;
+// no [DONE] follows. Garbage inside a stream is not relayed: a line other
+// than a field (data:, event:, id:, retry:) or a comment is FailBadAnswer,
+// before commit (retryable) or after (the error event).
+//
+// Any other answer is never relayed as it arrives: a 2xx that is not SSE is
+// FailBadAnswer (an engine that ignored "stream"), and a 4xx or 5xx is read
+// whole and judged as Fetch judges it: an OpenAI-shaped client error comes
+// back in Result.Answer for the caller to relay, anything else is a
+// retryable Err (FailStatus5xx, FailBadAnswer), with w untouched.
 //
 // If ctx ends or a write to the client fails, the upstream request is
 // canceled at once and the Result has ClientGone.
@@ -88,18 +96,16 @@ func (p *Proxy) Stream(ctx context.Context, a Attempt, w http.ResponseWriter, co
 		discard(resp.Body)
 		return Result{Status: resp.StatusCode, Err: &AttemptError{Reason: FailStatus503, Err: err503}}
 	}
+	if resp.StatusCode/100 != 2 || !isEventStream(resp.Header.Get("Content-Type")) {
+		return p.notSSE(ctx, actx, resp, timer)
+	}
 	r := relay{
 		p: p, ctx: ctx, actx: actx, cancel: cancel, timer: timer, start: start,
 		w: w, commitFn: commit, resp: resp,
-		sse: resp.StatusCode/100 == 2 && isEventStream(resp.Header.Get("Content-Type")),
 	}
 	r.res.Status = resp.StatusCode
 	bp := p.bufs.Get().(*[]byte)
-	if r.sse {
-		r.events(*bp)
-	} else {
-		r.passthrough(*bp)
-	}
+	r.events(*bp)
 	p.bufs.Put(bp)
 	r.clearWriteDeadline()
 	return r.res
@@ -124,7 +130,6 @@ type relay struct {
 	rc        *http.ResponseController
 	commitFn  func(int, http.Header)
 	resp      *http.Response
-	sse       bool
 	res       Result
 }
 
@@ -165,6 +170,10 @@ func (r *relay) events(b []byte) {
 			filled = copy(b, b[end:filled])
 			sc.shift(end)
 		}
+		if sc.bad {
+			r.failWith(FailBadAnswer, errBadSSE)
+			return
+		}
 		switch {
 		case rerr == io.EOF && r.res.Committed:
 			r.failWith(FailEOF, errNoDone)
@@ -185,47 +194,17 @@ func (r *relay) events(b []byte) {
 	}
 }
 
-// passthrough relays a non-SSE body as it arrives.
-func (r *relay) passthrough(b []byte) {
-	for {
-		n, rerr := r.resp.Body.Read(b)
-		if n > 0 || (rerr == io.EOF && !r.res.Committed) {
-			r.timer.Stop()
-			if !r.res.Committed {
-				r.commit()
-			}
-			if !r.write(b[:n]) {
-				return
-			}
-		}
-		switch {
-		case rerr == io.EOF:
-			r.res.Done = true
-			return
-		case rerr != nil:
-			r.fail(rerr)
-			return
-		}
-		if n > 0 {
-			r.timer.Reset(r.p.o.IdleTimeout)
-		}
-	}
-}
-
 // commit sets the response headers, lets the caller add its own, and
 // writes the status.
 func (r *relay) commit() {
 	h := r.w.Header()
-	if ct := r.resp.Header.Get("Content-Type"); ct != "" {
-		h.Set("Content-Type", ct)
+	ct := r.resp.Header.Get("Content-Type")
+	if ct == "" {
+		ct = "text/event-stream"
 	}
-	if r.sse {
-		if h.Get("Content-Type") == "" {
-			h.Set("Content-Type", "text/event-stream")
-		}
-		h.Set("Cache-Control", "no-cache")
-		h.Set("X-Accel-Buffering", "no")
-	}
+	h.Set("Content-Type", ct)
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
 	if r.commitFn != nil {
 		r.commitFn(r.res.Status, r.resp.Header)
 	}
@@ -290,8 +269,14 @@ func (r *relay) end(ae *AttemptError) {
 		r.res.ClientGone = true
 		return
 	}
-	if !r.res.Committed || !r.sse {
+	if !r.res.Committed {
 		return
+	}
+	if r.p.o.ClientWriteTimeout > 0 {
+		// The last write's deadline may be spent: an engine that stalls for
+		// IdleTimeout outlasts a ClientWriteTimeout as long, and the error
+		// event would be lost, the stream ending as if it were complete.
+		_ = r.rc.SetWriteDeadline(time.Now().Add(r.p.o.ClientWriteTimeout))
 	}
 	if _, err := r.w.Write(errorEvent(ae.Reason)); err != nil {
 		r.res.ClientGone = true

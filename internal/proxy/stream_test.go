@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -271,18 +272,37 @@ func TestStreamClientGone(t *testing.T) {
 	}
 }
 
-func TestStreamRelaysUpstreamStatus(t *testing.T) {
+// TestStreamUpstreamAnswers: an answer to a streamed request that is not
+// an SSE stream never reaches the client as it arrives. An OpenAI-shaped
+// 4xx error comes back as Result.Answer (re-encoded in OpenAI's shape) for
+// the caller to relay; a 5xx, a 2xx that is not SSE (an engine that ignored
+// "stream"; also a truncated one), the engine's own 401 or 403, a redirect
+// or an error that is not OpenAI-shaped is a retryable failure before
+// commit.
+func TestStreamUpstreamAnswers(t *testing.T) {
 	tests := []struct {
-		name   string
-		status int
-		ct     string
-		body   string
+		name     string
+		status   int
+		ct       string
+		body     string
+		cl       int // a Content-Length the body does not meet (0: none)
+		reason   Failure
+		wantBody string // the relayed Answer's body, when reason is ""
 	}{
-		{"400 invalid request", 400, "application/json", `{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":null}}`},
-		{"404 unknown model", 404, "application/json", `{"error":{"message":"no such model"}}`},
-		{"500 engine error", 500, "text/plain; charset=utf-8", "boom"},
-		{"422 empty body", 422, "", ""},
-		{"200 JSON instead of a stream", 200, "application/json", `{"choices":[]}`},
+		{"400 invalid request", 400, "application/json", `{"error":{"message":"bad","type":"invalid_request_error","param":"top_p","code":null}}`, 0, "",
+			`{"error":{"message":"bad","type":"invalid_request_error","param":"top_p","code":"invalid_request"}}`},
+		{"404 unknown model", 404, "application/json", `{"error":{"message":"no such model","code":"model_not_found","internal":"x"}}`, 0, "",
+			`{"error":{"message":"no such model","type":"not_found_error","param":null,"code":"model_not_found"}}`},
+		{"400 in vLLM's shape", 400, "application/json", `{"object":"error","message":"too long","type":"BadRequestError","code":400}`, 0, "",
+			`{"error":{"message":"too long","type":"invalid_request_error","param":null,"code":"invalid_request"}}`},
+		{"500 engine error", 500, "text/plain; charset=utf-8", "boom", 0, FailStatus5xx, ""},
+		{"502 OpenAI-shaped", 502, "application/json", `{"error":{"message":"upstream"}}`, 0, FailStatus5xx, ""},
+		{"422 empty body", 422, "", "", 0, FailBadAnswer, ""},
+		{"401 of the engine", 401, "text/plain", "Unauthorized", 0, FailBadAnswer, ""},
+		{"403 OpenAI-shaped of the engine", 403, "application/json", `{"error":{"message":"bad key"}}`, 0, FailBadAnswer, ""},
+		{"307 without Location", 307, "", "", 0, FailBadAnswer, ""},
+		{"200 JSON instead of a stream", 200, "application/json", `{"choices":[]}`, 0, FailBadAnswer, ""},
+		{"200 JSON truncated", 200, "application/json", `{"choices":[{"te`, 100000, FailBadAnswer, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -290,22 +310,38 @@ func TestStreamRelaysUpstreamStatus(t *testing.T) {
 				if tt.ct != "" {
 					w.Header().Set("Content-Type", tt.ct)
 				}
+				if tt.cl > 0 {
+					w.Header().Set("Content-Length", strconv.Itoa(tt.cl))
+				}
 				w.WriteHeader(tt.status)
 				_, _ = io.WriteString(w, tt.body)
+				if tt.cl > 0 {
+					_ = http.NewResponseController(w).Flush()
+					panic(http.ErrAbortHandler)
+				}
 			})
 			p := newProxy(t, Options{})
 			cw := newClientWriter()
-			var commitStatus int
+			commits := 0
 			res := p.Stream(context.Background(), Attempt{URL: srv.URL, Body: []byte(`{}`)}, cw,
-				func(s int, _ http.Header) { commitStatus = s })
-			if res.Err != nil || !res.Committed || !res.Done || res.Status != tt.status || commitStatus != tt.status {
-				t.Fatalf("Result = %+v, commit status %d", res, commitStatus)
+				func(int, http.Header) { commits++ })
+			if res.Committed || commits != 0 || res.Status != tt.status {
+				t.Fatalf("Result = %+v, %d commits: committed", res, commits)
 			}
-			if status, got := cw.got(); status != tt.status || got != tt.body {
-				t.Fatalf("client got %d %q, want %d %q", status, got, tt.status, tt.body)
+			if status, got := cw.got(); status != 0 || got != "" {
+				t.Fatalf("the client got %d %q", status, got)
 			}
-			if tt.ct != "" && cw.header.Get("Content-Type") != tt.ct {
-				t.Fatalf("Content-Type = %q", cw.header.Get("Content-Type"))
+			if tt.reason != "" {
+				if ReasonOf(res.Err) != tt.reason || !IsRetryable(res.Err) || res.Answer != nil {
+					t.Fatalf("Result = %+v, want a retryable %s", res, tt.reason)
+				}
+				return
+			}
+			if res.Err != nil || res.Answer == nil || res.Answer.Status != tt.status || string(res.Answer.Body) != tt.wantBody {
+				t.Fatalf("Result = %+v, answer %+v, want %d %s", res, res.Answer, tt.status, tt.wantBody)
+			}
+			if ct := res.Answer.Header.Get("Content-Type"); ct != "application/json" {
+				t.Fatalf("answer Content-Type %q", ct)
 			}
 		})
 	}

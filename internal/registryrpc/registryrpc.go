@@ -9,7 +9,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
-	"strings"
+	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -18,11 +19,14 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	"github.com/tlgate/tlgate/actors/registry"
+	"github.com/tlgate/tlgate/internal/auth"
 	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/peerlimit"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 
@@ -34,6 +38,10 @@ type Server struct {
 	token    [32]byte // sha256 of the registry token; zero when none
 	hasToken bool
 	timeout  time.Duration
+	peers    *peerlimit.Limiter
+	inflight chan struct{} // a slot per heartbeat waiting on the registry
+	addrs    *fleet.AddressPolicy
+	engines  []engineToken
 	// OnReject, if set, is called with the gRPC code of every refused
 	// heartbeat (metrics).
 	OnReject func(code codes.Code)
@@ -42,15 +50,53 @@ type Server struct {
 // Options configure the edge.
 type Options struct {
 	// Token, when not empty, must be presented by engines as gRPC metadata
-	// "authorization: Bearer <token>".
+	// "authorization: Bearer <token>" (the scheme in any case, as on the
+	// HTTP edge: auth.BearerToken).
 	Token string
 	// Timeout bounds the wait for the registry's answer (default 2 s).
 	Timeout time.Duration
+	// PeerRate and PeerBurst limit the heartbeats of one peer IP (per
+	// second, and at once); a heartbeat over it is refused with
+	// ResourceExhausted before anything else is done. PeerRate 0 disables
+	// the limit.
+	PeerRate  float64
+	PeerBurst int
+	// MaxInFlight bounds the heartbeats waiting on the registry actor at
+	// once (DefaultMaxInFlight when 0): beyond it a heartbeat is refused
+	// with ResourceExhausted at once, so the registry's mailbox never holds
+	// more than that and a flood cannot delay the real workers' heartbeats
+	// past their deadlines.
+	MaxInFlight int
+	// Addresses, if set, refuses engine addresses it rules out (the
+	// gateway's own listeners, addresses outside engine_networks) with
+	// PermissionDenied.
+	Addresses *fleet.AddressPolicy
+	// EngineTokens are tokens for some engines only: a heartbeat that
+	// presents one may name only its WorkerIDs (PermissionDenied
+	// otherwise). With any set, a heartbeat must present Token or one of
+	// them.
+	EngineTokens []EngineToken
 }
+
+// EngineToken is one per-engine token and the worker ids it may use.
+type EngineToken struct {
+	Name      string
+	Token     string
+	WorkerIDs []string
+}
+
+type engineToken struct {
+	name   string
+	digest [32]byte
+	ids    map[string]bool
+}
+
+// DefaultMaxInFlight is Options.MaxInFlight's default.
+const DefaultMaxInFlight = 256
 
 // New returns the edge in front of the registry actor pid.
 func New(root *actor.RootContext, pid *actor.PID, o Options) *Server {
-	s := &Server{root: root, registry: pid, timeout: o.Timeout}
+	s := &Server{root: root, registry: pid, timeout: o.Timeout, addrs: o.Addresses}
 	if s.timeout <= 0 {
 		s.timeout = 2 * time.Second
 	}
@@ -58,6 +104,18 @@ func New(root *actor.RootContext, pid *actor.PID, o Options) *Server {
 		s.token = sha256.Sum256([]byte(o.Token))
 		s.hasToken = true
 	}
+	for _, et := range o.EngineTokens {
+		ids := make(map[string]bool, len(et.WorkerIDs))
+		for _, id := range et.WorkerIDs {
+			ids[id] = true
+		}
+		s.engines = append(s.engines, engineToken{name: et.Name, digest: sha256.Sum256([]byte(et.Token)), ids: ids})
+	}
+	s.peers = peerlimit.New(peerlimit.Options{Rate: o.PeerRate, Burst: o.PeerBurst})
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	s.inflight = make(chan struct{}, o.MaxInFlight)
 	return s
 }
 
@@ -72,27 +130,64 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	return hs
 }
 
-// ErrUnauthenticated is returned for heartbeats without the registry token.
-var ErrUnauthenticated = errors.New("registry token missing or wrong")
+// Errors of refused heartbeats, sent as the gRPC status message.
+var (
+	// ErrUnauthenticated is returned for heartbeats without the registry
+	// token.
+	ErrUnauthenticated = errors.New("registry token missing or wrong")
+	// ErrPeerRate is returned for a heartbeat over its peer's rate.
+	ErrPeerRate = errors.New("heartbeat rate of this peer over registry_peer_rate")
+	// ErrBusy is returned when MaxInFlight heartbeats already wait.
+	ErrBusy = errors.New("registry busy")
+	// ErrIDNotAllowed is returned when an engine token names a worker id
+	// it does not list.
+	ErrIDNotAllowed = errors.New("worker_id not allowed for this engine token")
+)
 
 // Heartbeat validates the status and hands it to the registry actor.
 func (s *Server) Heartbeat(ctx context.Context, st *controlv1.WorkerStatus) (*controlv1.HeartbeatAck, error) {
 	arrived := time.Now()
-	if err := s.authenticate(ctx); err != nil {
+	var from netip.Addr
+	if p, ok := peer.FromContext(ctx); ok {
+		from = peerlimit.Key(p.Addr)
+	}
+	if !s.peers.Allow(from, arrived) {
+		return nil, s.reject(codes.ResourceExhausted, fmt.Sprintf("%v (%s)", ErrPeerRate, from))
+	}
+	allowed, err := s.authenticate(ctx)
+	if err != nil {
 		return nil, s.reject(codes.Unauthenticated, err.Error())
 	}
 	if err := fleet.Validate(st); err != nil {
 		return nil, s.reject(codes.InvalidArgument, err.Error())
 	}
+	if allowed != nil && !allowed.ids[st.GetWorkerId()] {
+		return nil, s.reject(codes.PermissionDenied, fmt.Sprintf("%v: engine token %q may not register %q", ErrIDNotAllowed, allowed.name, st.GetWorkerId()))
+	}
+	if err := s.addrs.Check(st); err != nil {
+		return nil, s.reject(codes.PermissionDenied, err.Error())
+	}
+	select {
+	case s.inflight <- struct{}{}:
+		defer func() { <-s.inflight }()
+	default:
+		return nil, s.reject(codes.ResourceExhausted, fmt.Sprintf("%v: %d heartbeats already wait; retry at the next interval", ErrBusy, cap(s.inflight)))
+	}
 	res, err := s.root.RequestFuture(s.registry, &registry.Heartbeat{Status: st, Arrived: arrived, Source: fleet.SourceHeartbeat}, s.timeout).Result()
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "registry: %v", err)
 	}
-	ack, ok := res.(*controlv1.HeartbeatAck)
-	if !ok {
-		return nil, status.Errorf(codes.Internal, "registry: unexpected answer %T", res)
+	switch r := res.(type) {
+	case *controlv1.HeartbeatAck:
+		return r, nil
+	case *registry.Refused:
+		code := codes.FailedPrecondition
+		if errors.Is(r.Err, registry.ErrTooManyWorkers) {
+			code = codes.ResourceExhausted
+		}
+		return nil, s.reject(code, r.Err.Error())
 	}
-	return ack, nil
+	return nil, status.Errorf(codes.Internal, "registry: unexpected answer %T", res)
 }
 
 func (s *Server) reject(c codes.Code, msg string) error {
@@ -102,20 +197,35 @@ func (s *Server) reject(c codes.Code, msg string) error {
 	return status.Error(c, msg)
 }
 
-func (s *Server) authenticate(ctx context.Context) error {
-	if !s.hasToken {
-		return nil
+// authenticate checks the heartbeat's token: none is needed when no token
+// is configured; the registry token allows any worker id (nil); an engine
+// token allows its own ids. Every digest is compared, in constant time.
+func (s *Server) authenticate(ctx context.Context) (*engineToken, error) {
+	if !s.hasToken && len(s.engines) == 0 {
+		return nil, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	var presented string
-	for _, v := range md.Get("authorization") {
-		if after, ok := strings.CutPrefix(v, "Bearer "); ok {
-			presented = after
-		}
+	vals := md.Get("authorization")
+	if len(vals) != 1 {
+		return nil, ErrUnauthenticated // none, or more than one: ambiguous
+	}
+	presented, ok := auth.BearerToken(vals[0])
+	if !ok {
+		return nil, ErrUnauthenticated
 	}
 	sum := sha256.Sum256([]byte(presented))
-	if presented == "" || subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
-		return ErrUnauthenticated
+	registry := s.hasToken && subtle.ConstantTimeCompare(sum[:], s.token[:]) == 1
+	var engine *engineToken
+	for i := range s.engines {
+		if subtle.ConstantTimeCompare(sum[:], s.engines[i].digest[:]) == 1 {
+			engine = &s.engines[i]
+		}
 	}
-	return nil
+	switch {
+	case registry:
+		return nil, nil
+	case engine != nil:
+		return engine, nil
+	}
+	return nil, ErrUnauthenticated
 }

@@ -2,8 +2,13 @@ package registryrpc_test
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,11 +24,20 @@ import (
 
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/internal/actorsys"
+	"github.com/tlgate/tlgate/internal/auth"
+	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// protoactor's dead-letter throttle parks one goroutine for one
+		// throttle interval (1 s) after a dead letter (a worker actor's
+		// message arriving as the registry stops), then it ends.
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
+	)
+}
 
 type env struct {
 	sys    *actor.ActorSystem
@@ -204,5 +218,144 @@ func TestHeartbeatNeedsToken(t *testing.T) {
 	}
 	if got := e.routable(t); len(got) != 1 {
 		t.Fatalf("authenticated heartbeat not registered: %v", got)
+	}
+}
+
+// TestHeartbeatTokenSchemeCaseInsensitive: the scheme is matched as on
+// the HTTP edge (auth.BearerToken), so "bearer" and "BEARER" work; two
+// authorization values are refused rather than one picked.
+func TestHeartbeatTokenSchemeCaseInsensitive(t *testing.T) {
+	e := start(t, registryrpc.Options{Token: "s3cret"})
+	for _, h := range []string{"bearer s3cret", "BEARER s3cret", "Bearer s3cret"} {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", h)
+		if _, err := e.client.Heartbeat(ctx, good("w1")); err != nil {
+			t.Errorf("%q: %v", h, err)
+		}
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.Header.Set("Authorization", h)
+		kr, err := auth.New([]auth.KeySpec{{Name: "k", Secret: "s3cret", Scopes: []string{"inference"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kr.Authenticate(r); err != nil {
+			t.Errorf("HTTP edge refuses %q which gRPC accepts: %v", h, err)
+		}
+	}
+	two := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer nope", "authorization", "Bearer s3cret")
+	if _, err := e.client.Heartbeat(two, good("w1")); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("two authorization values: %v, want Unauthenticated", err)
+	}
+}
+
+// startWith is start with a registry configured by cfg.
+func startWith(t *testing.T, cfg registry.Config, o registryrpc.Options) (*env, *[]codes.Code) {
+	t.Helper()
+	sys := actorsys.New(zerolog.Nop())
+	cfg.Interval, cfg.MissLimit = 2*time.Second, 3
+	pid := sys.Root.Spawn(registry.Props(registry.NewState(cfg)))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	srv := registryrpc.New(sys.Root, pid, o)
+	var mu sync.Mutex
+	var rejected []codes.Code
+	srv.OnReject = func(c codes.Code) { mu.Lock(); rejected = append(rejected, c); mu.Unlock() }
+	srv.Register(g)
+	go func() { _ = g.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		g.Stop()
+		_ = sys.Root.StopFuture(pid).Wait()
+		sys.Shutdown()
+	})
+	return &env{sys: sys, reg: pid, client: controlv1.NewWorkerRegistryClient(conn), conn: conn}, &rejected
+}
+
+// TestHeartbeatRefusals: a hijack is FailedPrecondition, a worker past
+// max_workers ResourceExhausted, and both are counted.
+func TestHeartbeatRefusals(t *testing.T) {
+	e, rejected := startWith(t, registry.Config{MaxWorkers: 1}, registryrpc.Options{})
+	ctx := context.Background()
+	if _, err := e.client.Heartbeat(ctx, good("w1")); err != nil {
+		t.Fatal(err)
+	}
+	evil := good("w1")
+	evil.HttpAddress = "10.6.6.6:8001"
+	_, err := e.client.Heartbeat(ctx, evil)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "bound") {
+		t.Fatalf("hijack: %v, want FailedPrecondition", err)
+	}
+	if _, err := e.client.Heartbeat(ctx, good("w2")); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("over max_workers: %v, want ResourceExhausted", err)
+	}
+	if want := []codes.Code{codes.FailedPrecondition, codes.ResourceExhausted}; !slices.Equal(*rejected, want) {
+		t.Fatalf("counted %v, want %v", *rejected, want)
+	}
+}
+
+// TestHeartbeatPeerRate: one peer past its burst is refused with
+// ResourceExhausted before the registry sees it.
+func TestHeartbeatPeerRate(t *testing.T) {
+	e, _ := startWith(t, registry.Config{}, registryrpc.Options{PeerRate: 0.001, PeerBurst: 3})
+	for i := range 3 {
+		if _, err := e.client.Heartbeat(context.Background(), good(fmt.Sprintf("w%d", i))); err != nil {
+			t.Fatalf("heartbeat %d within the burst: %v", i, err)
+		}
+	}
+	_, err := e.client.Heartbeat(context.Background(), good("w9"))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Fatalf("past the burst: %v, want ResourceExhausted naming the peer", err)
+	}
+	if got := e.routable(t); len(got) != 3 {
+		t.Fatalf("routable %v, want the three within the burst", got)
+	}
+}
+
+// TestHeartbeatAddressPolicy: an engine address on the gateway's own
+// listener is refused with PermissionDenied.
+func TestHeartbeatAddressPolicy(t *testing.T) {
+	pol := fleet.NewAddressPolicy(nil)
+	pol.AddOwn(&net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 8080})
+	e, _ := startWith(t, registry.Config{}, registryrpc.Options{Addresses: pol})
+	st := good("w1")
+	st.HttpAddress = "127.0.0.1:8080"
+	if _, err := e.client.Heartbeat(context.Background(), st); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("own listener as engine: %v, want PermissionDenied", err)
+	}
+	if _, err := e.client.Heartbeat(context.Background(), good("w1")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEngineTokens: an engine token registers only the ids it names; the
+// registry token any; no token, or another, none.
+func TestEngineTokens(t *testing.T) {
+	e, _ := startWith(t, registry.Config{}, registryrpc.Options{Token: "fleet", EngineTokens: []registryrpc.EngineToken{
+		{Name: "rack-a", Token: "tok-a", WorkerIDs: []string{"ea1", "ea2"}},
+	}})
+	with := func(tok string) context.Context {
+		return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
+	}
+	if _, err := e.client.Heartbeat(with("tok-a"), good("ea1")); err != nil {
+		t.Fatalf("engine token, its own id: %v", err)
+	}
+	_, err := e.client.Heartbeat(with("tok-a"), good("eb1"))
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "rack-a") {
+		t.Fatalf("engine token, another id: %v, want PermissionDenied naming the token", err)
+	}
+	if _, err := e.client.Heartbeat(with("fleet"), good("eb1")); err != nil {
+		t.Fatalf("registry token, any id: %v", err)
+	}
+	if _, err := e.client.Heartbeat(with("tok-b"), good("ea2")); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("unknown token: %v", err)
+	}
+	if got := e.routable(t); !slices.Equal(got, []string{"ea1", "eb1"}) {
+		t.Fatalf("routable %v, want ea1 eb1", got)
 	}
 }

@@ -35,8 +35,8 @@ func EncodeJSON(epoch uint64, rs []Route) ([]byte, error) {
 }
 
 // ParseJSON decodes the admin API body {"routes":[...]} strictly: the body
-// must be one JSON object; "routes" is required (an empty list is an empty
-// table); "epoch" is allowed and ignored (so a GET body can be edited and
+// must be one JSON object; "routes" is required and not null (an empty
+// list is an empty table); "epoch" is allowed and ignored (so a GET body can be edited and
 // sent back); any other field, at any depth, is rejected with its path,
 // as are values of the wrong type (`routes[0].backends[1].weight: want a
 // number, got "x"`). ParseJSON checks the shape only: NewTable (Validate)
@@ -58,6 +58,11 @@ func ParseJSON(b []byte) ([]Route, error) {
 	rawRoutes, ok := fields["routes"]
 	if !ok {
 		return nil, fmt.Errorf("%w: routes: required", ErrBadJSON)
+	}
+	// null is not an empty table: a body that means to clear every route
+	// says so with [].
+	if isNull(rawRoutes) {
+		return nil, fmt.Errorf("%w: routes: required, got null (send [] for an empty table)", ErrBadJSON)
 	}
 	items, err := array(rawRoutes, "routes")
 	if err != nil {

@@ -62,8 +62,8 @@ func isModelIDByte(c byte) bool {
 //
 //   - model: required, a valid model id, unique among all models and aliases;
 //   - aliases: valid, unique likewise;
-//   - backends: a valid model each, weight finite and > 0, no model twice;
-//     not together with cascade;
+//   - backends: a valid model each, weight finite and > 0, their sum
+//     finite, no model twice; not together with cascade;
 //   - cascade: at least 2 steps with valid models; accept_if required and
 //     parseable on every step but the last, and absent on the last;
 //   - targets: at most one, "unified" or "disaggregated"; none on a cascade
@@ -114,6 +114,7 @@ func (v *validator) route(i int, r Route) {
 		v.add(at, "backends and cascade are mutually exclusive")
 	}
 	seen := make(map[string]int, len(r.Backends))
+	total, finite := 0.0, true
 	for k, b := range r.Backends {
 		bp := fmt.Sprintf("%s.backends[%d]", at, k)
 		if err := CheckModelID(b.Model); err != nil {
@@ -128,7 +129,15 @@ func (v *validator) route(i int, r Route) {
 			v.add(bp+".weight", "must be finite, got %v", b.Weight)
 		case !(b.Weight > 0): // also NaN
 			v.add(bp+".weight", "must be > 0, got %v", b.Weight)
+		default:
+			total += b.Weight
+			continue
 		}
+		finite = false
+	}
+	// Each weight finite is not enough: the pick draws over the sum.
+	if finite && math.IsInf(total, 0) {
+		v.add(at+".backends", "the weights' sum must be finite, got %v", total)
 	}
 
 	if n := len(r.Cascade); n == 1 {

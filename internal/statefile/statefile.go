@@ -93,16 +93,27 @@ func syncDir(dir string) error {
 	return err
 }
 
-// Load reads dir/routes.json. A missing file (or directory) gives
-// found = false and no error. A file that is not one JSON object with a
+// Load reads dir/routes.json, after removing the temporary files that
+// interrupted Saves left behind. A missing file (or directory) gives
+// found = false and no error; a dangling symlink is an error wrapping
+// ErrCorrupt. A file that is not one JSON object with a
 // non-negative integer "epoch" and a "routes" list that passes
 // routes.Validate is an error wrapping ErrCorrupt that names the file and
 // what is wrong; the caller should refuse to start rather than serve a
 // table it did not mean to.
 func Load(dir string) (epoch uint64, rs []routes.Route, found bool, err error) {
+	if err := removeStale(dir); err != nil {
+		return 0, nil, false, err
+	}
 	path := Path(dir)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
+		// A symlink whose target is gone is not "no table yet": the
+		// operator meant a table to be there.
+		if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			target, _ := os.Readlink(path)
+			return 0, nil, true, fmt.Errorf("%w: %s: dangling symlink to %q", ErrCorrupt, path, target)
+		}
 		return 0, nil, false, nil
 	}
 	if err != nil {
@@ -133,6 +144,22 @@ func Load(dir string) (epoch uint64, rs []routes.Route, found bool, err error) {
 		return 0, nil, true, corrupt("%s", oneLine(err))
 	}
 	return *doc.Epoch, rs, true, nil
+}
+
+// removeStale deletes the temporary files of Saves that a crash (kill -9)
+// interrupted before their rename: they are never read, and would pile up.
+// Load runs it at start, when no Save of this process is under way.
+func removeStale(dir string) error {
+	stale, err := filepath.Glob(filepath.Join(dir, tempPattern))
+	if err != nil {
+		return fmt.Errorf("statefile: list temporary files: %w", err)
+	}
+	for _, name := range stale {
+		if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("statefile: remove stale temporary file: %w", err)
+		}
+	}
+	return nil
 }
 
 // oneLine joins the lines of an errors.Join error with "; ".

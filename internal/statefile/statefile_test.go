@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,6 +128,7 @@ func TestLoadCorrupt(t *testing.T) {
 		{"null epoch", `{"epoch":null,"routes":[]}`, "epoch: required"},
 		{"negative epoch", `{"epoch":-1,"routes":[]}`, "epoch: want a non-negative integer"},
 		{"no routes", `{"epoch":3}`, "routes: required"},
+		{"null routes", `{"epoch":3,"routes":null}`, "routes: required, got null"},
 		{"unknown field", `{"epoch":3,"routes":[{"model":"smol","weight":1}]}`, "routes[0].weight: unknown field"},
 		{"invalid rule", `{"epoch":3,"routes":[{"model":"a","cascade":[{"model":"b","accept_if":"mean > 1"},{"model":"c"}]}]}`, "routes[0].cascade[0].accept_if"},
 		{"duplicate model", `{"epoch":3,"routes":[{"model":"a"},{"model":"a"}]}`, "routes[1].model"},
@@ -163,5 +165,58 @@ func TestLoadUnreadable(t *testing.T) {
 	_, _, _, err := statefile.Load(dir)
 	if err == nil || !strings.Contains(err.Error(), statefile.Path(dir)) {
 		t.Fatalf("Load of a directory named routes.json: %v, want an error naming it", err)
+	}
+}
+
+// TestLoadDanglingSymlink: a routes.json that points nowhere is an error,
+// not a missing table (which would start on the config's routes silently).
+func TestLoadDanglingSymlink(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Symlink(filepath.Join(dir, "gone.json"), statefile.Path(dir)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, found, err := statefile.Load(dir)
+	if !errors.Is(err, statefile.ErrCorrupt) || !found || !strings.Contains(err.Error(), "dangling symlink") {
+		t.Fatalf("Load of a dangling symlink: found=%v err=%v, want a dangling-symlink error", found, err)
+	}
+	// A symlink to a good file is followed.
+	if err := statefile.Save(filepath.Join(dir, "real"), 4, table()); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	if err := os.Symlink(statefile.Path(filepath.Join(dir, "real")), statefile.Path(other)); err != nil {
+		t.Fatal(err)
+	}
+	if epoch, _, found, err := statefile.Load(other); err != nil || !found || epoch != 4 {
+		t.Fatalf("Load through a good symlink = %d, %v, %v", epoch, found, err)
+	}
+}
+
+// TestLoadRemovesStaleTempFiles: temporary files a crash left behind are
+// removed at start; other files are kept.
+func TestLoadRemovesStaleTempFiles(t *testing.T) {
+	dir := t.TempDir()
+	if err := statefile.Save(dir, 2, table()); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{".routes.json.tmp-123", ".routes.json.tmp-abc", "keep.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(`{"epoch":9,"rou`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if epoch, _, found, err := statefile.Load(dir); err != nil || !found || epoch != 2 {
+		t.Fatalf("Load = %d, %v, %v", epoch, found, err)
+	}
+	left, err := filepath.Glob(filepath.Join(dir, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hidden, _ := filepath.Glob(filepath.Join(dir, ".*"))
+	left = append(left, hidden...)
+	want := []string{statefile.Path(dir), filepath.Join(dir, "keep.txt")}
+	slices.Sort(left)
+	slices.Sort(want)
+	if !reflect.DeepEqual(left, want) {
+		t.Fatalf("after Load the state dir holds %v, want %v", left, want)
 	}
 }

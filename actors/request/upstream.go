@@ -1,0 +1,36 @@
+package request
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/openai"
+	"github.com/tlgate/tlgate/internal/proxy"
+)
+
+// exhausted is the answer when a request has no attempt left after
+// attempts failures before the first byte, the last one last: 502
+// upstream_failed when that one failed on what an engine answered (a 5xx,
+// an answer that is not OpenAI-shaped), whose detail is for the log only;
+// 503 no_capacity otherwise.
+func exhausted(model string, attempts int, last error) Outcome {
+	if proxy.IsAnswerFailure(last) {
+		return Outcome{Status: http.StatusBadGateway, Code: openai.CodeUpstreamFailed,
+			Message: fmt.Sprintf("The engines serving model %q failed to answer: %d attempt(s) failed before the first byte (last: %s).",
+				model, attempts, proxy.ReasonOf(last))}
+	}
+	msg := fmt.Sprintf("No worker could serve model %q: %d attempt(s) failed before the first byte.", model, attempts)
+	if r := proxy.ReasonOf(last); r != "" {
+		msg = fmt.Sprintf("No worker could serve model %q: %d attempt(s) failed before the first byte (last: %s).", model, attempts, r)
+	}
+	return Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeNoCapacity, Message: msg}
+}
+
+// escalatesOnFailure reports whether a failed attempt moves a cascade to
+// its next step rather than to another worker of the same step: an engine
+// of a step that is not the last answered a 5xx or a malformed answer, which
+// the larger model of the next step may well not.
+func escalatesOnFailure(t router.Target, err error) bool {
+	return t.CascadeSteps > 1 && t.CascadeStep < t.CascadeSteps-1 && proxy.IsAnswerFailure(err)
+}

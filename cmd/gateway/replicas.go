@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/gateway"
+	"github.com/tlgate/tlgate/internal/store/embedetcd"
+)
+
+// maxReplicas bounds -replicas: the demo runs them all in one process.
+const maxReplicas = 9
+
+// runReplicas is -demo -replicas n: an embedded etcd in a temporary
+// directory, n gateways on loopback sharing it as their store, and the
+// demo engines heartbeating to every one. It prints a PUT on the first
+// replica and a GET on the second, then runs until ctx ends.
+func runReplicas(ctx context.Context, n int, logger zerolog.Logger, out io.Writer) error {
+	dir, err := os.MkdirTemp("", "tlgate-demo-etcd-")
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	etcd, err := embedetcd.Start(dir, 1)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer etcd.Close()
+
+	var gws []*gateway.Gateway
+	closeAll := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, gw := range gws {
+			_ = gw.Close(sctx)
+		}
+	}
+	defer closeAll()
+	for i := range n {
+		cfg := demoConfig()
+		g := &cfg.Gateway
+		g.Listen, g.RegistryListen = "127.0.0.1:0", "127.0.0.1:0"
+		g.Store = config.Store{Kind: config.StoreEtcd, Endpoints: etcd.Endpoints(), Prefix: config.DefaultStorePrefix, DialTimeout: config.D(5 * time.Second)}
+		reg := prometheus.NewRegistry()
+		gw, err := gateway.Start(ctx, cfg, gateway.Options{Logger: logger.With().Int("replica", i).Logger(), Registry: reg, Gatherer: reg})
+		if err != nil {
+			return fmt.Errorf("demo: replica %d: %w", i, err)
+		}
+		gws = append(gws, gw)
+	}
+	registries := make([]string, len(gws))
+	for i, gw := range gws {
+		registries[i] = gw.RegistryAddr()
+	}
+	var engines []*enginesim.Engine
+	defer func() {
+		for _, e := range engines {
+			_ = e.Close()
+		}
+	}()
+	for _, c := range demoEngines {
+		c.Gateways = registries
+		c.HeartbeatInterval = 2 * time.Second
+		c.DecodePerToken = 20 * time.Millisecond
+		c.PrefillPerToken = 200 * time.Microsecond
+		c.Logger = logger.With().Str("engine", c.ID).Logger().Level(zerolog.WarnLevel)
+		e, err := enginesim.Start(ctx, c)
+		if err != nil {
+			return fmt.Errorf("demo: engine %s: %w", c.ID, err)
+		}
+		engines = append(engines, e)
+	}
+	for _, gw := range gws {
+		if err := waitRoutable(ctx, gw, 10*time.Second); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		}
+	}
+	printReplicas(out, gws, etcd.Endpoints(), len(engines))
+	<-ctx.Done()
+	logger.Info().Msg("shutting down")
+	return nil
+}
+
+func printReplicas(out io.Writer, gws []*gateway.Gateway, endpoints []string, engines int) {
+	var list strings.Builder
+	for i, gw := range gws {
+		fmt.Fprintf(&list, "  replica %d: http://%s  (gRPC registry %s)\n", i, gw.HTTPAddr(), gw.RegistryAddr())
+	}
+	a, b := "http://"+gws[0].HTTPAddr(), "http://"+gws[1].HTTPAddr()
+	fmt.Fprintf(out, `
+tlgate demo is up: %[1]d gateway replicas sharing one route table in an embedded etcd (%[2]s)
+%[3]s%[4]d reference engines heartbeat to every replica.
+
+Read the table and its ETag on replica 0, change it there (If-Match: that ETag):
+  curl -s -D - %[5]s/admin/v1/routes
+  curl -s -X PUT %[5]s/admin/v1/routes -H 'If-Match: "1"' -H 'Content-Type: application/json' \
+    -d '{"routes":[{"model":"smol","backends":[{"model":"smol-v4","weight":1}]}]}'
+
+Replica 1 serves the new table (ETag "2") and routes by it:
+  curl -s -D - %[6]s/admin/v1/routes
+  curl -s %[6]s/v1/completions -H 'Content-Type: application/json' -D - \
+    -d '{"model":"smol","prompt":"Hello","max_tokens":8}'
+
+A drain on replica 1 stops routing to smol-v4 on every replica:
+  curl -s -X POST %[6]s/admin/v1/models/smol-v4:drain
+  curl -s %[5]s/admin/v1/workers
+
+Ctrl-C stops it.
+`, len(gws), strings.Join(endpoints, ","), list.String(), engines, a, b)
+}

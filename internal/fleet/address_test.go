@@ -1,0 +1,86 @@
+package fleet
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"testing"
+
+	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
+)
+
+func TestValidateHostForms(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		ok   bool
+	}{
+		{"127.0.0.1:8000", true},
+		{"10.0.0.1:8000", true},
+		{"[::1]:8000", true},
+		{"[2001:db8::1]:8000", true},
+		{"engine-a.svc.cluster.local:8000", true},
+		{"engine_a:8000", true},
+		{"localhost:8000", true},
+		{"169.254.169.254:80", false},
+		{"[fe80::1]:80", false},
+		{"[::ffff:169.254.169.254]:80", false},
+		{"0x7f000001:80", false},
+		{"2130706433:80", false},
+		{"127.1:80", false},
+		{"0177.0.0.1:80", false},
+		{"a.0x10:80", false},
+		{"0.0.0.0:80", false},
+		{"[::]:80", false},
+		{"224.0.0.1:80", false},
+		{"[127.0.0.1]:80", false},
+		{"[fe80::1%25eth0]:80", false},
+		{"-bad.host:80", false},
+		{"a..b:80", false},
+	} {
+		st := &controlv1.WorkerStatus{WorkerId: "w", Model: "m", HttpAddress: tc.addr}
+		err := Validate(st)
+		if tc.ok != (err == nil) || err != nil && !errors.Is(err, ErrInvalidAddress) {
+			t.Errorf("Validate(http_address %q) = %v, want ok=%v", tc.addr, err, tc.ok)
+		}
+	}
+}
+
+func TestAddressPolicy(t *testing.T) {
+	p := NewAddressPolicy(nil)
+	p.AddOwn(&net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 8080})
+	p.AddOwn(&net.TCPAddr{IP: net.IPv4zero, Port: 50051})
+	p.AddOwn(&net.TCPAddr{Port: 7070}) // ":7070", from the configuration
+	wide := NewAddressPolicy([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")})
+	for _, tc := range []struct {
+		p    *AddressPolicy
+		addr string
+		ok   bool
+	}{
+		{p, "127.0.0.1:8000", true},
+		{p, "127.0.0.1:8080", false},
+		{p, "localhost:8080", false},
+		{p, "[::ffff:127.0.0.1]:8080", false},
+		{p, "127.0.0.2:8080", true}, // not a socket the gateway listens on
+		{p, "127.0.0.1:50051", false},
+		{p, "127.0.0.9:50051", false}, // wildcard listener: all of loopback
+		{p, "10.9.9.9:50051", true},
+		{p, "engine:8080", true},
+		{p, "127.0.0.1:7070", false},
+		{wide, "10.1.2.3:8000", true},
+		{wide, "[fd00::5]:8000", true},
+		{wide, "192.168.1.1:8000", false},
+		{wide, "127.0.0.1:22", false},
+		{wide, "engine.local:8000", false},
+		{nil, "127.0.0.1:8080", true},
+	} {
+		err := tc.p.Check(&controlv1.WorkerStatus{HttpAddress: tc.addr})
+		if tc.ok != (err == nil) || err != nil && !errors.Is(err, ErrRefusedAddress) {
+			t.Errorf("Check(%q) = %v, want ok=%v", tc.addr, err, tc.ok)
+		}
+	}
+	// Every address of the status is checked.
+	err := p.Check(&controlv1.WorkerStatus{HttpAddress: "127.0.0.1:8000", KvAddress: "127.0.0.1:8080"})
+	if !errors.Is(err, ErrRefusedAddress) {
+		t.Errorf("kv_address on the gateway's listener: %v", err)
+	}
+}

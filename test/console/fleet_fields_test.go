@@ -1,0 +1,125 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/tlgate/tlgate/internal/browser"
+	"github.com/tlgate/tlgate/internal/console"
+)
+
+// TestFleetRendersEjectionAndPrefixIndex: fields the workers' JSON may
+// carry beyond today's (an outlier ejection with its deadline and reason,
+// a prefix-index size) are rendered when present, against a fake admin
+// API without keys (so the console asks for none).
+func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
+	path := chromium(t)
+	until := time.Now().Add(time.Minute).UTC().Format(time.RFC3339Nano)
+	beat := time.Now().UTC().Format(time.RFC3339Nano)
+	mux := http.NewServeMux()
+	console.Register(mux)
+	mux.HandleFunc("GET /admin/v1/workers", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			http.Error(w, "no key expected", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"epoch":3,"queued":{"m":4},"workers":[
+			{"id":"w-ok","model":"m","role":"unified","source":"heartbeat","routable":true,"kv_total_blocks":100,"kv_free_blocks":25,"last_heartbeat":%[1]q,"prefix_index_blocks":1234},
+			{"id":"w-out","model":"m","role":"unified","source":"probe","kind":"vllm","routable":false,"ejected_until":%[2]q,"ejection_reason":"5 consecutive failures","last_heartbeat":%[1]q,"prefix_index_blocks":7},
+			{"id":"w-past","model":"m","role":"unified","source":"heartbeat","routable":true,"ejected_until":"2000-01-01T00:00:00Z","last_heartbeat":%[1]q}
+		]}`, beat, until)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), testBudget)
+	defer cancel()
+	b, err := browser.Start(ctx, path, 1280, 900)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	u := &ui{t: t, b: b}
+	u.do("open", chromedp.Navigate(srv.URL+"/ui/"))
+	u.waitJS("rows", `document.querySelectorAll("tr[data-worker]").length === 3`)
+	type row struct{ State, Chip, Title, Source, KV string }
+	rows := eval[map[string]row](u, `Object.fromEntries([...document.querySelectorAll("tr[data-worker]")].map(tr => [tr.dataset.worker, {
+		State: tr.dataset.state,
+		Chip: tr.querySelector(".chip").textContent,
+		Title: tr.querySelector(".chip").title,
+		Source: tr.children[2].textContent,
+		KV: tr.querySelector(".kv .num").textContent }]))`)
+	if r := rows["w-out"]; r.State != "ejected" || !strings.HasPrefix(r.Chip, "ejected · ") || r.Title != "5 consecutive failures" || r.Source != "probe (vllm)" {
+		t.Errorf("ejected worker rendered %+v", r)
+	}
+	if r := rows["w-past"]; r.State != "routable" {
+		t.Errorf("an ejection in the past still shows: %+v", r)
+	}
+	if r := rows["w-ok"]; r.State != "routable" || r.KV != "75%" {
+		t.Errorf("routable worker rendered %+v", r)
+	}
+	heads := eval[[]string](u, `[...document.querySelectorAll(".card.model thead th")].map(th => th.textContent)`)
+	if !contains(heads, "prefix index blocks") {
+		t.Errorf("no prefix index column: %q", heads)
+	}
+	cells := eval[[]string](u, `[...document.querySelectorAll("tr[data-worker]")].map(tr => tr.children[8].textContent)`)
+	if strings.Join(cells, ",") != "1.2k,7,–" {
+		t.Errorf("prefix index cells %q, want 1.2k, 7 and – (absent)", cells)
+	}
+	if got := eval[string](u, `document.querySelector('.card.model[data-model="m"] .cardhead .muted').textContent`); got != "2 of 3 routable · 4 waiting" {
+		t.Errorf("model card says %q, want 2 of 3 routable and 4 waiting for admission", got)
+	}
+	if got := eval[string](u, `document.getElementById("live").textContent`); !strings.Contains(got, "no keys") {
+		t.Errorf("status %q, want it to say no keys are configured", got)
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// TestFleetAgesOnTheGatewaysClock: heartbeat ages are measured on the
+// gateway's clock (its Date header) when the browser's is far off.
+func TestFleetAgesOnTheGatewaysClock(t *testing.T) {
+	path := chromium(t)
+	skew := time.Hour
+	mux := http.NewServeMux()
+	console.Register(mux)
+	mux.HandleFunc("GET /admin/v1/workers", func(w http.ResponseWriter, r *http.Request) {
+		gwNow := time.Now().Add(skew)
+		w.Header().Set("Date", gwNow.UTC().Format(http.TimeFormat))
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"epoch":1,"workers":[{"id":"w","model":"m","role":"unified","source":"heartbeat","routable":true,"last_heartbeat":%q}]}`,
+			gwNow.Add(-5*time.Second).UTC().Format(time.RFC3339Nano))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testBudget)
+	defer cancel()
+	b, err := browser.Start(ctx, path, 1280, 900)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	u := &ui{t: t, b: b}
+	u.do("open", chromedp.Navigate(srv.URL+"/ui/"))
+	u.waitJS("row", `document.querySelector('tr[data-worker="w"]') !== null`)
+	// The Date header has whole seconds: 5 s, give or take one.
+	age := eval[float64](u, `parseFloat(document.querySelector('tr[data-worker="w"]').lastElementChild.textContent)`)
+	if age < 3.9 || age > 6.1 {
+		t.Fatalf("heartbeat age %v s, want about 5 s on the gateway's clock", age)
+	}
+}
