@@ -199,18 +199,21 @@ func TestDrillKillUnifiedUnderMixedLoad(t *testing.T) {
 	if cut == 0 {
 		t.Error("no committed stream on u1 was cut")
 	}
+	// The uncommitted request running on u1 at its death (the surplus
+	// above) was answered by another worker. Its failover may read as
+	// "refused": the proxy lets Go's transport replay a request whose
+	// pooled connection died on a fresh one, and that dial is refused.
+	if moved == 0 {
+		t.Error("no non-streamed request spanning the kill: the uncommitted request on u1 was lost")
+	}
 	_, failovers, _ := c.hooks.snapshot()
-	inFlightMoved := 0
 	for _, f := range failovers {
 		if !strings.HasPrefix(f, "u1:") {
 			t.Errorf("failover from a live worker: %s", f)
 		}
-		if f != "u1:refused" {
-			inFlightMoved++ // cut off by the death, not refused after it
-		}
 	}
-	if inFlightMoved == 0 {
-		t.Errorf("no uncommitted request running on u1 at its death failed over: %v", failovers)
+	if len(failovers) == 0 {
+		t.Error("no request failed over from u1")
 	}
 	t.Logf("%d requests; %d committed streams cut on u1; %d non-streamed requests spanning the kill, all answered; failovers %v",
 		len(outs), cut, moved, drillCount(failovers))
