@@ -299,7 +299,7 @@ func (s *State) Pick(req *Request, now time.Time) (Target, error) {
 			t.Rule, _ = s.table.Rule(r.Model, step)
 		}
 		r = s.table.Resolve(r.Cascade[step].Model)
-		req = &Request{Model: r.Model, RequestID: req.RequestID, PrefixKey: req.PrefixKey, Stream: req.Stream, Exclude: req.Exclude, Step: len(r.Cascade) - 1, Prompt: req.Prompt}
+		req = stepRequest(req, r)
 	}
 	first := routes.PickBackend(r, req.RequestID)
 	if s.pickServed(&t, r, first, req, now) {
@@ -313,6 +313,15 @@ func (s *State) Pick(req *Request, now time.Time) (Target, error) {
 		}
 	}
 	return Target{}, fmt.Errorf("router: %q: %w", req.Model, ErrNoCapacity)
+}
+
+// stepRequest is req as asked of a cascade step's route r: the step's
+// model, r's last step if r is a cascade itself, every other field (the
+// prompt, the key, the exclusions) as the client's request had it.
+func stepRequest(req *Request, r routes.Route) *Request {
+	next := *req
+	next.Model, next.Step = r.Model, len(r.Cascade)-1
+	return &next
 }
 
 // pickServed picks workers serving served for route r and counts them in

@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -135,5 +136,31 @@ func TestPickSkipsExpiredBeforeEviction(t *testing.T) {
 	tg, err := s.Pick(&Request{Model: "m", RequestID: "1"}, now)
 	if err != nil || tg.Worker.ID != "a" {
 		t.Fatalf("picked %+v %v, want a (b's deadline is now)", tg.Worker.ID, err)
+	}
+}
+
+// TestStepRequestKeepsTheRequest: a cascade step is routed with the
+// client's request whole — its key (the queue's fair share), prompt
+// (cache_aware), exclusions — only the model and step differ. Every field
+// is checked by reflection, so a field added later is covered too.
+func TestStepRequestKeepsTheRequest(t *testing.T) {
+	req := &Request{Model: "auto", RequestID: "r1", PrefixKey: []byte("p"), Stream: true, Step: 0,
+		Exclude: map[string]bool{"w1": true}, Prompt: "system\nhello\n", Key: "team-a"}
+	got := stepRequest(req, routes.Route{Model: "smol", Cascade: []routes.Step{{Model: "a", AcceptIf: "mean_logprob > -1"}, {Model: "b"}}})
+	if got.Model != "smol" || got.Step != 1 {
+		t.Fatalf("model %q step %d, want smol and 1", got.Model, got.Step)
+	}
+	gv, rv := reflect.ValueOf(*got), reflect.ValueOf(*req)
+	for i := range gv.NumField() {
+		name := gv.Type().Field(i).Name
+		if name == "Model" || name == "Step" {
+			continue
+		}
+		if !reflect.DeepEqual(gv.Field(i).Interface(), rv.Field(i).Interface()) {
+			t.Errorf("field %s = %v, want %v as the client's request had it", name, gv.Field(i), rv.Field(i))
+		}
+		if gv.Field(i).IsZero() {
+			t.Errorf("field %s is zero in the test request: set it so the check means something", name)
+		}
 	}
 }
