@@ -114,12 +114,11 @@ func startOverheadFleet(ctx context.Context, c settings, logOut io.Writer) (_ *o
 	if err != nil {
 		return nil, err
 	}
-	var gwAddr, regAddr, engAddr, gpAddr string
-	for _, a := range []*string{&gwAddr, &regAddr, &engAddr, &gpAddr} {
-		if *a, err = procs.FreeAddr(); err != nil {
-			return nil, err
-		}
+	addrs, err := procs.FreeAddrs(4)
+	if err != nil {
+		return nil, err
 	}
+	gwAddr, regAddr, engAddr, gpAddr := addrs[0], addrs[1], addrs[2], addrs[3]
 	// Production-like: JSON access logs written (to a file), metrics on.
 	cfg := fmt.Sprintf(`[gateway]
 listen = %q

@@ -60,14 +60,20 @@ func moduleRoot(ctx context.Context) (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// FreeAddr returns a loopback address whose port the OS just handed out.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("procs: free port: %w", err)
+// FreeAddrs returns n distinct loopback addresses whose ports the OS just
+// handed out. Every listener is held until all are picked, so no port is
+// handed out twice.
+func FreeAddrs(n int) ([]string, error) {
+	addrs := make([]string, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("procs: free port: %w", err)
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
 	}
-	addr := l.Addr().String()
-	return addr, l.Close()
+	return addrs, nil
 }
 
 // Proc is a running child process whose output goes to a log file.

@@ -94,3 +94,17 @@ func TestCounter(t *testing.T) {
 		t.Fatal("found a missing counter")
 	}
 }
+
+func TestFreeAddrsDistinct(t *testing.T) {
+	addrs, err := FreeAddrs(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, a := range addrs {
+		if seen[a] {
+			t.Fatalf("%s handed out twice in %v", a, addrs)
+		}
+		seen[a] = true
+	}
+}

@@ -58,15 +58,12 @@ func start(dir string, n int, procs bool) (*Cluster, error) {
 	}
 	c := &Cluster{dir: dir, procs: procs}
 	var peers []string
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
 	for i := range n {
-		cp, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		pp, err := freePort()
-		if err != nil {
-			return nil, err
-		}
+		cp, pp := ports[2*i], ports[2*i+1]
 		m := &member{
 			name:   fmt.Sprintf("m%d", i),
 			client: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", cp)},
@@ -80,7 +77,6 @@ func start(dir string, n int, procs bool) (*Cluster, error) {
 	for i := range c.members {
 		go func() { errs <- c.start(i, embed.ClusterStateFlagNew) }()
 	}
-	var err error
 	for range n {
 		err = errors.Join(err, <-errs)
 	}
@@ -91,14 +87,20 @@ func start(dir string, n int, procs bool) (*Cluster, error) {
 	return c, nil
 }
 
-// freePort asks the OS for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("embedetcd: pick a port: %w", err)
+// freePorts asks the OS for k distinct free loopback ports. Every
+// listener is held until all are picked: one closed before the next is
+// asked for can be handed out again (two members got the same port).
+func freePorts(k int) ([]int, error) {
+	ports := make([]int, 0, k)
+	for range k {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("embedetcd: pick a port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 func (c *Cluster) start(i int, state string) error {
