@@ -94,12 +94,7 @@ func (v *checker) store(s *Store) {
 			v.add("gateway.store.password_env", "%s", err)
 		}
 	}
-	switch {
-	case s.CertFile != "" && s.KeyFile == "":
-		v.add("gateway.store.key_file", "required with cert_file")
-	case s.KeyFile != "" && s.CertFile == "":
-		v.add("gateway.store.cert_file", "required with key_file")
-	}
+	v.together("gateway.store.cert_file", s.CertFile, "gateway.store.key_file", s.KeyFile)
 	v.file("gateway.store.ca_file", s.CAFile)
 	v.file("gateway.store.cert_file", s.CertFile)
 	v.file("gateway.store.key_file", s.KeyFile)

@@ -90,12 +90,7 @@ func (c *Config) Validate() error {
 		}
 	}
 
-	switch {
-	case g.TLSCertFile != "" && g.TLSKeyFile == "":
-		v.add("gateway.tls_key_file", "required with tls_cert_file")
-	case g.TLSKeyFile != "" && g.TLSCertFile == "":
-		v.add("gateway.tls_cert_file", "required with tls_key_file")
-	}
+	v.together("gateway.tls_cert_file", g.TLSCertFile, "gateway.tls_key_file", g.TLSKeyFile)
 	v.file("gateway.tls_cert_file", g.TLSCertFile)
 	v.file("gateway.tls_key_file", g.TLSKeyFile)
 	v.file("gateway.engine_ca_file", g.EngineCAFile)
@@ -192,6 +187,18 @@ func (v *checker) hostPort(key, addr string, needHost, allowPortZero bool) bool 
 }
 
 // file checks that a configured file exists and is not a directory.
+// together reports a pair of keys that must be set both or neither (a
+// certificate and its key), naming the one missing.
+func (v *checker) together(keyA, a, keyB, b string) {
+	base := func(k string) string { return k[strings.LastIndexByte(k, '.')+1:] }
+	switch {
+	case a != "" && b == "":
+		v.add(keyB, "required with %s", base(keyA))
+	case b != "" && a == "":
+		v.add(keyA, "required with %s", base(keyB))
+	}
+}
+
 func (v *checker) file(key, path string) {
 	if path == "" {
 		return
