@@ -131,7 +131,8 @@ func TestEjectAfterRefused(t *testing.T) {
 		at     time.Time
 	}
 	var attempts []attempt
-	c := newClusterDeps(t, "", []clusterOpt{overloadCfg(func(_ *config.Admission, e *config.Ejection) {
+	c := newClusterDeps(t, "", []clusterOpt{overloadCfg(func(a *config.Admission, e *config.Ejection) {
+		a.Enabled = true
 		e.BaseTime, e.MaxTime = config.D(time.Second), config.D(10*time.Second)
 	})}, func(d *request.Deps) {
 		prev := d.OnRouted
@@ -221,7 +222,7 @@ func TestEjectAfterRefused(t *testing.T) {
 // than its limit.
 func TestQueueWhenSaturated(t *testing.T) {
 	c := newCluster(t, "", []clusterOpt{overloadCfg(func(a *config.Admission, _ *config.Ejection) {
-		a.WorkerConcurrency, a.QueueSize = 2, 8
+		a.Enabled, a.WorkerConcurrency, a.QueueSize = true, 2, 8
 	})})
 	f1, f2 := newGatedEngine(), newGatedEngine()
 	c.addFake("f1", "m", f1.handler)
@@ -288,7 +289,7 @@ func TestQueueFairAcrossKeys(t *testing.T) {
 		withKeys(config.APIKey{Name: "A", Key: "key-a", Scopes: []string{"inference"}},
 			config.APIKey{Name: "B", Key: "key-b", Scopes: []string{"inference"}}),
 		overloadCfg(func(a *config.Admission, _ *config.Ejection) {
-			a.EngineConcurrency, a.QueueSize = map[string]int{"f": 1}, 200
+			a.Enabled, a.EngineConcurrency, a.QueueSize = true, map[string]int{"f": 1}, 200
 		})})
 	f := newGatedEngine()
 	c.addFake("f", "m", f.handler)
@@ -336,7 +337,7 @@ func TestQueueFairAcrossKeys(t *testing.T) {
 // refused, and the engine never sees the request that left.
 func TestQueueClientGone(t *testing.T) {
 	c := newCluster(t, "", []clusterOpt{overloadCfg(func(a *config.Admission, _ *config.Ejection) {
-		a.WorkerConcurrency, a.QueueSize = 1, 1
+		a.Enabled, a.WorkerConcurrency, a.QueueSize = true, 1, 1
 	})})
 	f := newGatedEngine()
 	c.addFake("f", "m", f.handler)

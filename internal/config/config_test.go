@@ -56,7 +56,7 @@ func TestConfig(t *testing.T) {
 			CacheAwareChunkBytes: 128, CacheAwareBytesPerToken: 4,
 			Store:    Store{Kind: "file", Prefix: "/tlgate/", DialTimeout: D(5 * time.Second)},
 			Ejection: Ejection{ConsecutiveFailures: 3, ConsecutiveRefused: 1, BaseTime: D(10 * time.Second), MaxTime: D(5 * time.Minute), MaxPercent: 50},
-			Admission: Admission{Enabled: true, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{},
+			Admission: Admission{Enabled: false, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{},
 				QueueSize: 1024, QueueTimeout: D(30 * time.Second)},
 			MaxWorkers: 1024, RegistryPeerRate: 200, RegistryPeerBurst: 400,
 			MaxConnections: 10000, MaxConnectionsPerClient: 1000,

@@ -32,8 +32,11 @@ type Ejection struct {
 // limit and, when every routable worker of a model is at its limit, a
 // bounded per-model queue, fair across API keys, with a deadline.
 type Admission struct {
-	// Enabled turns limits and the queue on; off, requests go straight to
-	// the engines' own queues.
+	// Enabled turns limits and the queue on; off (the default), requests go
+	// straight to the engines' own queues. Off by default because a limit
+	// also bounds where a request may go: a worker at its limit is no
+	// candidate, so the cache-aware and affinity policies lose the choice
+	// of a short wait on a warm engine (docs/BENCHMARKS.md).
 	Enabled bool `toml:"enabled"`
 	// WorkerConcurrency is the gateway's in-flight limit per worker; 0
 	// derives it from the engine's reports (the most sequences it reported
@@ -70,7 +73,7 @@ func defaultEjection() Ejection {
 }
 
 func defaultAdmission() Admission {
-	return Admission{Enabled: true, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{}, QueueSize: DefaultQueueSize, QueueTimeout: D(DefaultQueueTimeout)}
+	return Admission{Enabled: false, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{}, QueueSize: DefaultQueueSize, QueueTimeout: D(DefaultQueueTimeout)}
 }
 
 func (v *checker) overload(e Ejection, a Admission) {

@@ -15,7 +15,7 @@ func TestOverloadDefaultsAndValidation(t *testing.T) {
 	if e.ConsecutiveFailures != 3 || e.ConsecutiveRefused != 1 || e.BaseTime.Duration != 10*time.Second || e.MaxTime.Duration != 5*time.Minute || e.MaxPercent != 50 {
 		t.Errorf("ejection defaults %+v", e)
 	}
-	if !a.Enabled || a.WorkerConcurrency != 0 || a.QueueSize != 1024 || a.QueueTimeout.Duration != 30*time.Second {
+	if a.Enabled || a.WorkerConcurrency != 0 || a.QueueSize != 1024 || a.QueueTimeout.Duration != 30*time.Second {
 		t.Errorf("admission defaults %+v", a)
 	}
 	ok, err := Parse([]byte("[gateway.admission]\nmodel_concurrency = { \"smol-v3\" = 8 }\nengine_concurrency = { \"gpu-3\" = 4 }\n"))
