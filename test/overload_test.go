@@ -384,7 +384,8 @@ func TestQueueClientGone(t *testing.T) {
 // reports a queue gets the limit 2 + 1, and then holds at most one request
 // in its queue.
 func TestAdmissionLimitFromEngine(t *testing.T) {
-	c := newCluster(t, "", nil, enginesim.Config{ID: "e", Model: "m", MaxRunning: 2, DecodePerToken: 10 * time.Millisecond})
+	c := newCluster(t, "", []clusterOpt{overloadCfg(func(a *config.Admission, _ *config.Ejection) { a.Enabled = true })},
+		enginesim.Config{ID: "e", Model: "m", MaxRunning: 2, DecodePerToken: 10 * time.Millisecond})
 	e := c.engines["e"]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
