@@ -77,7 +77,7 @@ func (a *requestActor) admissionAnswer(ctx actor.Context, m *router.RouteResult)
 // timeout, a 5xx answer, an early close, another transport error).
 func (a *requestActor) reportFailure(ctx actor.Context, worker, reason string) {
 	if a.reported == a.attempts {
-		return // the answer was already reported (a 5xx failed over)
+		return // this attempt's outcome was already reported
 	}
 	a.reported = a.attempts
 	if CountsForEjection(reason) {
@@ -101,17 +101,15 @@ func CountsForEjection(reason string) bool {
 }
 
 // reportFetched reports a non-streamed attempt's answer (once per attempt).
-func (a *requestActor) reportFetched(ctx actor.Context, status int) {
+func (a *requestActor) reportFetched(ctx actor.Context) {
 	a.reported = a.attempts
-	reportAnswer(ctx.Send, a.d.Router, a.target.Worker.ID, status)
+	reportAnswer(ctx.Send, a.d.Router, a.target.Worker.ID)
 }
 
-// reportAnswer tells the router how an attempt on worker that got an
-// answer went: a 5xx is a failure, anything else a success.
-func reportAnswer(send func(pid *actor.PID, msg any), routerPID *actor.PID, worker string, status int) {
-	if status >= 500 {
-		send(routerPID, &router.AttemptFailed{WorkerID: worker, Reason: router.StatusError})
-		return
-	}
+// reportAnswer tells the router that an attempt on worker got an answer.
+// Every answer that reaches here is a success for passive health: the
+// proxy turns a 5xx or a malformed answer into an attempt failure, which
+// reportFailure reports.
+func reportAnswer(send func(pid *actor.PID, msg any), routerPID *actor.PID, worker string) {
 	send(routerPID, &router.AttemptSucceeded{WorkerID: worker})
 }

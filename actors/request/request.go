@@ -312,7 +312,7 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 		defer ex.wg.Done()
 		res := p.Stream(actx, att, sw, func(status int, uh http.Header) {
 			ex.committed.Store(true)
-			reportAnswer(root.Send, rt, worker, status)
+			reportAnswer(root.Send, rt, worker)
 			responseHeaders(ex.W.Header(), ex.RequestID, debug, worker, step)
 		})
 		root.Send(self, &streamed{res: res})
@@ -332,7 +332,7 @@ func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 // answered handles an engine's whole answer: judged by a cascade step, or
 // relayed.
 func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
-	a.reportFetched(ctx, resp.Status)
+	a.reportFetched(ctx)
 	a.countFetched(resp)
 	if a.target.CascadeStep < a.target.CascadeSteps-1 && resp.Status == http.StatusOK {
 		accepted := a.judge(resp.Body)
@@ -427,8 +427,9 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 	if a.d.OnFailover != nil {
 		a.d.OnFailover(a.ex, a.target, reason)
 	}
-	a.exclude[ExcludeAfter(a.target, phase, a.prefillFailed)] = true
-	a.reportFailure(ctx, ExcludeAfter(a.target, phase, a.prefillFailed), reason)
+	blamed := ExcludeAfter(a.target, phase, a.prefillFailed)
+	a.exclude[blamed] = true
+	a.reportFailure(ctx, blamed, reason)
 	if phase == PhasePrefill {
 		a.prefillFailed = append(a.prefillFailed, a.target.Prefill.ID)
 	}

@@ -21,12 +21,9 @@ type EjectionConfig struct {
 	MaxPercent int
 }
 
-// Failure reasons the request actor reports (those of internal/proxy, plus
-// StatusError for a 5xx answer that is not a 503).
-const (
-	FailureRefused = "refused"
-	StatusError    = "status_5xx"
-)
+// FailureRefused is the failure reason (internal/proxy's) of a refused
+// connection, which ejects after EjectionConfig.Refused failures.
+const FailureRefused = "refused"
 
 // health is one worker's passive-health record. It outlives eviction while
 // an ejection runs, and a heartbeat never changes it.

@@ -9,7 +9,7 @@ import (
 
 // AttemptFailed reports an attempt on a worker that failed before its
 // first byte, with the proxy's failure reason (refused, reset, timeout,
-// status_503, eof, transport) or StatusError for another 5xx answer.
+// status_503, status_5xx, bad_answer, eof, transport).
 type AttemptFailed struct {
 	WorkerID string
 	Reason   string
