@@ -268,7 +268,6 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	mux := http.NewServeMux()
 	edge := &httpedge.Deps{
 		Root: g.sys.Root, Router: g.Router, Request: rdeps, Keyring: keyring, MaxBodyBytes: gw.MaxBodyBytes,
-		BodyTimeout: gw.ReadBodyTimeout.Duration,
 		OnDone: func(ex *request.Exchange, out request.Outcome) {
 			observe(m, ex, out)
 			recordTraffic(g.Traffic, ex, out)

@@ -35,8 +35,6 @@ type Deps struct {
 	Request      *request.Deps
 	Keyring      *auth.Keyring
 	MaxBodyBytes int64
-	// BodyTimeout bounds reading a request body (0: no bound).
-	BodyTimeout time.Duration
 	// Timeout bounds queries to the router (models, readiness).
 	Timeout time.Duration
 	// OnDone, if set, is called once per finished inference request with
@@ -85,16 +83,10 @@ func (d *Deps) reject(w http.ResponseWriter, status int, code, msg string, param
 	openai.WriteError(w, status, code, msg, param)
 }
 
-// ReadBody reads a request body of at most max bytes within timeout (the
-// connection's read deadline is set for the body alone and cleared after,
-// so a long streamed response is not cut by it).
-func ReadBody(w http.ResponseWriter, r *http.Request, max int64, timeout time.Duration) ([]byte, error) {
-	if timeout > 0 {
-		rc := http.NewResponseController(w)
-		if err := rc.SetReadDeadline(time.Now().Add(timeout)); err == nil {
-			defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
-		}
-	}
+// ReadBody reads a request body of at most max bytes. The deadline on
+// reading it is the server's (internal/bodyguard wraps every path with
+// read_body_timeout), not set again here.
+func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	if err != nil {
 		// The rest of the body will not be read: close the connection after
@@ -127,7 +119,7 @@ func RequestID(r *http.Request) string {
 func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
 	rid := RequestID(r)
 	w.Header().Set("X-Request-Id", rid)
-	body, err := ReadBody(w, r, d.MaxBodyBytes, d.BodyTimeout)
+	body, err := ReadBody(w, r, d.MaxBodyBytes)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
