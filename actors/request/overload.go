@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/openai"
-	"github.com/tlgate/tlgate/internal/proxy"
 )
 
 // clientLeft is sent by the context.AfterFunc watching the client's
@@ -73,31 +71,14 @@ func (a *requestActor) admissionAnswer(ctx actor.Context, m *router.RouteResult)
 }
 
 // reportFailure tells the router that an attempt on worker failed before
-// its first byte, when the failure is the engine's (refused, reset,
-// timeout, a 5xx answer, an early close, another transport error).
+// its first byte, and why; the router decides whether the failure counts
+// towards the worker's ejection (router.CountsForEjection).
 func (a *requestActor) reportFailure(ctx actor.Context, worker, reason string) {
 	if a.reported == a.attempts {
 		return // this attempt's outcome was already reported
 	}
 	a.reported = a.attempts
-	if CountsForEjection(reason) {
-		ctx.Send(a.d.Router, &router.AttemptFailed{WorkerID: worker, Reason: reason})
-	}
-}
-
-// CountsForEjection reports whether an attempt failure (a proxy.Failure)
-// is the engine's fault and counts towards its ejection: refused, reset,
-// timeout, an early close, another transport error, a status_ failure
-// (503 and any other 5xx the proxy fails over) or an answer that is not
-// OpenAI-shaped (bad_answer). The client leaving, an
-// answer too large and a request that could not be built do not.
-func CountsForEjection(reason string) bool {
-	switch f := proxy.Failure(reason); {
-	case f == proxy.FailRefused, f == proxy.FailReset, f == proxy.FailTimeout, f == proxy.FailEOF, f == proxy.FailTransport,
-		f == proxy.FailBadAnswer:
-		return true
-	}
-	return strings.HasPrefix(reason, "status_")
+	ctx.Send(a.d.Router, &router.AttemptFailed{WorkerID: worker, Reason: reason})
 }
 
 // reportFetched reports a non-streamed attempt's answer (once per attempt).

@@ -69,15 +69,3 @@ func fmtSampling(temp, topP float32, topK, max uint32, seed uint64, stop []strin
 	}
 	return fmt.Sprintf("temp=%g top_p=%g top_k=%d max=%d seed=%d stop=%v pres=%g freq=%g lp=%v top_lp=%d", temp, topP, topK, max, seed, stop, pres, freq, lp, topLP)
 }
-
-func TestCountsForEjection(t *testing.T) {
-	for reason, want := range map[string]bool{
-		"refused": true, "reset": true, "timeout": true, "eof": true, "transport": true, "status_503": true, "status_500": true,
-		"status_5xx": true, "bad_answer": true,
-		"canceled": false, "too_large": false, "invalid": false, "error": false, "": false,
-	} {
-		if got := CountsForEjection(reason); got != want {
-			t.Errorf("CountsForEjection(%q) = %v, want %v", reason, got, want)
-		}
-	}
-}

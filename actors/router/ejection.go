@@ -2,9 +2,11 @@ package router
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/proxy"
 )
 
 // EjectionConfig is passive health (outlier ejection): a worker whose
@@ -19,6 +21,21 @@ type EjectionConfig struct {
 	Base       time.Duration
 	Max        time.Duration
 	MaxPercent int
+}
+
+// CountsForEjection reports whether an attempt failure (a proxy.Failure)
+// is the engine's fault and counts towards its ejection: refused, reset,
+// timeout, an early close, another transport error, a status_ failure
+// (503 and any other 5xx the proxy fails over) or an answer that is not
+// OpenAI-shaped (bad_answer). The client leaving, an answer too large and
+// a request that could not be built do not.
+func CountsForEjection(reason string) bool {
+	switch f := proxy.Failure(reason); {
+	case f == proxy.FailRefused, f == proxy.FailReset, f == proxy.FailTimeout, f == proxy.FailEOF, f == proxy.FailTransport,
+		f == proxy.FailBadAnswer:
+		return true
+	}
+	return strings.HasPrefix(reason, "status_")
 }
 
 // FailureRefused is the failure reason (internal/proxy's) of a refused
@@ -79,7 +96,7 @@ func (s *State) AttemptSucceeded(id string) {
 func (s *State) AttemptFailed(id, reason string, now time.Time) Ejection {
 	ec := s.cfg.Ejection
 	w, known := s.workers[id]
-	if ec.MaxPercent <= 0 || !known {
+	if ec.MaxPercent <= 0 || !known || !CountsForEjection(reason) {
 		return Ejection{}
 	}
 	if s.health == nil {

@@ -150,3 +150,31 @@ func TestEjectionForgottenForNewProcess(t *testing.T) {
 		t.Fatal("a with a new start time is still ejected")
 	}
 }
+
+func TestCountsForEjection(t *testing.T) {
+	for reason, want := range map[string]bool{
+		"refused": true, "reset": true, "timeout": true, "eof": true, "transport": true, "status_503": true, "status_500": true,
+		"status_5xx": true, "bad_answer": true,
+		"canceled": false, "too_large": false, "invalid": false, "error": false, "": false,
+	} {
+		if got := CountsForEjection(reason); got != want {
+			t.Errorf("CountsForEjection(%q) = %v, want %v", reason, got, want)
+		}
+	}
+}
+
+// TestEjectionIgnoresTheClientsFailures: failures that are not the
+// engine's (the client leaving, a body too large) never count.
+func TestEjectionIgnoresTheClientsFailures(t *testing.T) {
+	s := ejectState(t, testEjection, "a", "b")
+	for range 5 {
+		for _, r := range []string{"canceled", "too_large", "invalid"} {
+			if e := s.AttemptFailed("a", r, now); e.Ejected || e.Capped {
+				t.Fatalf("ejected on %q: %+v", r, e)
+			}
+		}
+	}
+	if e := s.AttemptFailed("a", "refused", now); !e.Ejected {
+		t.Fatalf("a refused connection after the client's failures did not eject: %+v", e)
+	}
+}
