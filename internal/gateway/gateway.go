@@ -399,15 +399,25 @@ func loadEngineTLS(caFile string) (*tls.Config, error) {
 	if caFile == "" {
 		return nil, nil
 	}
-	pem, err := os.ReadFile(caFile)
+	pool, err := loadCAPool("engine_ca_file", caFile)
 	if err != nil {
-		return nil, fmt.Errorf("engine_ca_file: %w", err)
+		return nil, err
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// loadCAPool reads the PEM certificates in file (the value of config key
+// key, which errors name).
+func loadCAPool(key, file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("engine_ca_file: %s holds no PEM certificate", caFile)
+		return nil, fmt.Errorf("%s: %s holds no PEM certificate", key, file)
 	}
-	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+	return pool, nil
 }
 
 // accessLog writes one structured line per request; never the key itself.

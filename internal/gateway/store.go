@@ -3,9 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"os"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -72,13 +70,8 @@ func EtcdConfig(s *config.Store) (etcdstore.Config, error) {
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if s.CAFile != "" {
-		pem, err := os.ReadFile(s.CAFile)
-		if err != nil {
-			return cfg, fmt.Errorf("gateway.store.ca_file: %w", err)
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return cfg, fmt.Errorf("gateway.store.ca_file: %s holds no PEM certificate", s.CAFile)
+		if tc.RootCAs, err = loadCAPool("gateway.store.ca_file", s.CAFile); err != nil {
+			return cfg, err
 		}
 	}
 	if s.CertFile != "" {

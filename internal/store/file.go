@@ -41,5 +41,5 @@ func (f *File) SetDrained(context.Context, []string, bool) (int64, error) { retu
 func (f *File) Up() bool { return true }
 
 // NewFile returns the file store over dir whose table in force is at
-// epoch (what OpenFile returned, or the caller's own table).
+// epoch (the table the gateway loaded from dir, or the configuration's).
 func NewFile(dir string, epoch uint64) *File { return &File{dir: dir, epoch: epoch} }
