@@ -27,13 +27,18 @@ func newCacheState(cfg Config) *cacheState {
 	return &cacheState{cfg: ca, index: prefixindex.New(cfg.PrefixIndex)}
 }
 
-// observeWorker runs before SetWorker stores w: a new heartbeat resets the
-// count of requests sent since the last one, and the index follows the
-// worker (a restart or rebuilt KV forgets what it held).
+// observeWorker runs before SetWorker stores w: a new heartbeat samples the
+// worker's foreign load, and the index follows the worker (a restart or
+// rebuilt KV forgets what it held).
 func (s *State) observeWorker(w fleet.Worker) {
 	c := s.counter(w.ID)
 	if old, ok := s.workers[w.ID]; !ok || !old.LastHeartbeat.Equal(w.LastHeartbeat) {
-		c.atHeartbeat = c.n
+		sample := w.Running + w.QueueDepth - c.n
+		c.foreign = sample
+		if c.sampled {
+			c.foreign = min(sample, c.lastSample)
+		}
+		c.lastSample, c.sampled = sample, true
 	}
 	if s.prefix == nil {
 		return
@@ -57,13 +62,14 @@ func (s *State) retainWorkers() {
 	}
 }
 
-// slotLoad is a worker's load in engine slots: what it reported running and
-// queued at its last heartbeat, plus the change in the gateway's in-flight
-// count since (requests sent since the heartbeat, less those of them and
-// of earlier ones that ended), and never less than the gateway's own
-// in-flight count.
-func slotLoad(w *fleet.Worker, c *counter) int {
-	return max(c.n, w.Running+w.QueueDepth+c.n-c.atHeartbeat)
+// slotLoad is a worker's load in engine slots: the gateway's own requests
+// in flight there, plus the foreign load its heartbeats report (what it
+// reported running and queued beyond the gateway's count when the report
+// arrived, the smaller of the last two reports, never below 0). With the
+// gateway the only sender this is its in-flight count, exact between
+// heartbeats; another replica's load shows from its second heartbeat.
+func slotLoad(c *counter) int {
+	return c.n + max(0, c.foreign)
 }
 
 // pickCacheAware picks among s.cands by policy.CacheAware and records the
@@ -79,7 +85,7 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request) (int, stri
 	ca.prefill = ca.prefill[:0]
 	for i := range s.cands {
 		c := s.ctrs[i]
-		s.cands[i].Load = slotLoad(s.members[i], c)
+		s.cands[i].Load = slotLoad(c)
 		ca.prefill = append(ca.prefill, tokens-min(tokens, ca.index.Tokens(q.ChunksAt(c.slot)*chunk)))
 	}
 	i, reason := policy.CacheAware(s.cands, ca.prefill, ca.cfg)

@@ -81,35 +81,59 @@ func TestCacheAwarePickState(t *testing.T) {
 func TestSlotLoad(t *testing.T) {
 	s := caState(t, policy.DefaultCacheAware(), "a")
 	c := s.inflight["a"]
-	wk := s.workers["a"]
-	if got := slotLoad(wk, c); got != 0 {
+	if got := slotLoad(c); got != 0 {
 		t.Fatalf("idle: %d", got)
 	}
 	for range 3 {
 		_, _ = s.Pick(&Request{Model: "m"}, now)
 	}
-	if got := slotLoad(s.workers["a"], c); got != 3 {
+	if got := slotLoad(c); got != 3 {
 		t.Fatalf("3 sent since the heartbeat: %d", got)
 	}
-	// The heartbeat reports them (2 running, 1 queued) and 4 more from
-	// another gateway.
 	hb := caWorker("a")
-	hb.Running, hb.QueueDepth, hb.LastHeartbeat = 6, 1, now.Add(time.Second)
-	s.SetWorker(hb)
-	if got := slotLoad(s.workers["a"], c); got != 7 {
-		t.Fatalf("after the heartbeat: %d, want 7", got)
+	heartbeat := func(running, queued int, at time.Duration) {
+		t.Helper()
+		hb.Running, hb.QueueDepth, hb.LastHeartbeat = running, queued, now.Add(at)
+		s.SetWorker(hb)
+	}
+	// The heartbeat reports them (2 running, 1 queued) and 4 more from
+	// another gateway: believed from the second report on (the first, at
+	// registration, said 0).
+	heartbeat(6, 1, time.Second)
+	if got := slotLoad(c); got != 3 {
+		t.Fatalf("after one report of 4 foreign: %d, want 3", got)
+	}
+	heartbeat(6, 1, 1500*time.Millisecond)
+	if got := slotLoad(c); got != 7 {
+		t.Fatalf("after two reports of 4 foreign: %d, want 7", got)
 	}
 	s.Release("a")
 	_, _ = s.Pick(&Request{Model: "m"}, now)
 	_, _ = s.Pick(&Request{Model: "m"}, now)
-	if got := slotLoad(s.workers["a"], c); got != 8 {
+	if got := slotLoad(c); got != 8 {
 		t.Fatalf("one ended and two sent: %d, want 8", got)
 	}
-	// A stale report below the gateway's own count is not believed.
-	hb.Running, hb.QueueDepth, hb.LastHeartbeat = 0, 0, now.Add(2*time.Second)
-	s.SetWorker(hb)
-	if got := slotLoad(s.workers["a"], c); got != 4 {
+	// A report below the gateway's own count is not believed: the load is
+	// the gateway's 4.
+	heartbeat(0, 0, 2*time.Second)
+	if got := slotLoad(c); got != 4 {
 		t.Fatalf("report of 0 with 4 in flight: %d, want 4", got)
+	}
+	// One report of 2 more than the gateway sent (a request that ended
+	// while the report was on its way) does not count; two in a row do.
+	heartbeat(6, 0, 3*time.Second)
+	if got := slotLoad(c); got != 4 {
+		t.Fatalf("one report of 2 foreign: %d, want 4", got)
+	}
+	heartbeat(5, 1, 4*time.Second)
+	if got := slotLoad(c); got != 6 {
+		t.Fatalf("two reports of 2 foreign: %d, want 6", got)
+	}
+	// The same heartbeat seen again (another field changed) samples nothing.
+	hb.Running = 20
+	s.SetWorker(hb)
+	if got := slotLoad(c); got != 6 {
+		t.Fatalf("a repeated heartbeat changed the load: %d, want 6", got)
 	}
 }
 
@@ -176,8 +200,11 @@ func TestCacheAwareFollowsConversation(t *testing.T) {
 		s := caState(t, policy.CacheAwareConfig{PrefillWeight: 1, LoadWeight: 0.01, BalanceAbs: 4, BalanceRel: 1.5}, ids...)
 		for _, id := range []string{"a", "b"} {
 			x := caWorker(id)
-			x.Running, x.LastHeartbeat = 20, now.Add(time.Second)
-			s.SetWorker(x)
+			x.Running = 20
+			for i := range 2 { // a foreign load shows from its second report
+				x.LastHeartbeat = now.Add(time.Duration(i+1) * time.Second)
+				s.SetWorker(x)
+			}
 		}
 		home, _ := run(t, s, 0)
 		for c, h := range home {

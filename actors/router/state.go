@@ -212,9 +212,16 @@ func (s *State) pool(k poolKey) *pool {
 // counter is one worker's in-flight count, shared by the pools that list
 // the worker so a pick reads it without a map lookup.
 type counter struct {
-	n           int
-	atHeartbeat int // n when the worker's last heartbeat arrived
-	slot        int // the worker's prefix index slot (cache_aware)
+	n int
+	// foreign is the load the worker carries beyond the gateway's own
+	// requests (another replica's, say), in engine slots: the smaller of
+	// the last two heartbeats' reported running + queued less n when each
+	// arrived, so a report that crossed a request's end in flight does not
+	// count a slot for a whole heartbeat interval. lastSample and sampled
+	// keep the last heartbeat's.
+	foreign, lastSample int
+	sampled             bool
+	slot                int // the worker's prefix index slot (cache_aware)
 	// limit and until are the worker's admission limit (0: none) and the
 	// end of its ejection, copied here so a pick reads no map (admission.go).
 	limit int
