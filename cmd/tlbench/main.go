@@ -96,11 +96,12 @@ type settings struct {
 	heartbeat              time.Duration
 	workloads              []loadgen.Kind
 	sweepPrompts           []int // shared prompt counts of the working-set sweep
-	// Long-prompt workloads (multi-turn, rag) run on engines of
-	// kvBlocksLong blocks.
-	kvBlocksLong                                  int
+	// rag runs on engines of kvBlocksLong blocks, multi-turn on engines of
+	// kvBlocksTurns blocks with turnRequests turns in all.
+	kvBlocksLong, kvBlocksTurns, turnRequests     int
 	conversations, turnSystemBytes, turnUserBytes int
 	answerBytes                                   int
+	think                                         time.Duration // a multi-turn user's time between an answer and the next turn
 	documents, documentBytes, ragSystemBytes      int
 	cacheLoadWeight                               float64  // cache_aware_load_weight; 0: the gateway's default
 	routePolicies                                 []string // policies the routing runs compare
@@ -142,7 +143,7 @@ func preset(quick bool) settings {
 		systemPrompts: 4, systemBytes: 1536, userBytes: 160,
 		streamFraction: 0.5, loadFactor: 1.25, heartbeat: time.Second,
 		workloads: slices.Clone(loadgen.Kinds), sweepPrompts: []int{4, 8, 16, 32, 64},
-		kvBlocksLong: 512, conversations: 64, turnSystemBytes: 256, turnUserBytes: 128, answerBytes: 96,
+		kvBlocksLong: 512, kvBlocksTurns: 1024, turnRequests: 1200, conversations: 64, turnSystemBytes: 256, turnUserBytes: 128, answerBytes: 96, think: 100 * time.Millisecond,
 		documents: 40, documentBytes: 3072, ragSystemBytes: 256, routePolicies: slices.Clone(policies),
 
 		rate: 1000, rateDuration: 3 * time.Second, rounds: 3,
@@ -158,7 +159,7 @@ func preset(quick bool) settings {
 	}
 	if quick {
 		c.timeout = 2 * time.Minute
-		c.requests, c.concurrency = 160, 32
+		c.requests, c.concurrency, c.turnRequests = 160, 32, 320
 		c.sweepPrompts = []int{16}
 		c.rateDuration, c.rounds = time.Second, 1
 		c.tputDuration = time.Second
@@ -181,7 +182,9 @@ func parseFlags(args []string, errOut io.Writer) (settings, error) {
 	requests := fs.Int("requests", 0, "requests per routing run (default 600, 160 with -quick)")
 	concurrency := fs.Int("concurrency", 0, "concurrent clients of a routing run (default 48, 32 with -quick)")
 	kvBlocks := fs.Int("kv-blocks", 0, "KV blocks of 16 tokens per routing engine (default 160)")
-	kvBlocksLong := fs.Int("kv-blocks-long", 0, "KV blocks of 16 tokens per engine of the multi-turn and rag runs (default 512)")
+	kvBlocksLong := fs.Int("kv-blocks-long", 0, "KV blocks of 16 tokens per engine of the rag runs (default 512)")
+	kvBlocksTurns := fs.Int("kv-blocks-turns", 0, "KV blocks of 16 tokens per engine of the multi-turn runs (default 1024)")
+	turnRequests := fs.Int("turn-requests", 0, "turns per multi-turn run, all conversations together (default 1200, 320 with -quick)")
 	rate := fs.Float64("rate", 0, "requests per second of the overhead latency runs (default 1000)")
 	workers := fs.String("workers", "", "fleet sizes of the route decision timing (default 4,64,1024)")
 	streams := fs.String("streams", "", "open-stream counts of the memory measurement (default 1000,10000; 1000 with -quick)")
@@ -191,6 +194,7 @@ func parseFlags(args []string, errOut io.Writer) (settings, error) {
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (every party in the process) to this file")
 	memprofile := fs.String("memprofile", "", "write a heap profile while the largest stream count is held open through the gateway")
 	seed := fs.Uint64("seed", 1, "seed of the workloads and the random baseline")
+	think := fs.Duration("think", -1, "a multi-turn user's think time between an answer and the next turn (default 100ms)")
 	loadWeight := fs.Float64("cache-load-weight", 0, "cache_aware_load_weight of the cache_aware runs (default: the gateway's)")
 	if err := fs.Parse(args); err != nil {
 		return settings{}, err
@@ -220,7 +224,8 @@ func parseFlags(args []string, errOut io.Writer) (settings, error) {
 		name string
 		v    *int
 		dst  *int
-	}{{"requests", requests, &c.requests}, {"concurrency", concurrency, &c.concurrency}, {"kv-blocks", kvBlocks, &c.kvBlocks}, {"kv-blocks-long", kvBlocksLong, &c.kvBlocksLong}}
+	}{{"requests", requests, &c.requests}, {"concurrency", concurrency, &c.concurrency}, {"kv-blocks", kvBlocks, &c.kvBlocks}, {"kv-blocks-long", kvBlocksLong, &c.kvBlocksLong},
+		{"kv-blocks-turns", kvBlocksTurns, &c.kvBlocksTurns}, {"turn-requests", turnRequests, &c.turnRequests}}
 	for _, p := range positive {
 		if *p.v < 0 {
 			return settings{}, fmt.Errorf("-%s: must be positive, got %d", p.name, *p.v)
@@ -228,6 +233,11 @@ func parseFlags(args []string, errOut io.Writer) (settings, error) {
 		if *p.v > 0 {
 			*p.dst = *p.v
 		}
+	}
+	if *think >= 0 {
+		c.think = *think
+	} else if *think != -1 {
+		return settings{}, fmt.Errorf("-think: must not be negative, got %v", *think)
 	}
 	if *timeout < 0 || *rate < 0 {
 		return settings{}, errors.New("-timeout and -rate must not be negative")

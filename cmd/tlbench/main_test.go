@@ -46,7 +46,7 @@ func smallest(out string) settings {
 	c.engines, c.requests, c.concurrency = 2, 12, 4
 	c.prefill, c.decode, c.maxTokens = 10*time.Microsecond, 200*time.Microsecond, 4
 	c.systemPrompts, c.systemBytes, c.userBytes = 2, 200, 40
-	c.kvBlocks, c.kvBlocksLong = 64, 96
+	c.kvBlocks, c.kvBlocksLong, c.kvBlocksTurns, c.turnRequests = 64, 96, 96, 12
 	c.conversations, c.turnSystemBytes, c.turnUserBytes, c.answerBytes = 3, 100, 40, 30
 	c.documents, c.documentBytes, c.ragSystemBytes = 3, 300, 60
 	c.heartbeat = 500 * time.Millisecond

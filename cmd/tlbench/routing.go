@@ -38,9 +38,6 @@ type routingRow struct {
 	res       *loadgen.Result
 }
 
-// longPrompts reports whether a workload runs on the engines with more KV.
-func longPrompts(k loadgen.Kind) bool { return k == loadgen.MultiTurn || k == loadgen.RAG }
-
 // workloadConfig is the workload of kind with n shared system prompts.
 func workloadConfig(c settings, kind loadgen.Kind, n int, seed uint64) loadgen.WorkloadConfig {
 	w := loadgen.WorkloadConfig{
@@ -50,6 +47,7 @@ func workloadConfig(c settings, kind loadgen.Kind, n int, seed uint64) loadgen.W
 	}
 	switch kind {
 	case loadgen.MultiTurn:
+		w.Requests = c.turnRequests
 		w.SystemBytes, w.UserBytes, w.Conversations, w.AnswerBytes = c.turnSystemBytes, c.turnUserBytes, c.conversations, c.answerBytes
 	case loadgen.RAG:
 		w.SystemBytes, w.Documents, w.DocumentBytes = c.ragSystemBytes, c.documents, c.documentBytes
@@ -62,7 +60,10 @@ func workloadConfig(c settings, kind loadgen.Kind, n int, seed uint64) loadgen.W
 func routingEngines(c settings, kind loadgen.Kind) []enginesim.Config {
 	out := make([]enginesim.Config, c.engines)
 	blocks := c.kvBlocks
-	if longPrompts(kind) {
+	switch kind {
+	case loadgen.MultiTurn:
+		blocks = c.kvBlocksTurns
+	case loadgen.RAG:
 		blocks = c.kvBlocksLong
 	}
 	for i := range out {
@@ -157,10 +158,17 @@ func routingRun(ctx context.Context, c settings, kind loadgen.Kind, p string, w 
 	default:
 		picker = loadgen.Fixed(cl.url())
 	}
-	client := loadgen.NewClient(c.concurrency)
+	run := loadgen.Closed{Concurrency: c.concurrency, Requests: w.Requests}
+	if kind == loadgen.MultiTurn {
+		// Every conversation is a user of its own: it sends a turn, waits
+		// for the answer, thinks and sends the next; the users start
+		// spread over one think time.
+		run.Concurrency, run.Think, run.Ramp = c.conversations, c.think, c.think
+	}
+	client := loadgen.NewClient(run.Concurrency)
 	defer client.CloseIdleConnections()
 	before := cl.stats()
-	res := loadgen.RunClosed(ctx, client, picker, loadgen.Closed{Concurrency: c.concurrency, Requests: w.Requests})
+	res := loadgen.RunClosed(ctx, client, picker, run)
 	if err := ctx.Err(); err != nil {
 		return routingRow{}, err
 	}
@@ -220,18 +228,19 @@ func routingSection(c settings, rows []routingRow, meanTokens map[loadgen.Kind]f
 		"%d KV blocks and %d running sequences each), %d concurrent keep-alive clients, %d chat requests per run "+
 		"(max_tokens %d, %.0f%% streamed), fresh engines for every run. "+
 		"shared: %d system prompts of about %d bytes with random user messages of about %d bytes; distinct: a system prompt of its own per request; mixed: half and half. "+
-		"multi-turn: %d conversations interleaved (each round of turns in a new random order, a turn sent only once the conversation's previous one is answered), all opening with the same system prompt of about %d bytes; "+
-		"every turn's prompt is the previous prompt, an answer of about %d bytes and a new user message of about %d bytes. "+
+		"multi-turn: %d conversations interleaved, %d turns in all (each round of turns in a new random order), all opening with the same system prompt of about %d bytes; "+
+		"every turn's prompt is the previous prompt, an answer of about %d bytes and a new user message of about %d bytes, sent a think time (%v on average, evenly from half to one and a half times) after the previous turn was answered; "+
+		"each conversation is a user of its own, not one of the concurrent clients: it sends a turn, waits for the answer and thinks; the users start spread over one think time. "+
 		"rag: one system prompt of about %d bytes, one of %d documents of about %d bytes drawn at random, and a question of about %d bytes. "+
-		"multi-turn and rag run on engines with %d KV blocks each (their working set is larger than one engine's cache, smaller than the fleet's). "+
+		"multi-turn runs on engines with %d KV blocks each, rag on engines with %d (the working set of each is larger than one engine's cache, smaller than the fleet's). "+
 		"Mean prompt: %s tokens (shared), %s (distinct), %s (mixed), %s (multi-turn), %s (rag). "+
 		"least_outstanding, weighted, affinity and cache_aware go through the gateway (route_policy, affinity_load_factor %v, cache_aware with %s); random and round_robin are clients that send straight to the engines. "+
 		"Hit rate = the engines' prefix-cache hits / queries (tokens); TTFT from the streamed requests, latency (to the last byte) from all; "+
 		"max/mean load = the busiest engine's request count over the mean.",
 		c.engines, c.prefill, c.decode, enginesim.BlockTokens, c.kvBlocks, c.maxRunning, c.concurrency, c.requests,
 		c.maxTokens, 100*c.streamFraction, c.systemPrompts, c.systemBytes, c.userBytes,
-		c.conversations, c.turnSystemBytes, c.answerBytes, c.turnUserBytes,
-		c.ragSystemBytes, c.documents, c.documentBytes, c.userBytes, c.kvBlocksLong,
+		c.conversations, c.turnRequests, c.turnSystemBytes, c.answerBytes, c.turnUserBytes, c.think,
+		c.ragSystemBytes, c.documents, c.documentBytes, c.userBytes, c.kvBlocksTurns, c.kvBlocksLong,
 		tokensOf(meanTokens, loadgen.Shared), tokensOf(meanTokens, loadgen.Distinct), tokensOf(meanTokens, loadgen.Mixed),
 		tokensOf(meanTokens, loadgen.MultiTurn), tokensOf(meanTokens, loadgen.RAG), c.loadFactor, cacheWeights(c))
 	return section{title: "Routing quality", lead: lead, tables: []*table{t}, notes: routingNotes(c, rows)}

@@ -144,11 +144,24 @@ func (r *recorder) add(lat, ttft time.Duration, stream bool, err error) {
 }
 
 // Closed is a closed-loop run: Concurrency clients each send a request,
-// wait for its answer, and send the next. A request with After set waits
-// (holding its client) until that earlier request is answered, on the
-// first pass through Requests.
+// wait for its answer, and send the next. A request with After set is not
+// sent, on the first pass through Requests, before Think has passed since
+// that earlier request was answered (a user reads the answer and types);
+// meanwhile the clients send the next requests that are ready, so a
+// waiting request holds no client, as other users' requests arrive while
+// one user reads.
 type Closed struct {
 	Concurrency int
+	// Think is the mean of how long after its previous turn was answered a
+	// request with After becomes ready: drawn evenly from [Think/2,
+	// 3·Think/2], the same for every run of the same requests. With no think time the client whose answer
+	// released a turn is the first free one, and sends it at the moment the
+	// engine that answered has one request fewer: a least-loaded router then
+	// keeps conversations on their engine by accident.
+	Think time.Duration
+	// Ramp spreads the clients' starts evenly over its length (0: all at
+	// once), so that a run's opening burst is not what its tail measures.
+	Ramp time.Duration
 	// Requests are sent in order, each once; with Cycle they are sent
 	// again from the start until Duration ends.
 	Requests []Request
@@ -169,30 +182,31 @@ func RunClosed(ctx context.Context, c *http.Client, p Picker, cfg Closed) *Resul
 		ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
 		defer cancel()
 	}
-	done := afterChannels(cfg.Requests)
-	var next atomic.Int64
+	d := newDispatcher(cfg.Requests, cfg.Cycle, cfg.Think)
+	stop := context.AfterFunc(ctx, d.wake)
+	defer stop()
+	defer d.stopTimers()
 	var wg sync.WaitGroup
 	start := time.Now()
-	for range cfg.Concurrency {
+	for k := range cfg.Concurrency {
 		wg.Go(func() {
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= len(cfg.Requests) && !cfg.Cycle {
+			if delay := cfg.Ramp * time.Duration(k) / time.Duration(cfg.Concurrency); delay > 0 {
+				t := time.NewTimer(delay)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return
+				}
+			}
+			for {
+				i, ok := d.take(ctx)
+				if !ok {
 					return
 				}
 				r := cfg.Requests[i%len(cfg.Requests)]
-				first := done != nil && i < len(cfg.Requests)
-				if first && r.After > 0 && r.After <= i {
-					select {
-					case <-done[r.After-1]:
-					case <-ctx.Done():
-						return
-					}
-				}
 				lat, ttft, err := Do(ctx, c, p.Next(), r)
-				if first {
-					close(done[i])
-				}
+				d.answered(i)
 				if err != nil && ctx.Err() != nil {
 					return // cut off by the end of the run, not a failure
 				}
@@ -205,19 +219,115 @@ func RunClosed(ctx context.Context, c *http.Client, p Picker, cfg Closed) *Resul
 	return &rec.res
 }
 
-// afterChannels returns one channel per request, closed when it is
-// answered, if any request waits for another; nil otherwise.
-func afterChannels(reqs []Request) []chan struct{} {
+// dispatcher hands out the indexes of a closed loop's requests: in order,
+// except that a first-pass request whose After is not answered yet is
+// passed over until it is, and then goes before any later one.
+type dispatcher struct {
+	reqs  []Request
+	cycle bool
+	think time.Duration
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	next     int    // the next index never handed out (past len(reqs): cycling)
+	deferred []int  // indexes passed over, in order, not handed out yet
+	done     []bool // first-pass requests answered Think ago; nil if none waits
+	timers   []*time.Timer
+	stopped  bool
+}
+
+func newDispatcher(reqs []Request, cycle bool, think time.Duration) *dispatcher {
+	d := &dispatcher{reqs: reqs, cycle: cycle, think: think}
+	d.cond = sync.NewCond(&d.mu)
 	for _, r := range reqs {
 		if r.After > 0 {
-			done := make([]chan struct{}, len(reqs))
-			for i := range done {
-				done[i] = make(chan struct{})
-			}
-			return done
+			d.done = make([]bool, len(reqs))
+			break
 		}
 	}
-	return nil
+	return d
+}
+
+// ready reports whether first-pass request i may be sent. Callers hold mu.
+func (d *dispatcher) ready(i int) bool {
+	a := d.reqs[i].After
+	return d.done == nil || a <= 0 || a > i || d.done[a-1]
+}
+
+// take returns the next index to send, waiting while every request left is
+// held back by an unanswered one; false when none is left or ctx ended.
+func (d *dispatcher) take(ctx context.Context) (int, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for ctx.Err() == nil {
+		for k, i := range d.deferred {
+			if d.ready(i) {
+				d.deferred = append(d.deferred[:k], d.deferred[k+1:]...)
+				return i, true
+			}
+		}
+		for d.next < len(d.reqs) {
+			i := d.next
+			d.next++
+			if d.ready(i) {
+				return i, true
+			}
+			d.deferred = append(d.deferred, i)
+		}
+		if d.cycle {
+			d.next++
+			return d.next - 1, true
+		}
+		if len(d.deferred) == 0 {
+			return 0, false
+		}
+		d.cond.Wait()
+	}
+	return 0, false
+}
+
+// answered records that request i was answered (or failed): the requests
+// that wait for it are released Think later.
+func (d *dispatcher) answered(i int) {
+	if d.done == nil || i >= len(d.reqs) {
+		return
+	}
+	release := func() {
+		d.mu.Lock()
+		d.done[i] = true
+		d.mu.Unlock()
+		d.cond.Broadcast()
+	}
+	if d.think <= 0 {
+		release()
+		return
+	}
+	// A fixed think time would lock the users' turns into the engines'
+	// rhythm (every engine here takes the same time for the same work).
+	think := d.think/2 + time.Duration(rand.New(rand.NewPCG(uint64(i), 0x7468696e6b)).Int64N(int64(d.think)+1))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.stopped {
+		d.timers = append(d.timers, time.AfterFunc(think, release))
+	}
+}
+
+// stopTimers stops the think timers still running when the run ends.
+func (d *dispatcher) stopTimers() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stopped = true
+	for _, t := range d.timers {
+		t.Stop()
+	}
+}
+
+// wake wakes every waiting take to see that the run's context ended. Taking
+// mu first orders the wake after any take's check of ctx.
+func (d *dispatcher) wake() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cond.Broadcast()
 }
 
 // Open is an open-loop run: requests arrive at Rate per second whatever

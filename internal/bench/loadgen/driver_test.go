@@ -305,3 +305,89 @@ func ExampleSummarize() {
 	fmt.Println(s.P50, s.P99, s.Mean)
 	// Output: 2ms 3ms 2ms
 }
+
+// TestRunClosedHoldsNoClientForAWaitingTurn: a turn whose previous turn is
+// still unanswered holds no client; the next ready request goes first and
+// the turn follows once its previous one is answered. The engine answers
+// the first turn only after the later request arrived, so a driver that
+// held the free client on the waiting turn never sends it and fails at the
+// deadline.
+func TestRunClosedHoldsNoClientForAWaitingTurn(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	laterArrived := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Model string `json:"model"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		order = append(order, body.Model)
+		mu.Unlock()
+		switch body.Model {
+		case "later":
+			close(laterArrived)
+		case "turn-1":
+			select {
+			case <-laterArrived:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		io.WriteString(w, `{"choices":[{"text":"hi"}]}`)
+	}))
+	defer srv.Close()
+	req := func(name string, after int) Request {
+		return Request{Path: ChatPath, Body: []byte(`{"model":"` + name + `"}`), After: after}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res := RunClosed(ctx, srv.Client(), Fixed(srv.URL), Closed{Concurrency: 2,
+		Requests: []Request{req("turn-1", 0), req("turn-2", 1), req("later", 0)}})
+	if ctx.Err() != nil {
+		t.Fatalf("run did not finish: a waiting turn held a client (sent %v)", order)
+	}
+	if res.OK != 3 || res.Failed != 0 {
+		t.Fatalf("ok %d failed %d (%v), want 3 and 0", res.OK, res.Failed, res.Errors)
+	}
+	if len(order) != 3 || order[2] != "turn-2" {
+		t.Fatalf("sent %v, want turn-2 last (after turn-1 was answered)", order)
+	}
+}
+
+// TestRunClosedWaitsTheThinkTime: a turn is sent no sooner than half the
+// think time after its previous turn was answered (a lower bound only,
+// which a busy machine cannot break).
+func TestRunClosedWaitsTheThinkTime(t *testing.T) {
+	var mu sync.Mutex
+	sent := map[string]time.Time{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Model string `json:"model"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		sent[body.Model] = time.Now()
+		mu.Unlock()
+		io.WriteString(w, `{"choices":[{"text":"hi"}]}`)
+	}))
+	defer srv.Close()
+	const think = 200 * time.Millisecond
+	reqs := []Request{
+		{Path: ChatPath, Body: []byte(`{"model":"turn-1"}`)},
+		{Path: ChatPath, Body: []byte(`{"model":"turn-2"}`), After: 1},
+	}
+	res := RunClosed(context.Background(), srv.Client(), Fixed(srv.URL), Closed{Concurrency: 2, Requests: reqs, Think: think})
+	if res.OK != 2 {
+		t.Fatalf("ok %d, want 2 (%v)", res.OK, res.Errors)
+	}
+	if gap := sent["turn-2"].Sub(sent["turn-1"]); gap < think/2 {
+		t.Fatalf("turn 2 sent %v after turn 1, want at least %v", gap, think/2)
+	}
+}
