@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/routes"
 )
 
 // Errors of admission control.
@@ -119,6 +120,9 @@ type Waiter struct {
 	Enqueued time.Time
 	Deadline time.Time
 	Cancel   func() // stops the deadline timer (may be nil)
+	// Passed counts the times a later waiter of the same key left the
+	// queue first, for a worker that holds more of its prompt (warmWaiter).
+	Passed int
 }
 
 // Admission is the outcome of Admit: a target or an error to answer now,
@@ -181,11 +185,17 @@ func (q *fairQueue) pop() *Waiter {
 	if w == nil {
 		return nil
 	}
+	q.take(w)
+	return w
+}
+
+// take removes w, a waiter of the key whose turn it is, and passes the
+// turn on.
+func (q *fairQueue) take(w *Waiter) {
 	q.remove(w)
 	if q.n > 0 && len(q.byKey[w.Key]) > 0 {
 		q.next = (q.next + 1) % len(q.keys)
 	}
-	return w
 }
 
 // remove takes w out of the queue wherever it is; it reports whether w was
@@ -332,8 +342,9 @@ func (s *State) RetryAfter(queue string, now time.Time) time.Duration {
 }
 
 // Dispatch serves waiters while workers have room: in each queue (by
-// name), the waiter whose turn it is is picked for until a pick finds every
-// worker at its limit. A waiter whose pick fails otherwise (no routable
+// name), the waiter whose turn it is (or, under cache_aware, a later one of
+// the same key that warmWaiter prefers) is picked for until a pick finds
+// every worker at its limit. A waiter whose pick fails otherwise (no routable
 // worker left, model gone) leaves with that error; one past its deadline
 // leaves with ErrOverloaded.
 func (s *State) Dispatch(now time.Time) []Dispatched {
@@ -356,12 +367,13 @@ func (s *State) Dispatch(now time.Time) []Dispatched {
 				out = append(out, Dispatched{W: w, Err: fmt.Errorf("router: %q: waited %s: %w", w.Req.Model, now.Sub(w.Enqueued), ErrOverloaded)})
 				continue
 			}
+			w = s.warmWaiter(q, w, now)
 			s.full = false
 			t, err := s.Pick(&w.Req, now)
 			if err != nil && s.full && errors.Is(err, ErrNoCapacity) {
 				break
 			}
-			q.pop()
+			q.take(w)
 			s.forget(w)
 			out = append(out, Dispatched{W: w, Target: t, Err: err})
 		}
@@ -406,4 +418,59 @@ func (s *State) QueueLengths() map[string]int {
 		out[n] = q.n
 	}
 	return out
+}
+
+// WarmWindow is how many waiters of the key whose turn it is warmWaiter
+// looks at, and how many times it lets the first of them be passed over.
+const WarmWindow = 16
+
+// warmWaiter chooses, under cache_aware, which of the first WarmWindow
+// waiters of head's key leaves the queue: the one with the longest prefix
+// cached (by the prefix index) on a worker that has room now, ties to the
+// earliest, head when none holds any. A slot that frees on a worker then
+// goes to a request that worker holds the prompt of, not to whichever
+// request waited longest (SGLang's engines order their waiting queues by
+// longest prefix match much the same way). Keys keep their turns; within a
+// key the head is passed over at most WarmWindow times, so no request
+// waits behind more than that many later ones.
+func (s *State) warmWaiter(q *fairQueue, head *Waiter, now time.Time) *Waiter {
+	list := q.byKey[head.Key]
+	if s.prefix == nil || len(list) < 2 || head.Passed >= WarmWindow {
+		return head
+	}
+	best, most := head, s.warmChunks(head, now)
+	for _, w := range list[1:min(len(list), WarmWindow)] {
+		if n := s.warmChunks(w, now); n > most && now.Before(w.Deadline) {
+			best, most = w, n
+		}
+	}
+	for _, w := range list {
+		if w == best {
+			break
+		}
+		w.Passed++
+	}
+	return best
+}
+
+// warmChunks is the longest prefix of w's prompt, in chunks, that the
+// prefix index places on a routable worker that has room now and that w
+// does not exclude, among the workers of the model w would be served by
+// (its route's backend for its request id; a cascade's first step is not
+// resolved, so its waiters hold nothing and keep their order).
+func (s *State) warmChunks(w *Waiter, now time.Time) int {
+	served := w.Req.Model
+	if r, ok := s.table.Lookup(served); ok {
+		served = routes.PickBackend(r, w.Req.RequestID)
+	}
+	most := 0
+	for _, h := range s.prefix.index.Lookup(served, w.Req.Prompt).Hits() {
+		wk, c := s.workers[h.ID], s.inflight[h.ID]
+		if h.Chunks <= most || wk == nil || c == nil || !wk.Routable(now) || w.Req.Exclude[h.ID] ||
+			now.Before(c.until) || c.limit > 0 && c.n >= c.limit {
+			continue
+		}
+		most = h.Chunks
+	}
+	return most
 }

@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -170,4 +171,88 @@ func TestLimitRules(t *testing.T) {
 	if got := s.Limit(s.workers["x"]); got != 5 {
 		t.Fatalf("worker_concurrency: %d", got)
 	}
+}
+
+// warmAdmitState is cache_aware with admission control: workers a and b,
+// each allowed one request at a time.
+func warmAdmitState(t *testing.T, size int) *State {
+	t.Helper()
+	s := caState(t, policy.DefaultCacheAware(), "a", "b")
+	s.cfg.Admission = AdmissionConfig{Enabled: true, Worker: 1, QueueSize: size, QueueTimeout: 30 * time.Second}
+	for _, id := range []string{"a", "b"} {
+		s.SetWorker(caWorker(id)) // the limit is copied at a worker's update
+	}
+	return s
+}
+
+// TestDispatchPrefersWarmWaiter: under cache_aware, the slot that frees on
+// a worker goes to the waiter whose prompt that worker holds, not to the
+// one that waited longest; keys keep their turns, and a passed-over head
+// leaves after at most WarmWindow later waiters.
+func TestDispatchPrefersWarmWaiter(t *testing.T) {
+	sysA, sysB := words("alpha", 2000)+"\n", words("beta", 2000)+"\n"
+	admit := func(s *State, prompt, key string) Admission {
+		t.Helper()
+		return s.Admit(&Request{Model: "m", Prompt: prompt}, key, nil, now)
+	}
+	t.Run("warm waiter first", func(t *testing.T) {
+		s := warmAdmitState(t, 8)
+		if ad := admit(s, sysA+"first", "k"); ad.Target.Worker.ID != "a" {
+			t.Fatalf("first request on %q, want a", ad.Target.Worker.ID)
+		}
+		if ad := admit(s, sysB+"second", "k"); ad.Target.Worker.ID != "b" {
+			t.Fatalf("second request on %q, want b", ad.Target.Worker.ID)
+		}
+		coldOnA := admit(s, sysB+"wants b", "k").Queued
+		warmOnA := admit(s, sysA+"wants a", "k").Queued
+		if coldOnA == nil || warmOnA == nil {
+			t.Fatal("not queued")
+		}
+		s.Release("a")
+		d := s.Dispatch(now)
+		if len(d) != 1 || d[0].W != warmOnA || d[0].Target.Worker.ID != "a" || d[0].Target.MatchedTokens < 400 {
+			t.Fatalf("after a's release: %+v, want the waiter a holds the prompt of, on a with its prefix matched", d)
+		}
+		s.Release("b")
+		d = s.Dispatch(now)
+		if len(d) != 1 || d[0].W != coldOnA || d[0].Target.Worker.ID != "b" {
+			t.Fatalf("after b's release: %+v, want the head on b", d)
+		}
+	})
+	t.Run("keys keep their turns", func(t *testing.T) {
+		s := warmAdmitState(t, 8)
+		admit(s, sysA+"first", "k1")
+		admit(s, sysB+"second", "k1")
+		k1 := admit(s, sysB+"k1 wants b", "k1").Queued
+		admit(s, sysA+"k2 wants a", "k2")
+		s.Release("a")
+		if d := s.Dispatch(now); len(d) != 1 || d[0].W != k1 {
+			t.Fatalf("after a's release: %+v, want k1's waiter (its key's turn)", d)
+		}
+	})
+	t.Run("head passed over at most WarmWindow times", func(t *testing.T) {
+		s := warmAdmitState(t, 4*WarmWindow)
+		admit(s, sysA+"first", "k")
+		admit(s, sysB+"second", "k")
+		head := admit(s, "cold prompt held by no worker", "k").Queued
+		for i := range 2 * WarmWindow {
+			if admit(s, sysA+fmt.Sprint("warm ", i), "k").Queued == nil {
+				t.Fatal("not queued")
+			}
+		}
+		for n := 1; n <= WarmWindow+1; n++ {
+			s.Release("a")
+			d := s.Dispatch(now)
+			if len(d) != 1 {
+				t.Fatalf("dispatch %d: %+v", n, d)
+			}
+			if d[0].W == head {
+				if n != WarmWindow+1 {
+					t.Fatalf("head left at dispatch %d, want %d", n, WarmWindow+1)
+				}
+				return
+			}
+		}
+		t.Fatalf("head still waiting after %d dispatches", WarmWindow+1)
+	})
 }
