@@ -104,6 +104,7 @@ type settings struct {
 	think                                         time.Duration // a multi-turn user's time between an answer and the next turn
 	documents, documentBytes, ragSystemBytes      int
 	cacheLoadWeight                               float64  // cache_aware_load_weight; 0: the gateway's default
+	admission                                     bool     // admission control on in the routing runs' gateways
 	routePolicies                                 []string // policies the routing runs compare
 
 	// Overhead.
@@ -195,6 +196,7 @@ func parseFlags(args []string, errOut io.Writer) (settings, error) {
 	memprofile := fs.String("memprofile", "", "write a heap profile while the largest stream count is held open through the gateway")
 	seed := fs.Uint64("seed", 1, "seed of the workloads and the random baseline")
 	think := fs.Duration("think", -1, "a multi-turn user's think time between an answer and the next turn (default 100ms)")
+	admission := fs.Bool("admission", false, "turn admission control on (limits derived from the engines' reports) in the routing runs' gateways")
 	loadWeight := fs.Float64("cache-load-weight", 0, "cache_aware_load_weight of the cache_aware runs (default: the gateway's)")
 	if err := fs.Parse(args); err != nil {
 		return settings{}, err
@@ -207,7 +209,7 @@ func parseFlags(args []string, errOut io.Writer) (settings, error) {
 	if *loadWeight < 0 {
 		return settings{}, fmt.Errorf("-cache-load-weight: must not be negative, got %v", *loadWeight)
 	}
-	c.cacheLoadWeight = *loadWeight
+	c.cacheLoadWeight, c.admission = *loadWeight, *admission
 	if *only != "" {
 		c.only = nil
 		for _, e := range strings.Split(*only, ",") {

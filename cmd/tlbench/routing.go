@@ -143,6 +143,9 @@ func routingRun(ctx context.Context, c settings, kind loadgen.Kind, p string, w 
 	var gc *gatewayConfig
 	if viaGateway(p) {
 		gc = &gatewayConfig{policy: p, loadFactor: c.loadFactor, heartbeat: c.heartbeat, cacheLoadWeight: c.cacheLoadWeight}
+		if c.admission {
+			gc.tune = func(g *config.Gateway) { g.Admission.Enabled = true }
+		}
 	}
 	cl, err := startCluster(ctx, gc, routingEngines(c, kind))
 	if err != nil {
@@ -243,6 +246,11 @@ func routingSection(c settings, rows []routingRow, meanTokens map[loadgen.Kind]f
 		c.ragSystemBytes, c.documents, c.documentBytes, c.userBytes, c.kvBlocksTurns, c.kvBlocksLong,
 		tokensOf(meanTokens, loadgen.Shared), tokensOf(meanTokens, loadgen.Distinct), tokensOf(meanTokens, loadgen.Mixed),
 		tokensOf(meanTokens, loadgen.MultiTurn), tokensOf(meanTokens, loadgen.RAG), c.loadFactor, cacheWeights(c))
+	if c.admission {
+		lead += " Admission control is on in the gateway (`[gateway.admission] enabled`, each worker's limit derived from its reports)."
+	} else {
+		lead += " Admission control is off (the default)."
+	}
 	return section{title: "Routing quality", lead: lead, tables: []*table{t}, notes: routingNotes(c, rows)}
 }
 
