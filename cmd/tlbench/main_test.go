@@ -18,6 +18,7 @@ import (
 
 	"github.com/tlgate/tlgate/internal/bench/loadgen"
 	"github.com/tlgate/tlgate/internal/bench/nginxproxy"
+	"github.com/tlgate/tlgate/internal/config"
 )
 
 func TestMain(m *testing.M) {
@@ -235,5 +236,41 @@ func TestMaxOverMean(t *testing.T) {
 		if got := maxOverMean(tc.counts); got != tc.want {
 			t.Errorf("maxOverMean(%v) = %v, want %v", tc.counts, got, tc.want)
 		}
+	}
+}
+
+// TestCacheAwareTargetsAgainstRoutePolicies: cache_aware is held to the
+// gateway's other route policies; a client-side baseline's faster TTFT is
+// reported beside the verdict, not counted in it.
+func TestCacheAwareTargetsAgainstRoutePolicies(t *testing.T) {
+	row := func(p string, hit float64, p50, p99 time.Duration) routingRow {
+		return routingRow{workload: loadgen.Distinct, policy: p, hitRate: hit, maxMean: 1,
+			ttft: loadgen.Summary{Count: 10, P50: p50, P99: p99}, res: &loadgen.Result{}}
+	}
+	ms := time.Millisecond
+	rows := []routingRow{
+		row(config.PolicyLeastOutstanding, 0, 100*ms, 200*ms),
+		row(config.PolicyWeighted, 0, 100*ms, 200*ms),
+		row(config.PolicyAffinity, 0, 100*ms, 200*ms),
+		row(config.PolicyCacheAware, 0, 105*ms, 210*ms),
+		row(baseRandom, 0, 50*ms, 400*ms),
+		row(baseRoundRobin, 0, 99*ms, 150*ms),
+	}
+	tb, notes := cacheAwareTargets(rows, nil)
+	if len(tb.rows) != 1 {
+		t.Fatalf("rows %v", tb.rows)
+	}
+	r := tb.rows[0]
+	if verdict := r[len(r)-2]; verdict != "met" {
+		t.Fatalf("verdict %q, want met (notes %v)", verdict, notes)
+	}
+	if base := r[len(r)-1]; base != "50.0 / 150.0" {
+		t.Fatalf("baselines %q, want 50.0 / 150.0", base)
+	}
+	// 11% slower than least_outstanding misses.
+	rows[3] = row(config.PolicyCacheAware, 0, 111*ms, 210*ms)
+	tb, _ = cacheAwareTargets(rows, nil)
+	if verdict := tb.rows[0][len(tb.rows[0])-2]; verdict != "MISSED: TTFT p50" {
+		t.Fatalf("verdict %q, want MISSED: TTFT p50", verdict)
 	}
 }
