@@ -128,8 +128,8 @@ func TestTraceSpansOfFailover(t *testing.T) {
 	}
 	for i, want := range []struct{ worker, outcome, reason string }{{"a", "failed", "refused"}, {"b", "ok", ""}} {
 		rt, at := routes[i], attempts[i]
-		if attr(rt, "tlgate.worker") != want.worker || attr(rt, "tlgate.route.policy") != "least_outstanding" ||
-			attr(rt, "tlgate.route.reason") != "least_outstanding" || attr(rt, "tlgate.route.candidates") != fmt.Sprint(2-i) {
+		if attr(rt, "tlgate.worker") != want.worker || attr(rt, "tlgate.route.policy") != "cache_aware" ||
+			attr(rt, "tlgate.route.reason") != "load" || attr(rt, "tlgate.route.candidates") != fmt.Sprint(2-i) {
 			t.Errorf("route span %d: %v", i, rt.Attributes)
 		}
 		if attr(at, "tlgate.worker") != want.worker || attr(at, "tlgate.outcome") != want.outcome || attr(at, "tlgate.failure_reason") != want.reason {

@@ -269,7 +269,7 @@ func Default() *Config {
 	return &Config{Gateway: Gateway{
 		Listen:             "127.0.0.1:8080",
 		RegistryListen:     "127.0.0.1:9090",
-		RoutePolicy:        PolicyLeastOutstanding,
+		RoutePolicy:        PolicyCacheAware,
 		AffinityLoadFactor: 1.25,
 		HeartbeatInterval:  D(2 * time.Second),
 		HeartbeatMissLimit: 3,

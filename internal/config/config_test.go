@@ -45,7 +45,7 @@ func TestConfig(t *testing.T) {
 		}
 		want := Gateway{
 			Listen: "127.0.0.1:8080", RegistryListen: "127.0.0.1:9090",
-			RoutePolicy: "least_outstanding", AffinityLoadFactor: 1.25,
+			RoutePolicy: "cache_aware", AffinityLoadFactor: 1.25,
 			HeartbeatInterval: D(2 * time.Second), HeartbeatMissLimit: 3,
 			MaxAttempts: 3, MaxBodyBytes: 1048576, StateDir: "./tlgate-data",
 			ConnectTimeout: D(2 * time.Second), FirstByteTimeout: D(30 * time.Second),
