@@ -306,6 +306,31 @@ func ExampleSummarize() {
 	// Output: 2ms 3ms 2ms
 }
 
+// namedEngine answers every request with a completion after calling seen
+// with the request's "model", which these tests use as its name.
+func namedEngine(t *testing.T, seen func(name string, r *http.Request)) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Model string `json:"model"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		seen(body.Model, r)
+		io.WriteString(w, `{"choices":[{"text":"hi"}]}`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// named is a request named name (see namedEngine) sent after request
+// after-1 (0: none).
+func named(name string, after int) Request {
+	return Request{Path: ChatPath, Body: []byte(`{"model":"` + name + `"}`), After: after}
+}
+
 // TestRunClosedHoldsNoClientForAWaitingTurn: a turn whose previous turn is
 // still unanswered holds no client; the next ready request goes first and
 // the turn follows once its previous one is answered. The engine answers
@@ -316,37 +341,26 @@ func TestRunClosedHoldsNoClientForAWaitingTurn(t *testing.T) {
 	var mu sync.Mutex
 	var order []string
 	laterArrived := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body struct {
-			Model string `json:"model"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
+	srv := namedEngine(t, func(name string, r *http.Request) {
 		mu.Lock()
-		order = append(order, body.Model)
+		order = append(order, name)
 		mu.Unlock()
-		switch body.Model {
+		switch name {
 		case "later":
 			close(laterArrived)
 		case "turn-1":
 			select {
 			case <-laterArrived:
 			case <-r.Context().Done():
-				return
 			}
 		}
-		io.WriteString(w, `{"choices":[{"text":"hi"}]}`)
-	}))
-	defer srv.Close()
-	req := func(name string, after int) Request {
-		return Request{Path: ChatPath, Body: []byte(`{"model":"` + name + `"}`), After: after}
-	}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	res := RunClosed(ctx, srv.Client(), Fixed(srv.URL), Closed{Concurrency: 2,
-		Requests: []Request{req("turn-1", 0), req("turn-2", 1), req("later", 0)}})
+		Requests: []Request{named("turn-1", 0), named("turn-2", 1), named("later", 0)}})
+	mu.Lock()
+	defer mu.Unlock()
 	if ctx.Err() != nil {
 		t.Fatalf("run did not finish: a waiting turn held a client (sent %v)", order)
 	}
@@ -364,29 +378,19 @@ func TestRunClosedHoldsNoClientForAWaitingTurn(t *testing.T) {
 func TestRunClosedWaitsTheThinkTime(t *testing.T) {
 	var mu sync.Mutex
 	sent := map[string]time.Time{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body struct {
-			Model string `json:"model"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
+	srv := namedEngine(t, func(name string, _ *http.Request) {
 		mu.Lock()
-		sent[body.Model] = time.Now()
+		sent[name] = time.Now()
 		mu.Unlock()
-		io.WriteString(w, `{"choices":[{"text":"hi"}]}`)
-	}))
-	defer srv.Close()
+	})
 	const think = 200 * time.Millisecond
-	reqs := []Request{
-		{Path: ChatPath, Body: []byte(`{"model":"turn-1"}`)},
-		{Path: ChatPath, Body: []byte(`{"model":"turn-2"}`), After: 1},
-	}
-	res := RunClosed(context.Background(), srv.Client(), Fixed(srv.URL), Closed{Concurrency: 2, Requests: reqs, Think: think})
+	res := RunClosed(context.Background(), srv.Client(), Fixed(srv.URL), Closed{Concurrency: 2,
+		Requests: []Request{named("turn-1", 0), named("turn-2", 1)}, Think: think})
 	if res.OK != 2 {
 		t.Fatalf("ok %d, want 2 (%v)", res.OK, res.Errors)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if gap := sent["turn-2"].Sub(sent["turn-1"]); gap < think/2 {
 		t.Fatalf("turn 2 sent %v after turn 1, want at least %v", gap, think/2)
 	}
