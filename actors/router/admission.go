@@ -367,11 +367,20 @@ func (s *State) Dispatch(now time.Time) []Dispatched {
 				out = append(out, Dispatched{W: w, Err: fmt.Errorf("router: %q: waited %s: %w", w.Req.Model, now.Sub(w.Enqueued), ErrOverloaded)})
 				continue
 			}
-			w = s.warmWaiter(q, w, now)
+			head := w
+			w = s.warmWaiter(q, head, now)
 			s.full = false
 			t, err := s.Pick(&w.Req, now)
 			if err != nil && s.full && errors.Is(err, ErrNoCapacity) {
 				break
+			}
+			if w != head {
+				for _, x := range q.byKey[w.Key] {
+					if x == w {
+						break
+					}
+					x.Passed++
+				}
 			}
 			q.take(w)
 			s.forget(w)
@@ -431,8 +440,9 @@ const WarmWindow = 16
 // goes to a request that worker holds the prompt of, not to whichever
 // request waited longest (SGLang's engines order their waiting queues by
 // longest prefix match much the same way). Keys keep their turns; within a
-// key the head is passed over at most WarmWindow times, so no request
-// waits behind more than that many later ones.
+// key the head is passed over at most WarmWindow times (Dispatch counts a
+// pass when the later waiter leaves), so no request waits behind more than
+// that many later ones.
 func (s *State) warmWaiter(q *fairQueue, head *Waiter, now time.Time) *Waiter {
 	list := q.byKey[head.Key]
 	if s.prefix == nil || len(list) < 2 || head.Passed >= WarmWindow {
@@ -443,12 +453,6 @@ func (s *State) warmWaiter(q *fairQueue, head *Waiter, now time.Time) *Waiter {
 		if n := s.warmChunks(w, now); n > most && now.Before(w.Deadline) {
 			best, most = w, n
 		}
-	}
-	for _, w := range list {
-		if w == best {
-			break
-		}
-		w.Passed++
 	}
 	return best
 }
