@@ -8,6 +8,7 @@ import (
 
 	"github.com/tlgate/tlgate/internal/fleet"
 	"github.com/tlgate/tlgate/internal/policy"
+	"github.com/tlgate/tlgate/internal/routes"
 )
 
 func caWorker(id string) fleet.Worker {
@@ -213,4 +214,46 @@ func TestCacheAwareFollowsConversation(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestCacheAwareDisaggregatedPrefill: on a disaggregated route the prompt
+// is prefilled, and cached, on the prefill worker, so cache_aware picks and
+// indexes that one; the decode worker goes by load and indexes nothing.
+func TestCacheAwareDisaggregatedPrefill(t *testing.T) {
+	rs := []routes.Route{{Model: "big-pd", Backends: []routes.Backend{{Model: "big", Weight: 1}}, Targets: []string{"disaggregated"}}}
+	table, err := routes.NewTable(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewState(Config{Policy: policy.NameCacheAware}, table, 1)
+	for _, id := range []string{"d1", "d2", "p1", "p2"} {
+		x := caWorker(id)
+		x.Model, x.Role = "big", fleet.RoleDecode
+		if id[0] == 'p' {
+			x.Role = fleet.RolePrefill
+		}
+		s.SetWorker(x)
+	}
+	sys := words("system", 4000) + "\n"
+	first, err := s.Pick(&Request{Model: "big-pd", RequestID: "1", Prompt: sys + "first"}, now)
+	if err != nil || first.Prefill == nil {
+		t.Fatalf("first pick: %+v, %v", first, err)
+	}
+	// The same prefix again, with the first request still in flight: its
+	// prefill worker holds the prompt, the other decode worker is idle.
+	second, err := s.Pick(&Request{Model: "big-pd", RequestID: "2", Prompt: sys + "second"}, now)
+	if err != nil || second.Prefill == nil {
+		t.Fatalf("second pick: %+v, %v", second, err)
+	}
+	if second.Prefill.ID != first.Prefill.ID || second.Reason != policy.ReasonCache || second.MatchedTokens < 900 {
+		t.Fatalf("second prefill on %s (%s, matched %d), want %s by cache", second.Prefill.ID, second.Reason, second.MatchedTokens, first.Prefill.ID)
+	}
+	if second.Worker.ID == first.Worker.ID {
+		t.Fatalf("both decodes on %s, want the idle one (decode goes by load)", second.Worker.ID)
+	}
+	for _, d := range []string{"d1", "d2"} {
+		if n := s.indexChunks(d); n != 0 {
+			t.Fatalf("decode worker %s indexed %d chunks, want none", d, n)
+		}
+	}
 }

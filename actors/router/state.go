@@ -389,12 +389,17 @@ func (s *State) candidates(model string, role fleet.Role, req *Request, now time
 }
 
 func (s *State) pickOne(t *Target, model string, role fleet.Role, req *Request, now time.Time) error {
+	return s.pickOneBy(s.cfg.Policy, t, model, role, req, now)
+}
+
+// pickOneBy picks a worker of the pool (model, role) by policy pol.
+func (s *State) pickOneBy(pol policy.Name, t *Target, model string, role fleet.Role, req *Request, now time.Time) error {
 	p, ok := s.candidates(model, role, req, now, nil)
 	if !ok {
 		return ErrNoCapacity
 	}
 	var i int
-	switch s.cfg.Policy {
+	switch pol {
 	case policy.NameWeighted:
 		i, t.Reason = p.swrr.Pick(s.cands), policy.ReasonWeighted
 	case policy.NameAffinity:
@@ -413,8 +418,15 @@ func (s *State) pickOne(t *Target, model string, role fleet.Role, req *Request, 
 }
 
 // pickPair picks the decode worker by the policy and the least loaded
-// prefill worker of the same model and kv_format.
+// prefill worker of the same model and kv_format. Under cache_aware the
+// prompt's KV is computed, and cached, on the prefill worker: that one is
+// picked by cache_aware (and the prompt indexed there), the decode worker
+// by least_outstanding.
 func (s *State) pickPair(t *Target, model string, req *Request, now time.Time) error {
+	decodeBy := s.cfg.Policy
+	if decodeBy == policy.NameCacheAware {
+		decodeBy = policy.NameLeastOutstanding
+	}
 	// Try decode workers in policy order until one has a prefill partner.
 	excl := req.Exclude
 	tried := map[string]bool{}
@@ -433,12 +445,16 @@ func (s *State) pickPair(t *Target, model string, req *Request, now time.Time) e
 			}
 			return m
 		}()
-		if err := s.pickOne(t, model, fleet.RoleDecode, &r2, now); err != nil {
+		if err := s.pickOneBy(decodeBy, t, model, fleet.RoleDecode, &r2, now); err != nil {
 			return err
 		}
 		d := t.Worker
 		if _, ok := s.candidates(model, fleet.RolePrefill, req, now, func(w *fleet.Worker) bool { return w.KVFormat == d.KVFormat }); ok {
 			i := policy.LeastOutstanding(s.cands)
+			if s.cfg.Policy == policy.NameCacheAware {
+				i, t.Reason = s.pickCacheAware(t, model, req)
+				t.Policy = string(policy.NameCacheAware)
+			}
 			pw := *s.members[i]
 			t.Prefill = &pw
 			return nil
