@@ -93,7 +93,7 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request) (int, stri
 		return -1, ""
 	}
 	ca.index.Record(q, s.cands[i].ID)
-	t.MatchedTokens = tokens - ca.prefill[i]
+	t.MatchedTokens, t.PromptTokens = tokens-ca.prefill[i], tokens
 	return i, reason
 }
 

@@ -73,8 +73,9 @@ type Target struct {
 	Rule         cascade.Accept // AcceptIf parsed (zero on the last step)
 	Epoch        uint64
 	// MatchedTokens is, for a cache_aware pick, the estimated prompt tokens
-	// the worker holds cached (0 for other policies).
-	MatchedTokens int
+	// the worker holds cached (0 for other policies); PromptTokens is the
+	// prompt's estimated length in tokens (cache_aware picks only).
+	MatchedTokens, PromptTokens int
 	// Policy is the route policy that picked Worker, Candidates how many
 	// workers it chose among (for traces).
 	Policy     string

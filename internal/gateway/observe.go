@@ -15,6 +15,7 @@ import (
 func instrument(d *request.Deps, m *metrics.Metrics) {
 	d.OnRouted = func(_ *request.Exchange, t router.Target, took time.Duration) {
 		m.RouteDecision(t.Reason, took)
+		m.CacheAware(t.Route, t.PromptTokens, t.MatchedTokens)
 		m.Attempt(t.Route, t.Worker.ID)
 	}
 	d.OnFailover = func(_ *request.Exchange, t router.Target, reason string) { m.Failover(t.Route, reason) }

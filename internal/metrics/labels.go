@@ -71,6 +71,7 @@ const (
 	DecisionWeighted         = "weighted"
 	DecisionAffinity         = "affinity"
 	DecisionLoad             = "load"
+	DecisionCache            = "cache" // cache_aware: the pick holds more of the prompt than another worker
 )
 
 // Cascade step outcomes: the outcome label of tlgate_cascade_steps_total.
@@ -143,7 +144,7 @@ var (
 	failoverReasons = fixedSet{FailoverRefused, FailoverReset, FailoverTimeout, FailoverStatus503,
 		FailoverEOF, FailoverTransport, FailoverTooLarge, FailoverTokenize, FailoverPrefill,
 		FailoverStatus5xx, FailoverBadAnswer}
-	decisionReasons = fixedSet{DecisionLeastOutstanding, DecisionWeighted, DecisionAffinity, DecisionLoad}
+	decisionReasons = fixedSet{DecisionLeastOutstanding, DecisionWeighted, DecisionAffinity, DecisionLoad, DecisionCache}
 	phases          = fixedSet{PhaseTokenize, PhasePrefill, PhaseDecode, PhaseRelease}
 	roles           = fixedSet{RoleUnified, RolePrefill, RoleDecode}
 	states          = fixedSet{StateRoutable, StateDraining, StateDrained}

@@ -83,6 +83,9 @@ type routeSeries struct {
 	failovers []prometheus.Counter // by failoverReasons index
 	duration  prometheus.Observer
 	ttfb      prometheus.Observer
+	// cachePrompt and cacheMatched count cache_aware's estimated prompt
+	// tokens and the part of them its pick held.
+	cachePrompt, cacheMatched prometheus.Counter
 }
 
 // Metrics holds every metric of the gateway. Create it with New.
@@ -93,6 +96,8 @@ type Metrics struct {
 	attempts      *prometheus.CounterVec
 	failovers     *prometheus.CounterVec
 	decisions     *prometheus.HistogramVec
+	cachePrompt   *prometheus.CounterVec
+	cacheMatched  *prometheus.CounterVec
 	inflight      *prometheus.GaugeVec
 	workers       *prometheus.GaugeVec
 	evictions     *prometheus.CounterVec
@@ -170,6 +175,11 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 			"Attempts that failed before the first byte and were given up for another worker, by route and reason.", lRoute, lReason),
 		decisions: histogram("route_decision_seconds",
 			"Time the router took to pick a worker, by the reason of the pick.", decisionBuckets(), lReason),
+		cachePrompt: counter("cache_aware_prompt_tokens_total",
+			"Prompt tokens (estimated from bytes, cache_aware_bytes_per_token) of the requests cache_aware routed, by route.", lRoute),
+		cacheMatched: counter("cache_aware_matched_tokens_total",
+			"Of cache_aware_prompt_tokens_total, the tokens of the prefix the prefix index placed on the picked worker, by route: "+
+				"their ratio is the hit rate the gateway expects, to set beside the engines' prefix-cache hit rate.", lRoute),
 		inflight: gauge("inflight_requests",
 			"Requests the gateway has in flight on a worker.", lWorker),
 		workers: gauge("workers",
@@ -238,7 +248,7 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 // collectors lists every metric in registration order.
 func (m *Metrics) collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{
-		m.requests, m.duration, m.ttfb, m.attempts, m.failovers, m.decisions,
+		m.requests, m.duration, m.ttfb, m.attempts, m.failovers, m.decisions, m.cachePrompt, m.cacheMatched,
 		m.inflight, m.workers, m.evictions, m.registrations, m.hbRejected, m.drains, m.epoch, m.storeUp,
 		m.cascade, m.prefill, m.kvReleased, m.disagg, m.probes, m.admin, m.rejected,
 		m.connRefused,
@@ -273,6 +283,9 @@ func (m *Metrics) routeSlow(r string) *routeSeries {
 		failovers: make([]prometheus.Counter, len(failoverReasons)),
 		duration:  m.duration.WithLabelValues(label),
 		ttfb:      m.ttfb.WithLabelValues(label),
+
+		cachePrompt:  m.cachePrompt.WithLabelValues(label),
+		cacheMatched: m.cacheMatched.WithLabelValues(label),
 	}
 	for i, o := range requestOutcomes {
 		rs.requests[i] = m.requests.WithLabelValues(label, o)
@@ -381,10 +394,23 @@ func (m *Metrics) Failover(route, reason string) {
 	m.failovers.WithLabelValues(rs.label, Other).Inc()
 }
 
+// CacheAware counts one cache_aware pick of route: prompt estimated
+// tokens, of which matched were held by the picked worker
+// (tlgate_cache_aware_prompt_tokens_total and
+// tlgate_cache_aware_matched_tokens_total).
+func (m *Metrics) CacheAware(route string, prompt, matched int) {
+	if m == nil || prompt <= 0 {
+		return
+	}
+	rs := m.route(route)
+	rs.cachePrompt.Add(float64(prompt))
+	rs.cacheMatched.Add(float64(min(max(matched, 0), prompt)))
+}
+
 // RouteDecision records tlgate_route_decision_seconds{reason}: the time the
 // router spent on one pick. reason is the pick's reason (policy.Reason*:
-// least_outstanding, weighted, affinity, load); anything else counts as
-// Other.
+// least_outstanding, weighted, affinity, load, cache); anything else counts
+// as Other.
 func (m *Metrics) RouteDecision(reason string, d time.Duration) {
 	if m == nil {
 		return

@@ -47,6 +47,7 @@ func touchAll(m *Metrics) {
 	m.Attempt("smol", "w1")
 	m.Failover("smol", FailoverRefused)
 	m.RouteDecision(DecisionAffinity, 3*time.Microsecond)
+	m.CacheAware("smol", 300, 128)
 	m.Cascade("auto", 0, false)
 	m.Prefill(40 * time.Millisecond)
 	m.KVReleased(true)
@@ -161,28 +162,30 @@ func TestEveryMetricExposed(t *testing.T) {
 		typ    dto.MetricType
 		labels []string
 	}{
-		"tlgate_requests_total":                 {dto.MetricType_COUNTER, []string{"outcome", "route"}},
-		"tlgate_request_duration_seconds":       {dto.MetricType_HISTOGRAM, []string{"route"}},
-		"tlgate_time_to_first_byte_seconds":     {dto.MetricType_HISTOGRAM, []string{"route"}},
-		"tlgate_attempts_total":                 {dto.MetricType_COUNTER, []string{"route", "worker"}},
-		"tlgate_failovers_total":                {dto.MetricType_COUNTER, []string{"reason", "route"}},
-		"tlgate_route_decision_seconds":         {dto.MetricType_HISTOGRAM, []string{"reason"}},
-		"tlgate_inflight_requests":              {dto.MetricType_GAUGE, []string{"worker"}},
-		"tlgate_workers":                        {dto.MetricType_GAUGE, []string{"model", "role", "state"}},
-		"tlgate_worker_evictions_total":         {dto.MetricType_COUNTER, []string{"model"}},
-		"tlgate_worker_registrations_total":     {dto.MetricType_COUNTER, []string{"model", "source"}},
-		"tlgate_heartbeats_rejected_total":      {dto.MetricType_COUNTER, []string{"code"}},
-		"tlgate_drains_total":                   {dto.MetricType_COUNTER, []string{"model"}},
-		"tlgate_route_epoch":                    {dto.MetricType_GAUGE, nil},
-		"tlgate_cascade_steps_total":            {dto.MetricType_COUNTER, []string{"outcome", "route", "step"}},
-		"tlgate_prefill_duration_seconds":       {dto.MetricType_HISTOGRAM, nil},
-		"tlgate_kv_handles_released_total":      {dto.MetricType_COUNTER, []string{"outcome"}},
-		"tlgate_disaggregated_failures_total":   {dto.MetricType_COUNTER, []string{"phase"}},
-		"tlgate_probes_total":                   {dto.MetricType_COUNTER, []string{"outcome", "worker"}},
-		"tlgate_admin_writes_total":             {dto.MetricType_COUNTER, []string{"outcome"}},
-		"tlgate_http_rejected_total":            {dto.MetricType_COUNTER, []string{"code"}},
-		"tlgate_store_up":                       {dto.MetricType_GAUGE, nil},
-		"tlgate_http_connections_refused_total": {dto.MetricType_COUNTER, []string{"reason"}},
+		"tlgate_requests_total":                   {dto.MetricType_COUNTER, []string{"outcome", "route"}},
+		"tlgate_request_duration_seconds":         {dto.MetricType_HISTOGRAM, []string{"route"}},
+		"tlgate_time_to_first_byte_seconds":       {dto.MetricType_HISTOGRAM, []string{"route"}},
+		"tlgate_attempts_total":                   {dto.MetricType_COUNTER, []string{"route", "worker"}},
+		"tlgate_failovers_total":                  {dto.MetricType_COUNTER, []string{"reason", "route"}},
+		"tlgate_route_decision_seconds":           {dto.MetricType_HISTOGRAM, []string{"reason"}},
+		"tlgate_cache_aware_prompt_tokens_total":  {dto.MetricType_COUNTER, []string{"route"}},
+		"tlgate_cache_aware_matched_tokens_total": {dto.MetricType_COUNTER, []string{"route"}},
+		"tlgate_inflight_requests":                {dto.MetricType_GAUGE, []string{"worker"}},
+		"tlgate_workers":                          {dto.MetricType_GAUGE, []string{"model", "role", "state"}},
+		"tlgate_worker_evictions_total":           {dto.MetricType_COUNTER, []string{"model"}},
+		"tlgate_worker_registrations_total":       {dto.MetricType_COUNTER, []string{"model", "source"}},
+		"tlgate_heartbeats_rejected_total":        {dto.MetricType_COUNTER, []string{"code"}},
+		"tlgate_drains_total":                     {dto.MetricType_COUNTER, []string{"model"}},
+		"tlgate_route_epoch":                      {dto.MetricType_GAUGE, nil},
+		"tlgate_cascade_steps_total":              {dto.MetricType_COUNTER, []string{"outcome", "route", "step"}},
+		"tlgate_prefill_duration_seconds":         {dto.MetricType_HISTOGRAM, nil},
+		"tlgate_kv_handles_released_total":        {dto.MetricType_COUNTER, []string{"outcome"}},
+		"tlgate_disaggregated_failures_total":     {dto.MetricType_COUNTER, []string{"phase"}},
+		"tlgate_probes_total":                     {dto.MetricType_COUNTER, []string{"outcome", "worker"}},
+		"tlgate_admin_writes_total":               {dto.MetricType_COUNTER, []string{"outcome"}},
+		"tlgate_http_rejected_total":              {dto.MetricType_COUNTER, []string{"code"}},
+		"tlgate_store_up":                         {dto.MetricType_GAUGE, nil},
+		"tlgate_http_connections_refused_total":   {dto.MetricType_COUNTER, []string{"reason"}},
 	}
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -785,4 +788,30 @@ tlgate_overloaded_total{model="smol",reason="queue_timeout"} 1
 	var nilM *Metrics
 	nilM.Ejected("x", "y")
 	nilM.SetOverload(nil, nil)
+}
+
+// TestCacheAwareTokens: cache_aware's estimated prompt tokens and the part
+// its picks held are counted per route; a matched count above the prompt
+// is clamped to it and an empty prompt counts nothing.
+func TestCacheAwareTokens(t *testing.T) {
+	m, _ := newTest(t)
+	m.CacheAware("smol", 100, 40)
+	m.CacheAware("smol", 50, 80)
+	m.CacheAware("smol", 0, 10)
+	m.CacheAware("big", 10, 0)
+	for _, c := range []struct {
+		vec         *prometheus.CounterVec
+		route       string
+		want        float64
+		description string
+	}{
+		{m.cachePrompt, "smol", 150, "prompt tokens"},
+		{m.cacheMatched, "smol", 90, "matched tokens"},
+		{m.cachePrompt, "big", 10, "prompt tokens"},
+		{m.cacheMatched, "big", 0, "matched tokens"},
+	} {
+		if got := testutil.ToFloat64(c.vec.WithLabelValues(c.route)); got != c.want {
+			t.Errorf("%s of %s = %v, want %v", c.description, c.route, got, c.want)
+		}
+	}
 }
