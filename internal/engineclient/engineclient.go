@@ -11,8 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -43,6 +45,11 @@ type Options struct {
 	TLS credentials.TransportCredentials
 	// Scheme of engines' HTTP surface: "http" (default) or "https".
 	Scheme string
+	// DialControl, when set, runs for every address a gRPC dial to an
+	// engine tries, after name resolution and before connecting; an error
+	// refuses the address (fleet.AddressPolicy.DialControl). HTTP's dials
+	// are the HTTP client's.
+	DialControl func(network, address string, c syscall.RawConn) error
 }
 
 // Client implements the calls; it is safe for concurrent use.
@@ -80,7 +87,14 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if c.o.DialControl != nil {
+		d := &net.Dialer{Control: c.o.DialControl}
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", a)
+		}))
+	}
+	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("engineclient: dial %s: %w", addr, err)
 	}

@@ -3,7 +3,11 @@ package engineclient_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
@@ -77,5 +81,26 @@ func TestTokenizePrefillRelease(t *testing.T) {
 	}
 	if _, err := c.Release(ctx, d.KVAddr(), "h"); !errors.Is(err, engineclient.ErrClosed) {
 		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// TestDialControlGuardsGRPC: the gRPC calls dial through DialControl, so an
+// address it refuses is never connected to (the engine here is real and
+// would answer).
+func TestDialControlGuardsGRPC(t *testing.T) {
+	d := start(t, enginesim.Config{ID: "d", Model: "big", Role: enginesim.RoleDecode})
+	refused := errors.New("refused by the test")
+	var asked atomic.Int64
+	c := engineclient.New(engineclient.Options{Timeout: 5 * time.Second, DialControl: func(network, address string, _ syscall.RawConn) error {
+		asked.Add(1)
+		return refused
+	}})
+	defer c.Close()
+	_, err := c.Release(context.Background(), d.KVAddr(), "h")
+	if err == nil || asked.Load() == 0 {
+		t.Fatalf("release through a refusing DialControl: %v (asked %d times)", err, asked.Load())
+	}
+	if !strings.Contains(err.Error(), "refused by the test") {
+		t.Errorf("error %q does not carry the refusal", err)
 	}
 }

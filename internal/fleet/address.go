@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"syscall"
 
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
@@ -163,24 +164,41 @@ func (p *AddressPolicy) check(field, addr string) error {
 	case strings.EqualFold(strings.TrimSuffix(host, "."), "localhost"):
 		ips = []netip.Addr{netip.IPv6Loopback(), netip.AddrFrom4([4]byte{127, 0, 0, 1})}
 	}
+	if err := p.checkOwn(field, addr, port, ips); err != nil {
+		return err
+	}
+	if len(p.allow) == 0 {
+		return nil
+	}
+	if ipErr != nil {
+		return fmt.Errorf("%s: %w: %q: with engine_networks set, an engine address must be an IP address", field, ErrRefusedAddress, truncate(addr))
+	}
+	return p.checkAllowed(field, addr, ip)
+}
+
+// checkOwn refuses addr when one of ips, with port, is a listener of the
+// gateway.
+func (p *AddressPolicy) checkOwn(field, addr, port string, ips []netip.Addr) error {
 	p.mu.RLock()
+	defer p.mu.RUnlock()
 	for _, own := range p.own {
 		if port != fmt.Sprint(own.Port()) {
 			continue
 		}
 		for _, a := range ips {
 			if a == own.Addr() || own.Addr().IsUnspecified() && (a.IsLoopback() || p.local[a]) {
-				p.mu.RUnlock()
 				return fmt.Errorf("%s: %w: %q is the gateway's own listener %s", field, ErrRefusedAddress, truncate(addr), own)
 			}
 		}
 	}
-	p.mu.RUnlock()
+	return nil
+}
+
+// checkAllowed refuses ip (of addr) when engine_networks are set and none
+// holds it.
+func (p *AddressPolicy) checkAllowed(field, addr string, ip netip.Addr) error {
 	if len(p.allow) == 0 {
 		return nil
-	}
-	if ipErr != nil {
-		return fmt.Errorf("%s: %w: %q: with engine_networks set, an engine address must be an IP address", field, ErrRefusedAddress, truncate(addr))
 	}
 	for _, n := range p.allow {
 		if n.Contains(ip) {
@@ -188,4 +206,42 @@ func (p *AddressPolicy) check(field, addr string) error {
 		}
 	}
 	return fmt.Errorf("%s: %w: %q is in none of engine_networks", field, ErrRefusedAddress, truncate(addr))
+}
+
+// CheckDial applies the policy to the address a connection to an engine is
+// about to be made to, once any host name in the engine's address was
+// resolved: a name that passed Check may resolve, or later be made to
+// resolve, to an address Check refuses as a literal. It refuses the
+// unspecified, multicast and link-local addresses (where cloud metadata
+// services live), the gateway's own listeners, and addresses outside
+// engine_networks when they are set, with an error wrapping
+// ErrRefusedAddress. A nil policy refuses only the first three.
+func (p *AddressPolicy) CheckDial(network, address string) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("dial %s: %w: %q is not ip:port", network, ErrRefusedAddress, truncate(address))
+	}
+	ip := ap.Addr().Unmap()
+	switch {
+	case ip.IsUnspecified():
+		return fmt.Errorf("dial %s: %w: %s is the unspecified address", network, ErrRefusedAddress, address)
+	case ip.IsMulticast():
+		return fmt.Errorf("dial %s: %w: %s is a multicast address", network, ErrRefusedAddress, address)
+	case ip.IsLinkLocalUnicast():
+		return fmt.Errorf("dial %s: %w: %s is link-local (169.254.0.0/16, fe80::/10)", network, ErrRefusedAddress, address)
+	}
+	if p == nil {
+		return nil
+	}
+	field := "dial " + network
+	if err := p.checkOwn(field, address, fmt.Sprint(ap.Port()), []netip.Addr{ip}); err != nil {
+		return err
+	}
+	return p.checkAllowed(field, address, ip)
+}
+
+// DialControl is CheckDial as a net.Dialer's Control: it runs for every
+// address a dial tries, after name resolution and before connecting.
+func (p *AddressPolicy) DialControl(network, address string, _ syscall.RawConn) error {
+	return p.CheckDial(network, address)
 }

@@ -84,3 +84,39 @@ func TestAddressPolicy(t *testing.T) {
 		t.Errorf("kv_address on the gateway's listener: %v", err)
 	}
 }
+
+// TestAddressPolicyCheckDial: the address a dial resolved to is checked
+// again: a host name that resolves to a link-local, multicast or
+// unspecified address, to the gateway's own listener, or outside
+// engine_networks is refused before the connection is made.
+func TestAddressPolicyCheckDial(t *testing.T) {
+	own := NewAddressPolicy(nil)
+	own.AddOwn(&net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 8080})
+	nets := NewAddressPolicy([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})
+	var none *AddressPolicy
+	cases := []struct {
+		name string
+		p    *AddressPolicy
+		addr string
+		ok   bool
+	}{
+		{"loopback engine", own, "127.0.0.1:8000", true},
+		{"metadata service", own, "169.254.169.254:80", false},
+		{"metadata service, nil policy", none, "169.254.169.254:80", false},
+		{"IPv6 link-local", none, "[fe80::1]:80", false},
+		{"IPv4-mapped link-local", none, "[::ffff:169.254.169.254]:80", false},
+		{"unspecified", none, "0.0.0.0:80", false},
+		{"multicast", none, "224.0.0.1:80", false},
+		{"nil policy, ordinary address", none, "192.0.2.7:8000", true},
+		{"the gateway's own listener", own, "127.0.0.1:8080", false},
+		{"inside engine_networks", nets, "10.1.2.3:8000", true},
+		{"outside engine_networks", nets, "192.0.2.7:8000", false},
+		{"not ip:port", own, "engine:8000", false},
+	}
+	for _, tc := range cases {
+		err := tc.p.CheckDial("tcp", tc.addr)
+		if tc.ok != (err == nil) || err != nil && !errors.Is(err, ErrRefusedAddress) {
+			t.Errorf("%s: CheckDial(%q) = %v, want ok %v", tc.name, tc.addr, err, tc.ok)
+		}
+	}
+}

@@ -201,13 +201,24 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	scheme, probeClient := "http", http.DefaultClient
+	// Every dial to an engine checks the address it resolved to: a host
+	// name in a heartbeat may resolve to what the registry refuses as a
+	// literal (a link-local metadata service, the gateway itself).
+	addrs := fleet.NewAddressPolicy(gw.EngineNetworkPrefixes())
+	scheme := "http"
 	var grpcCreds credentials.TransportCredentials
 	if engineTLS != nil {
 		scheme = "https"
 		grpcCreds = credentials.NewTLS(engineTLS)
-		probeClient = &http.Client{Transport: &http.Transport{TLSClientConfig: engineTLS}}
 	}
+	engineHTTP := func() *http.Client {
+		return &http.Client{Transport: &http.Transport{
+			Proxy:           nil, // engines are reached directly
+			DialContext:     (&net.Dialer{Timeout: gw.ConnectTimeout.Duration, KeepAlive: 30 * time.Second, Control: addrs.DialControl}).DialContext,
+			TLSClientConfig: engineTLS,
+		}}
+	}
+	probeClient := engineHTTP()
 	g.proxy = proxy.New(proxy.Options{
 		ConnectTimeout:   gw.ConnectTimeout.Duration,
 		FirstByteTimeout: gw.FirstByteTimeout.Duration,
@@ -216,11 +227,12 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		// silent is gone.
 		ClientWriteTimeout: gw.IdleTimeout.Duration,
 		TLS:                engineTLS,
+		DialControl:        addrs.DialControl,
 	})
 	g.stops = append(g.stops, func(context.Context) error { g.proxy.Close(); return nil })
 	g.engines = engineclient.New(engineclient.Options{
 		Timeout: gw.FirstByteTimeout.Duration, TLS: grpcCreds, Scheme: scheme,
-		HTTP: &http.Client{Transport: &http.Transport{TLSClientConfig: engineTLS}},
+		HTTP: engineHTTP(), DialControl: addrs.DialControl,
 	})
 	g.stops = append(g.stops, func(context.Context) error { return g.engines.Close() })
 
@@ -234,7 +246,6 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(serverTLS)))
 	}
 	g.grpc = grpc.NewServer(gopts...)
-	addrs := fleet.NewAddressPolicy(gw.EngineNetworkPrefixes())
 	engineTokens, err := engineTokensOf(gw.EngineTokens)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)

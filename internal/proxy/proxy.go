@@ -68,6 +68,10 @@ type Options struct {
 	// TLS, when set, is the TLS configuration for https engines (built
 	// client only).
 	TLS *tls.Config
+	// DialControl, when set, runs for every address a dial to an engine
+	// tries, after name resolution and before connecting (built client
+	// only); an error refuses the address (fleet.AddressPolicy.DialControl).
+	DialControl func(network, address string, c syscall.RawConn) error
 }
 
 // Proxy sends attempts to engines.
@@ -103,6 +107,7 @@ func New(o Options) *Proxy {
 			DialContext: (&net.Dialer{
 				Timeout:   o.ConnectTimeout,
 				KeepAlive: 30 * time.Second,
+				Control:   o.DialControl,
 			}).DialContext,
 			MaxIdleConns:        4096,
 			MaxIdleConnsPerHost: 256, // many concurrent streams to one engine
