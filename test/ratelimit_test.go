@@ -288,3 +288,55 @@ func waitKeyRequests(t *testing.T, reg prometheus.Gatherer, key string, n int) {
 		return counter(t, reg, "tlgate_key_requests_total", map[string]string{"key": key, "outcome": "ok"}) >= float64(n)
 	}, "%d finished requests of %s", n, key)
 }
+
+// TestRefusedRequestsAreLogged: a request refused before it is routed (over
+// its key's rate limit, with a wrong key) still gets its access-log line,
+// with outcome "refused", the status and code, and the key when one was
+// recognised; one the router refuses (an unknown model) keeps its single
+// line from the request actor.
+func TestRefusedRequestsAreLogged(t *testing.T) {
+	clk := newFakeClock()
+	var log lockedBuffer
+	c := limitedCluster(t, clk, config.APIKey{RequestsPerMinute: 1}, nil, &log, enginesim.Config{ID: "w1", Model: "m"})
+	body := map[string]any{"model": "m", "prompt": "x", "max_tokens": 1}
+	if r := c.post("/v1/completions", "key-alice", body, "X-Request-Id", "first"); r.status != http.StatusOK {
+		t.Fatalf("first: %d %s", r.status, r.body)
+	}
+	if r := c.post("/v1/completions", "key-alice", body, "X-Request-Id", "over"); r.status != http.StatusTooManyRequests {
+		t.Fatalf("over the limit: %d %s", r.status, r.body)
+	}
+	if r := c.post("/v1/completions", "key-wrong", body, "X-Request-Id", "bad-key"); r.status != http.StatusUnauthorized {
+		t.Fatalf("wrong key: %d %s", r.status, r.body)
+	}
+	unknown := map[string]any{"model": "nope", "prompt": "x"}
+	if r := c.post("/v1/completions", "key-bob", unknown, "X-Request-Id", "no-model"); r.status != http.StatusNotFound {
+		t.Fatalf("unknown model: %d %s", r.status, r.body)
+	}
+	for _, want := range []struct {
+		id, outcome, code, key string
+		status                 float64
+	}{
+		{"over", "refused", "rate_limit_exceeded", "alice", 429},
+		{"bad-key", "refused", "invalid_api_key", "", 401},
+		{"no-model", "not_found", "model_not_found", "bob", 404},
+	} {
+		if n := strings.Count(log.String(), `"request_id":"`+want.id+`"`); n != 1 {
+			t.Errorf("%s: %d access-log lines, want 1", want.id, n)
+		}
+		l := log.line(want.id)
+		if l == nil {
+			t.Errorf("%s: no access-log line in\n%s", want.id, log.String())
+			continue
+		}
+		key, _ := l["key"].(string)
+		if l["outcome"] != want.outcome || l["status"] != want.status || l["code"] != want.code || key != want.key {
+			t.Errorf("%s: line %v, want outcome %s, status %v, code %s, key %q", want.id, l, want.outcome, want.status, want.code, want.key)
+		}
+		if want.outcome == "refused" && l["path"] != "/v1/completions" {
+			t.Errorf("%s: path %v", want.id, l["path"])
+		}
+	}
+	if l := log.line("first"); l == nil || l["outcome"] != "ok" {
+		t.Errorf("the routed request's line: %v", l)
+	}
+}

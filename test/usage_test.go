@@ -253,3 +253,10 @@ cascade = [{ model = "sim", accept_if = "mean_logprob > 1" }, { model = "sim" }]
 		}
 	}
 }
+
+// String returns everything logged so far.
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -82,12 +82,12 @@ type entry struct {
 type Keyring struct {
 	entries []entry
 	// onReject, when set, is told of every request Require refuses.
-	onReject func(status int, code string)
+	onReject func(r *http.Request, status int, code string)
 }
 
 // WithOnReject returns a copy of k whose Require calls f (which must not
 // block) with the status and error code of every request it refuses.
-func (k *Keyring) WithOnReject(f func(status int, code string)) *Keyring {
+func (k *Keyring) WithOnReject(f func(r *http.Request, status int, code string)) *Keyring {
 	c := *k
 	c.onReject = f
 	return &c
@@ -201,7 +201,7 @@ func (k *Keyring) Require(scope Scope, next http.Handler) http.Handler {
 		key, err := k.Authenticate(r)
 		refuse := func(status int, code, msg string) {
 			if k.onReject != nil {
-				k.onReject(status, code)
+				k.onReject(r, status, code)
 			}
 			openai.WriteError(w, status, code, msg, nil)
 		}

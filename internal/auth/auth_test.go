@@ -233,7 +233,7 @@ func TestRequireRefusalsAreReported(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []seen
-			kr := testRing(t).WithOnReject(func(status int, code string) { got = append(got, seen{status, code}) })
+			kr := testRing(t).WithOnReject(func(_ *http.Request, status int, code string) { got = append(got, seen{status, code}) })
 			r := httptest.NewRequest(http.MethodGet, "/v1/models", nil)
 			for _, h := range tt.headers {
 				r.Header.Add("Authorization", h)

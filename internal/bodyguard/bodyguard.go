@@ -35,8 +35,8 @@ type Options struct {
 	// to its last byte (0: no bound).
 	Timeout time.Duration
 	// OnReject, if set, is called for each request the guard refuses
-	// itself (413), with the status and error code.
-	OnReject func(status int, code string)
+	// itself (413), with the request, the status and the error code.
+	OnReject func(r *http.Request, status int, code string)
 }
 
 // drainGrace bounds reading what a client still sends of a body left
@@ -56,7 +56,7 @@ func Wrap(next http.Handler, o Options) http.Handler {
 		rc := http.NewResponseController(w)
 		if o.MaxBodyBytes > 0 && r.ContentLength > o.MaxBodyBytes {
 			if o.OnReject != nil {
-				o.OnReject(http.StatusRequestEntityTooLarge, openai.CodeRequestTooLarge)
+				o.OnReject(r, http.StatusRequestEntityTooLarge, openai.CodeRequestTooLarge)
 			}
 			http1 := r.ProtoMajor == 1
 			if http1 { // HTTP/2 would take it for the whole connection's end

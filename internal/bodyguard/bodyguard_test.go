@@ -104,7 +104,7 @@ func TestChunkedUnreadBodyIsNotAwaited(t *testing.T) {
 func TestContentLengthOverLimit(t *testing.T) {
 	var rejected []string
 	called := false
-	addr := server(t, Options{MaxBodyBytes: 1 << 20, OnReject: func(status int, code string) {
+	addr := server(t, Options{MaxBodyBytes: 1 << 20, OnReject: func(_ *http.Request, status int, code string) {
 		rejected = append(rejected, fmt.Sprint(status, " ", code))
 	}}, func(http.ResponseWriter, *http.Request) { called = true })
 	c := dial(t, addr, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n", "")

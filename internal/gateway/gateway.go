@@ -159,8 +159,13 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		}
 	}
 	m := g.Metrics
-	// 400, 401 and 403 answers of the auth check are edge rejections too.
-	keyring = keyring.WithOnReject(func(_ int, code string) { m.Rejected(code) })
+	// Requests refused before routing are counted and logged; 400, 401
+	// and 403 answers of the auth check are such refusals too.
+	rejected := func(r *http.Request, status int, code string) {
+		m.Rejected(code)
+		refusedLog(o.Logger, r, status, code)
+	}
+	keyring = keyring.WithOnReject(rejected)
 
 	// Tracing: off (and free) unless configured or given.
 	if g.tracing, err = g.startTracing(cfg.Gateway.Tracing, o.Tracing); err != nil {
@@ -285,7 +290,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			observeKey(g.Keys, ex, out)
 			accessLog(o.Logger, ex, out)
 		},
-		OnReject:  func(_ int, code string) { m.Rejected(code) },
+		OnReject:  rejected,
 		Limits:    limiterOf(gw.APIKeys, o.Now),
 		OnLimited: g.Keys.RateLimited,
 	}
@@ -307,7 +312,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		// Every path's body is bounded, and never awaited when unread.
 		Handler: bodyguard.Wrap(mux, bodyguard.Options{
 			MaxBodyBytes: gw.MaxBodyBytes, Timeout: gw.ReadBodyTimeout.Duration,
-			OnReject: func(_ int, code string) { m.Rejected(code) },
+			OnReject: rejected,
 		}),
 		ReadHeaderTimeout: gw.ReadHeaderTimeout.Duration,
 		IdleTimeout:       gw.ServerIdleTimeout.Duration,
@@ -471,6 +476,30 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 		ev.Str("trace_id", sc.TraceID().String()).Str("span_id", sc.SpanID().String())
 	}
 	ev.Msg("request")
+}
+
+// refusedLog writes the access log line of a request refused before it was
+// routed (a bad body, no or a wrong key, a rate limit, an unknown model):
+// the same "request" message as accessLog, with outcome "refused" and what
+// is known of the request by then. Never the key itself.
+func refusedLog(l zerolog.Logger, r *http.Request, status int, code string) {
+	ev := l.Info().Str("outcome", "refused").Int("status", status).Str("code", code).
+		Str("method", r.Method).Str("path", r.URL.Path).Str("client", clientHost(r.RemoteAddr))
+	if id := r.Header.Get("X-Request-Id"); id != "" && httpedge.RequestID(r) == id { // an acceptable one
+		ev.Str("request_id", id)
+	}
+	if key, ok := auth.FromContext(r.Context()); ok && key.Name != "" {
+		ev.Str("key", key.Name)
+	}
+	ev.Msg("request")
+}
+
+// clientHost is the host of a remote address ("" when it has none).
+func clientHost(remote string) string {
+	if h, _, err := net.SplitHostPort(remote); err == nil {
+		return h
+	}
+	return remote
 }
 
 // ApplyEngines replaces the list of probed engines (SIGHUP reload): new

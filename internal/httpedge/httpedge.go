@@ -42,7 +42,7 @@ type Deps struct {
 	OnDone func(ex *request.Exchange, o request.Outcome)
 	// OnReject, if set, is called for requests refused by the edge itself
 	// (status and error code).
-	OnReject func(status int, code string)
+	OnReject func(r *http.Request, status int, code string)
 	// Limits, if set, holds the per-key limits: a request over one is
 	// answered 429 rate_limit_exceeded, and every answer of a limited key
 	// carries the x-ratelimit-* headers.
@@ -76,9 +76,9 @@ func Register(mux *http.ServeMux, d *Deps) {
 	mux.HandleFunc("GET /readyz", d.ready)
 }
 
-func (d *Deps) reject(w http.ResponseWriter, status int, code, msg string, param *string) {
+func (d *Deps) reject(w http.ResponseWriter, r *http.Request, status int, code, msg string, param *string) {
 	if d.OnReject != nil {
-		d.OnReject(status, code)
+		d.OnReject(r, status, code)
 	}
 	openai.WriteError(w, status, code, msg, param)
 }
@@ -123,25 +123,25 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			d.reject(w, http.StatusRequestEntityTooLarge, openai.CodeRequestTooLarge,
+			d.reject(w, r, http.StatusRequestEntityTooLarge, openai.CodeRequestTooLarge,
 				fmt.Sprintf("The request body is larger than %d bytes.", d.MaxBodyBytes), nil)
 			return
 		}
-		d.reject(w, http.StatusBadRequest, openai.CodeInvalidRequest, "The request body could not be read.", nil)
+		d.reject(w, r, http.StatusBadRequest, openai.CodeInvalidRequest, "The request body could not be read.", nil)
 		return
 	}
 	req, err := openai.ParseRequest(body, chat)
 	if err != nil {
 		var fe *openai.FieldError
 		if errors.As(err, &fe) {
-			d.reject(w, http.StatusBadRequest, openai.CodeInvalidRequest, fe.Msg, fe.ParamOrNil())
+			d.reject(w, r, http.StatusBadRequest, openai.CodeInvalidRequest, fe.Msg, fe.ParamOrNil())
 			return
 		}
-		d.reject(w, http.StatusBadRequest, openai.CodeInvalidRequest, err.Error(), nil)
+		d.reject(w, r, http.StatusBadRequest, openai.CodeInvalidRequest, err.Error(), nil)
 		return
 	}
 	key, _ := auth.FromContext(r.Context())
-	if !d.admit(w, key.Name) {
+	if !d.admit(w, r, key.Name) {
 		return
 	}
 	rctx := r.Context()
@@ -174,7 +174,7 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
 
 // admit asks Limits about a request of key and sets the x-ratelimit-*
 // headers; over a limit it answers 429 and reports false.
-func (d *Deps) admit(w http.ResponseWriter, key string) bool {
+func (d *Deps) admit(w http.ResponseWriter, r *http.Request, key string) bool {
 	adm := d.Limits.Admit(key)
 	adm.SetHeaders(w.Header())
 	if adm.OK {
@@ -183,7 +183,7 @@ func (d *Deps) admit(w http.ResponseWriter, key string) bool {
 	if d.OnLimited != nil {
 		d.OnLimited(key, adm.Limited)
 	}
-	d.reject(w, http.StatusTooManyRequests, openai.CodeRateLimitExceeded, adm.Message(key), nil)
+	d.reject(w, r, http.StatusTooManyRequests, openai.CodeRateLimitExceeded, adm.Message(key), nil)
 	return false
 }
 
@@ -215,7 +215,7 @@ func (d *Deps) model(w http.ResponseWriter, r *http.Request) {
 	}
 	if !res.(bool) {
 		param := "model"
-		d.reject(w, http.StatusNotFound, openai.CodeModelNotFound, fmt.Sprintf("The model %q does not exist.", id), &param)
+		d.reject(w, r, http.StatusNotFound, openai.CodeModelNotFound, fmt.Sprintf("The model %q does not exist.", id), &param)
 		return
 	}
 	writeJSON(w, http.StatusOK, openai.NewModel(id, 0, "tlgate"))
