@@ -22,6 +22,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -142,7 +145,7 @@ func Connect(cfg Config) (*Store, error) {
 		})},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcdstore: etcd at %s (dial_timeout %s): %w", strings.Join(cfg.Endpoints, ","), cfg.DialTimeout, err)
+		return nil, fmt.Errorf("etcdstore: etcd at %s (dial_timeout %s): %w%s", strings.Join(cfg.Endpoints, ","), cfg.DialTimeout, err, diagnose(cfg))
 	}
 	return &Store{cfg: cfg, cli: cli, routes: cfg.Prefix + routesKey, drained: cfg.Prefix + drainedPrefix, resync: make(chan struct{}, 1)}, nil
 }
@@ -153,7 +156,7 @@ func (s *Store) start(ctx context.Context, seed []routes.Route) (store.Snapshot,
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
 	defer cancel()
 	unreachable := func(err error) error {
-		return fmt.Errorf("etcdstore: etcd at %s not reachable within dial_timeout %s: %w", strings.Join(s.cfg.Endpoints, ","), s.cfg.DialTimeout, err)
+		return fmt.Errorf("etcdstore: etcd at %s not reachable within dial_timeout %s: %w%s", strings.Join(s.cfg.Endpoints, ","), s.cfg.DialTimeout, err, diagnose(s.cfg))
 	}
 	body, err := store.EncodeTable(1, seed)
 	if err != nil {
@@ -406,4 +409,56 @@ func (s *Store) Seed(ctx context.Context, body []byte, force bool) (int64, error
 		return 0, fmt.Errorf("%w: %s already holds a table (epoch %d); seed again with -seed-force to replace it", ErrSeeded, s.routes, have)
 	}
 	return resp.Header.Revision, nil
+}
+
+// diagnoseTimeout bounds each step of diagnose.
+const diagnoseTimeout = time.Second
+
+// diagnose says why etcd could not be reached, when the etcd client only
+// said its deadline passed: it connects to each endpoint itself and, for
+// an https one, shakes hands with cfg.TLS and reads the server's first
+// answer (a TLS 1.3 server refuses a missing client certificate only
+// then). It returns " (endpoint: what failed)" for the first endpoint that
+// fails so, or "" when every one connects.
+func diagnose(cfg Config) string {
+	for _, ep := range cfg.Endpoints {
+		host, secure := ep, cfg.TLS != nil
+		if u, err := url.Parse(ep); err == nil && u.Host != "" {
+			host, secure = u.Host, u.Scheme == "https" || cfg.TLS != nil && u.Scheme != "http"
+		}
+		conn, err := net.DialTimeout("tcp", host, diagnoseTimeout)
+		if err != nil {
+			return fmt.Sprintf(" (%s: %v)", ep, err)
+		}
+		if !secure {
+			conn.Close()
+			continue
+		}
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.TLS != nil {
+			tc = cfg.TLS.Clone()
+		}
+		if tc.ServerName == "" {
+			tc.ServerName, _, _ = net.SplitHostPort(host)
+		}
+		c := tls.Client(conn, tc)
+		_ = c.SetDeadline(time.Now().Add(diagnoseTimeout))
+		err = c.Handshake()
+		if err == nil {
+			var b [1]byte
+			if _, rerr := c.Read(b[:]); rerr != nil && !isTimeout(rerr) && !errors.Is(rerr, io.EOF) {
+				err = rerr
+			}
+		}
+		c.Close()
+		if err != nil {
+			return fmt.Sprintf(" (%s: TLS: %v)", ep, err)
+		}
+	}
+	return ""
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
