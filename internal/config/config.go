@@ -112,6 +112,9 @@ type Gateway struct {
 
 	// LogFormat is json or console.
 	LogFormat string `toml:"log_format"`
+	// Console serves the web console under /ui/ (default true). Off, the
+	// console's paths answer 404; the admin API it reads stays.
+	Console bool `toml:"console"`
 
 	// APIKeys are the client keys; with none, auth is off and every
 	// listener must be on loopback.
@@ -284,6 +287,7 @@ func Default() *Config {
 		ServerIdleTimeout:  D(120 * time.Second),
 		ShutdownTimeout:    D(10 * time.Second),
 		LogFormat:          LogJSON,
+		Console:            true,
 
 		CacheAwarePrefillWeight: 1,
 		CacheAwareLoadWeight:    64,

@@ -51,7 +51,7 @@ func TestConfig(t *testing.T) {
 			ConnectTimeout: D(2 * time.Second), FirstByteTimeout: D(30 * time.Second),
 			IdleTimeout: D(60 * time.Second), ReadHeaderTimeout: D(10 * time.Second), ReadBodyTimeout: D(30 * time.Second),
 			ServerIdleTimeout: D(120 * time.Second), ShutdownTimeout: D(10 * time.Second),
-			LogFormat:               "json",
+			LogFormat: "json", Console: true,
 			CacheAwarePrefillWeight: 1, CacheAwareLoadWeight: 64, CacheAwareBalanceAbs: 64, CacheAwareBalanceRel: 1.5,
 			CacheAwareChunkBytes: 128, CacheAwareBytesPerToken: 4,
 			Store:    Store{Kind: "file", Prefix: "/tlgate/", DialTimeout: D(5 * time.Second)},

@@ -299,7 +299,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		Root: g.sys.Root, Admin: g.Admin, Router: g.Router, Keyring: keyring, MaxBodyBytes: gw.MaxBodyBytes,
 		Traffic: g.Traffic,
 	}))
-	console.Register(mux)
+	if gw.Console {
+		console.Register(mux)
+	}
 	mux.Handle("GET /openapi.json", openapi.Handler())
 	if o.Gatherer != nil {
 		metricsHandler := promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true})
