@@ -569,7 +569,7 @@ log_format = "json"
 	// Reload: gone removed, added added, keep untouched.
 	write(head + engineTOML("added", addr(added), "added-m") + engineTOML("keep", addr(keep), "keep-m"))
 	r.sendReload()
-	r.await(r.stderr, regexp.MustCompile(`"engines":(2),[^\n]*"message":"reloaded the probed engines"`))
+	r.await(r.stderr, regexp.MustCompile(`"engines":(2),[^\n]*"message":"reloaded the API keys and the probed engines"`))
 	ws = r.waitWorkers(base, "keep", "added")
 	if w := ws["added"]; w.Source != "probe" || w.Kind != "vllm" || w.Model != "added-m" {
 		t.Fatalf("added worker %+v", w)
@@ -654,5 +654,73 @@ func TestRunFlagErrors(t *testing.T) {
 				t.Fatalf("printed %q on a refused command line", stdout.String())
 			}
 		})
+	}
+}
+
+// TestSIGHUPReloadsKeys: a reload applies the file's API keys and their
+// limits: a rotated secret stops working and its successor works at once,
+// a new key works under its limit; a file with no keys left is refused
+// (authentication is not turned off by a reload) and the keys stay.
+func TestSIGHUPReloadsKeys(t *testing.T) {
+	eng := fakeVLLM(t, "m")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tlgate.toml")
+	head := fmt.Sprintf(`
+[gateway]
+listen = "127.0.0.1:0"
+registry_listen = "127.0.0.1:0"
+state_dir = %q
+log_format = "json"
+`, filepath.Join(dir, "state"))
+	key := func(name, secret string, rpm int) string {
+		return fmt.Sprintf("\n[[gateway.api_keys]]\nname = %q\nkey = %q\nscopes = [\"inference\"]\nrequests_per_minute = %d\n", name, secret, rpm)
+	}
+	engine := engineTOML("e", eng.Listener.Addr().String(), "m")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(head + key("alice", "sk-alice-1", 0) + engine)
+	r := startRun(t, "-config", path)
+	listen := r.await(r.stderr, regexp.MustCompile(`"listen":"(127\.0\.0\.1:\d+)"[^\n]*"message":"gateway started"`))
+	complete := func(secret string) int {
+		t.Helper()
+		a, err := r.do(http.MethodPost, "http://"+listen+"/v1/completions", `{"model":"m","prompt":"hi"}`, "Authorization", "Bearer "+secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.status
+	}
+	for deadline := time.Now().Add(10 * time.Second); complete("sk-alice-1") != http.StatusOK; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the probed engine never served alice")
+		}
+	}
+
+	write(head + key("alice", "sk-alice-2", 0) + key("bob", "sk-bob", 1) + engine)
+	r.sendReload()
+	r.await(r.stderr, regexp.MustCompile(`"api_keys":(2),[^\n]*"message":"reloaded the API keys and the probed engines"`))
+	for secret, want := range map[string]int{"sk-alice-1": http.StatusUnauthorized, "sk-alice-2": http.StatusOK} {
+		if got := complete(secret); got != want {
+			t.Errorf("after the rotation, %s: %d, want %d", secret, got, want)
+		}
+	}
+	if got := complete("sk-bob"); got != http.StatusOK {
+		t.Errorf("the new key: %d, want 200", got)
+	}
+	if got := complete("sk-bob"); got != http.StatusTooManyRequests {
+		t.Errorf("the new key over its 1 request a minute: %d, want 429", got)
+	}
+
+	write(head + engine) // no keys: auth would be off
+	r.sendReload()
+	r.await(r.stderr, regexp.MustCompile(`"error":"gateway: api_keys: (auth: a reload cannot turn authentication off)[^\n]*"message":"reload refused; nothing changed"`))
+	if got := complete("sk-alice-2"); got != http.StatusOK {
+		t.Errorf("after the refused reload, alice: %d, want 200", got)
+	}
+	if a, err := r.do(http.MethodPost, "http://"+listen+"/v1/completions", `{"model":"m","prompt":"hi"}`); err != nil || a.status != http.StatusUnauthorized {
+		t.Errorf("after the refused reload, no key: %v %d, want 401", err, a.status)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync/atomic"
 
 	"github.com/tlgate/tlgate/internal/openai"
 )
@@ -43,6 +44,9 @@ var (
 	// ErrDuplicateHeader is returned when a request carries more than one
 	// Authorization header: which one counts would depend on the reader.
 	ErrDuplicateHeader = errors.New("auth: more than one Authorization header")
+	// ErrAuthOff is returned by Replace for no keys while keys are
+	// configured.
+	ErrAuthOff = errors.New("auth: a reload cannot turn authentication off (no api_keys left); restart the gateway for that")
 )
 
 // KeySpec configures one key: its secret given plainly (already resolved
@@ -77,10 +81,11 @@ type entry struct {
 	key    Key
 }
 
-// Keyring holds the configured keys. It is immutable and safe for
-// concurrent use.
+// Keyring holds the configured keys. It is safe for concurrent use; its
+// keys change only as a whole, by Replace, which every copy made by
+// WithOnReject sees.
 type Keyring struct {
-	entries []entry
+	cur *atomic.Pointer[[]entry]
 	// onReject, when set, is told of every request Require refuses.
 	onReject func(r *http.Request, status int, code string)
 }
@@ -98,7 +103,35 @@ func (k *Keyring) WithOnReject(f func(r *http.Request, status int, code string))
 // least one known scope; two keys may not share a secret. Errors name the key,
 // never its secret. No specs gives a Keyring with authentication off.
 func New(specs []KeySpec) (*Keyring, error) {
-	kr := &Keyring{entries: make([]entry, 0, len(specs))}
+	entries, err := buildEntries(specs)
+	if err != nil {
+		return nil, err
+	}
+	kr := &Keyring{cur: new(atomic.Pointer[[]entry])}
+	kr.cur.Store(&entries)
+	return kr, nil
+}
+
+// Replace puts the keys of specs, validated as New does, in place of the
+// current ones, for every request authenticated from then on. It refuses,
+// changing nothing, specs that New would refuse, and no specs at all while
+// keys are configured (ErrAuthOff): turning authentication off is for a
+// restart, which checks that every listener is on loopback.
+func (k *Keyring) Replace(specs []KeySpec) error {
+	entries, err := buildEntries(specs)
+	if err != nil {
+		return err
+	}
+	if len(entries) == 0 && k.Enabled() {
+		return ErrAuthOff
+	}
+	k.cur.Store(&entries)
+	return nil
+}
+
+// buildEntries validates specs (see New) into the keyring's entries.
+func buildEntries(specs []KeySpec) ([]entry, error) {
+	entries := make([]entry, 0, len(specs))
 	names := make(map[string]bool, len(specs))
 	for i, s := range specs {
 		e, err := newEntry(s)
@@ -109,14 +142,14 @@ func New(specs []KeySpec) (*Keyring, error) {
 			return nil, fmt.Errorf("%w: api_keys[%d]: name %q is used twice", ErrBadSpec, i, s.Name)
 		}
 		names[s.Name] = true
-		for _, o := range kr.entries {
+		for _, o := range entries {
 			if o.digest == e.digest {
 				return nil, fmt.Errorf("%w: api_keys[%d] (%q): same secret as %q", ErrBadSpec, i, s.Name, o.key.Name)
 			}
 		}
-		kr.entries = append(kr.entries, e)
+		entries = append(entries, e)
 	}
-	return kr, nil
+	return entries, nil
 }
 
 func newEntry(s KeySpec) (entry, error) {
@@ -155,7 +188,7 @@ func newEntry(s KeySpec) (entry, error) {
 
 // Enabled reports whether keys are configured. When false every request is
 // the AnonymousKey; the composition root allows that only on loopback.
-func (k *Keyring) Enabled() bool { return len(k.entries) > 0 }
+func (k *Keyring) Enabled() bool { return len(*k.cur.Load()) > 0 }
 
 // Authenticate reads "Authorization: Bearer <key>" and returns the matching
 // key: ErrMissingKey without the header, ErrInvalidKey for any other header
@@ -167,7 +200,8 @@ func (k *Keyring) Authenticate(r *http.Request) (Key, error) {
 	if len(r.Header.Values("Authorization")) > 1 {
 		return Key{}, ErrDuplicateHeader
 	}
-	if !k.Enabled() {
+	entries := *k.cur.Load() // one set of keys for the whole check
+	if len(entries) == 0 {
 		return AnonymousKey(), nil
 	}
 	h := r.Header.Get("Authorization")
@@ -181,15 +215,15 @@ func (k *Keyring) Authenticate(r *http.Request) (Key, error) {
 	digest := sha256.Sum256([]byte(token))
 	found := 0
 	match := 0
-	for i := range k.entries {
-		eq := subtle.ConstantTimeCompare(digest[:], k.entries[i].digest[:])
+	for i := range entries {
+		eq := subtle.ConstantTimeCompare(digest[:], entries[i].digest[:])
 		match = subtle.ConstantTimeSelect(eq, i, match)
 		found |= eq
 	}
 	if found == 0 {
 		return Key{}, ErrInvalidKey
 	}
-	return k.entries[match].key, nil
+	return entries[match].key, nil
 }
 
 // Require wraps next so that it runs only for a key with scope: a missing or

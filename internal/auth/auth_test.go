@@ -254,3 +254,80 @@ func TestRequireRefusalsAreReported(t *testing.T) {
 		})
 	}
 }
+
+// TestReplace: replacing the keys takes effect for every copy of the
+// keyring (WithOnReject's included) at the next request; a bad set of
+// specs, or none while keys are configured, changes nothing.
+func TestReplace(t *testing.T) {
+	kr := testRing(t)
+	withHook := kr.WithOnReject(func(*http.Request, int, string) {})
+	req := func(secret string) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/v1/models", nil)
+		r.Header.Set("Authorization", "Bearer "+secret)
+		return r
+	}
+	const rotated = "sk-rotated-user-secret"
+	if err := kr.Replace([]KeySpec{{Name: "user", Secret: rotated, Scopes: []string{"inference"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []*Keyring{kr, withHook} {
+		if _, err := k.Authenticate(req(userSecret)); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("the old secret after the rotation: %v, want ErrInvalidKey", err)
+		}
+		if key, err := k.Authenticate(req(rotated)); err != nil || key.Name != "user" {
+			t.Errorf("the new secret: %+v %v", key, err)
+		}
+		if _, err := k.Authenticate(req(opsSecret)); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("a removed key: %v, want ErrInvalidKey", err)
+		}
+	}
+	// Refused: a bad spec, and no keys at all.
+	if err := kr.Replace([]KeySpec{{Name: "x", Secret: "s"}}); !errors.Is(err, ErrBadSpec) {
+		t.Errorf("a key without scopes: %v, want ErrBadSpec", err)
+	}
+	if err := kr.Replace(nil); !errors.Is(err, ErrAuthOff) {
+		t.Errorf("no keys: %v, want ErrAuthOff", err)
+	}
+	if key, err := withHook.Authenticate(req(rotated)); err != nil || key.Name != "user" || !kr.Enabled() {
+		t.Errorf("after the refused replacements: %+v %v (enabled %v)", key, err, kr.Enabled())
+	}
+	// A keyring without keys may get some (authentication turned on).
+	open, err := New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := open.Replace([]KeySpec{{Name: "user", Secret: rotated, Scopes: []string{"inference"}}}); err != nil || !open.Enabled() {
+		t.Fatalf("turning authentication on: %v", err)
+	}
+}
+
+// TestReplaceWhileAuthenticating: Replace and Authenticate may run at once
+// (under -race); every answer is one of the two sets of keys.
+func TestReplaceWhileAuthenticating(t *testing.T) {
+	kr := testRing(t)
+	a := []KeySpec{{Name: "user", Secret: userSecret, Scopes: []string{"inference"}}}
+	b := []KeySpec{{Name: "user2", Secret: userSecret, Scopes: []string{"inference"}}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			specs := a
+			if i%2 == 1 {
+				specs = b
+			}
+			if err := kr.Replace(specs); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	r := httptest.NewRequest(http.MethodGet, "/v1/models", nil)
+	r.Header.Set("Authorization", "Bearer "+userSecret)
+	for range 200 {
+		key, err := kr.Authenticate(r)
+		if err != nil || key.Name != "user" && key.Name != "user2" {
+			t.Fatalf("during replacements: %+v %v", key, err)
+		}
+	}
+	<-done
+}

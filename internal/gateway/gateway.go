@@ -43,6 +43,7 @@ import (
 	"github.com/tlgate/tlgate/internal/policy"
 	"github.com/tlgate/tlgate/internal/probe"
 	"github.com/tlgate/tlgate/internal/proxy"
+	"github.com/tlgate/tlgate/internal/ratelimit"
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	"github.com/tlgate/tlgate/internal/routes"
 	"github.com/tlgate/tlgate/internal/store"
@@ -91,6 +92,10 @@ type Gateway struct {
 	Keys    *metrics.KeyMetrics
 	tracing *tracing.Provider
 	store   store.Store
+	// keyring and limits are the API keys and their limits, replaced on a
+	// reload (ApplyKeys).
+	keyring *auth.Keyring
+	limits  *ratelimit.Limiter
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -166,6 +171,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		refusedLog(o.Logger, r, status, code)
 	}
 	keyring = keyring.WithOnReject(rejected)
+	g.keyring, g.limits = keyring, limiterOf(gw.APIKeys, o.Now)
 
 	// Tracing: off (and free) unless configured or given.
 	if g.tracing, err = g.startTracing(cfg.Gateway.Tracing, o.Tracing); err != nil {
@@ -291,7 +297,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			accessLog(o.Logger, ex, out)
 		},
 		OnReject:  rejected,
-		Limits:    limiterOf(gw.APIKeys, o.Now),
+		Limits:    g.limits,
 		OnLimited: g.Keys.RateLimited,
 	}
 	httpedge.Register(mux, edge)
@@ -389,6 +395,16 @@ func stopGRPC(ctx context.Context, s *grpc.Server) error {
 }
 
 func keyringOf(keys []config.APIKey) (*auth.Keyring, error) {
+	specs, err := keySpecs(keys)
+	if err != nil {
+		return nil, err
+	}
+	return auth.New(specs)
+}
+
+// keySpecs turns [[gateway.api_keys]] into the keyring's specs (secrets
+// read from their environment variables, kept as digests only).
+func keySpecs(keys []config.APIKey) ([]auth.KeySpec, error) {
 	specs := make([]auth.KeySpec, 0, len(keys))
 	for _, k := range keys {
 		d, err := k.Digest()
@@ -397,7 +413,32 @@ func keyringOf(keys []config.APIKey) (*auth.Keyring, error) {
 		}
 		specs = append(specs, auth.KeySpec{Name: k.Name, SHA256: hex.EncodeToString(d[:]), Scopes: k.Scopes})
 	}
-	return auth.New(specs)
+	return specs, nil
+}
+
+// ApplyKeys replaces the API keys and their limits (SIGHUP reload), for
+// every request authenticated from then on; requests in flight finish
+// under the key they were admitted with. Keys with unchanged limits keep
+// their rate-limit windows. It refuses, changing nothing, keys that do not
+// validate and an empty list while keys are configured (turning
+// authentication off needs a restart, which checks the listeners).
+func (g *Gateway) ApplyKeys(keys []config.APIKey) error {
+	specs, err := keySpecs(keys)
+	if err != nil {
+		return fmt.Errorf("gateway: api_keys: %w", err)
+	}
+	if len(specs) == 0 && g.keyring.Enabled() {
+		return fmt.Errorf("gateway: api_keys: %w", auth.ErrAuthOff)
+	}
+	if _, err := auth.New(specs); err != nil { // refused before anything changes
+		return fmt.Errorf("gateway: api_keys: %w", err)
+	}
+	// Limits first: a new key is never, even for a moment, unlimited.
+	g.limits.SetLimits(limitsOf(keys))
+	if err := g.keyring.Replace(specs); err != nil {
+		return fmt.Errorf("gateway: api_keys: %w", err)
+	}
+	return nil
 }
 
 func loadServerTLS(cert, key string) (*tls.Config, error) {

@@ -15,13 +15,18 @@ import (
 // limiterOf builds the per-key limiter from the configured keys; keys
 // without limits are not limited.
 func limiterOf(keys []config.APIKey, now func() time.Time) *ratelimit.Limiter {
+	return ratelimit.New(limitsOf(keys), now)
+}
+
+// limitsOf is the limits of each key, by name.
+func limitsOf(keys []config.APIKey) map[string]ratelimit.Limits {
 	limits := make(map[string]ratelimit.Limits, len(keys))
 	for _, k := range keys {
 		limits[k.Name] = ratelimit.Limits{
 			RequestsPerMinute: k.RequestsPerMinute, TokensPerMinute: k.TokensPerMinute, MaxConcurrent: k.MaxConcurrent,
 		}
 	}
-	return ratelimit.New(limits, now)
+	return limits
 }
 
 // observeKey records a finished request per key: its outcome and the

@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -241,7 +242,8 @@ type keyState struct {
 // Limiter holds the state of every limited key.
 type Limiter struct {
 	now  func() time.Time
-	keys map[string]*keyState // fixed at New: read without a lock
+	keys atomic.Pointer[map[string]*keyState] // replaced whole by SetLimits; read without a lock
+	mu   sync.Mutex                           // serializes SetLimits
 }
 
 // New returns a Limiter for limits (by key name; keys without limits are
@@ -250,21 +252,66 @@ func New(limits map[string]Limits, now func() time.Time) *Limiter {
 	if now == nil {
 		now = time.Now
 	}
-	l := &Limiter{now: now, keys: make(map[string]*keyState, len(limits))}
+	l := &Limiter{now: now}
+	l.SetLimits(limits)
+	return l
+}
+
+func newKeyState(lim Limits) *keyState {
+	ks := &keyState{limits: lim}
+	if lim.RequestsPerMinute > 0 {
+		ks.requests = newBucket(lim.RequestsPerMinute)
+	}
+	if lim.TokensPerMinute > 0 {
+		ks.tokens = newBucket(lim.TokensPerMinute)
+	}
+	return ks
+}
+
+// SetLimits puts limits (by key name) in place of the current ones (a
+// reload). A key whose limits did not change keeps its state: what it
+// used of its windows, its requests in flight. A key whose limits changed
+// starts its windows full again under the new limits and keeps its count
+// of requests in flight (their Done still frees their slots). A key no
+// longer limited, or gone, is not limited from then on.
+func (l *Limiter) SetLimits(limits map[string]Limits) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var old map[string]*keyState
+	if p := l.keys.Load(); p != nil {
+		old = *p
+	}
+	next := make(map[string]*keyState, len(limits))
 	for name, lim := range limits {
 		if lim.Zero() {
 			continue
 		}
-		ks := &keyState{limits: lim}
-		if lim.RequestsPerMinute > 0 {
-			ks.requests = newBucket(lim.RequestsPerMinute)
+		prev := old[name]
+		if prev != nil {
+			prev.mu.Lock()
+			same := prev.limits == lim
+			inflight := prev.inflight
+			prev.mu.Unlock()
+			if same {
+				next[name] = prev
+				continue
+			}
+			ks := newKeyState(lim)
+			ks.inflight = inflight
+			next[name] = ks
+			continue
 		}
-		if lim.TokensPerMinute > 0 {
-			ks.tokens = newBucket(lim.TokensPerMinute)
-		}
-		l.keys[name] = ks
+		next[name] = newKeyState(lim)
 	}
-	return l
+	l.keys.Store(&next)
+}
+
+// state returns key's state, or nil when it is not limited.
+func (l *Limiter) state(key string) *keyState {
+	if p := l.keys.Load(); p != nil {
+		return (*p)[key]
+	}
+	return nil
 }
 
 // Limited reports whether key has any limit.
@@ -272,8 +319,7 @@ func (l *Limiter) Limited(key string) bool {
 	if l == nil {
 		return false
 	}
-	_, ok := l.keys[key]
-	return ok
+	return l.state(key) != nil
 }
 
 // Admit decides on one request of key. When it is admitted it takes one
@@ -284,8 +330,8 @@ func (l *Limiter) Admit(key string) Decision {
 	if l == nil {
 		return Decision{OK: true}
 	}
-	ks, ok := l.keys[key]
-	if !ok {
+	ks := l.state(key)
+	if ks == nil {
 		return Decision{OK: true}
 	}
 	now := l.now()
@@ -335,8 +381,8 @@ func (l *Limiter) Done(key string, tokens int) {
 	if l == nil {
 		return
 	}
-	ks, ok := l.keys[key]
-	if !ok {
+	ks := l.state(key)
+	if ks == nil {
 		return
 	}
 	now := l.now()

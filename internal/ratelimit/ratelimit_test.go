@@ -219,3 +219,46 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// TestSetLimits: a reload keeps the state of a key whose limits did not
+// change, starts the windows of one whose limits changed (keeping its
+// requests in flight), limits a new key and stops limiting a removed one.
+func TestSetLimits(t *testing.T) {
+	c := newClock()
+	l := New(map[string]Limits{"a": {RequestsPerMinute: 2}, "c": {MaxConcurrent: 1}, "gone": {RequestsPerMinute: 1}}, c.now)
+	for range 2 {
+		if !l.Admit("a").OK {
+			t.Fatal("a refused within its limit")
+		}
+	}
+	if !l.Admit("c").OK || !l.Admit("gone").OK || l.Admit("gone").OK {
+		t.Fatal("setup")
+	}
+	l.SetLimits(map[string]Limits{"a": {RequestsPerMinute: 2}, "c": {MaxConcurrent: 2}, "b": {RequestsPerMinute: 1}})
+	if l.Admit("a").OK {
+		t.Error("a's unchanged limit forgot its used window")
+	}
+	if !l.Admit("c").OK {
+		t.Error("c refused its second slot after its limit went to 2")
+	}
+	if l.Admit("c").OK {
+		t.Error("c got a third slot: its request in flight was forgotten")
+	}
+	if !l.Admit("b").OK || l.Admit("b").OK {
+		t.Error("new key b not limited to 1 request")
+	}
+	if !l.Limited("b") || l.Limited("gone") {
+		t.Errorf("limited: b %v, gone %v", l.Limited("b"), l.Limited("gone"))
+	}
+	for range 3 {
+		if !l.Admit("gone").OK {
+			t.Fatal("a key no longer limited was refused")
+		}
+	}
+	// A changed limit starts a's window again.
+	l.SetLimits(map[string]Limits{"a": {RequestsPerMinute: 3}})
+	if !l.Admit("a").OK {
+		t.Error("a refused after its limit was raised")
+	}
+	l.Done("c", 0) // c is no longer limited: harmless
+}
