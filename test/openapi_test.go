@@ -76,6 +76,8 @@ cascade = [{ model = "m", accept_if = "mean_logprob > -1.2" }, { model = "m" }]
 		{"no key", "POST", "/v1/completions", "", `{"model":"smol","prompt":"x"}`, nil, 401},
 		{"wrong scope", "POST", "/v1/completions", "key-admin", `{"model":"smol","prompt":"x"}`, nil, 403},
 		{"models", "GET", "/v1/models", "key-plain", "", nil, 200},
+		{"two keys", "GET", "/v1/models", "", "", []string{"Authorization", "Bearer key-plain", "Authorization", "Bearer key-admin"}, 400},
+		{"two keys, admin", "GET", "/admin/v1/workers", "", "", []string{"Authorization", "Bearer key-admin", "Authorization", "Bearer key-admin"}, 400},
 		{"model", "GET", "/v1/models/smol", "key-plain", "", nil, 200},
 		{"model unknown", "GET", "/v1/models/nope", "key-plain", "", nil, 404},
 		{"workers", "GET", "/admin/v1/workers", "key-admin", "", nil, 200},
@@ -111,7 +113,7 @@ cascade = [{ model = "m", accept_if = "mean_logprob > -1.2" }, { model = "m" }]
 			req.Header.Set("Authorization", "Bearer "+tc.key)
 		}
 		for i := 0; i+1 < len(tc.hdr); i += 2 {
-			req.Header.Set(tc.hdr[i], tc.hdr[i+1])
+			req.Header.Add(tc.hdr[i], tc.hdr[i+1])
 		}
 		if tc.name == "readyz drained" {
 			c.eventuallyStatus(req, tc.want)

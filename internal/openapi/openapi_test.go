@@ -43,3 +43,25 @@ func TestHandlerServesJSON(t *testing.T) {
 		t.Fatalf("body: %v, openapi %v", err, v["openapi"])
 	}
 }
+
+// TestKeyedOperationsDocumentTheirRefusals: every operation that takes a
+// key documents the answers of the key check: 400 (two Authorization
+// headers), 401 and 403.
+func TestKeyedOperationsDocumentTheirRefusals(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(Document())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			if op.Security == nil || len(*op.Security) == 0 {
+				continue
+			}
+			for _, code := range []int{400, 401, 403} {
+				if op.Responses.Status(code) == nil {
+					t.Errorf("%s %s: no %d documented", method, path, code)
+				}
+			}
+		}
+	}
+}
