@@ -202,11 +202,12 @@ func TestUpstreamAnswersAreNotRelayed(t *testing.T) {
 			t.Fatalf("%s %s: the engine's answer leaks: %s", tc.model, tc.prompt, r.body)
 		}
 	}
-	// A truncated non-streamed answer fails like a reset engine: no
-	// worker could answer.
+	// A truncated non-streamed answer is the engines failing to answer,
+	// not a lack of workers: 502 upstream_failed, and nothing of the
+	// partial body is relayed.
 	r := c.hardenPost(map[string]any{"model": "trunc", "prompt": "hi"})
-	if r.status != http.StatusServiceUnavailable || errorCode(t, r.body) != "no_capacity" || strings.Contains(string(r.body), `{"id":"trunc`) {
-		t.Fatalf("truncated answer: %d %s", r.status, r.body)
+	if r.status != http.StatusBadGateway || errorCode(t, r.body) != "upstream_failed" || strings.Contains(string(r.body), `{"id":"trunc`) {
+		t.Fatalf("truncated answer: %d %s, want 502 upstream_failed", r.status, r.body)
 	}
 
 	// Garbage after the first event: the stream ends with the error event,

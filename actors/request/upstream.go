@@ -32,5 +32,7 @@ func exhausted(model string, attempts int, last error) Outcome {
 // of a step that is not the last answered a 5xx or a malformed answer, which
 // the larger model of the next step may well not.
 func escalatesOnFailure(t router.Target, err error) bool {
-	return t.CascadeSteps > 1 && t.CascadeStep < t.CascadeSteps-1 && proxy.IsAnswerFailure(err)
+	// A truncated answer is the engine's connection failing, not the
+	// model's: another worker of the same step is tried instead.
+	return t.CascadeSteps > 1 && t.CascadeStep < t.CascadeSteps-1 && proxy.IsAnswerFailure(err) && proxy.ReasonOf(err) != proxy.FailTruncated
 }

@@ -21,6 +21,8 @@ func TestExhausted(t *testing.T) {
 	}{
 		{"last a 5xx", fail(proxy.FailStatus5xx), 502, "upstream_failed"},
 		{"last a bad answer", fail(proxy.FailBadAnswer), 502, "upstream_failed"},
+		{"last a truncated answer", fail(proxy.FailTruncated), 502, "upstream_failed"},
+		{"last closed before answering", fail(proxy.FailEOF), 503, "no_capacity"},
 		{"last refused", fail(proxy.FailRefused), 503, "no_capacity"},
 		{"last a 503", fail(proxy.FailStatus503), 503, "no_capacity"},
 		{"last not an attempt error", errors.New("tokenize: boom"), 503, "no_capacity"},
@@ -41,6 +43,7 @@ func TestExhausted(t *testing.T) {
 func TestEscalatesOnFailure(t *testing.T) {
 	five := &proxy.AttemptError{Reason: proxy.FailStatus5xx, Err: errors.New("500")}
 	refused := &proxy.AttemptError{Reason: proxy.FailRefused, Err: errors.New("refused")}
+	truncated := &proxy.AttemptError{Reason: proxy.FailTruncated, Err: errors.New("unexpected EOF")}
 	cases := []struct {
 		name string
 		t    router.Target
@@ -51,6 +54,7 @@ func TestEscalatesOnFailure(t *testing.T) {
 		{"last step, a 5xx", router.Target{CascadeStep: 1, CascadeSteps: 2}, five, false},
 		{"step 0 of 2, refused: another worker of the step", router.Target{CascadeStep: 0, CascadeSteps: 2}, refused, false},
 		{"no cascade", router.Target{}, five, false},
+		{"step 0 of 2, truncated: another worker of the step", router.Target{CascadeStep: 0, CascadeSteps: 2}, truncated, false},
 	}
 	for _, tc := range cases {
 		if got := escalatesOnFailure(tc.t, tc.err); got != tc.want {

@@ -32,7 +32,7 @@ type EjectionConfig struct {
 func CountsForEjection(reason string) bool {
 	switch f := proxy.Failure(reason); {
 	case f == proxy.FailRefused, f == proxy.FailReset, f == proxy.FailTimeout, f == proxy.FailEOF, f == proxy.FailTransport,
-		f == proxy.FailBadAnswer:
+		f == proxy.FailBadAnswer, f == proxy.FailTruncated:
 		return true
 	}
 	return strings.HasPrefix(reason, "status_")

@@ -154,7 +154,7 @@ func TestEjectionForgottenForNewProcess(t *testing.T) {
 func TestCountsForEjection(t *testing.T) {
 	for reason, want := range map[string]bool{
 		"refused": true, "reset": true, "timeout": true, "eof": true, "transport": true, "status_503": true, "status_500": true,
-		"status_5xx": true, "bad_answer": true,
+		"status_5xx": true, "bad_answer": true, "truncated": true,
 		"canceled": false, "too_large": false, "invalid": false, "error": false, "": false,
 	} {
 		if got := CountsForEjection(reason); got != want {

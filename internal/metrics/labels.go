@@ -55,6 +55,8 @@ const (
 	// neither an OpenAI-shaped success nor an OpenAI-shaped error.
 	FailoverStatus5xx = "status_5xx"
 	FailoverBadAnswer = "bad_answer"
+	// A whole answer whose body ended before its end.
+	FailoverTruncated = "truncated"
 )
 
 // Reasons an HTTP connection is refused: the reason label of
@@ -143,7 +145,7 @@ var (
 		OutcomeUpstreamFailed, OutcomeClientGone, OutcomeInternalError, OutcomeOverloaded}
 	failoverReasons = fixedSet{FailoverRefused, FailoverReset, FailoverTimeout, FailoverStatus503,
 		FailoverEOF, FailoverTransport, FailoverTooLarge, FailoverTokenize, FailoverPrefill,
-		FailoverStatus5xx, FailoverBadAnswer}
+		FailoverStatus5xx, FailoverBadAnswer, FailoverTruncated}
 	decisionReasons = fixedSet{DecisionLeastOutstanding, DecisionWeighted, DecisionAffinity, DecisionLoad, DecisionCache}
 	phases          = fixedSet{PhaseTokenize, PhasePrefill, PhaseDecode, PhaseRelease}
 	roles           = fixedSet{RoleUnified, RolePrefill, RoleDecode}

@@ -24,6 +24,10 @@ const (
 	// 407, a body that is not the JSON it should be, a non-SSE answer to a
 	// streamed request, a malformed SSE line).
 	FailBadAnswer Failure = "bad_answer"
+	// FailTruncated: a non-streamed answer whose body ended before its
+	// end (shorter than its Content-Length, or its chunked encoding cut),
+	// after the engine had sent its status and headers.
+	FailTruncated Failure = "truncated"
 )
 
 var (
@@ -32,12 +36,12 @@ var (
 )
 
 // IsAnswerFailure reports whether err is an attempt that failed on what the
-// engine answered (FailStatus5xx, FailBadAnswer) rather than on the
-// transport: a client whose attempts all fail so is answered 502
-// upstream_failed.
+// engine answered (FailStatus5xx, FailBadAnswer, FailTruncated) rather than
+// on reaching it: a client whose attempts all fail so is answered 502
+// upstream_failed, not 503 no_capacity.
 func IsAnswerFailure(err error) bool {
 	r := ReasonOf(err)
-	return r == FailStatus5xx || r == FailBadAnswer
+	return r == FailStatus5xx || r == FailBadAnswer || r == FailTruncated
 }
 
 // excerpt is the start of an engine's body for an error (the log's, never
@@ -77,7 +81,11 @@ func (p *Proxy) readAnswer(ctx, actx context.Context, resp *http.Response, wait 
 			break
 		}
 		if err != nil {
-			return nil, classify(ctx, actx, err, false)
+			ae := classify(ctx, actx, err, false)
+			if ae.Reason == FailEOF { // the status and headers had come
+				ae.Reason = FailTruncated
+			}
+			return nil, ae
 		}
 	}
 	wait.Stop()

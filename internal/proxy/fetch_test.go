@@ -72,7 +72,7 @@ func TestFetch(t *testing.T) {
 			_, _ = io.WriteString(w, "0123456789")
 			_ = http.NewResponseController(w).Flush()
 			panic(http.ErrAbortHandler)
-		}, reason: FailEOF, retryable: true},
+		}, reason: FailTruncated, retryable: true},
 		{name: "too large by Content-Length", handler: func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Length", strconv.Itoa(limit+1))
 			_, _ = io.WriteString(w, big+"x")

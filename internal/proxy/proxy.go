@@ -151,7 +151,7 @@ const (
 	FailReset     Failure = "reset"      // connection reset or broken
 	FailTimeout   Failure = "timeout"    // connect, first-byte, idle or response timeout
 	FailStatus503 Failure = "status_503" // the engine answered 503 (draining, full)
-	FailEOF       Failure = "eof"        // the engine closed early: no answer, a truncated one, or a stream without [DONE]
+	FailEOF       Failure = "eof"        // the engine closed early: no answer, or a stream without [DONE] (a truncated whole answer is FailTruncated)
 	FailTransport Failure = "transport"  // any other transport error
 	FailTooLarge  Failure = "too_large"  // answer over MaxResponseBytes, or an event over MaxEventBytes
 	FailCanceled  Failure = "canceled"   // the client went away (ctx done or a write to it failed)
@@ -186,7 +186,7 @@ func (e *AttemptError) Retryable() bool {
 		return false
 	}
 	switch e.Reason {
-	case FailRefused, FailReset, FailTimeout, FailStatus503, FailEOF, FailTransport, FailStatus5xx, FailBadAnswer:
+	case FailRefused, FailReset, FailTimeout, FailStatus503, FailEOF, FailTransport, FailStatus5xx, FailBadAnswer, FailTruncated:
 		return true
 	}
 	return false
