@@ -9,7 +9,7 @@
 // picks a free port; the demo prints the address it got).
 //
 // main parses flags and calls run, which builds the logger, the metrics
-// registry and the gateway, reloads the API keys and the probed engines on SIGHUP and stops
+// registry and the gateway, reloads the keys, tokens and probed engines on SIGHUP and stops
 // everything in reverse on SIGINT/SIGTERM.
 package main
 
@@ -50,7 +50,7 @@ func main() {
 // run runs the gateway until ctx ends, then stops it and returns nil (or
 // why it could not start or stop cleanly). Each value received on reload
 // (main feeds it SIGHUP) re-reads the -config file and applies its API
-// keys and probed engines; a nil reload never fires.
+// keys, registry tokens and probed engines; a nil reload never fires.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-chan os.Signal) error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -181,8 +181,8 @@ func joinFlags(flags []string) string {
 }
 
 // reloadConfig re-reads the configuration on SIGHUP and applies what can change
-// at run time: the API keys with their limits, and the list of probed
-// engines. A bad file changes nothing; keys that cannot be applied (none
+// at run time: the API keys with their limits, the registry and engine
+// tokens, and the list of probed engines. A bad file changes nothing; keys that cannot be applied (none
 // left while keys are configured) leave the keys, and the engines, as they
 // were.
 func reloadConfig(path string, gw *gateway.Gateway, logger zerolog.Logger) {
@@ -195,13 +195,13 @@ func reloadConfig(path string, gw *gateway.Gateway, logger zerolog.Logger) {
 		logger.Error().Err(err).Msg("reload refused; nothing changed")
 		return
 	}
-	if err := gw.ApplyKeys(cfg.Gateway.APIKeys); err != nil {
+	if err := gw.ApplyCredentials(&cfg.Gateway); err != nil {
 		logger.Error().Err(err).Msg("reload refused; nothing changed")
 		return
 	}
 	gw.ApplyEngines(cfg.Gateway.Engines)
-	logger.Info().Int("api_keys", len(cfg.Gateway.APIKeys)).Int("engines", len(cfg.Gateway.Engines)).
-		Msg("reloaded the API keys and the probed engines")
+	logger.Info().Int("api_keys", len(cfg.Gateway.APIKeys)).Int("engine_tokens", len(cfg.Gateway.EngineTokens)).
+		Int("engines", len(cfg.Gateway.Engines)).Msg("reloaded the API keys, the registry tokens and the probed engines")
 }
 
 func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {

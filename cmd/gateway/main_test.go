@@ -569,7 +569,7 @@ log_format = "json"
 	// Reload: gone removed, added added, keep untouched.
 	write(head + engineTOML("added", addr(added), "added-m") + engineTOML("keep", addr(keep), "keep-m"))
 	r.sendReload()
-	r.await(r.stderr, regexp.MustCompile(`"engines":(2),[^\n]*"message":"reloaded the API keys and the probed engines"`))
+	r.await(r.stderr, regexp.MustCompile(`"engines":(2),[^\n]*"message":"reloaded the API keys, the registry tokens and the probed engines"`))
 	ws = r.waitWorkers(base, "keep", "added")
 	if w := ws["added"]; w.Source != "probe" || w.Kind != "vllm" || w.Model != "added-m" {
 		t.Fatalf("added worker %+v", w)
@@ -701,7 +701,7 @@ log_format = "json"
 
 	write(head + key("alice", "sk-alice-2", 0) + key("bob", "sk-bob", 1) + engine)
 	r.sendReload()
-	r.await(r.stderr, regexp.MustCompile(`"api_keys":(2),[^\n]*"message":"reloaded the API keys and the probed engines"`))
+	r.await(r.stderr, regexp.MustCompile(`"api_keys":(2),[^\n]*"message":"reloaded the API keys, the registry tokens and the probed engines"`))
 	for secret, want := range map[string]int{"sk-alice-1": http.StatusUnauthorized, "sk-alice-2": http.StatusOK} {
 		if got := complete(secret); got != want {
 			t.Errorf("after the rotation, %s: %d, want %d", secret, got, want)

@@ -96,6 +96,7 @@ type Gateway struct {
 	// reload (ApplyKeys).
 	keyring *auth.Keyring
 	limits  *ratelimit.Limiter
+	rpc     *registryrpc.Server
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -266,6 +267,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		EngineTokens: engineTokens,
 	})
 	rpc.OnReject = m.HeartbeatRejected
+	g.rpc = rpc
 	rpc.Register(g.grpc)
 	if g.grpcLis, err = net.Listen("tcp", gw.RegistryListen); err != nil {
 		return fmt.Errorf("gateway: registry_listen: %w", err)
@@ -416,14 +418,16 @@ func keySpecs(keys []config.APIKey) ([]auth.KeySpec, error) {
 	return specs, nil
 }
 
-// ApplyKeys replaces the API keys and their limits (SIGHUP reload), for
-// every request authenticated from then on; requests in flight finish
-// under the key they were admitted with. Keys with unchanged limits keep
-// their rate-limit windows. It refuses, changing nothing, keys that do not
-// validate and an empty list while keys are configured (turning
-// authentication off needs a restart, which checks the listeners).
-func (g *Gateway) ApplyKeys(keys []config.APIKey) error {
-	specs, err := keySpecs(keys)
+// ApplyCredentials replaces the API keys with their limits, and the
+// registry and engine tokens (SIGHUP reload), for every request and
+// heartbeat checked from then on; requests in flight finish under the key
+// they were admitted with. Keys with unchanged limits keep their
+// rate-limit windows. It refuses, changing nothing, keys or tokens that do
+// not validate, no API keys left while keys are configured, and no token
+// left while tokens are configured: turning authentication off is for a
+// restart, which checks and warns about the listeners.
+func (g *Gateway) ApplyCredentials(gw *config.Gateway) error {
+	specs, err := keySpecs(gw.APIKeys)
 	if err != nil {
 		return fmt.Errorf("gateway: api_keys: %w", err)
 	}
@@ -433,10 +437,24 @@ func (g *Gateway) ApplyKeys(keys []config.APIKey) error {
 	if _, err := auth.New(specs); err != nil { // refused before anything changes
 		return fmt.Errorf("gateway: api_keys: %w", err)
 	}
+	token, err := gw.RegistryTokenValue()
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	engineTokens, err := engineTokensOf(gw.EngineTokens)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if token == "" && len(engineTokens) == 0 && !g.rpc.Open() {
+		return fmt.Errorf("gateway: %w", registryrpc.ErrRegistryOpen)
+	}
 	// Limits first: a new key is never, even for a moment, unlimited.
-	g.limits.SetLimits(limitsOf(keys))
+	g.limits.SetLimits(limitsOf(gw.APIKeys))
 	if err := g.keyring.Replace(specs); err != nil {
 		return fmt.Errorf("gateway: api_keys: %w", err)
+	}
+	if err := g.rpc.SetTokens(token, engineTokens); err != nil {
+		return fmt.Errorf("gateway: %w", err)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -35,13 +36,11 @@ type Server struct {
 	controlv1.UnimplementedWorkerRegistryServer
 	root     *actor.RootContext
 	registry *actor.PID
-	token    [32]byte // sha256 of the registry token; zero when none
-	hasToken bool
+	creds    atomic.Pointer[credentials] // replaced whole by SetTokens
 	timeout  time.Duration
 	peers    *peerlimit.Limiter
 	inflight chan struct{} // a slot per heartbeat waiting on the registry
 	addrs    *fleet.AddressPolicy
-	engines  []engineToken
 	// OnReject, if set, is called with the gRPC code of every refused
 	// heartbeat (metrics).
 	OnReject func(code codes.Code)
@@ -91,6 +90,52 @@ type engineToken struct {
 	ids    map[string]bool
 }
 
+// credentials are the tokens heartbeats are checked against.
+type credentials struct {
+	token    [32]byte // sha256 of the registry token; zero when none
+	hasToken bool
+	engines  []engineToken
+}
+
+func (c *credentials) open() bool { return !c.hasToken && len(c.engines) == 0 }
+
+func newCredentials(token string, ets []EngineToken) *credentials {
+	c := &credentials{}
+	if token != "" {
+		c.token = sha256.Sum256([]byte(token))
+		c.hasToken = true
+	}
+	for _, et := range ets {
+		ids := make(map[string]bool, len(et.WorkerIDs))
+		for _, id := range et.WorkerIDs {
+			ids[id] = true
+		}
+		c.engines = append(c.engines, engineToken{name: et.Name, digest: sha256.Sum256([]byte(et.Token)), ids: ids})
+	}
+	return c
+}
+
+// ErrRegistryOpen is returned by SetTokens for no tokens at all while
+// tokens are configured.
+var ErrRegistryOpen = errors.New("registryrpc: a reload cannot open the registry (no registry_token or engine_tokens left); restart the gateway for that")
+
+// Open reports whether heartbeats need no token (none is configured).
+func (s *Server) Open() bool { return s.creds.Load().open() }
+
+// SetTokens replaces the registry token and the engine tokens (a reload)
+// for every heartbeat checked from then on. It refuses, changing nothing,
+// to leave no token at all while some are configured (ErrRegistryOpen):
+// opening the registry is for a restart, which warns when it is off
+// loopback.
+func (s *Server) SetTokens(token string, engineTokens []EngineToken) error {
+	c := newCredentials(token, engineTokens)
+	if c.open() && !s.creds.Load().open() {
+		return ErrRegistryOpen
+	}
+	s.creds.Store(c)
+	return nil
+}
+
 // DefaultMaxInFlight is Options.MaxInFlight's default.
 const DefaultMaxInFlight = 256
 
@@ -100,17 +145,7 @@ func New(root *actor.RootContext, pid *actor.PID, o Options) *Server {
 	if s.timeout <= 0 {
 		s.timeout = 2 * time.Second
 	}
-	if o.Token != "" {
-		s.token = sha256.Sum256([]byte(o.Token))
-		s.hasToken = true
-	}
-	for _, et := range o.EngineTokens {
-		ids := make(map[string]bool, len(et.WorkerIDs))
-		for _, id := range et.WorkerIDs {
-			ids[id] = true
-		}
-		s.engines = append(s.engines, engineToken{name: et.Name, digest: sha256.Sum256([]byte(et.Token)), ids: ids})
-	}
+	s.creds.Store(newCredentials(o.Token, o.EngineTokens))
 	s.peers = peerlimit.New(peerlimit.Options{Rate: o.PeerRate, Burst: o.PeerBurst})
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = DefaultMaxInFlight
@@ -201,7 +236,8 @@ func (s *Server) reject(c codes.Code, msg string) error {
 // is configured; the registry token allows any worker id (nil); an engine
 // token allows its own ids. Every digest is compared, in constant time.
 func (s *Server) authenticate(ctx context.Context) (*engineToken, error) {
-	if !s.hasToken && len(s.engines) == 0 {
+	c := s.creds.Load() // one set of tokens for the whole check
+	if c.open() {
 		return nil, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -214,11 +250,11 @@ func (s *Server) authenticate(ctx context.Context) (*engineToken, error) {
 		return nil, ErrUnauthenticated
 	}
 	sum := sha256.Sum256([]byte(presented))
-	registry := s.hasToken && subtle.ConstantTimeCompare(sum[:], s.token[:]) == 1
+	registry := c.hasToken && subtle.ConstantTimeCompare(sum[:], c.token[:]) == 1
 	var engine *engineToken
-	for i := range s.engines {
-		if subtle.ConstantTimeCompare(sum[:], s.engines[i].digest[:]) == 1 {
-			engine = &s.engines[i]
+	for i := range c.engines {
+		if subtle.ConstantTimeCompare(sum[:], c.engines[i].digest[:]) == 1 {
+			engine = &c.engines[i]
 		}
 	}
 	switch {

@@ -2,6 +2,7 @@ package registryrpc_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -42,6 +43,7 @@ func TestMain(m *testing.M) {
 type env struct {
 	sys    *actor.ActorSystem
 	reg    *actor.PID
+	srv    *registryrpc.Server
 	client controlv1.WorkerRegistryClient
 	conn   *grpc.ClientConn
 }
@@ -274,7 +276,7 @@ func startWith(t *testing.T, cfg registry.Config, o registryrpc.Options) (*env, 
 		_ = sys.Root.StopFuture(pid).Wait()
 		sys.Shutdown()
 	})
-	return &env{sys: sys, reg: pid, client: controlv1.NewWorkerRegistryClient(conn), conn: conn}, &rejected
+	return &env{sys: sys, reg: pid, srv: srv, client: controlv1.NewWorkerRegistryClient(conn), conn: conn}, &rejected
 }
 
 // TestHeartbeatRefusals: a hijack is FailedPrecondition, a worker past
@@ -357,5 +359,40 @@ func TestEngineTokens(t *testing.T) {
 	}
 	if got := e.routable(t); !slices.Equal(got, []string{"ea1", "eb1"}) {
 		t.Fatalf("routable %v, want ea1 eb1", got)
+	}
+}
+
+// TestSetTokens: a reload's tokens apply to the next heartbeat: the old
+// registry token is refused and the new one taken, engine tokens follow
+// the list; leaving no token at all is refused and changes nothing.
+func TestSetTokens(t *testing.T) {
+	e, _ := startWith(t, registry.Config{}, registryrpc.Options{Token: "old"})
+	with := func(tok string) context.Context {
+		return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
+	}
+	if _, err := e.client.Heartbeat(with("old"), good("w1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.SetTokens("new", []registryrpc.EngineToken{{Name: "rack", Token: "tok-r", WorkerIDs: []string{"r1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.Heartbeat(with("old"), good("w1")); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("the old token after the reload: %v, want Unauthenticated", err)
+	}
+	for tok, id := range map[string]string{"new": "w1", "tok-r": "r1"} {
+		if _, err := e.client.Heartbeat(with(tok), good(id)); err != nil {
+			t.Fatalf("token %s after the reload: %v", tok, err)
+		}
+	}
+	if err := e.srv.SetTokens("", nil); !errors.Is(err, registryrpc.ErrRegistryOpen) || e.srv.Open() {
+		t.Fatalf("no tokens: %v (open %v), want ErrRegistryOpen", err, e.srv.Open())
+	}
+	if _, err := e.client.Heartbeat(context.Background(), good("w1")); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no token after the refused reload: %v, want Unauthenticated", err)
+	}
+	// An open registry may get a token (authentication turned on).
+	open, _ := startWith(t, registry.Config{}, registryrpc.Options{})
+	if err := open.srv.SetTokens("t", nil); err != nil || open.srv.Open() {
+		t.Fatalf("turning the registry token on: %v", err)
 	}
 }
