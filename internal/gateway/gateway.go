@@ -92,8 +92,8 @@ type Gateway struct {
 	Keys    *metrics.KeyMetrics
 	tracing *tracing.Provider
 	store   store.Store
-	// keyring and limits are the API keys and their limits, replaced on a
-	// reload (ApplyKeys).
+	// keyring, limits and rpc hold the API keys, their limits and the
+	// registry's tokens, replaced on a reload (ApplyCredentials).
 	keyring *auth.Keyring
 	limits  *ratelimit.Limiter
 	rpc     *registryrpc.Server
