@@ -538,22 +538,7 @@ next:
 func TestRunConfigAndSIGHUP(t *testing.T) {
 	keep, gone, added := fakeVLLM(t, "keep-m"), fakeVLLM(t, "gone-m"), fakeVLLM(t, "added-m")
 	addr := func(s *httptest.Server) string { return s.Listener.Addr().String() }
-	dir := t.TempDir()
-	path := filepath.Join(dir, "tlgate.toml")
-	head := fmt.Sprintf(`
-[gateway]
-listen = "127.0.0.1:0"
-registry_listen = "127.0.0.1:0"
-heartbeat_interval = "1s"
-state_dir = %q
-log_format = "json"
-`, filepath.Join(dir, "state"))
-	write := func(s string) {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	path, head, write := configFile(t, `heartbeat_interval = "1s"`+"\n")
 	write(head + engineTOML("keep", addr(keep), "keep-m") + engineTOML("gone", addr(gone), "gone-m"))
 
 	r := startRun(t, "-config", path)
@@ -663,25 +648,11 @@ func TestRunFlagErrors(t *testing.T) {
 // (authentication is not turned off by a reload) and the keys stay.
 func TestSIGHUPReloadsKeys(t *testing.T) {
 	eng := fakeVLLM(t, "m")
-	dir := t.TempDir()
-	path := filepath.Join(dir, "tlgate.toml")
-	head := fmt.Sprintf(`
-[gateway]
-listen = "127.0.0.1:0"
-registry_listen = "127.0.0.1:0"
-state_dir = %q
-log_format = "json"
-`, filepath.Join(dir, "state"))
+	path, head, write := configFile(t, "")
 	key := func(name, secret string, rpm int) string {
 		return fmt.Sprintf("\n[[gateway.api_keys]]\nname = %q\nkey = %q\nscopes = [\"inference\"]\nrequests_per_minute = %d\n", name, secret, rpm)
 	}
 	engine := engineTOML("e", eng.Listener.Addr().String(), "m")
-	write := func(s string) {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 	write(head + key("alice", "sk-alice-1", 0) + engine)
 	r := startRun(t, "-config", path)
 	listen := r.await(r.stderr, regexp.MustCompile(`"listen":"(127\.0\.0\.1:\d+)"[^\n]*"message":"gateway started"`))
@@ -723,4 +694,28 @@ log_format = "json"
 	if a, err := r.do(http.MethodPost, "http://"+listen+"/v1/completions", `{"model":"m","prompt":"hi"}`); err != nil || a.status != http.StatusUnauthorized {
 		t.Errorf("after the refused reload, no key: %v %d, want 401", err, a.status)
 	}
+}
+
+// configFile returns the path of a configuration file in a fresh
+// directory, the [gateway] head every version of it starts with (loopback
+// listeners on OS-chosen ports, a state_dir, JSON logs, then extra), and a
+// function that writes a version.
+func configFile(t *testing.T, extra string) (path, head string, write func(string)) {
+	t.Helper()
+	dir := t.TempDir()
+	path = filepath.Join(dir, "tlgate.toml")
+	head = fmt.Sprintf(`
+[gateway]
+listen = "127.0.0.1:0"
+registry_listen = "127.0.0.1:0"
+state_dir = %q
+log_format = "json"
+`, filepath.Join(dir, "state")) + extra
+	write = func(s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path, head, write
 }
