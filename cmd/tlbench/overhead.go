@@ -123,7 +123,6 @@ func startOverheadFleet(ctx context.Context, c settings, logOut io.Writer) (_ *o
 	cfg := fmt.Sprintf(`[gateway]
 listen = %q
 registry_listen = %q
-route_policy = "least_outstanding"
 heartbeat_interval = %q
 state_dir = %q
 log_format = "json"
@@ -336,7 +335,7 @@ func overheadSection(c settings, cells []*overheadCell, nginxNote string) sectio
 			fmt.Sprint(cell.failed), fmt.Sprint(cell.dropped))
 	}
 	lead := fmt.Sprintf("Separate processes on loopback: one zero-cost reference engine (`cmd/enginesim`, %d tokens per answer), "+
-		"the `gateway` binary (least_outstanding, JSON access log written to a file, metrics on), a bare Go "+
+		"the `gateway` binary (its default route policy, cache_aware; JSON access log written to a file, metrics on), a bare Go "+
 		"`httputil.ReverseProxy` (FlushInterval -1, upstream keep-alive: the floor of a Go HTTP proxy on this machine), "+
 		"and nginx (%d worker processes, upstream keep-alive, proxy_buffering off); the load generator is tlbench's own process. "+
 		"Latency to the last byte at an open-loop %.0f requests/s for %v per path, %d interleaved rounds pooled; "+
