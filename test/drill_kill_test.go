@@ -143,17 +143,21 @@ func TestDrillKillUnifiedUnderMixedLoad(t *testing.T) {
 	// (non-streamed, or a stream before its first byte).
 	// A stream commits at its first token, a few milliseconds after it
 	// starts, while a non-streamed request stays uncommitted for its whole
-	// 0.5 s: a surplus of running requests over committed streams that
-	// lasts 200 ms (20 polls) is a non-streamed request.
-	surplus := 0
-	eventually(t, 10*time.Second, func() bool {
+	// 0.5 s (longer on a busy machine): a surplus of running requests over
+	// committed streams seen at every poll for 200 ms is an uncommitted
+	// request. The window is timed, not counted in polls, which a busy
+	// machine spaces out.
+	var since time.Time
+	eventually(t, 30*time.Second, func() bool {
 		committed := l.reading("u1")
-		if committed >= 1 && u1.Stats().Running > committed {
-			surplus++
-		} else {
-			surplus = 0
+		if committed < 1 || u1.Stats().Running <= committed {
+			since = time.Time{}
+			return false
 		}
-		return surplus >= 20
+		if since.IsZero() {
+			since = time.Now()
+		}
+		return time.Since(since) >= 200*time.Millisecond
 	}, "u1 running committed and uncommitted requests")
 	killed := time.Now()
 	u1.Kill()
