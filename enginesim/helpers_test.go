@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // startEngine starts an engine that the test closes at cleanup.
 func startEngine(t testing.TB, cfg Config) *Engine {

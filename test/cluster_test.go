@@ -16,21 +16,17 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/tlgate/tlgate/actors/request"
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/config"
 	"github.com/tlgate/tlgate/internal/gateway"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// protoactor's dead-letter throttle parks one goroutine for one
-		// throttle interval (1 s) after a dead letter, then it ends.
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-	)
+	leakcheck.VerifyTestMain(m)
 }
 
 // cluster is a gateway with engines heartbeating to it.

@@ -4,14 +4,13 @@ import (
 	"fmt"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 	"github.com/tlgate/tlgate/internal/openai"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func TestSamplingDefaults(t *testing.T) {
 	f := func(v float64) *float64 { return &v }

@@ -13,12 +13,11 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/tlgate/tlgate/internal/cascade"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 const fixture = "../../testdata/cascade/cascade_sweep.json"
 

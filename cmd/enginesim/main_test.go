@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func noEnv(string) string { return "" }
 

@@ -22,15 +22,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// protoactor's dead-letter throttle parks one goroutine for one
-		// throttle interval (1 s) after a dead letter, then it ends.
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-	)
+	leakcheck.VerifyTestMain(m)
 }
 
 // syncBuffer is an io.Writer the gateway's goroutines share with the test.

@@ -14,11 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/tlgate/tlgate/internal/bench/loadgen"
 	"github.com/tlgate/tlgate/internal/bench/nginxproxy"
 	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) {
@@ -31,11 +30,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	goleak.VerifyTestMain(m,
-		// protoactor's dead-letter throttle parks one goroutine for one
-		// throttle interval (1 s) after a dead letter, then it ends.
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-	)
+	leakcheck.VerifyTestMain(m)
 }
 
 // smallest is the least configuration that runs every experiment: a few

@@ -3,10 +3,10 @@ package pcg
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // TestKnownSequence checks the outputs of the reference pcg32-demo
 // (pcg32_srandom_r(&rng, 42, 54)).

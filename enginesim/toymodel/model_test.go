@@ -6,12 +6,11 @@ import (
 	"slices"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/tlgate/tlgate/enginesim/tokenizer"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func generate(m *Model, prompt []uint32, seed uint64, p Params, n int) ([]uint32, []float64) {
 	g := m.NewGenerator(prompt, seed, p)

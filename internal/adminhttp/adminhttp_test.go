@@ -15,7 +15,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/tlgate/tlgate/actors/admin"
 	"github.com/tlgate/tlgate/actors/registry"
@@ -24,6 +23,7 @@ import (
 	"github.com/tlgate/tlgate/internal/adminhttp"
 	"github.com/tlgate/tlgate/internal/auth"
 	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 	"github.com/tlgate/tlgate/internal/openai"
 	"github.com/tlgate/tlgate/internal/policy"
 	"github.com/tlgate/tlgate/internal/routes"
@@ -31,7 +31,7 @@ import (
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 const opsKey = "ops-secret"
 

@@ -10,14 +10,14 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/engineclient"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 	enginev1 "github.com/tlgate/tlgate/protos/tl/engine/v1"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func start(t *testing.T, cfg enginesim.Config) *enginesim.Engine {
 	t.Helper()

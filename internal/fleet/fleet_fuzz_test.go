@@ -8,12 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/tlgate/tlgate/internal/leakcheck"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // FuzzHeartbeatValidation: Validate never panics, every refusal wraps one of
 // the package's sentinel errors, and every status it accepts is one that

@@ -7,12 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 var t0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // upstream starts an engine stand-in on 127.0.0.1 and stops it at cleanup.
 // It reads the request body before calling h, as an engine does: the

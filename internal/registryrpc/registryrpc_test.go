@@ -15,7 +15,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -27,17 +26,13 @@ import (
 	"github.com/tlgate/tlgate/internal/actorsys"
 	"github.com/tlgate/tlgate/internal/auth"
 	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 	"github.com/tlgate/tlgate/internal/registryrpc"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// protoactor's dead-letter throttle parks one goroutine for one
-		// throttle interval (1 s) after a dead letter (a worker actor's
-		// message arriving as the registry stops), then it ends.
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-	)
+	leakcheck.VerifyTestMain(m)
 }
 
 type env struct {

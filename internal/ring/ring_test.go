@@ -10,10 +10,10 @@ import (
 	"strconv"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func TestHash64Golden(t *testing.T) {
 	// Reference values of XXH64 with seed 0.

@@ -9,13 +9,12 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/tlgate/tlgate/internal/cascade"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 	"github.com/tlgate/tlgate/internal/ring"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func TestCanarySplit(t *testing.T) {
 	r := Route{Model: "smol", Backends: []Backend{{"smol-v3", 0.9}, {"smol-v4", 0.1}}}

@@ -7,14 +7,13 @@ import (
 	"sync"
 	"testing"
 
-	"go.uber.org/goleak"
-
+	"github.com/tlgate/tlgate/internal/leakcheck"
 	"github.com/tlgate/tlgate/internal/routes"
 	"github.com/tlgate/tlgate/internal/statefile"
 	"github.com/tlgate/tlgate/internal/store"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func TestDecodeTable(t *testing.T) {
 	cases := []struct {

@@ -17,18 +17,14 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"go.uber.org/goleak"
 
 	"github.com/tlgate/tlgate/internal/browser"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 	"github.com/tlgate/tlgate/internal/stage"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// protoactor's dead-letter throttle parks one goroutine for one
-		// throttle interval (1 s) after a dead letter, then it ends.
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-	)
+	leakcheck.VerifyTestMain(m)
 }
 
 // Bounds: the whole of one test, and one step of it.

@@ -7,17 +7,12 @@ package replicas
 import (
 	"testing"
 
-	"go.uber.org/goleak"
-
+	"github.com/tlgate/tlgate/internal/leakcheck"
 	"github.com/tlgate/tlgate/internal/store/embedetcd"
 )
 
 func TestMain(m *testing.M) {
 	// A child started by embedetcd.StartProcesses runs an etcd member.
 	embedetcd.MemberMain()
-	goleak.VerifyTestMain(m,
-		// protoactor's dead-letter throttle parks one goroutine for one
-		// throttle interval (1 s) after a dead letter, then it ends.
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-	)
+	leakcheck.VerifyTestMain(m)
 }

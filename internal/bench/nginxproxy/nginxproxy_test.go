@@ -11,10 +11,10 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func TestConfig(t *testing.T) {
 	conf, err := Config(Options{Upstreams: []string{"127.0.0.1:9001", "127.0.0.1:9002"}, Workers: 2, Keepalive: 32}, "/tmp/x", "127.0.0.1:8088")

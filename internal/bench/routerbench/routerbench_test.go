@@ -5,18 +5,13 @@ import (
 	"fmt"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/leakcheck"
 	"github.com/tlgate/tlgate/internal/policy"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// protoactor's dead-letter throttle parks one goroutine for one
-		// throttle interval (1 s) after a dead letter, then it ends.
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-	)
+	leakcheck.VerifyTestMain(m)
 }
 
 func TestMeasure(t *testing.T) {

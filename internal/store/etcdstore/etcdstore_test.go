@@ -10,16 +10,16 @@ import (
 
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/tlgate/tlgate/internal/leakcheck"
 	"github.com/tlgate/tlgate/internal/routes"
 	"github.com/tlgate/tlgate/internal/store"
 	"github.com/tlgate/tlgate/internal/store/embedetcd"
 	"github.com/tlgate/tlgate/internal/store/etcdstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func TestCompareAndSwapAndWatch(t *testing.T) {
 	c, err := embedetcd.Start(t.TempDir(), 1)
