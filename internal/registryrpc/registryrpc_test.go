@@ -45,26 +45,8 @@ type env struct {
 
 func start(t *testing.T, o registryrpc.Options) *env {
 	t.Helper()
-	sys := actorsys.New(zerolog.Nop())
-	pid := sys.Root.Spawn(registry.Props(registry.NewState(registry.Config{Interval: 2 * time.Second, MissLimit: 3, Epoch: 4})))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	registryrpc.New(sys.Root, pid, o).Register(g)
-	go func() { _ = g.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		g.Stop()
-		_ = sys.Root.StopFuture(pid).Wait()
-		sys.Shutdown()
-	})
-	return &env{sys: sys, reg: pid, client: controlv1.NewWorkerRegistryClient(conn), conn: conn}
+	e, _ := startWith(t, registry.Config{Epoch: 4}, o)
+	return e
 }
 
 func (e *env) routable(t *testing.T) []string {
