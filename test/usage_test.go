@@ -2,7 +2,6 @@ package test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,22 +20,11 @@ import (
 )
 
 // lockedBuffer collects the access log.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+type lockedBuffer struct{ syncBuffer }
 
 // line returns the access-log line of request id, or nil.
 func (l *lockedBuffer) line(id string) map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	sc := bufio.NewScanner(bytes.NewReader(l.b.Bytes()))
+	sc := bufio.NewScanner(strings.NewReader(l.String()))
 	for sc.Scan() {
 		var v map[string]any
 		if json.Unmarshal(sc.Bytes(), &v) == nil && v["message"] == "request" && v["request_id"] == id {
@@ -252,11 +240,4 @@ cascade = [{ model = "sim", accept_if = "mean_logprob > 1" }, { model = "sim" }]
 			t.Errorf("tlgate_tokens_total{model=twice,kind=%s} = %v, want %d (both steps)", kind, got, want)
 		}
 	}
-}
-
-// String returns everything logged so far.
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
