@@ -14,7 +14,7 @@ import (
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/config"
 	"github.com/tlgate/tlgate/internal/gateway"
-	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/stage"
 	"github.com/tlgate/tlgate/internal/tracing"
 )
 
@@ -26,11 +26,7 @@ func demoConfig() *config.Config {
 	cfg := config.Default()
 	gw := &cfg.Gateway
 	gw.StateDir = filepath.Join(os.TempDir(), fmt.Sprintf("tlgate-demo-%d", os.Getpid()))
-	gw.Routes = []routes.Route{
-		{Model: "smol", Aliases: []string{"smol-latest"}, Backends: []routes.Backend{{Model: "smol-v3", Weight: 0.9}, {Model: "smol-v4", Weight: 0.1}}},
-		{Model: "auto", Cascade: []routes.Step{{Model: "smol", AcceptIf: "mean_logprob > -1.2"}, {Model: "big"}}},
-		{Model: "big-pd", Backends: []routes.Backend{{Model: "big", Weight: 1}}, Targets: []string{routes.TargetDisaggregated}},
-	}
+	gw.Routes = stage.Routes() // the console's tests and screenshots run on the same
 	return cfg
 }
 
