@@ -89,16 +89,10 @@ func run(ctx context.Context, args []string) error {
 	shoot := func(name, hash string, ready chromedp.Action[chromedp.Void]) error {
 		sctx, cancel := context.WithTimeout(b.Ctx, 30*time.Second)
 		defer cancel()
-		var png []byte
-		err := chromedp.Do(sctx,
+		png, err := screenshot(sctx,
 			chromedp.Navigate(st.URL+"/ui/#"+hash),
 			ready,
-			chromedp.Sleep(300*time.Millisecond), // the last poll's paint
-			chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-				var err error
-				png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
-				return err
-			}))
+			chromedp.Sleep(300*time.Millisecond)) // the last poll's paint
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -219,21 +213,23 @@ func conflictShot(ctx context.Context, b *browser.Browser, st *stage.Stage, out 
 	if status, b, _, err := st.Do(ctx, "PUT", "/admin/v1/routes", stage.AdminKey, theirs, "If-Match", h.Get("ETag")); err != nil || status != 200 {
 		return fmt.Errorf("routes-conflict: PUT: %d %s %v", status, b, err)
 	}
-	var png []byte
-	err = chromedp.Do(bctx,
+	png, err := screenshot(bctx,
 		edit(`"smol-latest"`, `"smol-latest",
         "smol-stable"`),
 		chromedp.WaitVisible(chromedp.ID("conflict")),
-		chromedp.Sleep(200*time.Millisecond),
-		chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-			var err error
-			png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
-			return err
-		}))
+		chromedp.Sleep(200*time.Millisecond))
 	if err != nil {
 		return fmt.Errorf("routes-conflict: %w", err)
 	}
 	return write(out, "routes-conflict", png)
+}
+
+// screenshot runs steps and then takes a full-page PNG of the tab.
+func screenshot(ctx context.Context, steps ...chromedp.Action[chromedp.Void]) ([]byte, error) {
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		return nil, err
+	}
+	return chromedp.Run(ctx, chromedp.FullScreenshot(100))
 }
 
 func write(out, name string, png []byte) error {
@@ -250,18 +246,12 @@ func write(out, name string, png []byte) error {
 func routesErrorShot(b *browser.Browser, st *stage.Stage, out string) error {
 	ctx, cancel := context.WithTimeout(b.Ctx, 30*time.Second)
 	defer cancel()
-	var png []byte
-	err := chromedp.Do(ctx,
+	png, err := screenshot(ctx,
 		chromedp.Navigate(st.URL+"/ui/#routes"),
 		chromedp.WaitVisible(chromedp.CSS(`.card.route`)),
 		edit("mean_logprob > -1.2", "mean_logprob >> -1.2"),
 		chromedp.WaitVisible(chromedp.CSS(`#notes .note`)),
-		chromedp.Sleep(200*time.Millisecond),
-		chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-			var err error
-			png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
-			return err
-		}))
+		chromedp.Sleep(200*time.Millisecond))
 	if err != nil {
 		return fmt.Errorf("routes-invalid: %w", err)
 	}
