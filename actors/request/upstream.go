@@ -34,5 +34,5 @@ func exhausted(model string, attempts int, last error) Outcome {
 func escalatesOnFailure(t router.Target, err error) bool {
 	// A truncated answer is the engine's connection failing, not the
 	// model's: another worker of the same step is tried instead.
-	return t.CascadeSteps > 1 && t.CascadeStep < t.CascadeSteps-1 && proxy.IsAnswerFailure(err) && proxy.ReasonOf(err) != proxy.FailTruncated
+	return t.CascadeSteps > 1 && t.CascadeStep < t.CascadeSteps-1 && proxy.IsWrongAnswer(err)
 }

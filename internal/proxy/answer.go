@@ -40,8 +40,16 @@ var (
 // on reaching it: a client whose attempts all fail so is answered 502
 // upstream_failed, not 503 no_capacity.
 func IsAnswerFailure(err error) bool {
+	return IsWrongAnswer(err) || ReasonOf(err) == FailTruncated
+}
+
+// IsWrongAnswer reports whether err is an attempt whose engine answered
+// in full but wrongly (FailStatus5xx, FailBadAnswer): what the model's
+// server said, not a connection that broke, so a cascade's next, larger
+// model may well answer where this one did not.
+func IsWrongAnswer(err error) bool {
 	r := ReasonOf(err)
-	return r == FailStatus5xx || r == FailBadAnswer || r == FailTruncated
+	return r == FailStatus5xx || r == FailBadAnswer
 }
 
 // excerpt is the start of an engine's body for an error (the log's, never
