@@ -37,18 +37,7 @@ func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 			{"id":"w-past","model":"m","role":"unified","source":"heartbeat","routable":true,"ejected_until":"2000-01-01T00:00:00Z","last_heartbeat":%[1]q}
 		]}`, beat, until)
 	})
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-
-	ctx, cancel := context.WithTimeout(context.Background(), testBudget)
-	defer cancel()
-	b, err := browser.Start(ctx, path, 1280, 900)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	u := &ui{t: t, b: b}
-	u.do("open", chromedp.Navigate(srv.URL+"/ui/"))
+	u := openFake(t, path, mux)
 	u.waitJS("rows", `document.querySelectorAll("tr[data-worker]").length === 3`)
 	type row struct{ State, Chip, Title, Source, KV string }
 	rows := eval[map[string]row](u, `Object.fromEntries([...document.querySelectorAll("tr[data-worker]")].map(tr => [tr.dataset.worker, {
@@ -105,21 +94,29 @@ func TestFleetAgesOnTheGatewaysClock(t *testing.T) {
 		fmt.Fprintf(w, `{"epoch":1,"workers":[{"id":"w","model":"m","role":"unified","source":"heartbeat","routable":true,"last_heartbeat":%q}]}`,
 			gwNow.Add(-5*time.Second).UTC().Format(time.RFC3339Nano))
 	})
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), testBudget)
-	defer cancel()
-	b, err := browser.Start(ctx, path, 1280, 900)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	u := &ui{t: t, b: b}
-	u.do("open", chromedp.Navigate(srv.URL+"/ui/"))
+	u := openFake(t, path, mux)
 	u.waitJS("row", `document.querySelector('tr[data-worker="w"]') !== null`)
 	// The Date header has whole seconds: 5 s, give or take one.
 	age := eval[float64](u, `parseFloat(document.querySelector('tr[data-worker="w"]').lastElementChild.textContent)`)
 	if age < 3.9 || age > 6.1 {
 		t.Fatalf("heartbeat age %v s, want about 5 s on the gateway's clock", age)
 	}
+}
+
+// openFake serves mux (the console and a fake admin API) on loopback and
+// opens the console in a fresh browser on it.
+func openFake(t *testing.T, path string, mux *http.ServeMux) *ui {
+	t.Helper()
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), testBudget)
+	t.Cleanup(cancel)
+	b, err := browser.Start(ctx, path, 1280, 900)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	u := &ui{t: t, b: b}
+	u.do("open", chromedp.Navigate(srv.URL+"/ui/"))
+	return u
 }
