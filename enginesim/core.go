@@ -36,6 +36,30 @@ type core struct {
 	counters    counters
 	onExpire    func(id string) // called (without the lock) when a hold times out
 	onQueued    func()          // called (without the lock) when a sequence starts waiting
+	slots       slotTime
+}
+
+// slotTime integrates the engine's running slots over time: busy is the
+// running sequences' time (slot-seconds), stalled the time of free running
+// slots while sequences waited (the head of the queue did not fit the free
+// KV blocks). Either divided by a span of time is a mean number of slots.
+type slotTime struct {
+	last          time.Time
+	busy, stalled time.Duration
+}
+
+// settleLocked adds the time since the last change of the running or
+// waiting counts to c.slots; it runs before every such change.
+func (c *core) settleLocked() {
+	now := time.Now()
+	if !c.slots.last.IsZero() {
+		dt := now.Sub(c.slots.last)
+		c.slots.busy += dt * time.Duration(c.running)
+		if c.waiting.Len() > 0 && c.running < c.maxRunning {
+			c.slots.stalled += dt * time.Duration(c.maxRunning-c.running)
+		}
+	}
+	c.slots.last = now
 }
 
 // counters are the engine's cumulative counts (see Stats).
@@ -91,6 +115,7 @@ type seq struct {
 // error the handle's blocks are freed.
 func (c *core) admit(ctx context.Context, a *admission) (*seq, error) {
 	c.mu.Lock()
+	c.settleLocked()
 	if c.closed {
 		c.dropLocked(a.handle)
 		c.mu.Unlock()
@@ -124,6 +149,7 @@ func (c *core) admit(ctx context.Context, a *admission) (*seq, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.settleLocked()
 	if a.seq != nil { // admitted while we were giving up
 		c.finishLocked(a.seq)
 		return nil, ctx.Err()
@@ -164,6 +190,7 @@ func (c *core) tryAdmitLocked(a *admission) bool {
 
 // pumpLocked admits waiting sequences in order while they fit.
 func (c *core) pumpLocked() {
+	c.settleLocked()
 	for e := c.waiting.Front(); e != nil && !c.closed; e = c.waiting.Front() {
 		a := e.Value.(*admission)
 		if !c.tryAdmitLocked(a) {
@@ -183,6 +210,7 @@ func (c *core) finish(s *seq) {
 }
 
 func (c *core) finishLocked(s *seq) {
+	c.settleLocked()
 	c.pool.release(s.blocks)
 	c.running--
 	c.pumpLocked()
@@ -285,6 +313,7 @@ func (c *core) expire(h *handle) {
 func (c *core) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.settleLocked()
 	c.closed = true
 	for e := c.waiting.Front(); e != nil; e = c.waiting.Front() {
 		a := c.waiting.Remove(e).(*admission)

@@ -389,6 +389,12 @@ type Stats struct {
 	// engine would sample them with a seed of its own, not the prefill's);
 	// LastResumeSeed is the seed the body of the last resume carried.
 	Resumes, ResumesUnseeded, LastResumeSeed uint64
+	// BusySlotTime is the running sequences integrated over time
+	// (slot-seconds); StalledSlotTime the free running slots integrated
+	// over the time sequences waited anyway, the head of the queue not
+	// fitting the free KV blocks. The change of either over a span of time,
+	// divided by the span, is a mean number of slots.
+	BusySlotTime, StalledSlotTime time.Duration
 	// TokensSampled counts the tokens sampled so far, by requests finished
 	// or still running: tests wait on progress, not on a guess of how fast
 	// the machine is.
@@ -401,6 +407,7 @@ func (e *Engine) Stats() Stats {
 	c := e.core
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.settleLocked()
 	k := c.counters
 	return Stats{
 		Requests: k.requests, Completed: k.completed, Aborted: k.aborted,
@@ -415,6 +422,7 @@ func (e *Engine) Stats() Stats {
 		HeartbeatsSkipped: k.heartbeatsSkipped,
 		Draining:          draining,
 		Resumes:           k.resumes, ResumesUnseeded: k.resumesUnseeded, LastResumeSeed: k.lastResumeSeed,
+		BusySlotTime: c.slots.busy, StalledSlotTime: c.slots.stalled,
 		TokensSampled: e.sampled.Load(),
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/bench/loadgen"
@@ -35,7 +36,11 @@ type routingRow struct {
 	rps       float64
 	perEngine []uint64 // requests each engine received
 	maxMean   float64
-	res       *loadgen.Result
+	// busy and stalled are the engines' running slots over the run and
+	// their free slots while sequences waited (KV short), as shares of
+	// all their slots.
+	busy, stalled float64
+	res           *loadgen.Result
 }
 
 // workloadConfig is the workload of kind with n shared system prompts.
@@ -170,7 +175,7 @@ func routingRun(ctx context.Context, c settings, kind loadgen.Kind, p string, w 
 	}
 	client := loadgen.NewClient(run.Concurrency)
 	defer client.CloseIdleConnections()
-	before := cl.stats()
+	before, start := cl.stats(), time.Now()
 	res := loadgen.RunClosed(ctx, client, picker, run)
 	if err := ctx.Err(); err != nil {
 		return routingRow{}, err
@@ -178,11 +183,14 @@ func routingRun(ctx context.Context, c settings, kind loadgen.Kind, p string, w 
 	if res.OK == 0 {
 		return routingRow{}, fmt.Errorf("no request succeeded (%d failed: %s)", res.Failed, res.FirstError())
 	}
-	after := cl.stats()
+	after, span := cl.stats(), time.Since(start)
 	row := routingRow{workload: kind, policy: p, ttft: loadgen.Summarize(res.TTFT), e2e: loadgen.Summarize(res.Latency),
 		rps: res.Throughput(), res: res}
 	var hits, queries uint64
+	var busy, stalled time.Duration
 	for i := range after {
+		busy += after[i].BusySlotTime - before[i].BusySlotTime
+		stalled += after[i].StalledSlotTime - before[i].StalledSlotTime
 		hits += after[i].PrefixHits - before[i].PrefixHits
 		queries += after[i].PrefixQueries - before[i].PrefixQueries
 		row.perEngine = append(row.perEngine, after[i].Requests-before[i].Requests)
@@ -191,6 +199,9 @@ func routingRun(ctx context.Context, c settings, kind loadgen.Kind, p string, w 
 		row.hitRate = float64(hits) / float64(queries)
 	}
 	row.maxMean = maxOverMean(row.perEngine)
+	if slots := span * time.Duration(len(after)*c.maxRunning); slots > 0 {
+		row.busy, row.stalled = float64(busy)/float64(slots), float64(stalled)/float64(slots)
+	}
 	return row, nil
 }
 
@@ -222,10 +233,10 @@ func (r routingRow) perEngineString() string {
 
 func routingSection(c settings, rows []routingRow, meanTokens map[loadgen.Kind]float64) section {
 	t := &table{header: []string{"workload", "policy", "prefix-cache hit rate", "TTFT p50 ms", "TTFT p99 ms",
-		"latency p50 ms", "latency p99 ms", "req/s", "max/mean load", "requests per engine", "failed"}}
+		"latency p50 ms", "latency p99 ms", "req/s", "slots busy", "slots stalled on KV", "max/mean load", "requests per engine", "failed"}}
 	for _, r := range rows {
 		t.add(string(r.workload), r.policy, pct(r.hitRate), ms(r.ttft.P50), ms(r.ttft.P99), ms(r.e2e.P50), ms(r.e2e.P99),
-			f1(r.rps), f2(r.maxMean), r.perEngineString(), strconv.Itoa(r.res.Failed))
+			f1(r.rps), pct(r.busy), pct(r.stalled), f2(r.maxMean), r.perEngineString(), strconv.Itoa(r.res.Failed))
 	}
 	lead := fmt.Sprintf("%d engines (prefill %v per uncached prompt token, decode %v per token, prefix cache in %d-token blocks, "+
 		"%d KV blocks and %d running sequences each), %d concurrent keep-alive clients, %d chat requests per run "+
@@ -239,6 +250,8 @@ func routingSection(c settings, rows []routingRow, meanTokens map[loadgen.Kind]f
 		"Mean prompt: %s tokens (shared), %s (distinct), %s (mixed), %s (multi-turn), %s (rag). "+
 		"least_outstanding, weighted, affinity and cache_aware go through the gateway (route_policy, affinity_load_factor %v, cache_aware with %s); random and round_robin are clients that send straight to the engines. "+
 		"Hit rate = the engines' prefix-cache hits / queries (tokens); TTFT from the streamed requests, latency (to the last byte) from all; "+
+		"slots busy = the engines' running sequences over the run, a share of all their running slots; slots stalled on KV = their free slots while requests waited anyway, "+
+		"the head of the queue not fitting the free KV blocks (the rest of the idle share is slots free with nothing waiting); "+
 		"max/mean load = the busiest engine's request count over the mean.",
 		c.engines, c.prefill, c.decode, enginesim.BlockTokens, c.kvBlocks, c.maxRunning, c.concurrency, c.requests,
 		c.maxTokens, 100*c.streamFraction, c.systemPrompts, c.systemBytes, c.userBytes,
@@ -324,9 +337,9 @@ func routingPlots(rows []routingRow) []plotFile {
 // sweepTable lists the shared workload's runs by number of system prompts.
 func sweepTable(rows []routingRow) *table {
 	t := &table{header: []string{"shared system prompts", "policy", "prefix-cache hit rate", "TTFT p50 ms", "TTFT p99 ms",
-		"req/s", "max/mean load", "requests per engine", "failed"}}
+		"req/s", "slots busy", "slots stalled on KV", "max/mean load", "requests per engine", "failed"}}
 	for _, r := range rows {
-		t.add(strconv.Itoa(r.prompts), r.policy, pct(r.hitRate), ms(r.ttft.P50), ms(r.ttft.P99), f1(r.rps), f2(r.maxMean),
+		t.add(strconv.Itoa(r.prompts), r.policy, pct(r.hitRate), ms(r.ttft.P50), ms(r.ttft.P99), f1(r.rps), pct(r.busy), pct(r.stalled), f2(r.maxMean),
 			r.perEngineString(), strconv.Itoa(r.res.Failed))
 	}
 	return t
