@@ -110,14 +110,21 @@ type Deps struct {
 	OnKV       func(event string, d time.Duration) // "prefill", "release", "failure:<phase>"
 	// Tracer records the request's spans (trace.go); nil: tracing off.
 	Tracer trace.Tracer
+	// Dispatcher runs the request actors' mailboxes (an actorsys.Pool);
+	// nil: protoactor's default, a new goroutine each time.
+	Dispatcher actor.Dispatcher
 }
 
 // Props returns the props of one request actor for ex. Spawn it with the
 // supervisor returned by Guardian, so a panic stops it (and its Stopped
 // handler cleans up) instead of restarting it with a half-done request.
 func Props(d *Deps, ex *Exchange) *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return &requestActor{d: d, ex: ex} },
+	p := actor.PropsFromProducer(func() actor.Actor { return &requestActor{d: d, ex: ex} },
 		actor.WithGuardian(Guardian))
+	if d.Dispatcher != nil {
+		p.Configure(actor.WithDispatcher(d.Dispatcher))
+	}
+	return p
 }
 
 // Guardian stops a failing request actor.

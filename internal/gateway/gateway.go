@@ -181,7 +181,10 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 
 	// Actor system and actors.
 	g.sys = actorsys.New(o.Logger)
-	g.stops = append(g.stops, func(context.Context) error { g.sys.Shutdown(); return nil })
+	// The router's and the request actors' mailboxes run on pooled
+	// goroutines, which keep the stacks their deep calls grew.
+	pool := actorsys.NewPool(actorsys.PoolSize(), actorsys.DefaultThroughput)
+	g.stops = append(g.stops, func(context.Context) error { g.sys.Shutdown(); pool.Close(); return nil })
 	g.Registry = g.sys.Root.Spawn(registry.Props(registry.NewState(registry.Config{
 		Interval: gw.HeartbeatInterval.Duration, MissLimit: gw.HeartbeatMissLimit, Epoch: epoch,
 		OnEvict: func(w fleet.Worker) {
@@ -198,7 +201,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.stops = append(g.stops, g.stopActor(g.Registry))
 	rcfg := routerConfig(pol, &gw)
 	overloadConfig(&rcfg, gw, m, o.Logger)
-	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(rcfg, table, epoch), g.Registry))
+	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(rcfg, table, epoch), g.Registry).Configure(actor.WithDispatcher(pool)))
 	g.stops = append(g.stops, g.stopActor(g.Router))
 	g.Admin = g.sys.Root.Spawn(admin.Props(admin.Deps{
 		Router: g.Router, Registry: g.Registry, StateDir: gw.StateDir, Logger: o.Logger,
@@ -281,7 +284,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.stops = append(g.stops, func(ctx context.Context) error { return stopGRPC(ctx, g.grpc) })
 
 	// HTTP server.
-	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme}
+	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme, Dispatcher: pool}
 	instrument(rdeps, m)
 	g.Traffic = traffic.New(o.Traffic)
 	feedTraffic(rdeps, g.Traffic)
