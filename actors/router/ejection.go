@@ -62,6 +62,9 @@ type health struct {
 func (s *State) renewed(w *fleet.Worker) {
 	if h := s.health[w.ID]; h != nil && (h.addr != w.HTTPAddress || !h.started.Equal(w.StartedAt)) {
 		delete(s.health, w.ID)
+		if c := s.inflight[w.ID]; c != nil {
+			c.suspect, c.trials = false, 0
+		}
 	}
 }
 
@@ -87,6 +90,28 @@ func (s *State) AttemptSucceeded(id string) {
 	if h := s.health[id]; h != nil {
 		h.fails = 0
 	}
+	if c := s.inflight[id]; c != nil {
+		c.suspect, c.trials = false, 0
+	}
+}
+
+// suspectBusy reports whether a pick should pass over the worker whose
+// counter is c: its last attempts failed, it is not ejected (yet), and a
+// request sent to it since has no attempt outcome on it yet. A worker that
+// just failed gets one request at a time until an attempt on it answers
+// or fails again, so an engine that died costs at most one more failed
+// attempt before it is ejected, rather than one for every request routed
+// there before its failure was known.
+func suspectBusy(c *counter) bool { return c.suspect && c.trials > 0 }
+
+// sent counts a request routed to worker id: in flight, and a trial when
+// the worker is suspect.
+func (s *State) sent(id string) {
+	c := s.counter(id)
+	c.n++
+	if c.suspect {
+		c.trials++
+	}
 }
 
 // AttemptFailed records a failure of worker id before the first byte and
@@ -96,6 +121,9 @@ func (s *State) AttemptSucceeded(id string) {
 func (s *State) AttemptFailed(id, reason string, now time.Time) Ejection {
 	ec := s.cfg.Ejection
 	w, known := s.workers[id]
+	if c := s.inflight[id]; c != nil {
+		c.trials = 0 // the outcome of an attempt there is known
+	}
 	if ec.MaxPercent <= 0 || !known || !CountsForEjection(reason) {
 		return Ejection{}
 	}
@@ -116,10 +144,12 @@ func (s *State) AttemptFailed(id, reason string, now time.Time) Ejection {
 		need = max(ec.Refused, 1)
 	}
 	if h.fails < need {
+		s.counter(id).suspect = true
 		return Ejection{}
 	}
 	out := Ejection{Model: w.Model, Reason: reason}
 	if !s.ejectionRoom(w, now) {
+		s.counter(id).suspect = true
 		out.Capped = true
 		return out
 	}
@@ -132,7 +162,8 @@ func (s *State) AttemptFailed(id, reason string, now time.Time) Ejection {
 	h.fails = 0
 	h.reason = reason
 	h.until = now.Add(EjectionTime(ec, h.times))
-	s.counter(id).until = h.until
+	c := s.counter(id)
+	c.until, c.suspect = h.until, false
 	out.Ejected, out.Until = true, h.until
 	s.pruneHealth(now)
 	return out

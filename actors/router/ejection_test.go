@@ -178,3 +178,76 @@ func TestEjectionIgnoresTheClientsFailures(t *testing.T) {
 		t.Fatalf("a refused connection after the client's failures did not eject: %+v", e)
 	}
 }
+
+// TestSuspectWorkerGetsOneTrialAtATime: a worker whose last attempt failed
+// (below the ejection threshold) takes one request at a time until an
+// attempt on it has an outcome: an engine that died costs one more failed
+// attempt, not one for every request routed before the failure is known.
+// Suspicion never refuses a request, and an answer ends it.
+func TestSuspectWorkerGetsOneTrialAtATime(t *testing.T) {
+	pick := func(s *State) string {
+		t.Helper()
+		tg, err := s.Pick(&Request{Model: "m", RequestID: "x"}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tg.Worker.ID
+	}
+	load := func(s *State, id string, n int) {
+		for range n {
+			s.sent(id)
+		}
+	}
+
+	t.Run("one trial, then ejected", func(t *testing.T) {
+		s := ejectState(t, testEjection, "a", "b")
+		load(s, "b", 3)
+		s.AttemptFailed("a", "reset", now) // an attempt in flight when a died
+		if got := pick(s); got != "a" {
+			t.Fatalf("first pick %s, want the trial on a (least loaded)", got)
+		}
+		for i := range 3 {
+			if got := pick(s); got != "b" {
+				t.Fatalf("pick %d with a's trial in flight: %s, want b", i, got)
+			}
+		}
+		if e := s.AttemptFailed("a", "refused", now); !e.Ejected {
+			t.Fatalf("the trial's refusal did not eject a: %+v", e)
+		}
+	})
+
+	t.Run("an answer ends suspicion", func(t *testing.T) {
+		s := ejectState(t, testEjection, "a", "b")
+		load(s, "b", 3)
+		s.AttemptFailed("a", "reset", now)
+		pick(s) // the trial on a
+		s.AttemptSucceeded("a")
+		if got := pick(s); got != "a" {
+			t.Fatalf("pick after a answered: %s, want a (least loaded, no longer suspect)", got)
+		}
+		if got := pick(s); got != "a" {
+			t.Fatalf("second pick after a answered: %s, want a again", got)
+		}
+	})
+
+	t.Run("a trial that ends without an outcome frees the turn", func(t *testing.T) {
+		s := ejectState(t, testEjection, "a", "b")
+		load(s, "b", 3)
+		s.AttemptFailed("a", "reset", now)
+		pick(s)
+		s.Release("a") // the client left before the attempt's outcome
+		if got := pick(s); got != "a" {
+			t.Fatalf("pick after the trial was released: %s, want another trial on a", got)
+		}
+	})
+
+	t.Run("never refuses", func(t *testing.T) {
+		s := ejectState(t, testEjection, "a")
+		s.AttemptFailed("a", "reset", now)
+		for i := range 3 {
+			if got := pick(s); got != "a" {
+				t.Fatalf("pick %d: %s, want a, the only worker", i, got)
+			}
+		}
+	})
+}

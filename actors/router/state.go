@@ -227,6 +227,11 @@ type counter struct {
 	// end of its ejection, copied here so a pick reads no map (admission.go).
 	limit int
 	until time.Time
+	// suspect: the worker's last attempts failed and it is not ejected;
+	// trials counts the requests sent to it since, with no attempt outcome
+	// on it yet (ejection.go, suspectBusy).
+	suspect bool
+	trials  int
 }
 
 func (s *State) counter(id string) *counter {
@@ -247,6 +252,9 @@ func (s *State) Release(id string) {
 	}
 	if c.n > 0 {
 		c.n--
+	}
+	if c.n == 0 {
+		c.trials = 0 // nothing of the gateway's is left in flight there
 	}
 	if _, live := s.workers[id]; c.n == 0 && !live {
 		delete(s.inflight, id)
@@ -345,9 +353,9 @@ func (s *State) pickServed(t *Target, r routes.Route, served string, req *Reques
 		return false
 	}
 	t.ServedModel = served
-	s.counter(t.Worker.ID).n++
+	s.sent(t.Worker.ID)
 	if t.Prefill != nil {
-		s.counter(t.Prefill.ID).n++
+		s.sent(t.Prefill.ID)
 	}
 	return true
 }
@@ -378,13 +386,25 @@ func (s *State) candidates(model string, role fleet.Role, req *Request, now time
 	if !ok {
 		return nil, false
 	}
-	for i, w := range p.ws {
-		if !w.Routable(now) || len(req.Exclude) > 0 && req.Exclude[w.ID] || keep != nil && !keep(w) || s.held(p.ns[i], now) {
-			continue
+	// A suspect worker with a trial in flight is passed over, unless no
+	// other worker is left (suspicion never refuses a request).
+	suspects := 0
+	for pass := 0; pass < 2 && len(s.cands) == 0; pass++ {
+		for i, w := range p.ws {
+			if !w.Routable(now) || len(req.Exclude) > 0 && req.Exclude[w.ID] || keep != nil && !keep(w) || s.held(p.ns[i], now) {
+				continue
+			}
+			if pass == 0 && suspectBusy(p.ns[i]) {
+				suspects++
+				continue
+			}
+			s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: p.ns[i].n + w.QueueDepth, Weight: w.KVTotalBlocks})
+			s.members = append(s.members, w)
+			s.ctrs = append(s.ctrs, p.ns[i])
 		}
-		s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: p.ns[i].n + w.QueueDepth, Weight: w.KVTotalBlocks})
-		s.members = append(s.members, w)
-		s.ctrs = append(s.ctrs, p.ns[i])
+		if suspects == 0 {
+			break
+		}
 	}
 	return p, len(s.cands) > 0
 }
