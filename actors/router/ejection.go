@@ -245,6 +245,8 @@ func (s *State) overloadView(v WorkerView, now time.Time) WorkerView {
 		v.Ejections = h.times
 		if now.Before(h.until) {
 			v.EjectedUntil, v.EjectionReason = h.until, h.reason
+		} else {
+			v.ConsecutiveFailures = h.fails
 		}
 	}
 	v.ConcurrencyLimit = s.Limit(&v.Worker)

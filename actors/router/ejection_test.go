@@ -203,6 +203,9 @@ func TestSuspectWorkerGetsOneTrialAtATime(t *testing.T) {
 		s := ejectState(t, testEjection, "a", "b")
 		load(s, "b", 3)
 		s.AttemptFailed("a", "reset", now) // an attempt in flight when a died
+		if v := s.Workers(now)[0]; v.ConsecutiveFailures != 1 {
+			t.Fatalf("view of suspect a: %d consecutive failures, want 1", v.ConsecutiveFailures)
+		}
 		if got := pick(s); got != "a" {
 			t.Fatalf("first pick %s, want the trial on a (least loaded)", got)
 		}
@@ -213,6 +216,9 @@ func TestSuspectWorkerGetsOneTrialAtATime(t *testing.T) {
 		}
 		if e := s.AttemptFailed("a", "refused", now); !e.Ejected {
 			t.Fatalf("the trial's refusal did not eject a: %+v", e)
+		}
+		if v := s.Workers(now)[0]; v.ConsecutiveFailures != 0 {
+			t.Fatalf("view of ejected a: %d consecutive failures, want 0", v.ConsecutiveFailures)
 		}
 	})
 

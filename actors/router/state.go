@@ -498,6 +498,10 @@ type WorkerView struct {
 	EjectionReason   string    `json:"ejection_reason,omitempty"`
 	Ejections        int       `json:"ejections"`
 	ConcurrencyLimit int       `json:"concurrency_limit"`
+	// ConsecutiveFailures are the worker's attempt failures in a row
+	// since its last answer (0 while ejected); while > 0 it is suspect
+	// and takes one new request at a time.
+	ConsecutiveFailures int `json:"consecutive_failures"`
 }
 
 // Workers lists every known worker at now, sorted by id.

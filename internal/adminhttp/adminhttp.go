@@ -115,6 +115,9 @@ type Worker struct {
 	EjectionReason   string `json:"ejection_reason,omitempty"`
 	Ejections        int    `json:"ejections"`
 	ConcurrencyLimit int    `json:"concurrency_limit"`
+	// ConsecutiveFailures are its attempt failures in a row since its last
+	// answer; while > 0 (and not ejected) it takes one request at a time.
+	ConsecutiveFailures int `json:"consecutive_failures"`
 }
 
 // WorkersBody is the body of GET /admin/v1/workers.
@@ -228,7 +231,7 @@ func workerOf(v router.WorkerView) Worker {
 	if !v.EjectedUntil.IsZero() {
 		out.EjectedUntil, out.EjectionReason = v.EjectedUntil.UTC().Format(time.RFC3339Nano), v.EjectionReason
 	}
-	out.Ejections, out.ConcurrencyLimit = v.Ejections, v.ConcurrencyLimit
+	out.Ejections, out.ConcurrencyLimit, out.ConsecutiveFailures = v.Ejections, v.ConcurrencyLimit, v.ConsecutiveFailures
 	return out
 }
 

@@ -248,6 +248,9 @@ type worker struct {
 	Routable      bool   `json:"routable"`
 	EjectedUntil  string `json:"ejected_until"`
 	LastHeartbeat string `json:"last_heartbeat"`
+	// ConsecutiveFailures > 0 on a routable worker: suspect, one request
+	// at a time until it answers.
+	ConsecutiveFailures int `json:"consecutive_failures"`
 }
 
 func (c *client) workers(ctx context.Context) error {
@@ -292,6 +295,8 @@ func state(w worker, now time.Time) string {
 		return "drained"
 	case w.Draining:
 		return "draining"
+	case w.Routable && w.ConsecutiveFailures > 0:
+		return "suspect"
 	case w.Routable:
 		return "routable"
 	}

@@ -34,11 +34,12 @@ func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 		fmt.Fprintf(w, `{"epoch":3,"queued":{"m":4},"workers":[
 			{"id":"w-ok","model":"m","role":"unified","source":"heartbeat","routable":true,"kv_total_blocks":100,"kv_free_blocks":25,"last_heartbeat":%[1]q,"prefix_index_blocks":1234},
 			{"id":"w-out","model":"m","role":"unified","source":"probe","kind":"vllm","routable":false,"ejected_until":%[2]q,"ejection_reason":"5 consecutive failures","last_heartbeat":%[1]q,"prefix_index_blocks":7},
-			{"id":"w-past","model":"m","role":"unified","source":"heartbeat","routable":true,"ejected_until":"2000-01-01T00:00:00Z","last_heartbeat":%[1]q}
+			{"id":"w-past","model":"m","role":"unified","source":"heartbeat","routable":true,"ejected_until":"2000-01-01T00:00:00Z","last_heartbeat":%[1]q},
+			{"id":"w-sus","model":"m","role":"unified","source":"heartbeat","routable":true,"consecutive_failures":2,"last_heartbeat":%[1]q}
 		]}`, beat, until)
 	})
 	u := openFake(t, path, mux)
-	u.waitJS("rows", `document.querySelectorAll("tr[data-worker]").length === 3`)
+	u.waitJS("rows", `document.querySelectorAll("tr[data-worker]").length === 4`)
 	type row struct{ State, Chip, Title, Source, KV string }
 	rows := eval[map[string]row](u, `Object.fromEntries([...document.querySelectorAll("tr[data-worker]")].map(tr => [tr.dataset.worker, {
 		State: tr.dataset.state,
@@ -52,6 +53,9 @@ func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 	if r := rows["w-past"]; r.State != "routable" {
 		t.Errorf("an ejection in the past still shows: %+v", r)
 	}
+	if r := rows["w-sus"]; r.State != "suspect" || r.Chip != "suspect" || r.Title != "2 failed attempts in a row; one request at a time until it answers" {
+		t.Errorf("suspect worker rendered %+v", r)
+	}
 	if r := rows["w-ok"]; r.State != "routable" || r.KV != "75%" {
 		t.Errorf("routable worker rendered %+v", r)
 	}
@@ -60,10 +64,10 @@ func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 		t.Errorf("no prefix index column: %q", heads)
 	}
 	cells := eval[[]string](u, `[...document.querySelectorAll("tr[data-worker]")].map(tr => tr.children[8].textContent)`)
-	if strings.Join(cells, ",") != "1.2k,7,–" {
-		t.Errorf("prefix index cells %q, want 1.2k, 7 and – (absent)", cells)
+	if strings.Join(cells, ",") != "1.2k,7,–,–" {
+		t.Errorf("prefix index cells %q, want 1.2k, 7 and – (absent) twice", cells)
 	}
-	if got := eval[string](u, `document.querySelector('.card.model[data-model="m"] .cardhead .muted').textContent`); got != "2 of 3 routable · 4 waiting" {
+	if got := eval[string](u, `document.querySelector('.card.model[data-model="m"] .cardhead .muted').textContent`); got != "3 of 4 routable · 4 waiting" {
 		t.Errorf("model card says %q, want 2 of 3 routable and 4 waiting for admission", got)
 	}
 	if got := eval[string](u, `document.getElementById("live").textContent`); !strings.Contains(got, "no keys") {

@@ -218,7 +218,18 @@
     if (w.drained) return { name: "drained", label: "drained", cls: "warn", title: "an operator drained this model" };
     if (w.draining) return { name: "draining", label: "draining", cls: "warn", title: "the engine reports it is draining" };
     if (!w.routable) return { name: "unroutable", label: "not routable", cls: "bad", title: "" };
+    if (w.consecutive_failures > 0) {
+      const n = w.consecutive_failures;
+      return { name: "suspect", label: "suspect", cls: "warn",
+        title: `${n} failed attempt${n > 1 ? "s" : ""} in a row; one request at a time until it answers` };
+    }
     return { name: "routable", label: "routable", cls: "ok", title: "" };
+  }
+  // takesRequests: routable, suspect included (it still takes requests, one
+  // at a time).
+  function takesRequests(w) {
+    const s = workerState(w).name;
+    return s === "routable" || s === "suspect";
   }
   function prefixFields(w) {
     return Object.keys(w).filter((k) => k.startsWith("prefix") && typeof w[k] === "number");
@@ -246,7 +257,7 @@
       byModel.get(w.model).push(w);
     }
     const models = [...byModel.keys()].sort();
-    const routable = workers.filter((w) => workerState(w).name === "routable").length;
+    const routable = workers.filter((w) => takesRequests(w)).length;
     const queued = (r.json && r.json.queued) || {};
     const waiting = Object.values(queued).reduce((a, b) => a + b, 0);
     $("fleet-summary").textContent = `${workers.length} workers · ${routable} routable · ${models.length} models · epoch ${r.json ? r.json.epoch : "?"}` +
@@ -296,7 +307,7 @@
       c.headKey = headKey;
     }
     const drained = ws.filter((w) => w.drained).length;
-    const routable = ws.filter((w) => workerState(w).name === "routable").length;
+    const routable = ws.filter((w) => takesRequests(w)).length;
     c.counts.textContent = `${routable} of ${ws.length} routable` + (waiting ? ` · ${waiting} waiting` : "");
     c.badge.textContent = drained === ws.length ? "drained" : drained ? "partly drained" : routable ? "serving" : "no routable worker";
     c.badge.className = "chip " + (drained ? "warn" : routable ? "ok" : "bad");
