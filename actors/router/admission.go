@@ -100,10 +100,10 @@ func (s *State) Limit(w *fleet.Worker) int {
 // saturated, so a request that finds no worker waits instead of being
 // refused.
 func (s *State) held(c *counter, now time.Time) bool {
-	if now.Before(c.until) {
+	if c.ejectedAt(now) {
 		return true
 	}
-	if c.limit > 0 && c.n >= c.limit {
+	if c.atLimit() {
 		s.full = true
 		return true
 	}
@@ -471,7 +471,7 @@ func (s *State) warmChunks(w *Waiter, now time.Time) int {
 	for _, h := range s.prefix.index.Lookup(served, w.Req.Prompt).Hits() {
 		wk, c := s.workers[h.ID], s.inflight[h.ID]
 		if h.Chunks <= most || wk == nil || c == nil || !wk.Routable(now) || w.Req.Exclude[h.ID] ||
-			now.Before(c.until) || c.limit > 0 && c.n >= c.limit {
+			c.ejectedAt(now) || c.atLimit() {
 			continue
 		}
 		most = h.Chunks

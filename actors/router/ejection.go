@@ -104,16 +104,6 @@ func (s *State) AttemptSucceeded(id string) {
 // there before its failure was known.
 func suspectBusy(c *counter) bool { return c.suspect && c.trials > 0 }
 
-// sent counts a request routed to worker id: in flight, and a trial when
-// the worker is suspect.
-func (s *State) sent(id string) {
-	c := s.counter(id)
-	c.n++
-	if c.suspect {
-		c.trials++
-	}
-}
-
 // AttemptFailed records a failure of worker id before the first byte and
 // ejects the worker when it has failed enough times in a row and its
 // pool's cap allows. Failures of a worker already ejected (attempts sent

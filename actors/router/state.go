@@ -234,6 +234,11 @@ type counter struct {
 	trials  int
 }
 
+// ejectedAt reports whether the worker is ejected at now; atLimit whether
+// it is at its admission limit.
+func (c *counter) ejectedAt(now time.Time) bool { return now.Before(c.until) }
+func (c *counter) atLimit() bool                { return c.limit > 0 && c.n >= c.limit }
+
 func (s *State) counter(id string) *counter {
 	c := s.inflight[id]
 	if c == nil {
@@ -241,6 +246,16 @@ func (s *State) counter(id string) *counter {
 		s.inflight[id] = c
 	}
 	return c
+}
+
+// sent counts a request routed to worker id: in flight, and a trial when
+// the worker is suspect (ejection.go).
+func (s *State) sent(id string) {
+	c := s.counter(id)
+	c.n++
+	if c.suspect {
+		c.trials++
+	}
 }
 
 // Release ends one in-flight request on worker id. A release for a worker
@@ -388,25 +403,30 @@ func (s *State) candidates(model string, role fleet.Role, req *Request, now time
 	}
 	// A suspect worker with a trial in flight is passed over, unless no
 	// other worker is left (suspicion never refuses a request).
-	suspects := 0
-	for pass := 0; pass < 2 && len(s.cands) == 0; pass++ {
-		for i, w := range p.ws {
-			if !w.Routable(now) || len(req.Exclude) > 0 && req.Exclude[w.ID] || keep != nil && !keep(w) || s.held(p.ns[i], now) {
-				continue
-			}
-			if pass == 0 && suspectBusy(p.ns[i]) {
-				suspects++
-				continue
-			}
-			s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: p.ns[i].n + w.QueueDepth, Weight: w.KVTotalBlocks})
-			s.members = append(s.members, w)
-			s.ctrs = append(s.ctrs, p.ns[i])
-		}
-		if suspects == 0 {
-			break
-		}
+	if passed := s.collect(p, req, now, keep, false); len(s.cands) == 0 && passed > 0 {
+		s.collect(p, req, now, keep, true)
 	}
 	return p, len(s.cands) > 0
+}
+
+// collect appends to the scratch slices the members of p that a pick may
+// go to; busy suspects (suspectBusy) only withSuspects. It returns how many
+// busy suspects it passed over.
+func (s *State) collect(p *pool, req *Request, now time.Time, keep func(*fleet.Worker) bool, withSuspects bool) (passed int) {
+	for i, w := range p.ws {
+		c := p.ns[i]
+		if !w.Routable(now) || len(req.Exclude) > 0 && req.Exclude[w.ID] || keep != nil && !keep(w) || s.held(c, now) {
+			continue
+		}
+		if !withSuspects && suspectBusy(c) {
+			passed++
+			continue
+		}
+		s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: c.n + w.QueueDepth, Weight: w.KVTotalBlocks})
+		s.members = append(s.members, w)
+		s.ctrs = append(s.ctrs, c)
+	}
+	return passed
 }
 
 func (s *State) pickOne(t *Target, model string, role fleet.Role, req *Request, now time.Time) error {
@@ -471,10 +491,12 @@ func (s *State) pickPair(t *Target, model string, req *Request, now time.Time) e
 		}
 		d := t.Worker
 		if _, ok := s.candidates(model, fleet.RolePrefill, req, now, func(w *fleet.Worker) bool { return w.KVFormat == d.KVFormat }); ok {
-			i := policy.LeastOutstanding(s.cands)
+			var i int
 			if s.cfg.Policy == policy.NameCacheAware {
 				i, t.Reason = s.pickCacheAware(t, model, req)
 				t.Policy = string(policy.NameCacheAware)
+			} else {
+				i = policy.LeastOutstanding(s.cands)
 			}
 			pw := *s.members[i]
 			t.Prefill = &pw
