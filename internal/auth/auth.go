@@ -118,15 +118,31 @@ func New(specs []KeySpec) (*Keyring, error) {
 // keys are configured (ErrAuthOff): turning authentication off is for a
 // restart, which checks that every listener is on loopback.
 func (k *Keyring) Replace(specs []KeySpec) error {
-	entries, err := buildEntries(specs)
+	entries, err := k.replacement(specs)
 	if err != nil {
 		return err
 	}
-	if len(entries) == 0 && k.Enabled() {
-		return ErrAuthOff
-	}
 	k.cur.Store(&entries)
 	return nil
+}
+
+// Check reports the error Replace would return for specs, changing
+// nothing: a reload that changes more than the keys checks them all first.
+func (k *Keyring) Check(specs []KeySpec) error {
+	_, err := k.replacement(specs)
+	return err
+}
+
+// replacement is the entries Replace would install for specs.
+func (k *Keyring) replacement(specs []KeySpec) ([]entry, error) {
+	entries, err := buildEntries(specs)
+	if err != nil {
+		return nil, err
+	}
+	if len(entries) == 0 && k.Enabled() {
+		return nil, ErrAuthOff
+	}
+	return entries, nil
 }
 
 // buildEntries validates specs (see New) into the keyring's entries.

@@ -281,7 +281,19 @@ func TestReplace(t *testing.T) {
 			t.Errorf("a removed key: %v, want ErrInvalidKey", err)
 		}
 	}
-	// Refused: a bad spec, and no keys at all.
+	// Refused: a bad spec, and no keys at all; Check says so first.
+	if err := kr.Check([]KeySpec{{Name: "x", Secret: "s"}}); !errors.Is(err, ErrBadSpec) {
+		t.Errorf("Check of a key without scopes: %v, want ErrBadSpec", err)
+	}
+	if err := kr.Check(nil); !errors.Is(err, ErrAuthOff) {
+		t.Errorf("Check of no keys: %v, want ErrAuthOff", err)
+	}
+	if err := kr.Check([]KeySpec{{Name: "other", Secret: "sk-other", Scopes: []string{"inference"}}}); err != nil {
+		t.Errorf("Check of a good key: %v", err)
+	}
+	if key, err := kr.Authenticate(req(rotated)); err != nil || key.Name != "user" {
+		t.Errorf("Check changed the keys: %+v %v", key, err)
+	}
 	if err := kr.Replace([]KeySpec{{Name: "x", Secret: "s"}}); !errors.Is(err, ErrBadSpec) {
 		t.Errorf("a key without scopes: %v, want ErrBadSpec", err)
 	}

@@ -434,12 +434,6 @@ func (g *Gateway) ApplyCredentials(gw *config.Gateway) error {
 	if err != nil {
 		return fmt.Errorf("gateway: api_keys: %w", err)
 	}
-	if len(specs) == 0 && g.keyring.Enabled() {
-		return fmt.Errorf("gateway: api_keys: %w", auth.ErrAuthOff)
-	}
-	if _, err := auth.New(specs); err != nil { // refused before anything changes
-		return fmt.Errorf("gateway: api_keys: %w", err)
-	}
 	token, err := gw.RegistryTokenValue()
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
@@ -448,8 +442,12 @@ func (g *Gateway) ApplyCredentials(gw *config.Gateway) error {
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	if token == "" && len(engineTokens) == 0 && !g.rpc.Open() {
-		return fmt.Errorf("gateway: %w", registryrpc.ErrRegistryOpen)
+	// Everything is checked before anything changes.
+	if err := g.keyring.Check(specs); err != nil {
+		return fmt.Errorf("gateway: api_keys: %w", err)
+	}
+	if err := g.rpc.CheckTokens(token, engineTokens); err != nil {
+		return fmt.Errorf("gateway: %w", err)
 	}
 	// Limits first: a new key is never, even for a moment, unlimited.
 	g.limits.SetLimits(limitsOf(gw.APIKeys))

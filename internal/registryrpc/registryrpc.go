@@ -128,12 +128,27 @@ func (s *Server) Open() bool { return s.creds.Load().open() }
 // opening the registry is for a restart, which warns when it is off
 // loopback.
 func (s *Server) SetTokens(token string, engineTokens []EngineToken) error {
-	c := newCredentials(token, engineTokens)
-	if c.open() && !s.creds.Load().open() {
-		return ErrRegistryOpen
+	c, err := s.replacement(token, engineTokens)
+	if err != nil {
+		return err
 	}
 	s.creds.Store(c)
 	return nil
+}
+
+// CheckTokens reports the error SetTokens would return, changing nothing.
+func (s *Server) CheckTokens(token string, engineTokens []EngineToken) error {
+	_, err := s.replacement(token, engineTokens)
+	return err
+}
+
+// replacement is the credentials SetTokens would install.
+func (s *Server) replacement(token string, engineTokens []EngineToken) (*credentials, error) {
+	c := newCredentials(token, engineTokens)
+	if c.open() && !s.creds.Load().open() {
+		return nil, ErrRegistryOpen
+	}
+	return c, nil
 }
 
 // DefaultMaxInFlight is Options.MaxInFlight's default.

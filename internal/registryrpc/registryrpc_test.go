@@ -361,6 +361,15 @@ func TestSetTokens(t *testing.T) {
 			t.Fatalf("token %s after the reload: %v", tok, err)
 		}
 	}
+	if err := e.srv.CheckTokens("", nil); !errors.Is(err, registryrpc.ErrRegistryOpen) {
+		t.Fatalf("CheckTokens of no tokens: %v, want ErrRegistryOpen", err)
+	}
+	if err := e.srv.CheckTokens("other", nil); err != nil {
+		t.Fatalf("CheckTokens of a token: %v", err)
+	}
+	if _, err := e.client.Heartbeat(with("new"), good("w1")); err != nil {
+		t.Fatalf("CheckTokens changed the tokens: %v", err)
+	}
 	if err := e.srv.SetTokens("", nil); !errors.Is(err, registryrpc.ErrRegistryOpen) || e.srv.Open() {
 		t.Fatalf("no tokens: %v (open %v), want ErrRegistryOpen", err, e.srv.Open())
 	}
