@@ -25,8 +25,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/tlgate/tlgate/internal/config"
-	"github.com/tlgate/tlgate/internal/metrics"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/adapter/metrics"
 )
 
 // tool returns the path of a command the checks need. Outside CI a missing

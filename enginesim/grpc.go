@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tlgate/tlgate/enginesim/toymodel"
-	"github.com/tlgate/tlgate/internal/tracing"
+	"github.com/tlgate/tlgate/internal/adapter/tracing"
 	enginev1 "github.com/tlgate/tlgate/protos/tl/engine/v1"
 	kvv1 "github.com/tlgate/tlgate/protos/tl/kv/v1"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/adapter/config"
 )
 
 // TestSlowBodyIsCutOff: a client that sends its headers and then dribbles

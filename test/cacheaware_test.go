@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/adapter/config"
 )
 
 // TestCacheAwareEndToEnd: under route_policy cache_aware, requests sharing

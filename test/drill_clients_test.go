@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/adapter/config"
 )
 
 // drillSlowClient is an HTTP client whose connections have a tiny receive

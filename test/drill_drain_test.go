@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/adminhttp"
-	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/edge/adminhttp"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 // A route split over two served models, two workers each: the drill drains

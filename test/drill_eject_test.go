@@ -10,7 +10,7 @@ import (
 	"github.com/tlgate/tlgate/actors/request"
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/adapter/config"
 )
 
 // TestDrillKillEjectsDeadEngine: a unified engine dies under a steady

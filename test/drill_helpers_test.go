@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/adapter/config"
 )
 
 // The drills' helpers: clients that never call t.Fatal (they run in

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/adapter/config"
 )
 
 // The harness's liveness: heartbeat_interval 200ms × heartbeat_miss_limit 3.

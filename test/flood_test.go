@@ -20,7 +20,7 @@ import (
 
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/adapter/config"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/adapter/config"
 )
 
 // hardenWait bounds each raw-socket wait of these tests: far longer than

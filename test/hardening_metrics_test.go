@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/tlgate/tlgate/internal/config"
-	"github.com/tlgate/tlgate/internal/gateway"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
 
 // TestRejectionsAreCounted: tlgate_http_rejected_total counts the edge's

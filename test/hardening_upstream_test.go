@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/adapter/config"
 )
 
 // hardenPost posts body to /v1/completions without a key, bounded by its

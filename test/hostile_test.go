@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/adapter/config"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 

@@ -15,8 +15,8 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/gateway"
-	"github.com/tlgate/tlgate/internal/openapi"
+	"github.com/tlgate/tlgate/internal/edge/openapi"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
 
 // TestOpenAPIMatchesResponses sends real requests to a running gateway —

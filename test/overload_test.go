@@ -15,7 +15,7 @@ import (
 	"github.com/tlgate/tlgate/actors/request"
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/adapter/config"
 )
 
 // Outlier ejection and admission control, end to end: real gateways in

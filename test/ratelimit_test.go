@@ -21,9 +21,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
-	"github.com/tlgate/tlgate/internal/gateway"
-	"github.com/tlgate/tlgate/internal/ratelimit"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/guard/ratelimit"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
 
 // fakeClock is the rate limiter's clock: it moves only when the test says,

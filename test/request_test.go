@@ -15,7 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/adapter/config"
 )
 
 const smolRoutes = `

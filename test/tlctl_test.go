@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/tlctl"
+	"github.com/tlgate/tlgate/internal/tool/tlctl"
 )
 
 // tlctlRun runs one tlctl command line against the cluster with env as its

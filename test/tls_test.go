@@ -26,8 +26,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/tlgate/tlgate/internal/config"
-	"github.com/tlgate/tlgate/internal/gateway"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tlgate/tlgate/actors/request"
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/tracing"
+	"github.com/tlgate/tlgate/internal/adapter/tracing"
 )
 
 // BenchmarkTracing measures whole requests through the gateway (client,

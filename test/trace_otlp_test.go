@@ -19,8 +19,8 @@ import (
 
 	"github.com/tlgate/tlgate/actors/request"
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
-	"github.com/tlgate/tlgate/internal/tracing"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/adapter/tracing"
 )
 
 // otlpSpan is one decoded span with the service that exported it.

@@ -19,9 +19,9 @@ import (
 
 	"github.com/tlgate/tlgate/actors/request"
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
-	"github.com/tlgate/tlgate/internal/gateway"
-	"github.com/tlgate/tlgate/internal/tracing"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/adapter/tracing"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
 
 // memTracing is a recording provider whose spans land in an in-memory

@@ -23,8 +23,8 @@ import (
 
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/routes"
-	"github.com/tlgate/tlgate/internal/store"
+	"github.com/tlgate/tlgate/internal/adapter/store"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 // GetRoutes asks for the current table; the admin responds with

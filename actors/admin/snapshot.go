@@ -3,8 +3,8 @@ package admin
 import (
 	"slices"
 
-	"github.com/tlgate/tlgate/internal/routes"
-	"github.com/tlgate/tlgate/internal/store"
+	"github.com/tlgate/tlgate/internal/adapter/store"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 // SnapshotPlan is what a store snapshot changes, decided by

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/tlgate/tlgate/internal/routes"
-	"github.com/tlgate/tlgate/internal/store"
+	"github.com/tlgate/tlgate/internal/adapter/store"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 func TestPlanSnapshot(t *testing.T) {

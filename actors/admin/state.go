@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 // Errors an admin answer can carry. Their texts are written for the

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tlgate/tlgate/internal/leakcheck"
-	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/routing/routes"
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

@@ -9,8 +9,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/tlgate/tlgate/actors/registry"
-	"github.com/tlgate/tlgate/internal/routes"
-	"github.com/tlgate/tlgate/internal/store"
+	"github.com/tlgate/tlgate/internal/adapter/store"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 // ErrStoreUnavailable: the store (etcd) cannot be reached, so the write

@@ -15,10 +15,10 @@ import (
 	"github.com/tlgate/tlgate/actors/admin"
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/actorsys"
-	"github.com/tlgate/tlgate/internal/policy"
-	"github.com/tlgate/tlgate/internal/routes"
-	"github.com/tlgate/tlgate/internal/store"
+	"github.com/tlgate/tlgate/internal/adapter/store"
+	"github.com/tlgate/tlgate/internal/routing/policy"
+	"github.com/tlgate/tlgate/internal/routing/routes"
+	"github.com/tlgate/tlgate/internal/runtime/actorsys"
 )
 
 // fakeStore is a shared store the test steers: up or down, a conflict

@@ -7,7 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
 )
 
 // MaxBatch bounds the workers in one *Changes: a subscriber (the router)

@@ -11,8 +11,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/tlgate/tlgate/actors/registry"
-	"github.com/tlgate/tlgate/internal/bubble"
-	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/testkit/bubble"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 

@@ -25,7 +25,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/tlgate/tlgate/actors/worker"
-	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 

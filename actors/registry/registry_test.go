@@ -10,10 +10,10 @@ import (
 
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/worker"
-	"github.com/tlgate/tlgate/internal/actorsys"
-	"github.com/tlgate/tlgate/internal/bubble"
-	"github.com/tlgate/tlgate/internal/fleet"
-	"github.com/tlgate/tlgate/internal/leakcheck"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/runtime/actorsys"
+	"github.com/tlgate/tlgate/internal/testkit/bubble"
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
 )
 
 // Errors of a refused heartbeat; the registry answers it with *Refused.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/tlgate/tlgate/internal/openai"
+	"github.com/tlgate/tlgate/internal/wire/openai"
 	enginev1 "github.com/tlgate/tlgate/protos/tl/engine/v1"
 	kvv1 "github.com/tlgate/tlgate/protos/tl/kv/v1"
 )

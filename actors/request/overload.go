@@ -11,7 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/openai"
+	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
 // clientLeft is sent by the context.AfterFunc watching the client's

@@ -25,10 +25,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/cascade"
-	"github.com/tlgate/tlgate/internal/openai"
-	"github.com/tlgate/tlgate/internal/proxy"
-	"github.com/tlgate/tlgate/internal/usage"
+	"github.com/tlgate/tlgate/internal/routing/cascade"
+	"github.com/tlgate/tlgate/internal/wire/openai"
+	"github.com/tlgate/tlgate/internal/wire/proxy"
+	"github.com/tlgate/tlgate/internal/wire/usage"
 )
 
 // Exchange is one client request as the edge hands it over, and the channel
@@ -87,7 +87,7 @@ type Log struct {
 	Phase                                       string // disaggregated: the phase that failed
 	LastError                                   string // the last failed attempt's error
 	// Usage is the tokens the answers used (every answered cascade step),
-	// estimated when an engine reported none (internal/usage).
+	// estimated when an engine reported none (internal/wire/usage).
 	Usage usage.Usage
 	// StreamFailure is why a committed stream failed (a proxy.Failure:
 	// timeout, eof, bad_answer...); the client got the upstream_failed event.

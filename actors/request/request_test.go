@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/fleet"
-	"github.com/tlgate/tlgate/internal/leakcheck"
-	"github.com/tlgate/tlgate/internal/openai"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
+	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/proxy"
-	"github.com/tlgate/tlgate/internal/tracing"
+	"github.com/tlgate/tlgate/internal/adapter/tracing"
+	"github.com/tlgate/tlgate/internal/wire/proxy"
 )
 
 // Span names. The request span is named by GenAI convention
@@ -58,7 +58,7 @@ const (
 	AttrPromptTokens  = semconv.GenAIUsageInputTokensKey
 	AttrOutputTokens  = semconv.GenAIUsageOutputTokensKey
 	// AttrUsageEstimated: the engine reported no usage, the gateway
-	// estimated it (internal/usage).
+	// estimated it (internal/wire/usage).
 	AttrUsageEstimated = attribute.Key("tlgate.usage.estimated")
 )
 

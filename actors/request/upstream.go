@@ -5,8 +5,8 @@ import (
 	"net/http"
 
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/openai"
-	"github.com/tlgate/tlgate/internal/proxy"
+	"github.com/tlgate/tlgate/internal/wire/openai"
+	"github.com/tlgate/tlgate/internal/wire/proxy"
 )
 
 // exhausted is the answer when a request has no attempt left after

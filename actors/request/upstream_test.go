@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/proxy"
+	"github.com/tlgate/tlgate/internal/wire/proxy"
 )
 
 func TestExhausted(t *testing.T) {

@@ -3,8 +3,8 @@ package request
 import (
 	"net/http"
 
-	"github.com/tlgate/tlgate/internal/proxy"
-	"github.com/tlgate/tlgate/internal/usage"
+	"github.com/tlgate/tlgate/internal/wire/proxy"
+	"github.com/tlgate/tlgate/internal/wire/usage"
 )
 
 // streamWriter returns the writer a streamed attempt relays to: the

@@ -8,8 +8,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/tlgate/tlgate/internal/fleet"
-	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 // Errors of admission control.

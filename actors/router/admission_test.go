@@ -9,8 +9,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/tlgate/tlgate/internal/fleet"
-	"github.com/tlgate/tlgate/internal/policy"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/routing/policy"
 )
 
 func TestFairQueueRoundRobin(t *testing.T) {

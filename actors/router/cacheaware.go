@@ -1,9 +1,9 @@
 package router
 
 import (
-	"github.com/tlgate/tlgate/internal/fleet"
-	"github.com/tlgate/tlgate/internal/policy"
-	"github.com/tlgate/tlgate/internal/prefixindex"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/routing/policy"
+	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 )
 
 // cacheState is the cache_aware policy's part of the router state: the

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/fleet"
-	"github.com/tlgate/tlgate/internal/proxy"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/wire/proxy"
 )
 
 // EjectionConfig is passive health (outlier ejection): a worker whose
@@ -38,7 +38,7 @@ func CountsForEjection(reason string) bool {
 	return strings.HasPrefix(reason, "status_")
 }
 
-// FailureRefused is the failure reason (internal/proxy's) of a refused
+// FailureRefused is the failure reason (internal/wire/proxy's) of a refused
 // connection, which ejects after EjectionConfig.Refused failures.
 const FailureRefused = "refused"
 

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/fleet"
-	"github.com/tlgate/tlgate/internal/policy"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/routing/policy"
 )
 
 var testEjection = EjectionConfig{Failures: 3, Refused: 1, Base: 10 * time.Second, Max: 25 * time.Second, MaxPercent: 50}

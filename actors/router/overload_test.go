@@ -9,7 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/policy"
+	"github.com/tlgate/tlgate/internal/routing/policy"
 )
 
 // TestEjectionEndsAfterBackoff: a refused worker is ejected for base_time

@@ -17,7 +17,7 @@ import (
 	"github.com/asynkron/protoactor-go/scheduler"
 
 	"github.com/tlgate/tlgate/actors/registry"
-	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 // Route asks for a target; the router responds with *RouteResult.

@@ -7,12 +7,12 @@ import (
 	"sort"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/cascade"
-	"github.com/tlgate/tlgate/internal/fleet"
-	"github.com/tlgate/tlgate/internal/policy"
-	"github.com/tlgate/tlgate/internal/prefixindex"
-	"github.com/tlgate/tlgate/internal/ring"
-	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/routing/cascade"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/routing/policy"
+	"github.com/tlgate/tlgate/internal/routing/prefixindex"
+	"github.com/tlgate/tlgate/internal/routing/ring"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 // Errors a Route answer can carry.

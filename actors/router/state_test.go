@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/fleet"
-	"github.com/tlgate/tlgate/internal/policy"
-	"github.com/tlgate/tlgate/internal/routes"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/routing/policy"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 var now = time.Unix(1_000_000, 0)

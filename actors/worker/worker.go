@@ -15,7 +15,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/scheduler"
 
-	"github.com/tlgate/tlgate/internal/fleet"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
 )
 
 // Update is a new status for the worker, already validated, with its arrival

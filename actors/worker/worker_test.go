@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/fleet"
-	"github.com/tlgate/tlgate/internal/leakcheck"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

@@ -20,8 +20,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/tlgate/tlgate/internal/cascade"
-	"github.com/tlgate/tlgate/internal/svgplot"
+	"github.com/tlgate/tlgate/internal/routing/cascade"
+	"github.com/tlgate/tlgate/internal/tool/svgplot"
 )
 
 // options are the command's parsed flags.

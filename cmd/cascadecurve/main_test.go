@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tlgate/tlgate/internal/cascade"
-	"github.com/tlgate/tlgate/internal/leakcheck"
+	"github.com/tlgate/tlgate/internal/routing/cascade"
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

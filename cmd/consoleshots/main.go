@@ -24,9 +24,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/browser"
-	"github.com/tlgate/tlgate/internal/stage"
-	"github.com/tlgate/tlgate/internal/traffic"
+	"github.com/tlgate/tlgate/internal/adapter/traffic"
+	"github.com/tlgate/tlgate/internal/runtime/stage"
+	"github.com/tlgate/tlgate/internal/tool/browser"
 )
 
 func main() {

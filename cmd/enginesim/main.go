@@ -23,7 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/tracing"
+	"github.com/tlgate/tlgate/internal/adapter/tracing"
 )
 
 // tokenEnv is read for the registry token when -registry-token is not given,

@@ -12,10 +12,10 @@ import (
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
-	"github.com/tlgate/tlgate/internal/gateway"
-	"github.com/tlgate/tlgate/internal/stage"
-	"github.com/tlgate/tlgate/internal/tracing"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/adapter/tracing"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
+	"github.com/tlgate/tlgate/internal/runtime/stage"
 )
 
 // demoConfig is the embedded default: loopback listeners, no keys (allowed

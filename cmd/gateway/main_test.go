@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/leakcheck"
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
 )
 
 func TestMain(m *testing.M) {

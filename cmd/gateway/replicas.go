@@ -13,9 +13,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
-	"github.com/tlgate/tlgate/internal/gateway"
-	"github.com/tlgate/tlgate/internal/store/embedetcd"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/adapter/store/embedetcd"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
 
 // maxReplicas bounds -replicas: the demo runs them all in one process.

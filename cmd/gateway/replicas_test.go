@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/store/embedetcd"
+	"github.com/tlgate/tlgate/internal/adapter/store/embedetcd"
 )
 
 var replicasUp = regexp.MustCompile(`(?s)gateway replicas sharing one route table.*Ctrl-C stops it\.`)

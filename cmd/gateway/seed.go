@@ -7,10 +7,10 @@ import (
 	"io"
 	"os"
 
-	"github.com/tlgate/tlgate/internal/config"
-	"github.com/tlgate/tlgate/internal/gateway"
-	"github.com/tlgate/tlgate/internal/store"
-	"github.com/tlgate/tlgate/internal/store/etcdstore"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/adapter/store"
+	"github.com/tlgate/tlgate/internal/adapter/store/etcdstore"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
 
 // errSeedNeedsEtcd refuses -seed-from with a configuration whose store is

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/bench/loadgen"
-	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
 )
 
 // cacheWeights describes the cache_aware weights of the runs.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
-	"github.com/tlgate/tlgate/internal/gateway"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
 
 // gatewayConfig is what a cluster's gateway differs in; a nil

@@ -35,7 +35,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/bench/loadgen"
+	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
 )
 
 func main() {

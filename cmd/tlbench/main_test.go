@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/bench/loadgen"
-	"github.com/tlgate/tlgate/internal/bench/nginxproxy"
-	"github.com/tlgate/tlgate/internal/config"
-	"github.com/tlgate/tlgate/internal/leakcheck"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
+	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
+	"github.com/tlgate/tlgate/internal/tool/bench/nginxproxy"
 )
 
 func TestMain(m *testing.M) {

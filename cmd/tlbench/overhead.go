@@ -12,10 +12,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/bench/loadgen"
-	"github.com/tlgate/tlgate/internal/bench/nginxproxy"
-	"github.com/tlgate/tlgate/internal/bench/procs"
-	"github.com/tlgate/tlgate/internal/svgplot"
+	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
+	"github.com/tlgate/tlgate/internal/tool/bench/nginxproxy"
+	"github.com/tlgate/tlgate/internal/tool/bench/procs"
+	"github.com/tlgate/tlgate/internal/tool/svgplot"
 )
 
 // Paths of the overhead comparison.

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/bench/loadgen"
-	"github.com/tlgate/tlgate/internal/config"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
 )
 
 // The overload experiment: open-loop arrivals at multiples of the fleet's

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/bench/nginxproxy"
-	"github.com/tlgate/tlgate/internal/svgplot"
+	"github.com/tlgate/tlgate/internal/tool/bench/nginxproxy"
+	"github.com/tlgate/tlgate/internal/tool/svgplot"
 )
 
 // table is a markdown table.

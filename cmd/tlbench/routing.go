@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/bench/loadgen"
-	"github.com/tlgate/tlgate/internal/config"
-	"github.com/tlgate/tlgate/internal/svgplot"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
+	"github.com/tlgate/tlgate/internal/tool/svgplot"
 )
 
 // Routing policies compared: the gateway's three, and two baselines that

@@ -6,9 +6,9 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/tlgate/tlgate/internal/bench/routerbench"
-	"github.com/tlgate/tlgate/internal/policy"
-	"github.com/tlgate/tlgate/internal/svgplot"
+	"github.com/tlgate/tlgate/internal/routing/policy"
+	"github.com/tlgate/tlgate/internal/tool/bench/routerbench"
+	"github.com/tlgate/tlgate/internal/tool/svgplot"
 )
 
 var scalePolicies = []policy.Name{policy.NameLeastOutstanding, policy.NameWeighted, policy.NameAffinity}

@@ -1,5 +1,5 @@
 // Command tlctl is tlgate's admin command line: workers, routes get/put
-// with the ETag, drain and resume. See package internal/tlctl.
+// with the ETag, drain and resume. See package internal/tool/tlctl.
 package main
 
 import (
@@ -7,7 +7,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/tlgate/tlgate/internal/tlctl"
+	"github.com/tlgate/tlgate/internal/tool/tlctl"
 )
 
 func main() {

@@ -3,7 +3,7 @@ package pcg
 import (
 	"testing"
 
-	"github.com/tlgate/tlgate/internal/leakcheck"
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

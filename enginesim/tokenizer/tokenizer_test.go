@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tlgate/tlgate/internal/leakcheck"
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

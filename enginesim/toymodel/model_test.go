@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/tlgate/tlgate/enginesim/tokenizer"
-	"github.com/tlgate/tlgate/internal/leakcheck"
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

@@ -1,6 +1,6 @@
 // Package console tests the web console in a real browser: headless
 // Chromium (Debian's chromium package) driven by chromedp, against a
-// running gateway with reference engines on loopback (internal/stage).
+// running gateway with reference engines on loopback (internal/runtime/stage).
 //
 // Without a Chromium binary the tests skip, unless the CI environment
 // variable is set: then they fail, so CI cannot pass without a browser.
@@ -18,9 +18,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/tlgate/tlgate/internal/browser"
-	"github.com/tlgate/tlgate/internal/leakcheck"
-	"github.com/tlgate/tlgate/internal/stage"
+	"github.com/tlgate/tlgate/internal/runtime/stage"
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
+	"github.com/tlgate/tlgate/internal/tool/browser"
 )
 
 func TestMain(m *testing.M) {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/tlgate/tlgate/internal/browser"
-	"github.com/tlgate/tlgate/internal/console"
+	"github.com/tlgate/tlgate/internal/edge/console"
+	"github.com/tlgate/tlgate/internal/tool/browser"
 )
 
 // TestFleetRendersEjectionAndPrefixIndex: fields the workers' JSON may

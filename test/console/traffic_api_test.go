@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/stage"
-	"github.com/tlgate/tlgate/internal/traffic"
+	"github.com/tlgate/tlgate/internal/adapter/traffic"
+	"github.com/tlgate/tlgate/internal/runtime/stage"
 )
 
 // TestTrafficFedByGateway: GET /admin/v1/traffic counts what the gateway

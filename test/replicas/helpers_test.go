@@ -22,9 +22,9 @@ import (
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/enginesim"
-	"github.com/tlgate/tlgate/internal/config"
-	"github.com/tlgate/tlgate/internal/gateway"
-	"github.com/tlgate/tlgate/internal/store/embedetcd"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/adapter/store/embedetcd"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 

@@ -7,8 +7,8 @@ package replicas
 import (
 	"testing"
 
-	"github.com/tlgate/tlgate/internal/leakcheck"
-	"github.com/tlgate/tlgate/internal/store/embedetcd"
+	"github.com/tlgate/tlgate/internal/adapter/store/embedetcd"
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
 )
 
 func TestMain(m *testing.M) {

@@ -13,8 +13,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/config"
-	"github.com/tlgate/tlgate/internal/gateway"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
 
 // TestReplicasShareRoutes: a PUT on A is served, within 2 s, by B and C

@@ -1,0 +1,384 @@
+// Package config loads the gateway's TOML configuration: every key of the
+// [gateway] table with its default, strict decoding (an unknown key is an
+// error naming it), and validation that reports every problem at once, each
+// naming its key. Relative paths in the file are relative to the working
+// directory of the process.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/tlgate/tlgate/internal/routing/routes"
+)
+
+// Route policies (gateway.route_policy).
+const (
+	PolicyLeastOutstanding = "least_outstanding"
+	PolicyWeighted         = "weighted"
+	PolicyAffinity         = "affinity"
+	PolicyCacheAware       = "cache_aware"
+)
+
+// API key scopes (gateway.api_keys[].scopes).
+const (
+	ScopeInference = "inference"
+	ScopeDebug     = "debug"
+	ScopeAdmin     = "admin"
+)
+
+// Log formats (gateway.log_format).
+const (
+	LogJSON    = "json"
+	LogConsole = "console"
+)
+
+// Kinds of probed engines (gateway.engines[].kind).
+const (
+	KindVLLM     = "vllm"
+	KindSGLang   = "sglang"
+	KindLlamaCPP = "llamacpp"
+	KindOpenAI   = "openai"
+)
+
+var (
+	// ErrInvalid is wrapped by every *FieldError of Validate and Parse.
+	ErrInvalid = errors.New("config: invalid configuration")
+	// ErrUnknownKey is wrapped by the error for a key the schema does not
+	// know.
+	ErrUnknownKey = errors.New("config: unknown key")
+)
+
+// Config is the whole configuration file.
+type Config struct {
+	Gateway Gateway `toml:"gateway"`
+}
+
+// Gateway is the [gateway] table. Defaults are those of Default.
+type Gateway struct {
+	// Listen is the OpenAI API, admin and ops HTTP listener (host:port).
+	Listen string `toml:"listen"`
+	// RegistryListen is the tl.control.v1 gRPC listener (host:port).
+	RegistryListen string `toml:"registry_listen"`
+	// RoutePolicy is least_outstanding, weighted or affinity.
+	RoutePolicy string `toml:"route_policy"`
+	// AffinityLoadFactor is c in the bounded-load cap ceil(c*(m+1)/n), > 1.
+	AffinityLoadFactor float64 `toml:"affinity_load_factor"`
+	// HeartbeatInterval is T, the engines' heartbeat period.
+	HeartbeatInterval Duration `toml:"heartbeat_interval"`
+	// HeartbeatMissLimit is k: a worker is evicted k*T after its last
+	// heartbeat.
+	HeartbeatMissLimit int `toml:"heartbeat_miss_limit"`
+	// MaxAttempts is how many workers a request tries before 503.
+	MaxAttempts int `toml:"max_attempts"`
+	// MaxBodyBytes bounds request bodies (413 above).
+	MaxBodyBytes int64 `toml:"max_body_bytes"`
+	// StateDir holds the persisted route table.
+	StateDir string `toml:"state_dir"`
+
+	// ConnectTimeout bounds dialing an engine.
+	ConnectTimeout Duration `toml:"connect_timeout"`
+	// FirstByteTimeout bounds the wait for an engine's first response byte.
+	FirstByteTimeout Duration `toml:"first_byte_timeout"`
+	// IdleTimeout bounds the gap between two chunks of an engine's stream.
+	IdleTimeout Duration `toml:"idle_timeout"`
+	// ReadHeaderTimeout is the HTTP server's ReadHeaderTimeout.
+	ReadHeaderTimeout Duration `toml:"read_header_timeout"`
+	// ReadBodyTimeout bounds reading an inference request's body once its
+	// headers are in (a client dribbling its body is cut off).
+	ReadBodyTimeout Duration `toml:"read_body_timeout"`
+	// ServerIdleTimeout is the HTTP server's IdleTimeout (keep-alive).
+	ServerIdleTimeout Duration `toml:"server_idle_timeout"`
+	// ShutdownTimeout bounds the graceful drain of in-flight requests.
+	ShutdownTimeout Duration `toml:"shutdown_timeout"`
+
+	// RegistryToken, when set, is the bearer token engines must present on
+	// their heartbeats. RegistryTokenEnv names an environment variable that
+	// holds it instead; at most one of the two.
+	RegistryToken    string `toml:"registry_token"`
+	RegistryTokenEnv string `toml:"registry_token_env"`
+
+	// TLSCertFile and TLSKeyFile serve both listeners over TLS (both or
+	// neither). EngineCAFile verifies engines that serve TLS.
+	TLSCertFile  string `toml:"tls_cert_file"`
+	TLSKeyFile   string `toml:"tls_key_file"`
+	EngineCAFile string `toml:"engine_ca_file"`
+
+	// LogFormat is json or console.
+	LogFormat string `toml:"log_format"`
+	// Console serves the web console under /ui/ (default true). Off, the
+	// console's paths answer 404; the admin API it reads stays.
+	Console bool `toml:"console"`
+
+	// APIKeys are the client keys; with none, auth is off and every
+	// listener must be on loopback.
+	APIKeys []APIKey `toml:"api_keys"`
+	// Routes is the initial route table (the persisted one in StateDir,
+	// when present, is the caller's business).
+	Routes []routes.Route `toml:"routes"`
+	// Engines are engines that do not heartbeat; the gateway probes them.
+	Engines []Engine `toml:"engines"`
+	// CacheAwarePrefillWeight and CacheAwareLoadWeight weigh the
+	// cache_aware cost: prompt tokens to prefill on a worker and its load in
+	// engine slots (>= 0, not both 0).
+	CacheAwarePrefillWeight float64 `toml:"cache_aware_prefill_weight"`
+	CacheAwareLoadWeight    float64 `toml:"cache_aware_load_weight"`
+	// CacheAwareBalanceAbs (>= 0) and CacheAwareBalanceRel (>= 1) are the
+	// balance guard: a worker more than abs slots and rel times above the
+	// least loaded is passed over for it.
+	CacheAwareBalanceAbs int     `toml:"cache_aware_balance_abs"`
+	CacheAwareBalanceRel float64 `toml:"cache_aware_balance_rel"`
+	// CacheAwareChunkBytes is the prefix index's chunk of rendered prompt
+	// (bytes, 16..4096); CacheAwareBytesPerToken converts bytes to tokens
+	// (> 0, <= 64).
+	CacheAwareChunkBytes    int     `toml:"cache_aware_chunk_bytes"`
+	CacheAwareBytesPerToken float64 `toml:"cache_aware_bytes_per_token"`
+	// Store is where the route table and the drains are kept: state_dir
+	// (one replica) or etcd (several replicas as one).
+	Store Store `toml:"store"`
+
+	// Ejection is passive health: workers failing in a row are ejected.
+	Ejection Ejection `toml:"ejection"`
+	// Admission is the per-worker concurrency limit and per-model queue.
+	Admission Admission `toml:"admission"`
+	// Tracing is the [gateway.tracing] table: OpenTelemetry traces over
+	// OTLP, off unless an endpoint is set.
+	Tracing Tracing `toml:"tracing"`
+
+	// MaxConnections caps the HTTP listener's open connections; more are
+	// closed as soon as they are accepted (0: no cap).
+	MaxConnections int `toml:"max_connections"`
+	// MaxConnectionsPerClient caps the open HTTP connections of one client
+	// IP likewise (0: no cap).
+	MaxConnectionsPerClient int `toml:"max_connections_per_client"`
+	// MaxWorkers caps the workers registered by heartbeat; a new worker id
+	// beyond it is refused (ResourceExhausted) until one is evicted.
+	MaxWorkers int `toml:"max_workers"`
+	// RegistryPeerRate and RegistryPeerBurst limit the heartbeats of one
+	// peer IP address (per second, and at once); 0 disables the limit.
+	RegistryPeerRate  float64 `toml:"registry_peer_rate"`
+	RegistryPeerBurst int     `toml:"registry_peer_burst"`
+	// EngineNetworks, when not empty, are the CIDR networks heartbeated
+	// engine addresses must be in (IP addresses only).
+	EngineNetworks []string `toml:"engine_networks"`
+	// EngineTokens are per-engine registry tokens, each naming the worker
+	// ids a heartbeat presenting it may use.
+	EngineTokens []EngineToken `toml:"engine_tokens"`
+}
+
+// EngineToken is a registry token for some engines only: a heartbeat that
+// presents it may name only WorkerIDs. Exactly one of Token and TokenEnv
+// is set.
+type EngineToken struct {
+	// Name identifies the token in logs; unique.
+	Name string `toml:"name"`
+	// Token is the secret itself; TokenEnv names an environment variable
+	// holding it instead.
+	Token    string `toml:"token"`
+	TokenEnv string `toml:"token_env"`
+	// WorkerIDs are the worker ids the token may register; each id in one
+	// token at most.
+	WorkerIDs []string `toml:"worker_ids"`
+}
+
+// Value returns the token: Token, or the value of TokenEnv (read now).
+func (e EngineToken) Value() (string, error) {
+	if e.TokenEnv != "" {
+		v, err := envValue(e.TokenEnv)
+		if err != nil {
+			return "", fmt.Errorf("config: engine token %q: token_env: %w", e.Name, err)
+		}
+		return v, nil
+	}
+	return e.Token, nil
+}
+
+// Tracing is the [gateway.tracing] table.
+type Tracing struct {
+	// Endpoint is the OTLP receiver's URL (http://host:4317 for grpc,
+	// http://host:4318 for http); empty turns tracing off.
+	Endpoint string `toml:"endpoint"`
+	// Protocol is grpc or http.
+	Protocol string `toml:"protocol"`
+	// SampleRatio is the share of new traces recorded, in [0, 1]; requests
+	// that bring a traceparent follow its sampled flag.
+	SampleRatio float64 `toml:"sample_ratio"`
+	// ServiceName is the service.name of the gateway's spans.
+	ServiceName string `toml:"service_name"`
+	// HeadersEnv names an environment variable holding headers for the
+	// receiver, "key=value,key2=value2" (OTEL_EXPORTER_OTLP_HEADERS works
+	// too).
+	HeadersEnv string `toml:"headers_env"`
+}
+
+// Tracing protocols (gateway.tracing.protocol).
+const (
+	TracingGRPC = "grpc"
+	TracingHTTP = "http"
+)
+
+// APIKey is one client key. Exactly one of Key, KeyEnv and KeySHA256 is set.
+type APIKey struct {
+	// Name identifies the key in logs and metrics; unique.
+	Name string `toml:"name"`
+	// Key is the secret itself (discouraged: prefer KeyEnv or KeySHA256).
+	Key string `toml:"key"`
+	// KeyEnv names an environment variable holding the secret; it must be
+	// set and non-empty when the configuration is loaded.
+	KeyEnv string `toml:"key_env"`
+	// KeySHA256 is the hex SHA-256 of the secret (64 hex digits).
+	KeySHA256 string `toml:"key_sha256"`
+	// Scopes are a non-empty subset of inference, debug, admin.
+	Scopes []string `toml:"scopes"`
+	// RequestsPerMinute, TokensPerMinute (prompt + completion) and
+	// MaxConcurrent limit the key's inference requests; 0 or absent means
+	// unlimited. Over a limit the key is answered 429 rate_limit_exceeded.
+	RequestsPerMinute int `toml:"requests_per_minute"`
+	TokensPerMinute   int `toml:"tokens_per_minute"`
+	MaxConcurrent     int `toml:"max_concurrent"`
+}
+
+// Engine is an engine the gateway probes instead of waiting for its
+// heartbeats (one that does not speak tl.control.v1).
+type Engine struct {
+	// ID is a worker id, [A-Za-z0-9._:-]{1,128}, unique among engines.
+	ID string `toml:"id"`
+	// HTTPAddress is the engine's OpenAI-compatible HTTP host:port.
+	HTTPAddress string `toml:"http_address"`
+	// Model is the model id the engine serves.
+	Model string `toml:"model"`
+	// Kind is vllm, sglang, llamacpp or openai: how to read its load.
+	Kind string `toml:"kind"`
+	// ProbeInterval is the probe period; zero or absent means 2s.
+	ProbeInterval Duration `toml:"probe_interval"`
+	// AuthHeader is sent as Authorization to the engine ("Bearer xyz");
+	// AuthHeaderEnv names an environment variable holding it instead.
+	AuthHeader    string `toml:"auth_header"`
+	AuthHeaderEnv string `toml:"auth_header_env"`
+}
+
+// DefaultProbeInterval is an engine's probe period when none is given.
+const DefaultProbeInterval = 2 * time.Second
+
+// Default returns the configuration with every default and no keys,
+// routes or engines.
+func Default() *Config {
+	return &Config{Gateway: Gateway{
+		Listen:             "127.0.0.1:8080",
+		RegistryListen:     "127.0.0.1:9090",
+		RoutePolicy:        PolicyCacheAware,
+		AffinityLoadFactor: 1.25,
+		HeartbeatInterval:  D(2 * time.Second),
+		HeartbeatMissLimit: 3,
+		MaxAttempts:        3,
+		MaxBodyBytes:       1 << 20,
+		StateDir:           "./tlgate-data",
+		ConnectTimeout:     D(2 * time.Second),
+		FirstByteTimeout:   D(30 * time.Second),
+		IdleTimeout:        D(60 * time.Second),
+		ReadHeaderTimeout:  D(10 * time.Second),
+		ReadBodyTimeout:    D(30 * time.Second),
+		ServerIdleTimeout:  D(120 * time.Second),
+		ShutdownTimeout:    D(10 * time.Second),
+		LogFormat:          LogJSON,
+		Console:            true,
+
+		CacheAwarePrefillWeight: 1,
+		CacheAwareLoadWeight:    64,
+		CacheAwareBalanceAbs:    64,
+		CacheAwareBalanceRel:    1.5,
+		CacheAwareChunkBytes:    128,
+		CacheAwareBytesPerToken: 4,
+		MaxWorkers:              1024,
+		RegistryPeerRate:        200,
+		RegistryPeerBurst:       400,
+		Store:                   Store{Kind: StoreFile, Prefix: DefaultStorePrefix, DialTimeout: D(DefaultStoreDialTimeout)},
+		Ejection:                defaultEjection(),
+		Admission:               defaultAdmission(),
+		Tracing:                 Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "tlgate"},
+
+		MaxConnections:          10000,
+		MaxConnectionsPerClient: 1000,
+	}}
+}
+
+// Load reads the file at path and parses it (see Parse).
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes a TOML document over Default, rejects keys the schema does
+// not know (naming each), fills engines' default probe interval and
+// validates (see Validate). Environment variables named by key_env,
+// registry_token_env and auth_header_env are read here.
+func Parse(data []byte) (*Config, error) {
+	c := Default()
+	md, err := toml.Decode(string(data), c)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		sort.Strings(keys)
+		errs := make([]error, len(keys))
+		for i, k := range keys {
+			errs[i] = fmt.Errorf("%w %s", ErrUnknownKey, k)
+		}
+		return nil, errors.Join(errs...)
+	}
+	for i := range c.Gateway.Engines {
+		if c.Gateway.Engines[i].ProbeInterval.Duration == 0 {
+			c.Gateway.Engines[i].ProbeInterval = D(DefaultProbeInterval)
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// HeartbeatDeadline is how long after its last heartbeat a worker is
+// evicted: heartbeat_miss_limit × heartbeat_interval.
+func (g Gateway) HeartbeatDeadline() time.Duration {
+	return time.Duration(g.HeartbeatMissLimit) * g.HeartbeatInterval.Duration
+}
+
+// HasScope reports whether the key grants scope.
+func (k APIKey) HasScope(scope string) bool {
+	for _, s := range k.Scopes {
+		if s == scope {
+			return true
+		}
+	}
+	return false
+}
+
+// envValue reads a required environment variable; the error names the
+// variable, never a value.
+func envValue(name string) (string, error) {
+	v, ok := os.LookupEnv(name)
+	switch {
+	case !ok:
+		return "", fmt.Errorf("environment variable %s is not set", name)
+	case strings.TrimSpace(v) == "":
+		return "", fmt.Errorf("environment variable %s is empty", name)
+	}
+	return v, nil
+}

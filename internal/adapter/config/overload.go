@@ -1,0 +1,127 @@
+package config
+
+import (
+	"sort"
+	"time"
+
+	"github.com/tlgate/tlgate/internal/routing/routes"
+)
+
+// Ejection is the [gateway.ejection] table: passive health (outlier
+// ejection). A worker whose attempts fail before the first byte
+// ConsecutiveFailures times in a row (ConsecutiveRefused times for refused
+// connections) stops receiving requests for BaseTime × the number of times
+// it has been ejected, at most MaxTime. At most MaxPercent of a model's
+// workers of one role are ejected at once; 0 turns ejection off.
+type Ejection struct {
+	// ConsecutiveFailures is N: failures (refused, reset, 5xx, timeouts, an
+	// engine closing before its answer) in a row that eject a worker.
+	ConsecutiveFailures int `toml:"consecutive_failures"`
+	// ConsecutiveRefused is the N for refused connections (a dead engine).
+	ConsecutiveRefused int `toml:"consecutive_refused"`
+	// BaseTime is the first ejection's length; the k-th lasts k × BaseTime.
+	BaseTime Duration `toml:"base_time"`
+	// MaxTime caps an ejection's length.
+	MaxTime Duration `toml:"max_time"`
+	// MaxPercent bounds the share of a pool's workers ejected at once
+	// (rounded down; 0 disables ejection).
+	MaxPercent int `toml:"max_percent"`
+}
+
+// Admission is the [gateway.admission] table: a per-worker concurrency
+// limit and, when every routable worker of a model is at its limit, a
+// bounded per-model queue, fair across API keys, with a deadline.
+type Admission struct {
+	// Enabled turns limits and the queue on; off (the default), requests go
+	// straight to the engines' own queues. Off by default because a limit
+	// also bounds where a request may go: a worker at its limit is no
+	// candidate, so the cache-aware and affinity policies lose the choice
+	// of a short wait on a warm engine (docs/BENCHMARKS.md).
+	Enabled bool `toml:"enabled"`
+	// WorkerConcurrency is the gateway's in-flight limit per worker; 0
+	// derives it from the engine's reports (the most sequences it reported
+	// running while it also reported a queue; no limit until it has).
+	WorkerConcurrency int `toml:"worker_concurrency"`
+	// ModelConcurrency overrides the limit for the workers of a served
+	// model id.
+	ModelConcurrency map[string]int `toml:"model_concurrency"`
+	// EngineConcurrency overrides the limit for one worker id (it wins over
+	// ModelConcurrency).
+	EngineConcurrency map[string]int `toml:"engine_concurrency"`
+	// QueueSize bounds each model's queue (requests waiting).
+	QueueSize int `toml:"queue_size"`
+	// QueueTimeout is how long a request may wait in the queue.
+	QueueTimeout Duration `toml:"queue_timeout"`
+}
+
+// Defaults of the overload tables.
+const (
+	DefaultConsecutiveFailures = 3
+	DefaultConsecutiveRefused  = 1
+	DefaultEjectionBase        = 10 * time.Second
+	DefaultEjectionMax         = 5 * time.Minute
+	DefaultEjectionMaxPercent  = 50
+	DefaultQueueSize           = 1024
+	DefaultQueueTimeout        = 30 * time.Second
+)
+
+func defaultEjection() Ejection {
+	return Ejection{
+		ConsecutiveFailures: DefaultConsecutiveFailures, ConsecutiveRefused: DefaultConsecutiveRefused,
+		BaseTime: D(DefaultEjectionBase), MaxTime: D(DefaultEjectionMax), MaxPercent: DefaultEjectionMaxPercent,
+	}
+}
+
+func defaultAdmission() Admission {
+	return Admission{Enabled: false, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{}, QueueSize: DefaultQueueSize, QueueTimeout: D(DefaultQueueTimeout)}
+}
+
+func (v *checker) overload(e Ejection, a Admission) {
+	if e.ConsecutiveFailures < 1 {
+		v.add("gateway.ejection.consecutive_failures", "must be >= 1, got %d", e.ConsecutiveFailures)
+	}
+	if e.ConsecutiveRefused < 1 {
+		v.add("gateway.ejection.consecutive_refused", "must be >= 1, got %d", e.ConsecutiveRefused)
+	}
+	v.positive("gateway.ejection.base_time", e.BaseTime)
+	v.positive("gateway.ejection.max_time", e.MaxTime)
+	if e.MaxTime.Duration > 0 && e.MaxTime.Duration < e.BaseTime.Duration {
+		v.add("gateway.ejection.max_time", "must be >= base_time (%s), got %s", e.BaseTime.Duration, e.MaxTime.Duration)
+	}
+	if e.MaxPercent < 0 || e.MaxPercent > 100 {
+		v.add("gateway.ejection.max_percent", "must be from 0 to 100, got %d", e.MaxPercent)
+	}
+
+	if a.WorkerConcurrency < 0 {
+		v.add("gateway.admission.worker_concurrency", "must be >= 0 (0: from the engine's reports), got %d", a.WorkerConcurrency)
+	}
+	for _, k := range sortedKeys(a.ModelConcurrency) {
+		if err := routes.CheckModelID(k); err != nil {
+			v.add("gateway.admission.model_concurrency."+k, "%s", err)
+		}
+		if n := a.ModelConcurrency[k]; n < 1 {
+			v.add("gateway.admission.model_concurrency."+k, "must be >= 1, got %d", n)
+		}
+	}
+	for _, k := range sortedKeys(a.EngineConcurrency) {
+		if err := checkEngineID(k); err != nil {
+			v.add("gateway.admission.engine_concurrency."+k, "%s", err)
+		}
+		if n := a.EngineConcurrency[k]; n < 1 {
+			v.add("gateway.admission.engine_concurrency."+k, "must be >= 1, got %d", n)
+		}
+	}
+	if a.QueueSize < 0 {
+		v.add("gateway.admission.queue_size", "must be >= 0 (0: no queue, 503 at once), got %d", a.QueueSize)
+	}
+	v.positive("gateway.admission.queue_timeout", a.QueueTimeout)
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,335 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/tlgate/tlgate/actors/registry"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
+	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
+)
+
+// RegistryTimeout bounds the Manager's wait for the registry actor to answer
+// one Heartbeat or Forget.
+const RegistryTimeout = 2 * time.Second
+
+// ErrRegistryAnswer: the registry actor answered with something other than
+// what the message asks for.
+var ErrRegistryAnswer = errors.New("unexpected registry answer")
+
+// ManagerConfig is what a Manager needs.
+type ManagerConfig struct {
+	// Root sends to the registry actor (required).
+	Root *actor.RootContext
+	// Registry is the registry actor (actors/registry; required).
+	Registry *actor.PID
+	// MissLimit is heartbeat_miss_limit (k): a live engine stops being live
+	// after k consecutive failed probes. Below 1 means DefaultFall.
+	MissLimit int
+	// Client makes the probes' HTTP requests; nil means http.DefaultClient.
+	Client *http.Client
+	// Logger receives transitions (live, not live) and registry errors.
+	Logger zerolog.Logger
+	// OnProbe, if set, is called after every probe with whether it
+	// succeeded (a status that fails fleet.Validate counts as a failure).
+	// It is called from the probe loops, concurrently for different
+	// engines, and must not block for long.
+	OnProbe func(id string, ok bool)
+}
+
+// Manager runs one probe loop per configured engine and feeds the registry
+// actor the way an engine's own heartbeats would, so that a probed engine is
+// a worker like any other (policies, routable view, drains, admin listing,
+// eviction).
+//
+// Each loop probes its engine at once and then every ProbeInterval, and
+// feeds the outcome to a Tracker with Rise DefaultRise (2) and Fall
+// MissLimit (k). While the Tracker says live, every probe sends the
+// registry a Heartbeat (Source fleet.SourceProbe, Kind the engine's kind,
+// Arrived the probe's end): a good probe sends the status it read; a failed
+// one, which the Tracker tolerates, repeats the last good status, so the
+// worker keeps its place and its last known load. The probe that makes the
+// Tracker say not live (the k-th consecutive failure) sends registry.Forget
+// instead, and the worker is gone from that moment. While not live, nothing
+// is sent.
+//
+// With P the engine's probe interval, T the registry's heartbeat interval
+// and t0 the last probe sent while live, the registry's own deadline is
+// t0 + k·T, and the next probe ends about P (plus its duration, at most
+// DefaultTimeout) later. So:
+//
+//   - an engine becomes routable with the heartbeat of its 2nd consecutive
+//     good probe, about P after its first;
+//   - while P (plus a probe's duration) stays below k·T, the Manager alone
+//     decides: a single failed probe (fewer than k in a row) never removes
+//     the worker, and the k-th consecutive failure removes it at once, about
+//     k·P after the last good probe, whether P is shorter or longer than T;
+//   - if probes stop altogether (a probe hangs, the process stalls), the
+//     registry evicts the worker at t0 + k·T as it would a silent engine;
+//   - with P at or above k·T the registry evicts the worker between any two
+//     probes and the next probe registers it again: such a configuration
+//     flaps, and the Manager logs a warning once per loop when the first
+//     heartbeat ack tells it T.
+//
+// A probed worker's last_heartbeat is therefore the end of its last probe
+// while live, good or tolerated, and its figures are those of its last good
+// probe.
+type Manager struct {
+	cfg  ManagerConfig
+	fall int
+
+	mu     sync.Mutex
+	loops  map[string]*loop
+	closed bool
+}
+
+// NewManager returns a Manager with no engines; Apply gives it some.
+func NewManager(cfg ManagerConfig) *Manager {
+	fall := cfg.MissLimit
+	if fall < 1 {
+		fall = DefaultFall
+	}
+	return &Manager{cfg: cfg, fall: fall, loops: map[string]*loop{}}
+}
+
+// target is what a loop probes and how often; two engines with equal
+// targets are probed alike.
+type target struct {
+	probe    Config
+	interval time.Duration
+}
+
+// targetOf resolves a configured engine: its kind, its Authorization header
+// (reading auth_header_env now) and its interval (DefaultProbeInterval when
+// zero).
+func (m *Manager) targetOf(e config.Engine) (target, error) {
+	kind, err := ParseKind(e.Kind)
+	if err != nil {
+		return target{}, err
+	}
+	auth, err := e.Authorization()
+	if err != nil {
+		return target{}, fmt.Errorf("probe: %w", err)
+	}
+	interval := e.ProbeInterval.Duration
+	if interval == 0 {
+		interval = config.DefaultProbeInterval
+	}
+	if interval < 0 {
+		return target{}, fmt.Errorf("probe: %w: probe interval %v is negative", ErrInvalidConfig, interval)
+	}
+	pc := Config{ID: e.ID, HTTPAddress: e.HTTPAddress, Model: e.Model, Kind: kind, AuthHeader: auth, Client: m.cfg.Client}
+	if err := pc.Validate(); err != nil {
+		return target{}, err
+	}
+	return target{probe: pc, interval: interval}, nil
+}
+
+// Apply makes the running loops match engines: it starts a loop for each
+// new engine, stops the loop of each engine no longer listed and forgets
+// its worker, and restarts the loop of each engine whose probe changed
+// (address, model, kind, Authorization header or interval), leaving every
+// other loop alone. A restart whose only change is the interval keeps the
+// engine's liveness and its worker; any other change forgets the worker
+// first, so nothing is routed to the old address or model, and the engine
+// is routable again after two good probes.
+//
+// An engine that cannot be probed (unknown kind, invalid id or address,
+// unset auth_header_env) is logged and treated as not listed; of engines
+// sharing an id, the first wins. Apply is safe to call again (on SIGHUP)
+// and from several goroutines; after Close it does nothing.
+func (m *Manager) Apply(engines []config.Engine) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	want := make(map[string]target, len(engines))
+	order := make([]string, 0, len(engines))
+	for _, e := range engines {
+		if _, dup := want[e.ID]; dup {
+			m.cfg.Logger.Error().Str("engine", e.ID).Msg("probe: duplicate engine id ignored")
+			continue
+		}
+		t, err := m.targetOf(e)
+		if err != nil {
+			m.cfg.Logger.Error().Err(err).Str("engine", e.ID).Msg("probe: engine not probed")
+			continue
+		}
+		want[e.ID] = t
+		order = append(order, e.ID)
+	}
+
+	for id, l := range m.loops {
+		if _, ok := want[id]; !ok {
+			l.stop()
+			delete(m.loops, id)
+			m.forget(id, "removed from the configuration")
+		}
+	}
+	for _, id := range order {
+		t := want[id]
+		old, running := m.loops[id]
+		switch {
+		case running && old.target == t:
+			continue
+		case running && old.target.probe == t.probe:
+			old.stop()
+			m.loops[id] = m.start(t, old.tracker, old.last)
+			m.cfg.Logger.Info().Str("engine", id).Dur("interval", t.interval).Msg("probe: interval changed")
+		case running:
+			old.stop()
+			m.forget(id, "configuration changed")
+			m.loops[id] = m.start(t, Tracker{}, nil)
+		default:
+			m.loops[id] = m.start(t, Tracker{}, nil)
+		}
+	}
+}
+
+// Close stops every loop and waits for them to end; an engine's worker is
+// left to the registry (the gateway is shutting down). Apply does nothing
+// after Close. Close is idempotent.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	for _, l := range m.loops {
+		l.cancel()
+	}
+	for id, l := range m.loops {
+		<-l.done
+		delete(m.loops, id)
+	}
+}
+
+// start runs a loop for t, resuming from tracker and the last good status
+// (nil for a fresh start).
+func (m *Manager) start(t target, tracker Tracker, last *controlv1.WorkerStatus) *loop {
+	tracker.Rise, tracker.Fall = DefaultRise, m.fall
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &loop{
+		m:       m,
+		target:  t,
+		prober:  New(t.probe),
+		log:     m.cfg.Logger.With().Str("engine", t.probe.ID).Str("kind", string(t.probe.Kind)).Logger(),
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		tracker: tracker,
+		last:    last,
+	}
+	go l.run(ctx)
+	return l
+}
+
+// forget tells the registry to drop worker id at once.
+func (m *Manager) forget(id, why string) {
+	res, err := m.cfg.Root.RequestFuture(m.cfg.Registry, &registry.Forget{ID: id}, RegistryTimeout).Result()
+	if err != nil {
+		m.cfg.Logger.Warn().Err(err).Str("engine", id).Msg("probe: registry did not answer Forget")
+		return
+	}
+	if known, _ := res.(bool); known {
+		m.cfg.Logger.Info().Str("engine", id).Str("reason", why).Msg("probe: worker removed")
+	}
+}
+
+// loop probes one engine until its context ends. tracker and last belong to
+// the loop's goroutine until done is closed, then to whoever stopped it.
+type loop struct {
+	m      *Manager
+	target target
+	prober *Prober
+	log    zerolog.Logger
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	tracker Tracker
+	last    *controlv1.WorkerStatus // the last good status, nil before one
+	warned  bool                    // the interval warning was logged
+}
+
+// stop ends the loop and waits for it; its in-flight probe is abandoned.
+func (l *loop) stop() {
+	l.cancel()
+	<-l.done
+}
+
+func (l *loop) run(ctx context.Context) {
+	defer close(l.done)
+	tick := time.NewTicker(l.target.interval)
+	defer tick.Stop()
+	for {
+		l.once(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// once runs one probe and tells the registry what it means.
+func (l *loop) once(ctx context.Context) {
+	res, err := l.prober.ProbeDetail(ctx)
+	if ctx.Err() != nil {
+		return // stopped: the outcome says nothing about the engine
+	}
+	if err == nil {
+		if verr := fleet.Validate(res.Status); verr != nil {
+			err = fmt.Errorf("probe %s: status rejected: %w", l.target.probe.ID, verr)
+		}
+	}
+	ok := err == nil
+	if l.m.cfg.OnProbe != nil {
+		l.m.cfg.OnProbe(l.target.probe.ID, ok)
+	}
+	if ok {
+		l.last = res.Status
+		if res.MetricsErr != nil {
+			l.log.Debug().Err(res.MetricsErr).Msg("probe: metrics unusable, fallback figures")
+		}
+	} else {
+		l.log.Debug().Err(err).Msg("probe: failed")
+	}
+	live, changed := l.tracker.Observe(ok)
+	switch {
+	case live && l.last != nil:
+		if changed {
+			l.log.Info().Str("model", l.last.GetModel()).Msg("probe: engine live")
+		}
+		l.heartbeat(l.last)
+	case changed:
+		l.log.Warn().Err(err).Int("failures", l.m.fall).Msg("probe: engine not live")
+		l.m.forget(l.target.probe.ID, "probes failed")
+	}
+}
+
+// heartbeat sends st to the registry as a probed heartbeat arriving now.
+func (l *loop) heartbeat(st *controlv1.WorkerStatus) {
+	msg := &registry.Heartbeat{Status: st, Arrived: time.Now(), Source: fleet.SourceProbe, Kind: string(l.target.probe.Kind)}
+	res, err := l.m.cfg.Root.RequestFuture(l.m.cfg.Registry, msg, RegistryTimeout).Result()
+	if err != nil {
+		l.log.Warn().Err(err).Msg("probe: registry did not answer the heartbeat")
+		return
+	}
+	ack, isAck := res.(*controlv1.HeartbeatAck)
+	if !isAck {
+		l.log.Warn().Err(fmt.Errorf("probe: %w %T", ErrRegistryAnswer, res)).Msg("probe: heartbeat not acknowledged")
+		return
+	}
+	ttl := time.Duration(l.m.fall) * time.Duration(ack.GetIntervalMs()) * time.Millisecond
+	if !l.warned && ttl > 0 && l.target.interval >= ttl {
+		l.warned = true
+		l.log.Warn().Dur("probe_interval", l.target.interval).Dur("registry_ttl", ttl).
+			Msg("probe: probe interval is not below heartbeat_miss_limit × heartbeat_interval: the registry evicts the engine between probes")
+	}
+}

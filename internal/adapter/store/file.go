@@ -1,0 +1,45 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/tlgate/tlgate/internal/adapter/statefile"
+	"github.com/tlgate/tlgate/internal/routing/routes"
+)
+
+// File is the single-replica store: the route table in dir/routes.json
+// (internal/statefile: atomic writes, a corrupt file stops the start) and
+// the drains in memory, as the gateway kept them before shared stores.
+// The epoch it last wrote is the compare of the compare-and-swap, under a
+// mutex, so the file store needs no other serialisation than its own.
+type File struct {
+	dir   string
+	mu    sync.Mutex
+	epoch uint64
+}
+
+// PutRoutes writes rs at epoch next when prev.Epoch is the epoch in force.
+func (f *File) PutRoutes(_ context.Context, prev Version, next uint64, rs []routes.Route) (Version, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if prev.Epoch != f.epoch {
+		return Version{}, &ConflictError{Epoch: f.epoch}
+	}
+	if err := statefile.Save(f.dir, next, rs); err != nil {
+		return Version{}, fmt.Errorf("store: %w", err)
+	}
+	f.epoch = next
+	return Version{Epoch: next}, nil
+}
+
+// SetDrained keeps nothing: a single replica's drains live in its actors.
+func (f *File) SetDrained(context.Context, []string, bool) (int64, error) { return 0, nil }
+
+// Up is always true: the state directory is local.
+func (f *File) Up() bool { return true }
+
+// NewFile returns the file store over dir whose table in force is at
+// epoch (the table the gateway loaded from dir, or the configuration's).
+func NewFile(dir string, epoch uint64) *File { return &File{dir: dir, epoch: epoch} }

@@ -1,0 +1,126 @@
+// Package store is where the gateway keeps its control state: the route
+// table with its epoch, and the served models an operator drained. Two
+// kinds implement Store: File (this package; one replica, the table in
+// state_dir/routes.json through internal/statefile, drains in memory only,
+// as before there was a store) and etcd (package etcdstore; several
+// replicas share the table and the drains, each watching for changes).
+//
+// A write is a compare-and-swap: PutRoutes names the version (epoch and
+// store revision) the writer read, and fails with ErrConflict when the
+// stored table has moved on, so two replicas racing on one ETag get one
+// success and one conflict. Liveness (which workers are up) is not stored:
+// every replica keeps its own registry and timers.
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/tlgate/tlgate/internal/routing/routes"
+)
+
+// Errors a store's writes can wrap.
+var (
+	// ErrConflict: the stored table is not the version the writer read
+	// (a *ConflictError carries the stored epoch).
+	ErrConflict = errors.New("store: the stored route table has changed")
+	// ErrUnavailable: the store could not be reached; nothing was written
+	// (or, for a write that timed out, the caller cannot know).
+	ErrUnavailable = errors.New("store: unavailable")
+	// ErrInvalidTable: a stored table that is not a valid route table.
+	ErrInvalidTable = errors.New("store: invalid stored route table")
+)
+
+// Version names a stored table: its epoch and the store revision that
+// wrote it (0 for the file store, which has no revisions).
+type Version struct {
+	Epoch uint64
+	Rev   int64
+}
+
+// ConflictError is PutRoutes's error when the stored table has moved on;
+// Epoch is the stored table's epoch (the ETag a client should reread).
+type ConflictError struct{ Epoch uint64 }
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%v (stored epoch %d)", ErrConflict, e.Epoch)
+}
+
+// Unwrap lets errors.Is(err, ErrConflict) match.
+func (e *ConflictError) Unwrap() error { return ErrConflict }
+
+// Store is a place for the route table and the drains.
+type Store interface {
+	// PutRoutes stores rs at epoch next if the stored table is still prev,
+	// and returns the version written. It fails with a *ConflictError when
+	// the stored table changed, with ErrUnavailable when the store is out
+	// of reach.
+	PutRoutes(ctx context.Context, prev Version, next uint64, rs []routes.Route) (Version, error)
+	// SetDrained records served models as drained (on) or resumed, and
+	// returns the store revision of the write (0 when the store has none).
+	SetDrained(ctx context.Context, models []string, on bool) (int64, error)
+	// Up reports whether the store can be reached now; a store that is
+	// down answers writes with ErrUnavailable.
+	Up() bool
+}
+
+// Reader is a shared store that can be read whole at its current
+// revision (the etcd store); the file store is the only writer of its
+// table and needs none.
+type Reader interface {
+	Current(ctx context.Context) (Snapshot, error)
+}
+
+// Snapshot is a shared store's whole state at one revision, as a watching
+// replica receives it: the raw table (to be decoded and validated by the
+// receiver, which refuses an invalid one and keeps its table), the
+// revision that last wrote it, and the drained served models.
+type Snapshot struct {
+	// Rev is the store's revision when the snapshot was read.
+	Rev int64
+	// TableRev is the revision that last wrote the table; 0 when there is
+	// no table stored.
+	TableRev int64
+	// Table is the stored table's body, {"epoch":N,"routes":[...]}.
+	Table []byte
+	// Drained are the drained served models, sorted.
+	Drained []string
+}
+
+// DecodeTable decodes a stored table body, {"epoch":N,"routes":[...]}
+// (the body of GET /admin/v1/routes and of routes.json), and validates
+// it. Errors wrap ErrInvalidTable and name the problem.
+func DecodeTable(body []byte) (uint64, []routes.Route, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return 0, nil, fmt.Errorf("%w: empty", ErrInvalidTable)
+	}
+	rs, err := routes.ParseJSON(body)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: %v", ErrInvalidTable, err)
+	}
+	var doc struct {
+		Epoch *uint64 `json:"epoch"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return 0, nil, fmt.Errorf("%w: epoch: %v", ErrInvalidTable, err)
+	}
+	if doc.Epoch == nil {
+		return 0, nil, fmt.Errorf("%w: epoch: required", ErrInvalidTable)
+	}
+	if err := routes.Validate(rs); err != nil {
+		return 0, nil, fmt.Errorf("%w: %s", ErrInvalidTable, bytes.ReplaceAll([]byte(err.Error()), []byte("\n"), []byte("; ")))
+	}
+	return *doc.Epoch, rs, nil
+}
+
+// EncodeTable is the stored body of rs at epoch (DecodeTable's input).
+func EncodeTable(epoch uint64, rs []routes.Route) ([]byte, error) {
+	b, err := routes.EncodeJSON(epoch, rs)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return b, nil
+}

@@ -1,0 +1,247 @@
+// Package httpedge is the OpenAI-compatible HTTP edge: POST
+// /v1/chat/completions and /v1/completions, GET /v1/models and
+// /v1/models/{id}, plus the ops endpoints /healthz and /readyz. It
+// authenticates, bounds and parses what routing needs (model, stream,
+// request id, prefix key) without re-encoding the body, spawns a request
+// actor and waits for its outcome, then encodes it. It decides nothing
+// else: every routing and retry decision is the actors'.
+package httpedge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/tlgate/tlgate/actors/request"
+	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/adapter/tracing"
+	"github.com/tlgate/tlgate/internal/guard/auth"
+	"github.com/tlgate/tlgate/internal/guard/ratelimit"
+	"github.com/tlgate/tlgate/internal/wire/openai"
+)
+
+// Deps are the edge's collaborators.
+type Deps struct {
+	Root         *actor.RootContext
+	Router       *actor.PID
+	Request      *request.Deps
+	Keyring      *auth.Keyring
+	MaxBodyBytes int64
+	// Timeout bounds queries to the router (models, readiness).
+	Timeout time.Duration
+	// OnDone, if set, is called once per finished inference request with
+	// its outcome (access log, metrics).
+	OnDone func(ex *request.Exchange, o request.Outcome)
+	// OnReject, if set, is called for requests refused by the edge itself
+	// (status and error code).
+	OnReject func(r *http.Request, status int, code string)
+	// Limits, if set, holds the per-key limits: a request over one is
+	// answered 429 rate_limit_exceeded, and every answer of a limited key
+	// carries the x-ratelimit-* headers.
+	Limits *ratelimit.Limiter
+	// OnLimited, if set, is called for each request refused by Limits with
+	// the key's name and the limit (a ratelimit.Limit constant).
+	OnLimited func(key, limit string)
+}
+
+// Register mounts the OpenAI API and the ops endpoints on mux.
+func Register(mux *http.ServeMux, d *Deps) {
+	if d.Timeout <= 0 {
+		d.Timeout = 2 * time.Second
+	}
+	inf := func(h http.HandlerFunc) http.Handler { return d.Keyring.Require(auth.ScopeInference, h) }
+	mux.Handle("POST /v1/chat/completions", inf(func(w http.ResponseWriter, r *http.Request) { d.infer(w, r, true) }))
+	mux.Handle("POST /v1/completions", inf(func(w http.ResponseWriter, r *http.Request) { d.infer(w, r, false) }))
+	mux.Handle("GET /v1/models", inf(d.models))
+	mux.Handle("GET /v1/models/{id...}", inf(d.model))
+	// Any other method on these paths: an OpenAI-shaped 405, not
+	// ServeMux's plain-text one.
+	for path, allow := range map[string]string{
+		"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models": "GET, HEAD", "/v1/models/{id...}": "GET, HEAD",
+	} {
+		mux.Handle(path, d.Keyring.Require(auth.ScopeInference, methodNotAllowed(allow)))
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", d.ready)
+}
+
+func (d *Deps) reject(w http.ResponseWriter, r *http.Request, status int, code, msg string, param *string) {
+	if d.OnReject != nil {
+		d.OnReject(r, status, code)
+	}
+	openai.WriteError(w, status, code, msg, param)
+}
+
+// ReadBody reads a request body of at most max bytes. The deadline on
+// reading it is the server's (internal/bodyguard wraps every path with
+// read_body_timeout), not set again here.
+func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		// The rest of the body will not be read: close the connection after
+		// the answer rather than let the server wait for it.
+		w.Header().Set("Connection", "close")
+	}
+	return body, err
+}
+
+// RequestID returns the client's X-Request-Id when it is acceptable (1 to
+// 128 printable ASCII characters), else a fresh random id.
+func RequestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 {
+		ok := true
+		for i := 0; i < len(id); i++ {
+			if id[i] < 0x21 || id[i] > 0x7e {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return id
+		}
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "req-" + hex.EncodeToString(b[:])
+}
+
+func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
+	rid := RequestID(r)
+	w.Header().Set("X-Request-Id", rid)
+	body, err := ReadBody(w, r, d.MaxBodyBytes)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			d.reject(w, r, http.StatusRequestEntityTooLarge, openai.CodeRequestTooLarge,
+				fmt.Sprintf("The request body is larger than %d bytes.", d.MaxBodyBytes), nil)
+			return
+		}
+		d.reject(w, r, http.StatusBadRequest, openai.CodeInvalidRequest, "The request body could not be read.", nil)
+		return
+	}
+	req, err := openai.ParseRequest(body, chat)
+	if err != nil {
+		var fe *openai.FieldError
+		if errors.As(err, &fe) {
+			d.reject(w, r, http.StatusBadRequest, openai.CodeInvalidRequest, fe.Msg, fe.ParamOrNil())
+			return
+		}
+		d.reject(w, r, http.StatusBadRequest, openai.CodeInvalidRequest, err.Error(), nil)
+		return
+	}
+	key, _ := auth.FromContext(r.Context())
+	if !d.admit(w, r, key.Name) {
+		return
+	}
+	rctx := r.Context()
+	if d.Request.Tracer != nil { // continue the client's W3C trace context
+		rctx = tracing.Extract(rctx, r.Header)
+	}
+	ex := request.NewExchange(rctx, w, body, req, r.URL.Path, rid)
+	ex.KeyName = key.Name
+	ex.Debug = key.Has(auth.ScopeDebug)
+	d.Root.Spawn(request.Props(d.Request, ex))
+	o := <-ex.Done
+	ex.Wait() // no attempt goroutine touches w after this
+	if !o.Streamed && !ex.Committed() && o.Status != 499 {
+		for k, v := range o.Header {
+			w.Header()[k] = v
+		}
+		if o.Code != "" {
+			openai.WriteError(w, o.Status, o.Code, o.Message, nil)
+		} else {
+			w.WriteHeader(o.Status)
+			_, _ = w.Write(o.Body)
+			o.Log.Committed = true // the first byte went out just now
+		}
+	}
+	d.Limits.Done(key.Name, o.Log.Usage.Total())
+	if d.OnDone != nil {
+		d.OnDone(ex, o)
+	}
+}
+
+// admit asks Limits about a request of key and sets the x-ratelimit-*
+// headers; over a limit it answers 429 and reports false.
+func (d *Deps) admit(w http.ResponseWriter, r *http.Request, key string) bool {
+	adm := d.Limits.Admit(key)
+	adm.SetHeaders(w.Header())
+	if adm.OK {
+		return true
+	}
+	if d.OnLimited != nil {
+		d.OnLimited(key, adm.Limited)
+	}
+	d.reject(w, r, http.StatusTooManyRequests, openai.CodeRateLimitExceeded, adm.Message(key), nil)
+	return false
+}
+
+func (d *Deps) ask(ctx context.Context, msg any) (any, error) {
+	f := d.Root.RequestFuture(d.Router, msg, d.Timeout)
+	return f.Result()
+}
+
+func (d *Deps) models(w http.ResponseWriter, r *http.Request) {
+	res, err := d.ask(r.Context(), &router.ListModels{})
+	if err != nil {
+		openai.WriteError(w, http.StatusServiceUnavailable, openai.CodeNoCapacity, "The router did not answer.", nil)
+		return
+	}
+	ids := res.([]string)
+	list := make([]openai.Model, 0, len(ids))
+	for _, id := range ids {
+		list = append(list, openai.NewModel(id, 0, "tlgate"))
+	}
+	writeJSON(w, http.StatusOK, openai.NewModelList(list))
+}
+
+func (d *Deps) model(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	res, err := d.ask(r.Context(), &router.Known{Model: id})
+	if err != nil {
+		openai.WriteError(w, http.StatusServiceUnavailable, openai.CodeNoCapacity, "The router did not answer.", nil)
+		return
+	}
+	if !res.(bool) {
+		param := "model"
+		d.reject(w, r, http.StatusNotFound, openai.CodeModelNotFound, fmt.Sprintf("The model %q does not exist.", id), &param)
+		return
+	}
+	writeJSON(w, http.StatusOK, openai.NewModel(id, 0, "tlgate"))
+}
+
+func (d *Deps) ready(w http.ResponseWriter, r *http.Request) {
+	res, err := d.ask(r.Context(), &router.Ready{})
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err != nil || !res.(bool) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "not ready: no routable worker\n")
+		return
+	}
+	_, _ = io.WriteString(w, "ready\n")
+}
+
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		openai.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed",
+			fmt.Sprintf("%s is not allowed on %s (allowed: %s).", r.Method, r.URL.Path, allow), nil)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,9 +1,0 @@
-package gateway
-
-import (
-	"testing"
-
-	"github.com/tlgate/tlgate/internal/leakcheck"
-)
-
-func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

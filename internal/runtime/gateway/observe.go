@@ -1,0 +1,106 @@
+package gateway
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tlgate/tlgate/actors/request"
+	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/adapter/metrics"
+	"github.com/tlgate/tlgate/internal/adapter/tracing"
+)
+
+// instrument points the request actors' hooks at the metrics.
+func instrument(d *request.Deps, m *metrics.Metrics) {
+	d.OnRouted = func(_ *request.Exchange, t router.Target, took time.Duration) {
+		m.RouteDecision(t.Reason, took)
+		m.CacheAware(t.Route, t.PromptTokens, t.MatchedTokens)
+		m.Attempt(t.Route, t.Worker.ID)
+	}
+	d.OnFailover = func(_ *request.Exchange, t router.Target, reason string) { m.Failover(t.Route, reason) }
+	d.OnCascade = func(_ *request.Exchange, route string, step int, accepted bool) { m.Cascade(route, step, accepted) }
+	d.OnKV = func(event string, took time.Duration) {
+		switch {
+		case event == request.PhasePrefill:
+			m.Prefill(took)
+		case event == request.PhaseRelease:
+			m.KVReleased(true)
+		case strings.HasPrefix(event, "failure:"):
+			phase := strings.TrimPrefix(event, "failure:")
+			if phase == request.PhaseRelease {
+				m.KVReleased(false)
+			}
+			m.DisaggFailure(phase)
+		}
+	}
+}
+
+// observe records a finished request.
+func observe(m *metrics.Metrics, ex *request.Exchange, o request.Outcome) {
+	outcome, route := outcomeOf(o)
+	tid := tracing.SampledTraceID(ex.TraceContext())
+	m.RequestDoneTraced(route, outcome, time.Since(ex.Received), tid)
+	if o.Log.FirstByte > 0 {
+		m.FirstByteTraced(route, o.Log.FirstByte, tid)
+	}
+}
+
+// outcomeOf classifies a finished request: its metrics outcome and route
+// label (none for a model that was not found).
+func outcomeOf(o request.Outcome) (outcome, route string) {
+	route = o.Log.Route
+	outcome = metrics.OutcomeOK
+	switch {
+	case o.Log.ClientGone || o.Status == 499:
+		outcome = metrics.OutcomeClientGone
+	case o.Code == "model_not_found":
+		outcome, route = metrics.OutcomeNotFound, ""
+	case o.Code == "no_capacity":
+		outcome = metrics.OutcomeNoCapacity
+	case o.Code == "overloaded":
+		outcome = metrics.OutcomeOverloaded
+	case o.Code == "internal_error":
+		outcome = metrics.OutcomeInternalError
+	case o.Streamed && o.Log.Committed && o.Status == http.StatusOK && !o.Log.Done:
+		outcome = metrics.OutcomeUpstreamFailed
+	case o.Status >= 400 && o.Status < 500:
+		outcome = metrics.OutcomeClientError
+	case o.Status >= 500:
+		outcome = metrics.OutcomeUpstreamFailed
+	}
+	return outcome, route
+}
+
+// refreshGauges sets the worker gauges from the router's view, at scrape
+// time.
+func (g *Gateway) refreshGauges() {
+	if g.Metrics == nil {
+		return
+	}
+	res, err := g.sys.Root.RequestFuture(g.Router, &router.ListWorkers{}, time.Second).Result()
+	if err != nil {
+		return
+	}
+	wr, ok := res.(*router.WorkersResult)
+	if !ok {
+		return
+	}
+	counts := map[metrics.WorkerKey]int{}
+	for _, w := range wr.Workers {
+		g.Metrics.SetInFlight(w.ID, w.InFlight)
+		state := metrics.StateRoutable
+		switch {
+		case w.Drained:
+			state = metrics.StateDrained
+		case w.Draining:
+			state = metrics.StateDraining
+		case !w.Routable:
+			continue
+		}
+		counts[metrics.WorkerKey{Model: w.Model, Role: string(w.Role), State: state}]++
+	}
+	g.Metrics.SetWorkers(counts)
+	g.Metrics.SetOverload(wr.Queued, ejectedByModel(wr.Workers))
+	g.Metrics.Epoch(wr.Epoch)
+}

@@ -1,0 +1,193 @@
+// Package engineclient calls engines for disaggregated serving: the prompt's
+// token ids from a prefill worker's POST /v1/tokenize, EngineControl/Prefill
+// on the prefill worker, and KvTransferService/Release on the decode worker.
+// gRPC connections are pooled per address; every call has a deadline.
+package engineclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tlgate/tlgate/internal/adapter/tracing"
+	enginev1 "github.com/tlgate/tlgate/protos/tl/engine/v1"
+	kvv1 "github.com/tlgate/tlgate/protos/tl/kv/v1"
+)
+
+// Errors of the client.
+var (
+	ErrTokenize = errors.New("tokenize failed")
+	ErrClosed   = errors.New("engine client closed")
+)
+
+// Tokenizer turns a request body into the prompt's token ids.
+type Tokenizer interface {
+	Tokenize(ctx context.Context, httpAddr, model string, body []byte, chat bool) ([]uint32, error)
+}
+
+// Options configure the client.
+type Options struct {
+	HTTP    *http.Client
+	Timeout time.Duration // per call (default 10 s)
+	// TLS, when set, is used for gRPC connections to engines.
+	TLS credentials.TransportCredentials
+	// Scheme of engines' HTTP surface: "http" (default) or "https".
+	Scheme string
+	// DialControl, when set, runs for every address a gRPC dial to an
+	// engine tries, after name resolution and before connecting; an error
+	// refuses the address (fleet.AddressPolicy.DialControl). HTTP's dials
+	// are the HTTP client's.
+	DialControl func(network, address string, c syscall.RawConn) error
+}
+
+// Client implements the calls; it is safe for concurrent use.
+type Client struct {
+	o     Options
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+	done  bool
+}
+
+// New returns a client.
+func New(o Options) *Client {
+	if o.HTTP == nil {
+		o.HTTP = http.DefaultClient
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.Scheme == "" {
+		o.Scheme = "http"
+	}
+	return &Client{o: o, conns: map[string]*grpc.ClientConn{}}
+}
+
+func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return nil, ErrClosed
+	}
+	if cc, ok := c.conns[addr]; ok {
+		return cc, nil
+	}
+	creds := c.o.TLS
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if c.o.DialControl != nil {
+		d := &net.Dialer{Control: c.o.DialControl}
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", a)
+		}))
+	}
+	cc, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("engineclient: dial %s: %w", addr, err)
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// Close closes every pooled connection.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.done = true
+	var errs []error
+	for _, cc := range c.conns {
+		errs = append(errs, cc.Close())
+	}
+	c.conns = nil
+	return errors.Join(errs...)
+}
+
+// Tokenize asks the engine at httpAddr, serving model, for the token ids of
+// the body's prompt (completions) or messages (chat).
+func (c *Client) Tokenize(ctx context.Context, httpAddr, model string, body []byte, chat bool) ([]uint32, error) {
+	var in map[string]json.RawMessage
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, fmt.Errorf("engineclient: %w: %v", ErrTokenize, err)
+	}
+	out := map[string]json.RawMessage{}
+	if chat {
+		out["messages"] = in["messages"]
+	} else {
+		out["prompt"] = in["prompt"]
+	}
+	out["model"], _ = json.Marshal(model)
+	b, _ := json.Marshal(out)
+	ctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.o.Scheme+"://"+httpAddr+"/v1/tokenize", bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("engineclient: %w: %v", ErrTokenize, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	tracing.Inject(ctx, req.Header)
+	resp, err := c.o.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("engineclient: %w: %v", ErrTokenize, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("engineclient: %w: %v", ErrTokenize, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("engineclient: %w: status %d", ErrTokenize, resp.StatusCode)
+	}
+	var tr struct {
+		Tokens []uint32 `json:"tokens"`
+	}
+	if err := json.Unmarshal(data, &tr); err != nil {
+		return nil, fmt.Errorf("engineclient: %w: %v", ErrTokenize, err)
+	}
+	return tr.Tokens, nil
+}
+
+// Prefill calls EngineControl/Prefill on the prefill worker at grpcAddr.
+func (c *Client) Prefill(ctx context.Context, grpcAddr string, req *enginev1.PrefillRequest) (*enginev1.PrefillResponse, error) {
+	cc, err := c.conn(grpcAddr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(tracing.OutgoingGRPC(ctx), c.o.Timeout)
+	defer cancel()
+	resp, err := enginev1.NewEngineControlClient(cc).Prefill(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("engineclient: prefill on %s: %w", grpcAddr, err)
+	}
+	return resp, nil
+}
+
+// Release calls KvTransferService/Release on the decode worker at kvAddr.
+// It uses its own deadline and ignores ctx's cancellation, so a handle is
+// released even when the client's request was canceled; ctx carries the
+// trace context (traceparent in the call's metadata).
+func (c *Client) Release(ctx context.Context, kvAddr, handle string) (*kvv1.ReleaseResponse, error) {
+	cc, err := c.conn(kvAddr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(tracing.OutgoingGRPC(tracing.Detached(ctx)), c.o.Timeout)
+	defer cancel()
+	resp, err := kvv1.NewKvTransferServiceClient(cc).Release(ctx, &kvv1.ReleaseRequest{HandleId: handle})
+	if err != nil {
+		return nil, fmt.Errorf("engineclient: release on %s: %w", kvAddr, err)
+	}
+	return resp, nil
+}

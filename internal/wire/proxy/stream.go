@@ -1,0 +1,301 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/tlgate/tlgate/internal/wire/openai"
+)
+
+// Result is the outcome of a streamed attempt.
+type Result struct {
+	// Committed is true once bytes were written to the client: the request
+	// must not be retried, whatever Err says.
+	Committed bool
+	// ClientGone is true when the client went away (its context ended or a
+	// write to it failed); the upstream request was canceled at once.
+	ClientGone bool
+	// Done is true when the stream finished: an SSE stream relayed through
+	// its "data: [DONE]" event, any other body relayed to its clean end.
+	Done bool
+	// Status is the engine's HTTP status (0 if none arrived).
+	Status int
+	// Err is nil when Done; otherwise an *AttemptError (see Retryable).
+	Err error
+	// FirstByte is the time from the call to the commit.
+	FirstByte time.Duration
+	// Events counts the SSE events relayed, [DONE] included (comment-only
+	// blocks such as ": keep-alive" are relayed but not counted).
+	Events int
+	// Bytes counts the engine's bytes relayed (not the SSE error event).
+	Bytes int64
+	// Answer, when set, is an engine's OpenAI-shaped error answer to relay
+	// instead of a stream (Committed false, Err nil): see Stream.
+	Answer *Response
+}
+
+// doneGrace bounds reading the end of an engine's response after its
+// [DONE] event, which lets the connection return to the pool.
+const doneGrace = time.Second
+
+// Stream sends a streamed attempt and relays the engine's answer to w.
+//
+// The commitment boundary is the first write to the client. Before it, any
+// failure (refused, reset, FirstByteTimeout, a 503 or other 5xx answer, an
+// engine that closes before its first complete SSE event, a malformed one)
+// returns Result{Committed: false} with a retryable Err and w untouched.
+// The attempt commits when the first complete SSE event has arrived: Stream
+// then sets Content-Type, Cache-Control: no-cache on w, calls
+// commit(status, engine header) once so the caller can set its own headers
+// (X-Request-Id, X-TL-Route) and learn that it committed, writes the
+// status, and relays. commit may be nil.
+//
+// Only SSE answers (2xx, Content-Type text/event-stream or none) are
+// streamed: event by event as they arrive, flushed after each read, whole
+// events only, without buffering the stream; a comment-only block (":
+// keep-alive") is relayed but does not commit. Nothing after the [DONE]
+// event is relayed. After commit, a failure (reset, an end without "data:
+// [DONE]", IdleTimeout between reads, an event over MaxEventBytes, a line
+// that is not SSE) writes exactly one SSE event `data:
+// {"error":{...,"code":"upstream_failed"}}` and returns Committed with Err;
+// no [DONE] follows. Garbage inside a stream is not relayed: a line other
+// than a field (data:, event:, id:, retry:) or a comment is FailBadAnswer,
+// before commit (retryable) or after (the error event).
+//
+// Any other answer is never relayed as it arrives: a 2xx that is not SSE is
+// FailBadAnswer (an engine that ignored "stream"), and a 4xx or 5xx is read
+// whole and judged as Fetch judges it: an OpenAI-shaped client error comes
+// back in Result.Answer for the caller to relay, anything else is a
+// retryable Err (FailStatus5xx, FailBadAnswer), with w untouched.
+//
+// If ctx ends or a write to the client fails, the upstream request is
+// canceled at once and the Result has ClientGone.
+func (p *Proxy) Stream(ctx context.Context, a Attempt, w http.ResponseWriter, commit func(status int, h http.Header)) Result {
+	start := time.Now()
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := time.AfterFunc(p.o.FirstByteTimeout, func() { cancel(errTimeout) })
+	defer timer.Stop()
+
+	req, err := newRequest(actx, a, "text/event-stream")
+	if err != nil {
+		return Result{Err: err}
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		ae := classify(ctx, actx, err, false)
+		return Result{Err: ae, ClientGone: ae.Reason == FailCanceled}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		discard(resp.Body)
+		return Result{Status: resp.StatusCode, Err: &AttemptError{Reason: FailStatus503, Err: err503}}
+	}
+	if resp.StatusCode/100 != 2 || !isEventStream(resp.Header.Get("Content-Type")) {
+		return p.notSSE(ctx, actx, resp, timer)
+	}
+	r := relay{
+		p: p, ctx: ctx, actx: actx, cancel: cancel, timer: timer, start: start,
+		w: w, commitFn: commit, resp: resp,
+	}
+	r.res.Status = resp.StatusCode
+	bp := p.bufs.Get().(*[]byte)
+	r.events(*bp)
+	p.bufs.Put(bp)
+	r.clearWriteDeadline()
+	return r.res
+}
+
+func isEventStream(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "text/event-stream"
+}
+
+// relay is the state of one Stream after the engine's headers arrived.
+type relay struct {
+	p         *Proxy
+	ctx, actx context.Context
+	cancel    context.CancelCauseFunc
+	timer     *time.Timer
+	start     time.Time
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	commitFn  func(int, http.Header)
+	resp      *http.Response
+	res       Result
+}
+
+// events relays an SSE body, whole events at a time. b is the initial
+// buffer; it grows (up to about twice MaxEventBytes) for large events.
+func (r *relay) events(b []byte) {
+	var sc sseScanner
+	filled := 0
+	for {
+		if filled == len(b) {
+			nb := make([]byte, 2*len(b))
+			copy(nb, b[:filled])
+			b = nb
+		}
+		n, rerr := r.resp.Body.Read(b[filled:])
+		if n > 0 && r.res.Committed {
+			r.timer.Stop()
+		}
+		filled += n
+		end, endEvent, done := sc.scan(b[:filled])
+		if !r.res.Committed && endEvent == 0 {
+			end = 0 // comments alone do not commit
+		}
+		if end > 0 {
+			if !r.res.Committed {
+				r.timer.Stop()
+				r.commit()
+			}
+			if !r.write(b[:end]) {
+				return
+			}
+			r.res.Events += sc.take()
+			if done {
+				r.res.Done = true
+				r.drain()
+				return
+			}
+			filled = copy(b, b[end:filled])
+			sc.shift(end)
+		}
+		if sc.bad {
+			r.failWith(FailBadAnswer, errBadSSE)
+			return
+		}
+		switch {
+		case rerr == io.EOF && r.res.Committed:
+			r.failWith(FailEOF, errNoDone)
+			return
+		case rerr == io.EOF:
+			r.failWith(FailEOF, errEmpty)
+			return
+		case rerr != nil:
+			r.fail(rerr)
+			return
+		case filled > r.p.o.MaxEventBytes:
+			r.failWith(FailTooLarge, fmt.Errorf("proxy: an SSE event is over the %d-byte limit", r.p.o.MaxEventBytes))
+			return
+		}
+		if r.res.Committed && n > 0 {
+			r.timer.Reset(r.p.o.IdleTimeout)
+		}
+	}
+}
+
+// commit sets the response headers, lets the caller add its own, and
+// writes the status.
+func (r *relay) commit() {
+	h := r.w.Header()
+	ct := r.resp.Header.Get("Content-Type")
+	if ct == "" {
+		ct = "text/event-stream"
+	}
+	h.Set("Content-Type", ct)
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	if r.commitFn != nil {
+		r.commitFn(r.res.Status, r.resp.Header)
+	}
+	r.res.Committed = true
+	r.res.FirstByte = time.Since(r.start)
+	r.rc = http.NewResponseController(r.w)
+	r.w.WriteHeader(r.res.Status)
+}
+
+// clearWriteDeadline undoes the per-write deadlines once the relay is over:
+// the client's connection may carry its next request.
+func (r *relay) clearWriteDeadline() {
+	if r.rc != nil && r.p.o.ClientWriteTimeout > 0 {
+		_ = r.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+// write sends p to the client and flushes. It reports false, after
+// canceling the upstream request, when the client is gone.
+func (r *relay) write(p []byte) bool {
+	if r.p.o.ClientWriteTimeout > 0 {
+		// A client that stops reading for this long is gone: its slot and
+		// the engine's work are freed instead of held for ever.
+		_ = r.rc.SetWriteDeadline(time.Now().Add(r.p.o.ClientWriteTimeout))
+	}
+	if len(p) > 0 {
+		n, err := r.w.Write(p)
+		r.res.Bytes += int64(n)
+		if err != nil {
+			r.clientGone(err)
+			return false
+		}
+	}
+	if err := r.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		r.clientGone(err)
+		return false
+	}
+	return true
+}
+
+func (r *relay) clientGone(err error) {
+	r.cancel(errClientWrite)
+	r.res.ClientGone = true
+	r.res.Err = &AttemptError{Reason: FailCanceled, Committed: r.res.Committed, Err: fmt.Errorf("%w: %w", errClientWrite, err)}
+}
+
+// fail ends the relay on a read error from the engine.
+func (r *relay) fail(err error) {
+	r.end(classify(r.ctx, r.actx, err, r.res.Committed))
+}
+
+func (r *relay) failWith(reason Failure, err error) {
+	r.end(&AttemptError{Reason: reason, Committed: r.res.Committed, Err: err})
+}
+
+// end records a failure; after commit of an SSE stream it writes the one
+// SSE error event, unless the client is gone.
+func (r *relay) end(ae *AttemptError) {
+	r.cancel(ae.Err)
+	r.res.Err = ae
+	if ae.Reason == FailCanceled {
+		r.res.ClientGone = true
+		return
+	}
+	if !r.res.Committed {
+		return
+	}
+	if r.p.o.ClientWriteTimeout > 0 {
+		// The last write's deadline may be spent: an engine that stalls for
+		// IdleTimeout outlasts a ClientWriteTimeout as long, and the error
+		// event would be lost, the stream ending as if it were complete.
+		_ = r.rc.SetWriteDeadline(time.Now().Add(r.p.o.ClientWriteTimeout))
+	}
+	if _, err := r.w.Write(errorEvent(ae.Reason)); err != nil {
+		r.res.ClientGone = true
+		return
+	}
+	if err := r.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		r.res.ClientGone = true
+	}
+}
+
+// errorEvent is the SSE event that ends a stream failed after commit.
+func errorEvent(reason Failure) []byte {
+	return openai.SSEError(openai.CodeUpstreamFailed,
+		"The engine failed after the response started ("+string(reason)+"); the response is incomplete.")
+}
+
+// drain reads what follows [DONE] (normally only the end of the chunked
+// body) so the connection can be reused; it is never relayed.
+func (r *relay) drain() {
+	r.timer.Reset(min(r.p.o.IdleTimeout, doneGrace))
+	_, _ = io.CopyN(io.Discard, r.resp.Body, 64<<10)
+}
