@@ -20,7 +20,7 @@ func Hash64String(s string) uint64 { return xxhash.Sum64String(s) }
 
 // Uniform maps s to a number in [0, 1): the top 53 bits of
 // Hash64String(s) divided by 2^53, exact in a float64. The router draws a
-// request's canary backend with it (design section 2.4), so one request id
+// request's canary backend with it, so one request id
 // always lands on the same backend.
 func Uniform(s string) float64 {
 	return float64(Hash64String(s)>>11) / (1 << 53)

@@ -7,7 +7,7 @@ import (
 	"strconv"
 )
 
-// Error codes the gateway answers with (SPEC section 2).
+// Error codes the gateway answers with, in the error body's "code".
 const (
 	CodeInvalidRequest    = "invalid_request"
 	CodeInvalidAPIKey     = "invalid_api_key"

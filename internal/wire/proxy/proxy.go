@@ -1,6 +1,6 @@
 // Package proxy sends one attempt of a client request to one engine and
-// relays the answer, keeping the commitment boundary of SPEC section 5:
-// every failure before the first byte reaches the client is reported as
+// relays the answer, keeping the commitment boundary (the first byte written
+// to the client): every failure before it is reported as
 // retryable (the caller routes again, to another worker); after it nothing
 // is retried, and a failed stream ends with one SSE error event and no
 // [DONE]. Non-streamed answers are read whole before anything is written,

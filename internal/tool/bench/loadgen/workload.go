@@ -1,3 +1,7 @@
+// Package loadgen generates the benchmarks' workloads (shared prompts,
+// multi-turn conversations, RAG, long generations) and drives them against
+// a set of base URLs with keep-alive clients, in closed or open loops,
+// recording time to first token, latency and errors per request.
 package loadgen
 
 import (
