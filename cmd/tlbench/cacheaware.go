@@ -12,11 +12,11 @@ import (
 )
 
 // cacheWeights describes the cache_aware weights of the runs.
-func cacheWeights(c settings) string {
+func cacheWeights(c Config) string {
 	d := config.Default().Gateway
 	lw := d.CacheAwareLoadWeight
-	if c.cacheLoadWeight > 0 {
-		lw = c.cacheLoadWeight
+	if c.CacheLoadWeight > 0 {
+		lw = c.CacheLoadWeight
 	}
 	return fmt.Sprintf("prefill weight %v, load weight %v, balance thresholds %d and %v, %d-byte chunks",
 		d.CacheAwarePrefillWeight, lw, d.CacheAwareBalanceAbs, d.CacheAwareBalanceRel, d.CacheAwareChunkBytes)

@@ -75,104 +75,104 @@ var experiments = []string{expRouting, expOverhead, expScale, expMemory, expOver
 
 // settings is everything a run needs; preset gives the full and quick ones
 // and flags override parts.
-type settings struct {
-	only    []string      // experiments to run, in order
-	out     string        // directory for results.md and plots; "" writes none
-	nginx   string        // nginx binary; "" looks it up on PATH
-	timeout time.Duration // bounds the whole run
-	seed    uint64
-	model   string
+type Config struct {
+	Only    []string      // experiments to run, in order
+	Out     string        // directory for results.md and plots; "" writes none
+	Nginx   string        // nginx binary; "" looks it up on PATH
+	Timeout time.Duration // bounds the whole run
+	Seed    uint64
+	Model   string
 
 	// Routing quality.
-	engines                int
-	requests, concurrency  int
-	prefill, decode        time.Duration
-	kvBlocks, maxRunning   int
-	maxTokens              int
-	systemPrompts          int
-	systemBytes, userBytes int
-	streamFraction         float64
-	loadFactor             float64
-	heartbeat              time.Duration
-	workloads              []loadgen.Kind
-	sweepPrompts           []int // shared prompt counts of the working-set sweep
+	Engines                int
+	Requests, Concurrency  int
+	Prefill, Decode        time.Duration
+	KVBlocks, MaxRunning   int
+	MaxTokens              int
+	SystemPrompts          int
+	SystemBytes, UserBytes int
+	StreamFraction         float64
+	LoadFactor             float64
+	Heartbeat              time.Duration
+	Workloads              []loadgen.Kind
+	SweepPrompts           []int // shared prompt counts of the working-set sweep
 	// rag runs on engines of kvBlocksLong blocks, multi-turn on engines of
 	// kvBlocksTurns blocks with turnRequests turns in all.
-	kvBlocksLong, kvBlocksTurns, turnRequests     int
-	conversations, turnSystemBytes, turnUserBytes int
-	answerBytes                                   int
-	think                                         time.Duration // a multi-turn user's time between an answer and the next turn
-	documents, documentBytes, ragSystemBytes      int
-	cacheLoadWeight                               float64  // cache_aware_load_weight; 0: the gateway's default
-	admission                                     bool     // admission control on in the routing runs' gateways
-	routePolicies                                 []string // policies the routing runs compare
+	KVBlocksLong, KVBlocksTurns, TurnRequests     int
+	Conversations, TurnSystemBytes, TurnUserBytes int
+	AnswerBytes                                   int
+	Think                                         time.Duration // a multi-turn user's time between an answer and the next turn
+	Documents, DocumentBytes, RAGSystemBytes      int
+	CacheLoadWeight                               float64  // cache_aware_load_weight; 0: the gateway's default
+	Admission                                     bool     // admission control on in the routing runs' gateways
+	RoutePolicies                                 []string // policies the routing runs compare
 
 	// Overhead.
-	rate            float64
-	rateDuration    time.Duration
-	rounds          int
-	tputConcurrency int
-	tputDuration    time.Duration
-	overheadTokens  int
+	Rate            float64
+	RateDuration    time.Duration
+	Rounds          int
+	TputConcurrency int
+	TputDuration    time.Duration
+	OverheadTokens  int
 
 	// Scale.
-	workers    []int
-	pickBudget time.Duration
-	pickMinOps int
-	streams    []int
-	memprofile string // heap profile of the held streams, if set
-	cpuprofile string // CPU profile of the run, if set
+	Workers    []int
+	PickBudget time.Duration
+	PickMinOps int
+	Streams    []int
+	MemProfile string // heap profile of the held streams, if set
+	CPUProfile string // CPU profile of the run, if set
 
 	// Overload (overload.go).
-	overloadEngines, overloadRunning, overloadTokens, overloadQueue int
-	overloadDecode, overloadQueueTimeout, overloadSLO               time.Duration
-	overloadDuration, overloadClientTimeout                         time.Duration
-	overloadMultiples                                               []float64
+	OverloadEngines, OverloadRunning, OverloadTokens, OverloadQueue int
+	OverloadDecode, OverloadQueueTimeout, OverloadSLO               time.Duration
+	OverloadDuration, OverloadClientTimeout                         time.Duration
+	OverloadMultiples                                               []float64
 }
 
 // preset returns the full benchmark's configuration, or the quick one.
-func preset(quick bool) settings {
-	c := settings{
-		only:    slices.Clone(experiments),
-		timeout: 15 * time.Minute,
-		seed:    1,
-		model:   "bench",
+func preset(quick bool) Config {
+	c := Config{
+		Only:    slices.Clone(experiments),
+		Timeout: 15 * time.Minute,
+		Seed:    1,
+		Model:   "bench",
 
-		engines: 4, requests: 600, concurrency: 48,
-		prefill: 75 * time.Microsecond, decode: 3 * time.Millisecond,
-		kvBlocks: 160, maxRunning: 8, maxTokens: 24,
-		systemPrompts: 4, systemBytes: 1536, userBytes: 160,
-		streamFraction: 0.5, loadFactor: 1.25, heartbeat: time.Second,
-		workloads: slices.Clone(loadgen.Kinds), sweepPrompts: []int{4, 8, 16, 32, 64},
-		kvBlocksLong: 512, kvBlocksTurns: 1024, turnRequests: 1200, conversations: 64, turnSystemBytes: 256, turnUserBytes: 128, answerBytes: 96, think: 100 * time.Millisecond,
-		documents: 40, documentBytes: 3072, ragSystemBytes: 256, routePolicies: slices.Clone(policies),
+		Engines: 4, Requests: 600, Concurrency: 48,
+		Prefill: 75 * time.Microsecond, Decode: 3 * time.Millisecond,
+		KVBlocks: 160, MaxRunning: 8, MaxTokens: 24,
+		SystemPrompts: 4, SystemBytes: 1536, UserBytes: 160,
+		StreamFraction: 0.5, LoadFactor: 1.25, Heartbeat: time.Second,
+		Workloads: slices.Clone(loadgen.Kinds), SweepPrompts: []int{4, 8, 16, 32, 64},
+		KVBlocksLong: 512, KVBlocksTurns: 1024, TurnRequests: 1200, Conversations: 64, TurnSystemBytes: 256, TurnUserBytes: 128, AnswerBytes: 96, Think: 100 * time.Millisecond,
+		Documents: 40, DocumentBytes: 3072, RAGSystemBytes: 256, RoutePolicies: slices.Clone(policies),
 
-		rate: 1000, rateDuration: 3 * time.Second, rounds: 3,
-		tputConcurrency: 32, tputDuration: 3 * time.Second, overheadTokens: 4,
+		Rate: 1000, RateDuration: 3 * time.Second, Rounds: 3,
+		TputConcurrency: 32, TputDuration: 3 * time.Second, OverheadTokens: 4,
 
-		workers: []int{4, 64, 1024}, pickBudget: time.Second, pickMinOps: 2000,
-		streams: []int{1000, 10000},
+		Workers: []int{4, 64, 1024}, PickBudget: time.Second, PickMinOps: 2000,
+		Streams: []int{1000, 10000},
 
-		overloadEngines: 2, overloadRunning: 4, overloadTokens: 16, overloadQueue: 16,
-		overloadDecode: 8 * time.Millisecond, overloadQueueTimeout: 2 * time.Second, overloadSLO: time.Second,
-		overloadDuration: 5 * time.Second, overloadClientTimeout: 10 * time.Second,
-		overloadMultiples: []float64{2, 5},
+		OverloadEngines: 2, OverloadRunning: 4, OverloadTokens: 16, OverloadQueue: 16,
+		OverloadDecode: 8 * time.Millisecond, OverloadQueueTimeout: 2 * time.Second, OverloadSLO: time.Second,
+		OverloadDuration: 5 * time.Second, OverloadClientTimeout: 10 * time.Second,
+		OverloadMultiples: []float64{2, 5},
 	}
 	if quick {
-		c.timeout = 2 * time.Minute
-		c.requests, c.concurrency, c.turnRequests = 160, 32, 320
-		c.sweepPrompts = []int{16}
-		c.rateDuration, c.rounds = time.Second, 1
-		c.tputDuration = time.Second
-		c.pickBudget, c.pickMinOps = 100*time.Millisecond, 500
-		c.streams = []int{1000}
-		c.overloadDuration, c.overloadClientTimeout = 2*time.Second, 5*time.Second
+		c.Timeout = 2 * time.Minute
+		c.Requests, c.Concurrency, c.TurnRequests = 160, 32, 320
+		c.SweepPrompts = []int{16}
+		c.RateDuration, c.Rounds = time.Second, 1
+		c.TputDuration = time.Second
+		c.PickBudget, c.PickMinOps = 100*time.Millisecond, 500
+		c.Streams = []int{1000}
+		c.OverloadDuration, c.OverloadClientTimeout = 2*time.Second, 5*time.Second
 	}
 	return c
 }
 
 // parseFlags reads the command line over the preset -quick selects.
-func parseFlags(args []string, errOut io.Writer) (settings, error) {
+func parseFlags(args []string, errOut io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("tlbench", flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	quick := fs.Bool("quick", false, "a smaller, faster run (well under a minute) for a smoke test")
@@ -199,26 +199,26 @@ func parseFlags(args []string, errOut io.Writer) (settings, error) {
 	admission := fs.Bool("admission", false, "turn admission control on (limits derived from the engines' reports) in the routing runs' gateways")
 	loadWeight := fs.Float64("cache-load-weight", 0, "cache_aware_load_weight of the cache_aware runs (default: the gateway's)")
 	if err := fs.Parse(args); err != nil {
-		return settings{}, err
+		return Config{}, err
 	}
 	if fs.NArg() > 0 {
-		return settings{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+		return Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	c := preset(*quick)
-	c.out, c.nginx, c.seed, c.memprofile, c.cpuprofile = *out, *nginx, *seed, *memprofile, *cpuprofile
+	c.Out, c.Nginx, c.Seed, c.MemProfile, c.CPUProfile = *out, *nginx, *seed, *memprofile, *cpuprofile
 	if *loadWeight < 0 {
-		return settings{}, fmt.Errorf("-cache-load-weight: must not be negative, got %v", *loadWeight)
+		return Config{}, fmt.Errorf("-cache-load-weight: must not be negative, got %v", *loadWeight)
 	}
-	c.cacheLoadWeight, c.admission = *loadWeight, *admission
+	c.CacheLoadWeight, c.Admission = *loadWeight, *admission
 	if *only != "" {
-		c.only = nil
+		c.Only = nil
 		for _, e := range strings.Split(*only, ",") {
 			e = strings.TrimSpace(e)
 			if !slices.Contains(experiments, e) {
-				return settings{}, fmt.Errorf("-only: unknown experiment %q (want %s)", e, strings.Join(experiments, ", "))
+				return Config{}, fmt.Errorf("-only: unknown experiment %q (want %s)", e, strings.Join(experiments, ", "))
 			}
-			if !slices.Contains(c.only, e) {
-				c.only = append(c.only, e)
+			if !slices.Contains(c.Only, e) {
+				c.Only = append(c.Only, e)
 			}
 		}
 	}
@@ -226,64 +226,64 @@ func parseFlags(args []string, errOut io.Writer) (settings, error) {
 		name string
 		v    *int
 		dst  *int
-	}{{"requests", requests, &c.requests}, {"concurrency", concurrency, &c.concurrency}, {"kv-blocks", kvBlocks, &c.kvBlocks}, {"kv-blocks-long", kvBlocksLong, &c.kvBlocksLong},
-		{"kv-blocks-turns", kvBlocksTurns, &c.kvBlocksTurns}, {"turn-requests", turnRequests, &c.turnRequests}}
+	}{{"requests", requests, &c.Requests}, {"concurrency", concurrency, &c.Concurrency}, {"kv-blocks", kvBlocks, &c.KVBlocks}, {"kv-blocks-long", kvBlocksLong, &c.KVBlocksLong},
+		{"kv-blocks-turns", kvBlocksTurns, &c.KVBlocksTurns}, {"turn-requests", turnRequests, &c.TurnRequests}}
 	for _, p := range positive {
 		if *p.v < 0 {
-			return settings{}, fmt.Errorf("-%s: must be positive, got %d", p.name, *p.v)
+			return Config{}, fmt.Errorf("-%s: must be positive, got %d", p.name, *p.v)
 		}
 		if *p.v > 0 {
 			*p.dst = *p.v
 		}
 	}
 	if *think >= 0 {
-		c.think = *think
+		c.Think = *think
 	} else if *think != -1 {
-		return settings{}, fmt.Errorf("-think: must not be negative, got %v", *think)
+		return Config{}, fmt.Errorf("-think: must not be negative, got %v", *think)
 	}
 	if *timeout < 0 || *rate < 0 {
-		return settings{}, errors.New("-timeout and -rate must not be negative")
+		return Config{}, errors.New("-timeout and -rate must not be negative")
 	}
 	if *timeout > 0 {
-		c.timeout = *timeout
+		c.Timeout = *timeout
 	}
 	if *rate > 0 {
-		c.rate = *rate
+		c.Rate = *rate
 	}
 	var err error
 	if *workers != "" {
-		if c.workers, err = parseInts(*workers); err != nil {
-			return settings{}, fmt.Errorf("-workers: %w", err)
+		if c.Workers, err = parseInts(*workers); err != nil {
+			return Config{}, fmt.Errorf("-workers: %w", err)
 		}
 	}
 	if *workloads != "" {
-		c.workloads = nil
+		c.Workloads = nil
 		for _, w := range strings.Split(*workloads, ",") {
 			k := loadgen.Kind(strings.TrimSpace(w))
 			if !slices.Contains(loadgen.Kinds, k) {
-				return settings{}, fmt.Errorf("-workloads: unknown workload %q", w)
+				return Config{}, fmt.Errorf("-workloads: unknown workload %q", w)
 			}
-			c.workloads = append(c.workloads, k)
+			c.Workloads = append(c.Workloads, k)
 		}
 	}
 	if *pols != "" {
-		c.routePolicies = nil
+		c.RoutePolicies = nil
 		for _, p := range strings.Split(*pols, ",") {
 			p = strings.TrimSpace(p)
 			if !slices.Contains(policies, p) {
-				return settings{}, fmt.Errorf("-policies: unknown policy %q (want %s)", p, strings.Join(policies, ", "))
+				return Config{}, fmt.Errorf("-policies: unknown policy %q (want %s)", p, strings.Join(policies, ", "))
 			}
-			c.routePolicies = append(c.routePolicies, p)
+			c.RoutePolicies = append(c.RoutePolicies, p)
 		}
 	}
 	if *sweep != "" {
-		if c.sweepPrompts, err = parseInts(*sweep); err != nil {
-			return settings{}, fmt.Errorf("-sweep: %w", err)
+		if c.SweepPrompts, err = parseInts(*sweep); err != nil {
+			return Config{}, fmt.Errorf("-sweep: %w", err)
 		}
 	}
 	if *streams != "" {
-		if c.streams, err = parseInts(*streams); err != nil {
-			return settings{}, fmt.Errorf("-streams: %w", err)
+		if c.Streams, err = parseInts(*streams); err != nil {
+			return Config{}, fmt.Errorf("-streams: %w", err)
 		}
 	}
 	return c, nil
@@ -304,11 +304,11 @@ func parseInts(s string) ([]int, error) {
 
 // run runs the configured experiments in order, printing each section to
 // out as it completes; progress goes to logOut.
-func run(ctx context.Context, c settings, out, logOut io.Writer) error {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+func run(ctx context.Context, c Config, out, logOut io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	if c.cpuprofile != "" {
-		f, err := os.Create(c.cpuprofile)
+	if c.CPUProfile != "" {
+		f, err := os.Create(c.CPUProfile)
 		if err != nil {
 			return fmt.Errorf("cpuprofile: %w", err)
 		}
@@ -322,7 +322,7 @@ func run(ctx context.Context, c settings, out, logOut io.Writer) error {
 	rep := &report{}
 	rep.add(out, machineSection(ctx, c))
 	var plots []plotFile
-	for _, e := range c.only {
+	for _, e := range c.Only {
 		fmt.Fprintf(logOut, "tlbench: %s...\n", e)
 		var sec section
 		var ps []plotFile
@@ -346,8 +346,8 @@ func run(ctx context.Context, c settings, out, logOut io.Writer) error {
 		plots = append(plots, ps...)
 	}
 	fmt.Fprintf(logOut, "tlbench: done in %v\n", time.Since(started).Round(time.Millisecond))
-	if c.out == "" {
+	if c.Out == "" {
 		return nil
 	}
-	return rep.write(c.out, plots)
+	return rep.write(c.Out, plots)
 }

@@ -35,24 +35,24 @@ func TestMain(m *testing.M) {
 
 // smallest is the least configuration that runs every experiment: a few
 // requests per run, tiny engine costs, two fleet sizes, a few streams.
-func smallest(out string) settings {
+func smallest(out string) Config {
 	c := preset(true)
-	c.out = out
-	c.timeout = time.Minute
-	c.engines, c.requests, c.concurrency = 2, 12, 4
-	c.prefill, c.decode, c.maxTokens = 10*time.Microsecond, 200*time.Microsecond, 4
-	c.systemPrompts, c.systemBytes, c.userBytes = 2, 200, 40
-	c.kvBlocks, c.kvBlocksLong, c.kvBlocksTurns, c.turnRequests = 64, 96, 96, 12
-	c.conversations, c.turnSystemBytes, c.turnUserBytes, c.answerBytes = 3, 100, 40, 30
-	c.documents, c.documentBytes, c.ragSystemBytes = 3, 300, 60
-	c.heartbeat = 500 * time.Millisecond
-	c.sweepPrompts = []int{4}
-	c.rate, c.rateDuration, c.rounds = 100, 100*time.Millisecond, 1
-	c.tputConcurrency, c.tputDuration = 4, 100*time.Millisecond
-	c.workers, c.pickBudget, c.pickMinOps = []int{4, 16}, time.Millisecond, 200
-	c.streams = []int{20}
-	c.overloadDecode, c.overloadTokens = time.Millisecond, 4
-	c.overloadDuration, c.overloadClientTimeout = 300*time.Millisecond, 5*time.Second
+	c.Out = out
+	c.Timeout = time.Minute
+	c.Engines, c.Requests, c.Concurrency = 2, 12, 4
+	c.Prefill, c.Decode, c.MaxTokens = 10*time.Microsecond, 200*time.Microsecond, 4
+	c.SystemPrompts, c.SystemBytes, c.UserBytes = 2, 200, 40
+	c.KVBlocks, c.KVBlocksLong, c.KVBlocksTurns, c.TurnRequests = 64, 96, 96, 12
+	c.Conversations, c.TurnSystemBytes, c.TurnUserBytes, c.AnswerBytes = 3, 100, 40, 30
+	c.Documents, c.DocumentBytes, c.RAGSystemBytes = 3, 300, 60
+	c.Heartbeat = 500 * time.Millisecond
+	c.SweepPrompts = []int{4}
+	c.Rate, c.RateDuration, c.Rounds = 100, 100*time.Millisecond, 1
+	c.TputConcurrency, c.TputDuration = 4, 100*time.Millisecond
+	c.Workers, c.PickBudget, c.PickMinOps = []int{4, 16}, time.Millisecond, 200
+	c.Streams = []int{20}
+	c.OverloadDecode, c.OverloadTokens = time.Millisecond, 4
+	c.OverloadDuration, c.OverloadClientTimeout = 300*time.Millisecond, 5*time.Second
 	return c
 }
 
@@ -175,22 +175,22 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.only, []string{expScale, expRouting}) || !slices.Equal(c.workers, []int{2, 8}) || !slices.Equal(c.streams, []int{10}) ||
-		c.requests != 5 || !slices.Equal(c.workloads, []loadgen.Kind{loadgen.Distinct}) || c.out != "x" || c.rate != 50 || c.timeout != 30*time.Second {
+	if !slices.Equal(c.Only, []string{expScale, expRouting}) || !slices.Equal(c.Workers, []int{2, 8}) || !slices.Equal(c.Streams, []int{10}) ||
+		c.Requests != 5 || !slices.Equal(c.Workloads, []loadgen.Kind{loadgen.Distinct}) || c.Out != "x" || c.Rate != 50 || c.Timeout != 30*time.Second {
 		t.Errorf("parsed %+v", c)
 	}
 	ca, err := parseFlags([]string{"-policies", "cache_aware, least_outstanding", "-sweep", "8,64", "-cache-load-weight", "200"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(ca.routePolicies, []string{"cache_aware", "least_outstanding"}) || !slices.Equal(ca.sweepPrompts, []int{8, 64}) || ca.cacheLoadWeight != 200 {
+	if !slices.Equal(ca.RoutePolicies, []string{"cache_aware", "least_outstanding"}) || !slices.Equal(ca.SweepPrompts, []int{8, 64}) || ca.CacheLoadWeight != 200 {
 		t.Errorf("parsed %+v", ca)
 	}
 	full, err := parseFlags(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(full.only, experiments) || !slices.Equal(full.workers, []int{4, 64, 1024}) || !slices.Equal(full.streams, []int{1000, 10000}) {
+	if !slices.Equal(full.Only, experiments) || !slices.Equal(full.Workers, []int{4, 64, 1024}) || !slices.Equal(full.Streams, []int{1000, 10000}) {
 		t.Errorf("defaults %+v", full)
 	}
 	for _, tc := range []struct {

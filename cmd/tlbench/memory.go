@@ -58,9 +58,9 @@ const (
 )
 
 // memoryExperiment measures the gateway's memory per open stream.
-func memoryExperiment(ctx context.Context, c settings, logOut io.Writer) (section, []plotFile, error) {
+func memoryExperiment(ctx context.Context, c Config, logOut io.Writer) (section, []plotFile, error) {
 	var rows []memoryRow
-	for _, n := range c.streams {
+	for _, n := range c.Streams {
 		row, err := memoryRun(ctx, c, n)
 		if err != nil {
 			return section{}, nil, fmt.Errorf("%d streams: %w", n, err)
@@ -100,7 +100,7 @@ func raiseNoFile(want uint64) (uint64, string) {
 
 // memoryRun opens n streams straight to engines whose streams stall after
 // the first token, then n through the gateway, measuring each.
-func memoryRun(ctx context.Context, c settings, n int) (memoryRow, error) {
+func memoryRun(ctx context.Context, c Config, n int) (memoryRow, error) {
 	row := memoryRow{streams: n, requested: n}
 	// Through the gateway every stream holds four descriptors in this one
 	// process: the client's and the gateway's ends of the client
@@ -122,26 +122,26 @@ func memoryRun(ctx context.Context, c settings, n int) (memoryRow, error) {
 	per := (n + memoryEngines - 1) / memoryEngines
 	for i := range engines {
 		engines[i] = enginesim.Config{
-			ID: fmt.Sprintf("stall-%d", i), Model: c.model,
+			ID: fmt.Sprintf("stall-%d", i), Model: c.Model,
 			// The first token comes at once; the next after an hour: the
 			// stream stays open with nothing to relay.
 			DecodePerToken: time.Hour,
 			MaxRunning:     per + 16, KVBlocks: per + 64,
-			HeartbeatInterval: c.heartbeat,
+			HeartbeatInterval: c.Heartbeat,
 		}
 	}
-	cl, err := startCluster(ctx, &gatewayConfig{policy: config.PolicyLeastOutstanding, heartbeat: c.heartbeat, idleTimeout: 2 * time.Hour}, engines)
+	cl, err := startCluster(ctx, &gatewayConfig{policy: config.PolicyLeastOutstanding, heartbeat: c.Heartbeat, idleTimeout: 2 * time.Hour}, engines)
 	if err != nil {
 		return row, err
 	}
 	defer cl.close()
-	req := loadgen.Completion(c.model, 2, true)
+	req := loadgen.Completion(c.Model, 2, true)
 	if row.direct, row.openDirect, err = holdAndMeasure(ctx, loadgen.RoundRobin(cl.engineURLs()), req, n, ""); err != nil {
 		return row, fmt.Errorf("direct: %w", err)
 	}
 	profile := ""
-	if row.requested == slices.Max(c.streams) {
-		profile = c.memprofile
+	if row.requested == slices.Max(c.Streams) {
+		profile = c.MemProfile
 	}
 	if row.viaGW, row.openGateway, err = holdAndMeasure(ctx, loadgen.Fixed(cl.url()), req, n, profile); err != nil {
 		return row, fmt.Errorf("gateway: %w", err)

@@ -94,7 +94,7 @@ func (f *overheadFleet) close() {
 
 // startOverheadFleet builds the gateway and engine binaries and starts
 // every process, waiting until the gateway routes to the engine.
-func startOverheadFleet(ctx context.Context, c settings, logOut io.Writer) (_ *overheadFleet, err error) {
+func startOverheadFleet(ctx context.Context, c Config, logOut io.Writer) (_ *overheadFleet, err error) {
 	dir, err := os.MkdirTemp("", "tlbench-procs-")
 	if err != nil {
 		return nil, err
@@ -126,7 +126,7 @@ registry_listen = %q
 heartbeat_interval = %q
 state_dir = %q
 log_format = "json"
-`, gwAddr, regAddr, c.heartbeat.String(), filepath.Join(dir, "state"))
+`, gwAddr, regAddr, c.Heartbeat.String(), filepath.Join(dir, "state"))
 	cfgPath := filepath.Join(dir, "gateway.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -139,8 +139,8 @@ log_format = "json"
 		return nil, err
 	}
 	if f.engine, err = procs.Start("engine", dir, engBin, []string{
-		"-id", "zero", "-model", c.model, "-http", engAddr, "-gateway", regAddr,
-		"-heartbeat-interval", c.heartbeat.String(), "-log-level", "warn",
+		"-id", "zero", "-model", c.Model, "-http", engAddr, "-gateway", regAddr,
+		"-heartbeat-interval", c.Heartbeat.String(), "-log-level", "warn",
 	}, nil); err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ log_format = "json"
 	if err := f.goproxy.WaitHTTP(ctx, f.gp+"/health", http.StatusOK, 30*time.Second); err != nil {
 		return nil, err
 	}
-	px, err := nginxproxy.Start(ctx, nginxproxy.Options{Binary: c.nginx, Upstreams: []string{engAddr}, Workers: runtime.NumCPU()})
+	px, err := nginxproxy.Start(ctx, nginxproxy.Options{Binary: c.Nginx, Upstreams: []string{engAddr}, Workers: runtime.NumCPU()})
 	switch {
 	case errors.Is(err, nginxproxy.ErrNotFound):
 		f.nginxNote = "nginx is not installed: the nginx rows are skipped (install it with `apt-get install -y nginx`)."
@@ -237,7 +237,7 @@ func fetch(ctx context.Context, url string) ([]byte, error) {
 // the maximum throughput straight to a zero-cost engine, through a bare Go
 // httputil.ReverseProxy, through the gateway binary and through nginx, in
 // the same run, each proxy a process of its own.
-func overheadExperiment(ctx context.Context, c settings, logOut io.Writer) (section, []plotFile, error) {
+func overheadExperiment(ctx context.Context, c Config, logOut io.Writer) (section, []plotFile, error) {
 	f, err := startOverheadFleet(ctx, c, logOut)
 	if err != nil {
 		return section{}, nil, err
@@ -249,7 +249,7 @@ func overheadExperiment(ctx context.Context, c settings, logOut io.Writer) (sect
 	defer client.CloseIdleConnections()
 	var cells []*overheadCell
 	for _, m := range overheadModes {
-		reqs := []loadgen.Request{loadgen.Completion(c.model, c.overheadTokens, m.stream)}
+		reqs := []loadgen.Request{loadgen.Completion(c.Model, c.OverheadTokens, m.stream)}
 		byPath := map[string]*overheadCell{}
 		for _, p := range paths {
 			cell := &overheadCell{mode: m.name, path: p.name}
@@ -260,14 +260,14 @@ func overheadExperiment(ctx context.Context, c settings, logOut io.Writer) (sect
 		}
 		// Latency at the fixed rate: rounds interleave the paths, so that
 		// noise from the shared machine spreads over all of them.
-		for range c.rounds {
+		for range c.Rounds {
 			for _, p := range paths {
 				before, err := f.usage(ctx, p)
 				if err != nil {
 					return section{}, nil, err
 				}
 				res := loadgen.RunOpen(ctx, client, loadgen.Fixed(p.url), loadgen.Open{
-					Rate: c.rate, Duration: c.rateDuration, Requests: reqs, MaxInFlight: 512,
+					Rate: c.Rate, Duration: c.RateDuration, Requests: reqs, MaxInFlight: 512,
 				})
 				after, err := f.usage(ctx, p)
 				if err != nil {
@@ -290,7 +290,7 @@ func overheadExperiment(ctx context.Context, c settings, logOut io.Writer) (sect
 		}
 		for _, p := range paths {
 			res := loadgen.RunClosed(ctx, client, loadgen.Fixed(p.url), loadgen.Closed{
-				Concurrency: c.tputConcurrency, Requests: reqs, Cycle: true, Duration: c.tputDuration,
+				Concurrency: c.TputConcurrency, Requests: reqs, Cycle: true, Duration: c.TputDuration,
 			})
 			cell := byPath[p.name]
 			cell.rps = res.Throughput()
@@ -315,7 +315,7 @@ func findCell(cells []*overheadCell, mode, path string) *overheadCell {
 	return nil
 }
 
-func overheadSection(c settings, cells []*overheadCell, nginxNote string) section {
+func overheadSection(c Config, cells []*overheadCell, nginxNote string) section {
 	t := &table{header: []string{"mode", "path", "p50 µs", "p90 µs", "p99 µs", "added p50 µs", "added p99 µs", "max req/s",
 		"proxy CPU µs/req", "engine CPU µs/req", "load generator CPU µs/req", "gateway KiB allocated/req (GC cycles)", "failed", "dropped"}}
 	for _, cell := range cells {
@@ -342,7 +342,7 @@ func overheadSection(c settings, cells []*overheadCell, nginxNote string) sectio
 		"added = the path's percentile minus the direct one. CPU per request is user+system time from /proc over those "+
 		"fixed-rate runs, divided by the requests answered: the proxy's process (nginx with its workers), the engine's and "+
 		"the load generator's. Max req/s: %d closed-loop keep-alive clients for %v.",
-		c.overheadTokens, runtime.NumCPU(), c.rate, c.rateDuration, c.rounds, c.tputConcurrency, c.tputDuration)
+		c.OverheadTokens, runtime.NumCPU(), c.Rate, c.RateDuration, c.Rounds, c.TputConcurrency, c.TputDuration)
 	var notes []string
 	if nginxNote != "" {
 		notes = append(notes, nginxNote)
@@ -359,7 +359,7 @@ func overheadSection(c settings, cells []*overheadCell, nginxNote string) sectio
 				m.name, signedUS(g50), signedUS(n50), ratio(g50, n50), metOrMissed(g50 <= 2*n50)))
 		}
 		notes = append(notes, fmt.Sprintf("Target (%s): gateway added p99 under 1 ms at %.0f requests/s: %s µs — %s.",
-			m.name, c.rate, signedUS(g99), metOrMissed(g99 < time.Millisecond)))
+			m.name, c.Rate, signedUS(g99), metOrMissed(g99 < time.Millisecond)))
 		if gp != nil && gp.requests > 0 && g.requests > 0 {
 			gcpu := float64(g.cpu) / float64(g.requests)
 			fcpu := float64(gp.cpu) / float64(gp.requests)

@@ -62,13 +62,13 @@ func (r overloadRow) throughput() float64 {
 
 // overloadEngines are the fleet: small batches and slow decoding, so that
 // its capacity is low and known.
-func overloadEngines(c settings) []enginesim.Config {
-	out := make([]enginesim.Config, c.overloadEngines)
+func overloadEngines(c Config) []enginesim.Config {
+	out := make([]enginesim.Config, c.OverloadEngines)
 	for i := range out {
 		out[i] = enginesim.Config{
-			ID: fmt.Sprintf("engine-%d", i), Model: c.model,
-			DecodePerToken: c.overloadDecode, MaxRunning: c.overloadRunning,
-			HeartbeatInterval: c.heartbeat,
+			ID: fmt.Sprintf("engine-%d", i), Model: c.Model,
+			DecodePerToken: c.OverloadDecode, MaxRunning: c.OverloadRunning,
+			HeartbeatInterval: c.Heartbeat,
 		}
 	}
 	return out
@@ -76,27 +76,27 @@ func overloadEngines(c settings) []enginesim.Config {
 
 // overloadGateway configures the gateway of a run: two keys, and admission
 // control on (limit = the engines' batch size) or off.
-func overloadGateway(c settings, admission bool) *gatewayConfig {
-	return &gatewayConfig{policy: config.PolicyLeastOutstanding, heartbeat: c.heartbeat, tune: func(g *config.Gateway) {
+func overloadGateway(c Config, admission bool) *gatewayConfig {
+	return &gatewayConfig{policy: config.PolicyLeastOutstanding, heartbeat: c.Heartbeat, tune: func(g *config.Gateway) {
 		g.APIKeys = []config.APIKey{
 			{Name: keyHeavy, Key: "tlbench-" + keyHeavy, Scopes: []string{config.ScopeInference}},
 			{Name: keyLight, Key: "tlbench-" + keyLight, Scopes: []string{config.ScopeInference}},
 		}
 		g.Admission.Enabled = admission
-		g.Admission.WorkerConcurrency = c.overloadRunning
-		g.Admission.QueueSize = c.overloadQueue
-		g.Admission.QueueTimeout = config.D(c.overloadQueueTimeout)
+		g.Admission.WorkerConcurrency = c.OverloadRunning
+		g.Admission.QueueSize = c.OverloadQueue
+		g.Admission.QueueTimeout = config.D(c.OverloadQueueTimeout)
 	}}
 }
 
-func overloadExperiment(ctx context.Context, c settings, logOut io.Writer) (section, []plotFile, error) {
+func overloadExperiment(ctx context.Context, c Config, logOut io.Writer) (section, []plotFile, error) {
 	capacity, err := overloadCapacity(ctx, c)
 	if err != nil {
 		return section{}, nil, fmt.Errorf("capacity: %w", err)
 	}
 	fmt.Fprintf(logOut, "tlbench:   capacity %.1f req/s\n", capacity)
 	var rows []overloadRow
-	for _, m := range c.overloadMultiples {
+	for _, m := range c.OverloadMultiples {
 		for _, adm := range []bool{false, true} {
 			row, err := overloadRun(ctx, c, m*capacity, adm)
 			if err != nil {
@@ -114,13 +114,13 @@ func overloadExperiment(ctx context.Context, c settings, logOut io.Writer) (sect
 
 // overloadCapacity measures the fleet's capacity through the gateway: a
 // closed loop with exactly as many clients as the fleet runs sequences.
-func overloadCapacity(ctx context.Context, c settings) (float64, error) {
+func overloadCapacity(ctx context.Context, c Config) (float64, error) {
 	cl, err := startCluster(ctx, overloadGateway(c, true), overloadEngines(c))
 	if err != nil {
 		return 0, err
 	}
 	defer cl.close()
-	conc := c.overloadEngines * c.overloadRunning
+	conc := c.OverloadEngines * c.OverloadRunning
 	client := loadgen.NewClient(conc)
 	defer client.CloseIdleConnections()
 	req := overloadRequest(c)
@@ -128,7 +128,7 @@ func overloadCapacity(ctx context.Context, c settings) (float64, error) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := time.Now()
-	end := start.Add(c.overloadDuration)
+	end := start.Add(c.OverloadDuration)
 	for range conc {
 		wg.Go(func() {
 			for time.Now().Before(end) && ctx.Err() == nil {
@@ -147,8 +147,8 @@ func overloadCapacity(ctx context.Context, c settings) (float64, error) {
 	return float64(n) / time.Since(start).Seconds(), nil
 }
 
-func overloadRequest(c settings) []byte {
-	b, _ := json.Marshal(map[string]any{"model": c.model, "prompt": "Overload the fleet", "max_tokens": c.overloadTokens, "temperature": 0, "seed": 1})
+func overloadRequest(c Config) []byte {
+	b, _ := json.Marshal(map[string]any{"model": c.Model, "prompt": "Overload the fleet", "max_tokens": c.OverloadTokens, "temperature": 0, "seed": 1})
 	return b
 }
 
@@ -197,7 +197,7 @@ func overloadSend(ctx context.Context, client *http.Client, base, key string, bo
 
 // overloadRun offers rate requests per second for the run's duration (one
 // in five from the light key) and waits for every answer.
-func overloadRun(ctx context.Context, c settings, rate float64, admission bool) (overloadRow, error) {
+func overloadRun(ctx context.Context, c Config, rate float64, admission bool) (overloadRow, error) {
 	cl, err := startCluster(ctx, overloadGateway(c, admission), overloadEngines(c))
 	if err != nil {
 		return overloadRow{}, err
@@ -214,7 +214,7 @@ func overloadRun(ctx context.Context, c settings, rate float64, admission bool) 
 	start := time.Now()
 	for i := 0; ; i++ {
 		at := start.Add(time.Duration(i) * interval)
-		if at.Sub(start) >= c.overloadDuration || ctx.Err() != nil {
+		if at.Sub(start) >= c.OverloadDuration || ctx.Err() != nil {
 			break
 		}
 		if d := time.Until(at); d > 0 {
@@ -226,7 +226,7 @@ func overloadRun(ctx context.Context, c settings, rate float64, admission bool) 
 		}
 		row.offered[key]++
 		wg.Go(func() {
-			o := overloadSend(ctx, client, cl.url(), key, body, c.overloadClientTimeout)
+			o := overloadSend(ctx, client, cl.url(), key, body, c.OverloadClientTimeout)
 			mu.Lock()
 			outs = append(outs, o)
 			mu.Unlock()
@@ -243,7 +243,7 @@ func overloadRun(ctx context.Context, c settings, rate float64, admission bool) 
 		case o.err == nil && o.status == http.StatusOK:
 			row.served[o.key]++
 			lat = append(lat, o.latency)
-			if o.latency <= c.overloadSLO {
+			if o.latency <= c.OverloadSLO {
 				row.withinSLO++
 			}
 		case o.err == nil && o.status == http.StatusServiceUnavailable && o.code == "overloaded":
@@ -259,7 +259,7 @@ func overloadRun(ctx context.Context, c settings, rate float64, admission bool) 
 	return row, nil
 }
 
-func overloadSection(c settings, capacity float64, rows []overloadRow) section {
+func overloadSection(c Config, capacity float64, rows []overloadRow) section {
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].multiple < rows[j].multiple })
 	t := &table{header: []string{"offered load", "admission control", "offered req/s", "served", "goodput req/s (≤ SLO)", "served req/s",
 		"served p50 ms", "served p99 ms", "503 overloaded", "client timeouts", "heavy key share", "light key share"}}
@@ -279,7 +279,7 @@ func overloadSection(c settings, capacity float64, rows []overloadRow) section {
 		"giving up after %v. Admission control on: worker limit %d, queue_size %d, queue_timeout %v; off: [gateway.admission] enabled = false. "+
 		"Goodput counts answers within the SLO of %v; served p50/p99 are over every 200 answer; the key shares are of the served answers "+
 		"(the light key offers 20%% of the load).",
-		c.overloadEngines, c.overloadRunning, c.overloadDecode, c.overloadTokens, c.overloadEngines*c.overloadRunning, capacity,
-		c.overloadDuration, c.overloadClientTimeout, c.overloadRunning, c.overloadQueue, c.overloadQueueTimeout, c.overloadSLO)
+		c.OverloadEngines, c.OverloadRunning, c.OverloadDecode, c.OverloadTokens, c.OverloadEngines*c.OverloadRunning, capacity,
+		c.OverloadDuration, c.OverloadClientTimeout, c.OverloadRunning, c.OverloadQueue, c.OverloadQueueTimeout, c.OverloadSLO)
 	return section{title: "Overload: admission control", lead: lead, tables: []*table{t}}
 }

@@ -131,14 +131,14 @@ func writeSVG(path string, p svgplot.Plot) error {
 }
 
 // machineSection describes where and when the run happened.
-func machineSection(ctx context.Context, c settings) section {
+func machineSection(ctx context.Context, c Config) section {
 	t := &table{header: []string{"what", "value"}}
 	t.add("date", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	t.add("CPU", cpuModel())
 	t.add("logical CPUs (nproc)", fmt.Sprint(runtime.NumCPU()))
 	t.add("GOMAXPROCS", fmt.Sprint(runtime.GOMAXPROCS(0)))
 	t.add("Go", runtime.Version()+" "+runtime.GOOS+"/"+runtime.GOARCH)
-	v, err := nginxproxy.Version(ctx, c.nginx)
+	v, err := nginxproxy.Version(ctx, c.Nginx)
 	if err != nil {
 		v = "not installed: the nginx column is skipped"
 	}

@@ -44,39 +44,39 @@ type routingRow struct {
 }
 
 // workloadConfig is the workload of kind with n shared system prompts.
-func workloadConfig(c settings, kind loadgen.Kind, n int, seed uint64) loadgen.WorkloadConfig {
+func workloadConfig(c Config, kind loadgen.Kind, n int, seed uint64) loadgen.WorkloadConfig {
 	w := loadgen.WorkloadConfig{
-		Kind: kind, Requests: c.requests, Model: c.model,
-		SystemPrompts: n, SystemBytes: c.systemBytes, UserBytes: c.userBytes,
-		MaxTokens: c.maxTokens, StreamFraction: c.streamFraction, Seed: seed,
+		Kind: kind, Requests: c.Requests, Model: c.Model,
+		SystemPrompts: n, SystemBytes: c.SystemBytes, UserBytes: c.UserBytes,
+		MaxTokens: c.MaxTokens, StreamFraction: c.StreamFraction, Seed: seed,
 	}
 	switch kind {
 	case loadgen.MultiTurn:
-		w.Requests = c.turnRequests
-		w.SystemBytes, w.UserBytes, w.Conversations, w.AnswerBytes = c.turnSystemBytes, c.turnUserBytes, c.conversations, c.answerBytes
+		w.Requests = c.TurnRequests
+		w.SystemBytes, w.UserBytes, w.Conversations, w.AnswerBytes = c.TurnSystemBytes, c.TurnUserBytes, c.Conversations, c.AnswerBytes
 	case loadgen.RAG:
-		w.SystemBytes, w.Documents, w.DocumentBytes = c.ragSystemBytes, c.documents, c.documentBytes
+		w.SystemBytes, w.Documents, w.DocumentBytes = c.RAGSystemBytes, c.Documents, c.DocumentBytes
 	}
 	return w
 }
 
 // routingEngines returns the engine configurations of a routing run of
 // workload kind.
-func routingEngines(c settings, kind loadgen.Kind) []enginesim.Config {
-	out := make([]enginesim.Config, c.engines)
-	blocks := c.kvBlocks
+func routingEngines(c Config, kind loadgen.Kind) []enginesim.Config {
+	out := make([]enginesim.Config, c.Engines)
+	blocks := c.KVBlocks
 	switch kind {
 	case loadgen.MultiTurn:
-		blocks = c.kvBlocksTurns
+		blocks = c.KVBlocksTurns
 	case loadgen.RAG:
-		blocks = c.kvBlocksLong
+		blocks = c.KVBlocksLong
 	}
 	for i := range out {
 		out[i] = enginesim.Config{
-			ID: fmt.Sprintf("engine-%d", i), Model: c.model,
-			PrefillPerToken: c.prefill, DecodePerToken: c.decode,
-			KVBlocks: blocks, MaxRunning: c.maxRunning,
-			HeartbeatInterval: c.heartbeat,
+			ID: fmt.Sprintf("engine-%d", i), Model: c.Model,
+			PrefillPerToken: c.Prefill, DecodePerToken: c.Decode,
+			KVBlocks: blocks, MaxRunning: c.MaxRunning,
+			HeartbeatInterval: c.Heartbeat,
 		}
 	}
 	return out
@@ -84,39 +84,39 @@ func routingEngines(c settings, kind loadgen.Kind) []enginesim.Config {
 
 // routingExperiment runs every workload under every policy, each run on
 // fresh engines (cold caches).
-func routingExperiment(ctx context.Context, c settings, logOut io.Writer) (section, []plotFile, error) {
+func routingExperiment(ctx context.Context, c Config, logOut io.Writer) (section, []plotFile, error) {
 	var rows []routingRow
 	var meanTokens = map[loadgen.Kind]float64{}
-	for wi, kind := range c.workloads {
-		w, err := loadgen.Build(workloadConfig(c, kind, c.systemPrompts, c.seed+uint64(wi)))
+	for wi, kind := range c.Workloads {
+		w, err := loadgen.Build(workloadConfig(c, kind, c.SystemPrompts, c.Seed+uint64(wi)))
 		if err != nil {
 			return section{}, nil, err
 		}
 		meanTokens[kind] = w.MeanPromptTokens
-		for _, p := range c.routePolicies {
+		for _, p := range c.RoutePolicies {
 			row, err := routingRun(ctx, c, kind, p, w)
 			if err != nil {
 				return section{}, nil, fmt.Errorf("%s/%s: %w", kind, p, err)
 			}
-			row.prompts = c.systemPrompts
+			row.prompts = c.SystemPrompts
 			logRouting(logOut, row)
 			rows = append(rows, row)
 		}
 	}
 	sec := routingSection(c, rows, meanTokens)
 	plots := routingPlots(rows)
-	if len(c.sweepPrompts) == 0 {
+	if len(c.SweepPrompts) == 0 {
 		return sec, plots, nil
 	}
 	// How the hit rate depends on the prefix working set: more shared
 	// system prompts than one engine's cache holds.
 	var sweep []routingRow
-	for _, n := range c.sweepPrompts {
-		w, err := loadgen.Build(workloadConfig(c, loadgen.Shared, n, c.seed))
+	for _, n := range c.SweepPrompts {
+		w, err := loadgen.Build(workloadConfig(c, loadgen.Shared, n, c.Seed))
 		if err != nil {
 			return section{}, nil, err
 		}
-		for _, p := range c.routePolicies {
+		for _, p := range c.RoutePolicies {
 			row, err := routingRun(ctx, c, loadgen.Shared, p, w)
 			if err != nil {
 				return section{}, nil, fmt.Errorf("shared with %d prompts/%s: %w", n, p, err)
@@ -144,11 +144,11 @@ func logRouting(w io.Writer, r routingRow) {
 }
 
 // routingRun starts a fresh cluster for one policy and drives the workload.
-func routingRun(ctx context.Context, c settings, kind loadgen.Kind, p string, w *loadgen.Workload) (routingRow, error) {
+func routingRun(ctx context.Context, c Config, kind loadgen.Kind, p string, w *loadgen.Workload) (routingRow, error) {
 	var gc *gatewayConfig
 	if viaGateway(p) {
-		gc = &gatewayConfig{policy: p, loadFactor: c.loadFactor, heartbeat: c.heartbeat, cacheLoadWeight: c.cacheLoadWeight}
-		if c.admission {
+		gc = &gatewayConfig{policy: p, loadFactor: c.LoadFactor, heartbeat: c.Heartbeat, cacheLoadWeight: c.CacheLoadWeight}
+		if c.Admission {
 			gc.tune = func(g *config.Gateway) { g.Admission.Enabled = true }
 		}
 	}
@@ -160,18 +160,18 @@ func routingRun(ctx context.Context, c settings, kind loadgen.Kind, p string, w 
 	var picker loadgen.Picker
 	switch p {
 	case baseRandom:
-		picker = loadgen.Random(cl.engineURLs(), c.seed)
+		picker = loadgen.Random(cl.engineURLs(), c.Seed)
 	case baseRoundRobin:
 		picker = loadgen.RoundRobin(cl.engineURLs())
 	default:
 		picker = loadgen.Fixed(cl.url())
 	}
-	run := loadgen.Closed{Concurrency: c.concurrency, Requests: w.Requests}
+	run := loadgen.Closed{Concurrency: c.Concurrency, Requests: w.Requests}
 	if kind == loadgen.MultiTurn {
 		// Every conversation is a user of its own: it sends a turn, waits
 		// for the answer, thinks and sends the next; the users start
 		// spread over one think time.
-		run.Concurrency, run.Think, run.Ramp = c.conversations, c.think, c.think
+		run.Concurrency, run.Think, run.Ramp = c.Conversations, c.Think, c.Think
 	}
 	client := loadgen.NewClient(run.Concurrency)
 	defer client.CloseIdleConnections()
@@ -199,7 +199,7 @@ func routingRun(ctx context.Context, c settings, kind loadgen.Kind, p string, w 
 		row.hitRate = float64(hits) / float64(queries)
 	}
 	row.maxMean = maxOverMean(row.perEngine)
-	if slots := span * time.Duration(len(after)*c.maxRunning); slots > 0 {
+	if slots := span * time.Duration(len(after)*c.MaxRunning); slots > 0 {
 		row.busy, row.stalled = float64(busy)/float64(slots), float64(stalled)/float64(slots)
 	}
 	return row, nil
@@ -231,7 +231,7 @@ func (r routingRow) perEngineString() string {
 	return s
 }
 
-func routingSection(c settings, rows []routingRow, meanTokens map[loadgen.Kind]float64) section {
+func routingSection(c Config, rows []routingRow, meanTokens map[loadgen.Kind]float64) section {
 	t := &table{header: []string{"workload", "policy", "prefix-cache hit rate", "TTFT p50 ms", "TTFT p99 ms",
 		"latency p50 ms", "latency p99 ms", "req/s", "slots busy", "slots stalled on KV", "max/mean load", "requests per engine", "failed"}}
 	for _, r := range rows {
@@ -253,13 +253,13 @@ func routingSection(c settings, rows []routingRow, meanTokens map[loadgen.Kind]f
 		"slots busy = the engines' running sequences over the run, a share of all their running slots; slots stalled on KV = their free slots while requests waited anyway, "+
 		"the head of the queue not fitting the free KV blocks (the rest of the idle share is slots free with nothing waiting); "+
 		"max/mean load = the busiest engine's request count over the mean.",
-		c.engines, c.prefill, c.decode, enginesim.BlockTokens, c.kvBlocks, c.maxRunning, c.concurrency, c.requests,
-		c.maxTokens, 100*c.streamFraction, c.systemPrompts, c.systemBytes, c.userBytes,
-		c.conversations, c.turnRequests, c.turnSystemBytes, c.answerBytes, c.turnUserBytes, c.think,
-		c.ragSystemBytes, c.documents, c.documentBytes, c.userBytes, c.kvBlocksTurns, c.kvBlocksLong,
+		c.Engines, c.Prefill, c.Decode, enginesim.BlockTokens, c.KVBlocks, c.MaxRunning, c.Concurrency, c.Requests,
+		c.MaxTokens, 100*c.StreamFraction, c.SystemPrompts, c.SystemBytes, c.UserBytes,
+		c.Conversations, c.TurnRequests, c.TurnSystemBytes, c.AnswerBytes, c.TurnUserBytes, c.Think,
+		c.RAGSystemBytes, c.Documents, c.DocumentBytes, c.UserBytes, c.KVBlocksTurns, c.KVBlocksLong,
 		tokensOf(meanTokens, loadgen.Shared), tokensOf(meanTokens, loadgen.Distinct), tokensOf(meanTokens, loadgen.Mixed),
-		tokensOf(meanTokens, loadgen.MultiTurn), tokensOf(meanTokens, loadgen.RAG), c.loadFactor, cacheWeights(c))
-	if c.admission {
+		tokensOf(meanTokens, loadgen.MultiTurn), tokensOf(meanTokens, loadgen.RAG), c.LoadFactor, cacheWeights(c))
+	if c.Admission {
 		lead += " Admission control is on in the gateway (`[gateway.admission] enabled`, each worker's limit derived from its reports)."
 	} else {
 		lead += " Admission control is off (the default)."
@@ -278,7 +278,7 @@ func tokensOf(m map[loadgen.Kind]float64, k loadgen.Kind) string {
 // routingNotes checks the targets: affinity at least twice the hit rate of
 // least_outstanding on the shared workload, with max/mean load within the
 // load factor.
-func routingNotes(c settings, rows []routingRow) []string {
+func routingNotes(c Config, rows []routingRow) []string {
 	find := func(k loadgen.Kind, p string) (routingRow, bool) {
 		for _, r := range rows {
 			if r.workload == k && r.policy == p {
@@ -306,7 +306,7 @@ func routingNotes(c settings, rows []routingRow) []string {
 		fmt.Sprintf("Target: affinity ≥ 2× the hit rate of least_outstanding on shared prompts: %s vs %s = %.3f× — %s.",
 			pct(aff.hitRate), pct(lo.hitRate), ratio, verdict(ratio >= 2)),
 		fmt.Sprintf("Target: affinity's max/mean load within the load factor %v: %.2f — %s.",
-			c.loadFactor, aff.maxMean, verdict(aff.maxMean <= c.loadFactor)),
+			c.LoadFactor, aff.maxMean, verdict(aff.maxMean <= c.LoadFactor)),
 	}
 }
 
@@ -347,9 +347,9 @@ func sweepTable(rows []routingRow) *table {
 
 // sweepNotes states the hit-rate ratio of affinity over least_outstanding
 // at every prompt count.
-func sweepNotes(c settings, rows []routingRow) []string {
+func sweepNotes(c Config, rows []routingRow) []string {
 	var notes []string
-	for _, n := range c.sweepPrompts {
+	for _, n := range c.SweepPrompts {
 		var aff, lo *routingRow
 		for i := range rows {
 			switch {
@@ -365,7 +365,7 @@ func sweepNotes(c settings, rows []routingRow) []string {
 		}
 		r := aff.hitRate / lo.hitRate
 		notes = append(notes, fmt.Sprintf("Sweep, %d shared system prompts: affinity %s vs least_outstanding %s = %.3f× (≥ 2×: %s), affinity max/mean load %.2f (≤ %v: %s).",
-			n, pct(aff.hitRate), pct(lo.hitRate), r, metOrMissed(r >= 2), aff.maxMean, c.loadFactor, metOrMissed(aff.maxMean <= c.loadFactor)))
+			n, pct(aff.hitRate), pct(lo.hitRate), r, metOrMissed(r >= 2), aff.maxMean, c.LoadFactor, metOrMissed(aff.maxMean <= c.LoadFactor)))
 	}
 	return notes
 }

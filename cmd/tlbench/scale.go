@@ -14,13 +14,13 @@ import (
 var scalePolicies = []policy.Name{policy.NameLeastOutstanding, policy.NameWeighted, policy.NameAffinity}
 
 // scaleExperiment times the route decision at each fleet size and policy.
-func scaleExperiment(ctx context.Context, c settings) (section, []plotFile, error) {
+func scaleExperiment(ctx context.Context, c Config) (section, []plotFile, error) {
 	t := &table{header: []string{"workers", "policy", "router actor round trip ns/op", "decision inside the actor ns/op", "State.Pick ns/op", "ops (actor / pick)"}}
 	var results []routerbench.Result
-	for _, n := range c.workers {
+	for _, n := range c.Workers {
 		for _, p := range scalePolicies {
 			r, err := routerbench.Measure(ctx, routerbench.Config{
-				Workers: n, Policy: p, LoadFactor: c.loadFactor, Budget: c.pickBudget, MinOps: c.pickMinOps,
+				Workers: n, Policy: p, LoadFactor: c.LoadFactor, Budget: c.PickBudget, MinOps: c.PickMinOps,
 			})
 			if err != nil {
 				return section{}, nil, fmt.Errorf("%d workers, %s: %w", n, p, err)
@@ -33,7 +33,7 @@ func scaleExperiment(ctx context.Context, c settings) (section, []plotFile, erro
 	lead := fmt.Sprintf("The router actor driven directly: a registry and a router spawned as the gateway spawns them, "+
 		"fed one heartbeat per fake worker (all serving one model), then Route requests sent with RequestFuture one at a time "+
 		"(64 distinct prefix keys, each pick released at once); and the pure router.State.Pick on the same workers. "+
-		"Each timing runs for %v or %d operations, whichever is longer.", c.pickBudget, c.pickMinOps)
+		"Each timing runs for %v or %d operations, whichever is longer.", c.PickBudget, c.PickMinOps)
 	return section{title: "Route decision time", lead: lead, tables: []*table{t}}, scalePlots(results), nil
 }
 
