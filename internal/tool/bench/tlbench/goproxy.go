@@ -1,4 +1,4 @@
-package main
+package tlbench
 
 import (
 	"context"
@@ -24,8 +24,11 @@ const (
 	upstreamEnv = "TLBENCH_UPSTREAM"
 )
 
-// runRole runs the role roleEnv names, if any, and reports whether it did.
-func runRole() (bool, error) {
+// RunRole runs the role roleEnv names, if any, and reports whether it did.
+// The overhead experiment starts the running executable again as its Go
+// reverse proxy, so a binary that calls Run calls RunRole first thing in
+// main (a test binary in TestMain) and exits when it ran.
+func RunRole() (bool, error) {
 	switch os.Getenv(roleEnv) {
 	case "":
 		return false, nil

@@ -1,4 +1,4 @@
-package main
+package tlbench
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	// The overhead experiment starts this binary again as its Go reverse
 	// proxy (roleEnv): serve that role instead of running the tests.
-	if ran, err := runRole(); ran {
+	if ran, err := RunRole(); ran {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 // smallest is the least configuration that runs every experiment: a few
 // requests per run, tiny engine costs, two fleet sizes, a few streams.
 func smallest(out string) Config {
-	c := preset(true)
+	c := Preset(true)
 	c.Out = out
 	c.Timeout = time.Minute
 	c.Engines, c.Requests, c.Concurrency = 2, 12, 4
@@ -84,14 +84,14 @@ func tableRows(t *testing.T, md, heading string) map[string][]string {
 func TestQuickRun(t *testing.T) {
 	dir := t.TempDir()
 	var out, log bytes.Buffer
-	if err := run(context.Background(), smallest(dir), &out, &log); err != nil {
+	if err := Run(context.Background(), smallest(dir), &out, &log); err != nil {
 		t.Fatalf("run: %v\n%s", err, log.String())
 	}
 	md := out.String()
 
 	routing := tableRows(t, md, "Routing quality")
 	for _, k := range loadgen.Kinds {
-		for _, p := range policies {
+		for _, p := range Policies {
 			row := routing[string(k)+" "+p]
 			if row == nil {
 				t.Errorf("routing table has no row %s %s", k, p)
@@ -175,7 +175,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.Only, []string{expScale, expRouting}) || !slices.Equal(c.Workers, []int{2, 8}) || !slices.Equal(c.Streams, []int{10}) ||
+	if !slices.Equal(c.Only, []string{ExpScale, ExpRouting}) || !slices.Equal(c.Workers, []int{2, 8}) || !slices.Equal(c.Streams, []int{10}) ||
 		c.Requests != 5 || !slices.Equal(c.Workloads, []loadgen.Kind{loadgen.Distinct}) || c.Out != "x" || c.Rate != 50 || c.Timeout != 30*time.Second {
 		t.Errorf("parsed %+v", c)
 	}
@@ -190,7 +190,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(full.Only, experiments) || !slices.Equal(full.Workers, []int{4, 64, 1024}) || !slices.Equal(full.Streams, []int{1000, 10000}) {
+	if !slices.Equal(full.Only, Experiments) || !slices.Equal(full.Workers, []int{4, 64, 1024}) || !slices.Equal(full.Streams, []int{1000, 10000}) {
 		t.Errorf("defaults %+v", full)
 	}
 	for _, tc := range []struct {

@@ -1,4 +1,4 @@
-package main
+package tlbench
 
 import (
 	"context"

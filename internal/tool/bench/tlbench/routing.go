@@ -1,4 +1,4 @@
-package main
+package tlbench
 
 import (
 	"context"
@@ -21,7 +21,7 @@ const (
 	baseRoundRobin = "round_robin"
 )
 
-var policies = []string{config.PolicyLeastOutstanding, config.PolicyWeighted, config.PolicyAffinity, config.PolicyCacheAware, baseRandom, baseRoundRobin}
+var Policies = []string{config.PolicyLeastOutstanding, config.PolicyWeighted, config.PolicyAffinity, config.PolicyCacheAware, baseRandom, baseRoundRobin}
 
 // viaGateway reports whether a policy is the gateway's.
 func viaGateway(p string) bool { return p != baseRandom && p != baseRoundRobin }
@@ -136,7 +136,7 @@ func routingExperiment(ctx context.Context, c Config, logOut io.Writer) (section
 
 // sweepPolicies are compared over the prompt-count sweep: all of them, so
 // that cache_aware is held to the best of the others at every count.
-var sweepPolicies = policies
+var sweepPolicies = Policies
 
 func logRouting(w io.Writer, r routingRow) {
 	fmt.Fprintf(w, "tlbench:   %-10s %3d prompts %-17s hit %5.1f%%  ttft p50 %6s p99 %6s ms  %6.1f req/s  max/mean %.2f\n",
@@ -314,7 +314,7 @@ func routingNotes(c Config, rows []routingRow) []string {
 // each point labelled with its workload.
 func routingPlots(rows []routingRow) []plotFile {
 	var series []svgplot.Series
-	for _, p := range policies {
+	for _, p := range Policies {
 		s := svgplot.Series{Name: p}
 		for _, r := range rows {
 			if r.policy == p && r.ttft.Count > 0 {

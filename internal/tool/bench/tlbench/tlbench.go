@@ -1,11 +1,12 @@
-// Command tlbench benchmarks the gateway on loopback, in one process: it
-// starts reference engines with realistic costs and a gateway, drives
-// workloads with concurrent keep-alive clients and prints markdown tables:
+// Package tlbench is tlgate's benchmark: it starts reference engines with
+// realistic costs and gateways on loopback, drives workloads with
+// concurrent keep-alive clients and reports markdown tables:
 //
-//  1. routing quality per policy (the gateway's least_outstanding, weighted
-//     and affinity, and random and round-robin clients that bypass it):
-//     prefix-cache hit rate, TTFT, latency, throughput and load balance, on
-//     shared-prompt, all-distinct and mixed chat workloads;
+//  1. routing quality per policy (the gateway's least_outstanding, weighted,
+//     affinity and cache_aware, and random and round-robin clients that
+//     bypass it): prefix-cache hit rate, TTFT, latency, throughput and load
+//     balance, on shared-prompt, all-distinct, mixed chat, multi-turn and
+//     RAG workloads;
 //  2. overhead: latency at a fixed request rate and maximum throughput
 //     straight to a zero-cost engine, through the gateway and through nginx;
 //  3. scale: the route decision time at growing fleet sizes, and the
@@ -13,12 +14,11 @@
 //  4. overload: goodput, p99 and the share of two keys at 2× and 5× the
 //     fleet's capacity, with and without admission control.
 //
-// With -out it also writes the tables (results.md) and SVG plots (and PNGs
-// when rsvg-convert is installed) into that directory. Every run is bounded
-// in requests and time; -quick finishes in well under a minute.
-//
-//	go run ./cmd/tlbench -out docs/bench
-package main
+// With Config.Out set it also writes the tables (results.md) and SVG plots
+// (and PNGs when rsvg-convert is installed) into that directory. Every run
+// is bounded in requests and time. cmd/tlbench fills a Config from its
+// flags and calls Run.
+package tlbench
 
 import (
 	"context"
@@ -27,54 +27,29 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
 )
 
-func main() {
-	if ran, err := runRole(); ran {
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "tlbench:", err)
-			os.Exit(1)
-		}
-		return
-	}
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "tlbench:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "tlbench:", err)
-		os.Exit(1)
-	}
-}
-
-// Experiments, as named by -only.
+// The experiments, as Config.Only names them.
 const (
-	expRouting  = "routing"
-	expOverhead = "overhead"
-	expScale    = "scale"
-	expMemory   = "memory"
-	expOverload = "overload"
+	ExpRouting  = "routing"
+	ExpOverhead = "overhead"
+	ExpScale    = "scale"
+	ExpMemory   = "memory"
+	ExpOverload = "overload"
 )
 
-var experiments = []string{expRouting, expOverhead, expScale, expMemory, expOverload}
+// Experiments are all the experiments, in the order a full run runs them.
+var Experiments = []string{ExpRouting, ExpOverhead, ExpScale, ExpMemory, ExpOverload}
 
-// settings is everything a run needs; preset gives the full and quick ones
-// and flags override parts.
+// Config is everything a run needs; Preset gives the full and quick ones
+// and cmd/tlbench's flags override parts.
 type Config struct {
 	Only    []string      // experiments to run, in order
 	Out     string        // directory for results.md and plots; "" writes none
@@ -96,8 +71,8 @@ type Config struct {
 	Heartbeat              time.Duration
 	Workloads              []loadgen.Kind
 	SweepPrompts           []int // shared prompt counts of the working-set sweep
-	// rag runs on engines of kvBlocksLong blocks, multi-turn on engines of
-	// kvBlocksTurns blocks with turnRequests turns in all.
+	// rag runs on engines of KVBlocksLong blocks, multi-turn on engines of
+	// KVBlocksTurns blocks with TurnRequests turns in all.
 	KVBlocksLong, KVBlocksTurns, TurnRequests     int
 	Conversations, TurnSystemBytes, TurnUserBytes int
 	AnswerBytes                                   int
@@ -130,10 +105,10 @@ type Config struct {
 	OverloadMultiples                                               []float64
 }
 
-// preset returns the full benchmark's configuration, or the quick one.
-func preset(quick bool) Config {
+// Preset returns the full benchmark's configuration, or the quick one.
+func Preset(quick bool) Config {
 	c := Config{
-		Only:    slices.Clone(experiments),
+		Only:    slices.Clone(Experiments),
 		Timeout: 15 * time.Minute,
 		Seed:    1,
 		Model:   "bench",
@@ -145,7 +120,7 @@ func preset(quick bool) Config {
 		StreamFraction: 0.5, LoadFactor: 1.25, Heartbeat: time.Second,
 		Workloads: slices.Clone(loadgen.Kinds), SweepPrompts: []int{4, 8, 16, 32, 64},
 		KVBlocksLong: 512, KVBlocksTurns: 1024, TurnRequests: 1200, Conversations: 64, TurnSystemBytes: 256, TurnUserBytes: 128, AnswerBytes: 96, Think: 100 * time.Millisecond,
-		Documents: 40, DocumentBytes: 3072, RAGSystemBytes: 256, RoutePolicies: slices.Clone(policies),
+		Documents: 40, DocumentBytes: 3072, RAGSystemBytes: 256, RoutePolicies: slices.Clone(Policies),
 
 		Rate: 1000, RateDuration: 3 * time.Second, Rounds: 3,
 		TputConcurrency: 32, TputDuration: 3 * time.Second, OverheadTokens: 4,
@@ -177,7 +152,7 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 	fs.SetOutput(errOut)
 	quick := fs.Bool("quick", false, "a smaller, faster run (well under a minute) for a smoke test")
 	out := fs.String("out", "", "write results.md and the plots (SVG, and PNG with rsvg-convert) into this directory")
-	only := fs.String("only", "", "comma-separated experiments to run: "+strings.Join(experiments, ","))
+	only := fs.String("only", "", "comma-separated experiments to run: "+strings.Join(Experiments, ","))
 	nginx := fs.String("nginx", "", "nginx binary for the overhead comparison (default: nginx on PATH; missing: skipped)")
 	timeout := fs.Duration("timeout", 0, "bound on the whole run (default 15m, 2m with -quick)")
 	requests := fs.Int("requests", 0, "requests per routing run (default 600, 160 with -quick)")
@@ -190,7 +165,7 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 	workers := fs.String("workers", "", "fleet sizes of the route decision timing (default 4,64,1024)")
 	streams := fs.String("streams", "", "open-stream counts of the memory measurement (default 1000,10000; 1000 with -quick)")
 	workloads := fs.String("workloads", "", "comma-separated routing workloads (default shared,distinct,mixed,multi-turn,rag)")
-	pols := fs.String("policies", "", "comma-separated routing policies to compare (default all: "+strings.Join(policies, ",")+")")
+	pols := fs.String("policies", "", "comma-separated routing policies to compare (default all: "+strings.Join(Policies, ",")+")")
 	sweep := fs.String("sweep", "", "shared system prompt counts of the routing sweep (default 4,8,16,32,64; 16 with -quick)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (every party in the process) to this file")
 	memprofile := fs.String("memprofile", "", "write a heap profile while the largest stream count is held open through the gateway")
@@ -204,7 +179,7 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	c := preset(*quick)
+	c := Preset(*quick)
 	c.Out, c.Nginx, c.Seed, c.MemProfile, c.CPUProfile = *out, *nginx, *seed, *memprofile, *cpuprofile
 	if *loadWeight < 0 {
 		return Config{}, fmt.Errorf("-cache-load-weight: must not be negative, got %v", *loadWeight)
@@ -214,8 +189,8 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 		c.Only = nil
 		for _, e := range strings.Split(*only, ",") {
 			e = strings.TrimSpace(e)
-			if !slices.Contains(experiments, e) {
-				return Config{}, fmt.Errorf("-only: unknown experiment %q (want %s)", e, strings.Join(experiments, ", "))
+			if !slices.Contains(Experiments, e) {
+				return Config{}, fmt.Errorf("-only: unknown experiment %q (want %s)", e, strings.Join(Experiments, ", "))
 			}
 			if !slices.Contains(c.Only, e) {
 				c.Only = append(c.Only, e)
@@ -270,8 +245,8 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 		c.RoutePolicies = nil
 		for _, p := range strings.Split(*pols, ",") {
 			p = strings.TrimSpace(p)
-			if !slices.Contains(policies, p) {
-				return Config{}, fmt.Errorf("-policies: unknown policy %q (want %s)", p, strings.Join(policies, ", "))
+			if !slices.Contains(Policies, p) {
+				return Config{}, fmt.Errorf("-policies: unknown policy %q (want %s)", p, strings.Join(Policies, ", "))
 			}
 			c.RoutePolicies = append(c.RoutePolicies, p)
 		}
@@ -302,9 +277,9 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
-// run runs the configured experiments in order, printing each section to
+// Run runs the configured experiments in order, printing each section to
 // out as it completes; progress goes to logOut.
-func run(ctx context.Context, c Config, out, logOut io.Writer) error {
+func Run(ctx context.Context, c Config, out, logOut io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	if c.CPUProfile != "" {
@@ -328,15 +303,15 @@ func run(ctx context.Context, c Config, out, logOut io.Writer) error {
 		var ps []plotFile
 		var err error
 		switch e {
-		case expRouting:
+		case ExpRouting:
 			sec, ps, err = routingExperiment(ctx, c, logOut)
-		case expOverhead:
+		case ExpOverhead:
 			sec, ps, err = overheadExperiment(ctx, c, logOut)
-		case expScale:
+		case ExpScale:
 			sec, ps, err = scaleExperiment(ctx, c)
-		case expMemory:
+		case ExpMemory:
 			sec, ps, err = memoryExperiment(ctx, c, logOut)
-		case expOverload:
+		case ExpOverload:
 			sec, ps, err = overloadExperiment(ctx, c, logOut)
 		}
 		if err != nil {
