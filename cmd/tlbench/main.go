@@ -1,0 +1,184 @@
+// Command tlbench benchmarks the gateway on loopback: reference engines
+// with realistic costs, the gateway in process or as separate processes,
+// and concurrent keep-alive clients; it prints markdown tables of routing
+// quality, overhead, scale, memory and overload (see package
+// internal/tool/bench/tlbench, which holds the experiments).
+//
+// main parses the flags into a tlbench.Config and calls tlbench.Run. With
+// -out it also writes the tables and plots into that directory; -quick is
+// a smoke test that finishes in well under a minute.
+//
+//	go run ./cmd/tlbench -out docs/bench
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
+	"github.com/tlgate/tlgate/internal/tool/bench/tlbench"
+)
+
+func main() {
+	if ran, err := tlbench.RunRole(); ran {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tlbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tlbench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := tlbench.Run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "tlbench:", err)
+		os.Exit(1)
+	}
+}
+
+// parseFlags reads the command line over the preset -quick selects.
+func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
+	fs := flag.NewFlagSet("tlbench", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	quick := fs.Bool("quick", false, "a smaller, faster run (well under a minute) for a smoke test")
+	out := fs.String("out", "", "write results.md and the plots (SVG, and PNG with rsvg-convert) into this directory")
+	only := fs.String("only", "", "comma-separated experiments to run: "+strings.Join(tlbench.Experiments, ","))
+	nginx := fs.String("nginx", "", "nginx binary for the overhead comparison (default: nginx on PATH; missing: skipped)")
+	timeout := fs.Duration("timeout", 0, "bound on the whole run (default 15m, 2m with -quick)")
+	requests := fs.Int("requests", 0, "requests per routing run (default 600, 160 with -quick)")
+	concurrency := fs.Int("concurrency", 0, "concurrent clients of a routing run (default 48, 32 with -quick)")
+	kvBlocks := fs.Int("kv-blocks", 0, "KV blocks of 16 tokens per routing engine (default 160)")
+	kvBlocksLong := fs.Int("kv-blocks-long", 0, "KV blocks of 16 tokens per engine of the rag runs (default 512)")
+	kvBlocksTurns := fs.Int("kv-blocks-turns", 0, "KV blocks of 16 tokens per engine of the multi-turn runs (default 1024)")
+	turnRequests := fs.Int("turn-requests", 0, "turns per multi-turn run, all conversations together (default 1200, 320 with -quick)")
+	rate := fs.Float64("rate", 0, "requests per second of the overhead latency runs (default 1000)")
+	workers := fs.String("workers", "", "fleet sizes of the route decision timing (default 4,64,1024)")
+	streams := fs.String("streams", "", "open-stream counts of the memory measurement (default 1000,10000; 1000 with -quick)")
+	workloads := fs.String("workloads", "", "comma-separated routing workloads (default shared,distinct,mixed,multi-turn,rag)")
+	pols := fs.String("policies", "", "comma-separated routing policies to compare (default all: "+strings.Join(tlbench.Policies, ",")+")")
+	sweep := fs.String("sweep", "", "shared system prompt counts of the routing sweep (default 4,8,16,32,64; 16 with -quick)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (every party in the process) to this file")
+	memprofile := fs.String("memprofile", "", "write a heap profile while the largest stream count is held open through the gateway")
+	seed := fs.Uint64("seed", 1, "seed of the workloads and the random baseline")
+	think := fs.Duration("think", -1, "a multi-turn user's think time between an answer and the next turn (default 100ms)")
+	admission := fs.Bool("admission", false, "turn admission control on (limits derived from the engines' reports) in the routing runs' gateways")
+	loadWeight := fs.Float64("cache-load-weight", 0, "cache_aware_load_weight of the cache_aware runs (default: the gateway's)")
+	if err := fs.Parse(args); err != nil {
+		return tlbench.Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return tlbench.Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	c := tlbench.Preset(*quick)
+	c.Out, c.Nginx, c.Seed, c.MemProfile, c.CPUProfile = *out, *nginx, *seed, *memprofile, *cpuprofile
+	if *loadWeight < 0 {
+		return tlbench.Config{}, fmt.Errorf("-cache-load-weight: must not be negative, got %v", *loadWeight)
+	}
+	c.CacheLoadWeight, c.Admission = *loadWeight, *admission
+	if *only != "" {
+		c.Only = nil
+		for _, e := range strings.Split(*only, ",") {
+			e = strings.TrimSpace(e)
+			if !slices.Contains(tlbench.Experiments, e) {
+				return tlbench.Config{}, fmt.Errorf("-only: unknown experiment %q (want %s)", e, strings.Join(tlbench.Experiments, ", "))
+			}
+			if !slices.Contains(c.Only, e) {
+				c.Only = append(c.Only, e)
+			}
+		}
+	}
+	positive := []struct {
+		name string
+		v    *int
+		dst  *int
+	}{{"requests", requests, &c.Requests}, {"concurrency", concurrency, &c.Concurrency}, {"kv-blocks", kvBlocks, &c.KVBlocks}, {"kv-blocks-long", kvBlocksLong, &c.KVBlocksLong},
+		{"kv-blocks-turns", kvBlocksTurns, &c.KVBlocksTurns}, {"turn-requests", turnRequests, &c.TurnRequests}}
+	for _, p := range positive {
+		if *p.v < 0 {
+			return tlbench.Config{}, fmt.Errorf("-%s: must be positive, got %d", p.name, *p.v)
+		}
+		if *p.v > 0 {
+			*p.dst = *p.v
+		}
+	}
+	if *think >= 0 {
+		c.Think = *think
+	} else if *think != -1 {
+		return tlbench.Config{}, fmt.Errorf("-think: must not be negative, got %v", *think)
+	}
+	if *timeout < 0 || *rate < 0 {
+		return tlbench.Config{}, errors.New("-timeout and -rate must not be negative")
+	}
+	if *timeout > 0 {
+		c.Timeout = *timeout
+	}
+	if *rate > 0 {
+		c.Rate = *rate
+	}
+	var err error
+	if *workers != "" {
+		if c.Workers, err = parseInts(*workers); err != nil {
+			return tlbench.Config{}, fmt.Errorf("-workers: %w", err)
+		}
+	}
+	if *workloads != "" {
+		c.Workloads = nil
+		for _, w := range strings.Split(*workloads, ",") {
+			k := loadgen.Kind(strings.TrimSpace(w))
+			if !slices.Contains(loadgen.Kinds, k) {
+				return tlbench.Config{}, fmt.Errorf("-workloads: unknown workload %q", w)
+			}
+			c.Workloads = append(c.Workloads, k)
+		}
+	}
+	if *pols != "" {
+		c.RoutePolicies = nil
+		for _, p := range strings.Split(*pols, ",") {
+			p = strings.TrimSpace(p)
+			if !slices.Contains(tlbench.Policies, p) {
+				return tlbench.Config{}, fmt.Errorf("-policies: unknown policy %q (want %s)", p, strings.Join(tlbench.Policies, ", "))
+			}
+			c.RoutePolicies = append(c.RoutePolicies, p)
+		}
+	}
+	if *sweep != "" {
+		if c.SweepPrompts, err = parseInts(*sweep); err != nil {
+			return tlbench.Config{}, fmt.Errorf("-sweep: %w", err)
+		}
+	}
+	if *streams != "" {
+		if c.Streams, err = parseInts(*streams); err != nil {
+			return tlbench.Config{}, fmt.Errorf("-streams: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// parseInts reads a comma-separated list of positive integers.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("not a positive integer: %q", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
