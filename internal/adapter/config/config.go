@@ -124,6 +124,9 @@ type Gateway struct {
 	Routes []routes.Route `toml:"routes"`
 	// Engines are engines that do not heartbeat; the gateway probes them.
 	Engines []Engine `toml:"engines"`
+	// Discovery are the sources where more such engines are found
+	// (Kubernetes, DNS); each engine found is probed alike.
+	Discovery []Discovery `toml:"discovery"`
 	// CacheAwarePrefillWeight and CacheAwareLoadWeight weigh the
 	// cache_aware cost: prompt tokens to prefill on a worker and its load in
 	// engine slots (>= 0, not both 0).
@@ -347,6 +350,9 @@ func Parse(data []byte) (*Config, error) {
 		if c.Gateway.Engines[i].ProbeInterval.Duration == 0 {
 			c.Gateway.Engines[i].ProbeInterval = D(DefaultProbeInterval)
 		}
+	}
+	for i := range c.Gateway.Discovery {
+		c.Gateway.Discovery[i].withDiscoveryDefaults()
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err

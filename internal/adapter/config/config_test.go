@@ -267,6 +267,31 @@ func TestConfigValidation(t *testing.T) {
 			`gateway.engines[1].id: "e" already names engines[0]`,
 		}},
 		{"engine auth both", "[[gateway.engines]]\nid = \"e\"\nhttp_address = \"h:1\"\nmodel = \"m\"\nkind = \"openai\"\nauth_header = \"Bearer x\"\nauth_header_env = \"TLGATE_TEST_SET\"", []string{"gateway.engines[0].auth_header_env: cannot be combined with auth_header"}},
+		{"dns source ok", "[[gateway.discovery]]\nname = \"vllm\"\nkind = \"dns\"\nengine_kind = \"vllm\"\nhost = \"vllm.default.svc.cluster.local\"\nport = 8000", nil},
+		{"dns srv source ok", "[[gateway.discovery]]\nname = \"vllm\"\nkind = \"dns\"\nengine_kind = \"vllm\"\nhost = \"_http._tcp.vllm.default.svc.cluster.local.\"\nrecord = \"srv\"\nresolver = \"10.96.0.10:53\"", nil},
+		{"kubernetes source ok", "[[gateway.discovery]]\nname = \"sg\"\nkind = \"kubernetes\"\nengine_kind = \"sglang\"\nnamespaces = [\"a\", \"b\"]\nselector = \"app=sglang\"\nport = \"http\"\nrole_label = \"tlgate.io/role\"\nmodel_annotation = \"tlgate.io/model\"", nil},
+		{"discovery fields", "[[gateway.discovery]]\nname = \"a b\"\nkind = \"consul\"\nengine_kind = \"tgi\"\nscheme = \"ftp\"\nrole = \"both\"", []string{
+			`gateway.discovery[0].name: must be 1 to 40 characters of A-Z a-z 0-9 . _ - starting with a letter or digit, got "a b"`,
+			`gateway.discovery[0].engine_kind: must be "vllm", "sglang", "llamacpp" or "openai", got "tgi"`,
+			`gateway.discovery[0].scheme: must be "http" or "https", got "ftp"`,
+			`gateway.discovery[0].role: must be "unified", "prefill" or "decode", got "both"`,
+			`gateway.discovery[0].kind: must be "kubernetes" or "dns", got "consul"`,
+		}},
+		{"dns source keys", "[[gateway.discovery]]\nname = \"d\"\nkind = \"dns\"\nengine_kind = \"vllm\"\nhost = \"a b\"\nport = \"http\"\nselector = \"app=x\"\ninterval = \"-1s\"", []string{
+			`gateway.discovery[0].host: must be a DNS name, got "a b"`,
+			`gateway.discovery[0].port: must be a port number in 1..65535 with record = "a", got "http"`,
+			"gateway.discovery[0].interval: must be > 0, got -1s",
+			`gateway.discovery[0].selector: does not apply to kind = "dns"`,
+		}},
+		{"kubernetes source keys", "[[gateway.discovery]]\nname = \"k\"\nkind = \"kubernetes\"\nengine_kind = \"vllm\"\nservice = \"vllm\"\nrole_label = \"role\"\nhost = \"x\"", []string{
+			"gateway.discovery[0].port: required: the engine port's number or name",
+			"gateway.discovery[0].namespaces: required: at least one namespace to watch",
+			"gateway.discovery[0].role_label: needs selector: EndpointSlices carry no pod labels or annotations (set model or role for the Service instead)",
+			`gateway.discovery[0].host: does not apply to kind = "kubernetes"`,
+		}},
+		{"kubernetes service or selector", "[[gateway.discovery]]\nname = \"k\"\nkind = \"kubernetes\"\nengine_kind = \"vllm\"\nnamespaces = [\"x\"]\nport = 8000", []string{
+			"gateway.discovery[0].service: one of service (watch its EndpointSlices) and selector (watch Pods) is required",
+		}},
 		{"engine auth env unset", "[[gateway.engines]]\nid = \"e\"\nhttp_address = \"h:1\"\nmodel = \"m\"\nkind = \"openai\"\nauth_header_env = \"TLGATE_TEST_UNSET\"", []string{"gateway.engines[0].auth_header_env: environment variable TLGATE_TEST_UNSET is not set"}},
 	}
 	for _, tc := range tests {
@@ -429,7 +454,7 @@ func TestEveryKeyDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[EngineToken](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Ejection](), reflect.TypeFor[Admission](), reflect.TypeFor[Tracing](), reflect.TypeFor[Store]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[Discovery](), reflect.TypeFor[EngineToken](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Ejection](), reflect.TypeFor[Admission](), reflect.TypeFor[Tracing](), reflect.TypeFor[Store]()} {
 		for f := range typ.Fields() {
 			key := f.Tag.Get("toml")
 			if !strings.Contains(string(readme), "`"+key+"`") {

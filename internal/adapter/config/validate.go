@@ -110,6 +110,7 @@ func (c *Config) Validate() error {
 		v.routeErrors(err)
 	}
 	v.engines(g.Engines)
+	v.discovery(g.Discovery)
 	v.registryLimits(g)
 	v.store(&g.Store)
 	v.overload(g.Ejection, g.Admission)

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"maps"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/internal/adapter/config"
@@ -86,9 +90,23 @@ type Manager struct {
 	cfg  ManagerConfig
 	fall int
 
-	mu     sync.Mutex
-	loops  map[string]*loop
-	closed bool
+	mu      sync.Mutex
+	loops   map[string]*loop
+	static  []config.Engine
+	sources map[string][]Engine // discovered engines by source name
+	dups    map[string]bool     // ids whose duplicate was logged
+	closed  bool
+}
+
+// Engine is an engine to probe with what a discovery source knows of it
+// beyond a configured engine's keys.
+type Engine struct {
+	config.Engine
+	// Role is the role its heartbeats carry (unspecified means unified).
+	Role controlv1.Role
+	// Draining makes its heartbeats say draining: it is routed nothing
+	// new while requests in flight on it finish.
+	Draining bool
 }
 
 // NewManager returns a Manager with no engines; Apply gives it some.
@@ -97,7 +115,7 @@ func NewManager(cfg ManagerConfig) *Manager {
 	if fall < 1 {
 		fall = DefaultFall
 	}
-	return &Manager{cfg: cfg, fall: fall, loops: map[string]*loop{}}
+	return &Manager{cfg: cfg, fall: fall, loops: map[string]*loop{}, sources: map[string][]Engine{}, dups: map[string]bool{}}
 }
 
 // target is what a loop probes and how often; two engines with equal
@@ -105,12 +123,13 @@ func NewManager(cfg ManagerConfig) *Manager {
 type target struct {
 	probe    Config
 	interval time.Duration
+	role     controlv1.Role
 }
 
 // targetOf resolves a configured engine: its kind, its Authorization header
 // (reading auth_header_env now) and its interval (DefaultProbeInterval when
 // zero).
-func (m *Manager) targetOf(e config.Engine) (target, error) {
+func (m *Manager) targetOf(e Engine) (target, error) {
 	kind, err := ParseKind(e.Kind)
 	if err != nil {
 		return target{}, err
@@ -130,33 +149,67 @@ func (m *Manager) targetOf(e config.Engine) (target, error) {
 	if err := pc.Validate(); err != nil {
 		return target{}, err
 	}
-	return target{probe: pc, interval: interval}, nil
+	return target{probe: pc, interval: interval, role: e.Role}, nil
 }
 
-// Apply makes the running loops match engines: it starts a loop for each
-// new engine, stops the loop of each engine no longer listed and forgets
-// its worker, and restarts the loop of each engine whose probe changed
-// (address, model, kind, Authorization header or interval), leaving every
-// other loop alone. A restart whose only change is the interval keeps the
-// engine's liveness and its worker; any other change forgets the worker
-// first, so nothing is routed to the old address or model, and the engine
-// is routable again after two good probes.
+// Apply makes the running loops match the configured engines and the
+// discovered ones (SetSource): it starts a loop for each new engine, stops
+// the loop of each engine no longer listed and forgets its worker, and
+// restarts the loop of each engine whose probe changed (address, model,
+// kind, role, Authorization header or interval), leaving every other loop
+// alone. A restart whose only change is the interval keeps the engine's
+// liveness and its worker; any other change forgets the worker first, so
+// nothing is routed to the old address or model, and the engine is routable
+// again after two good probes. A change of Draining alone only changes what
+// the next heartbeats say.
 //
 // An engine that cannot be probed (unknown kind, invalid id or address,
 // unset auth_header_env) is logged and treated as not listed; of engines
-// sharing an id, the first wins. Apply is safe to call again (on SIGHUP)
-// and from several goroutines; after Close it does nothing.
+// sharing an id, a configured one wins over a discovered one, and among
+// those the first (sources in name order). Apply is safe to call again (on
+// SIGHUP) and from several goroutines; after Close it does nothing.
 func (m *Manager) Apply(engines []config.Engine) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.static = slices.Clone(engines)
+	m.reconcile()
+}
+
+// SetSource replaces the engines discovery source name found (none removes
+// the source's engines) and reconciles the loops as Apply does.
+func (m *Manager) SetSource(name string, engines []Engine) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(engines) == 0 {
+		delete(m.sources, name)
+	} else {
+		m.sources[name] = slices.Clone(engines)
+	}
+	m.reconcile()
+}
+
+// reconcile makes the loops match m.static and m.sources; m.mu is held.
+func (m *Manager) reconcile() {
 	if m.closed {
 		return
 	}
-	want := make(map[string]target, len(engines))
-	order := make([]string, 0, len(engines))
-	for _, e := range engines {
+	all := make([]Engine, 0, len(m.static))
+	for _, e := range m.static {
+		all = append(all, Engine{Engine: e})
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.sources)) {
+		all = append(all, m.sources[name]...)
+	}
+	want := make(map[string]target, len(all))
+	draining := make(map[string]bool, len(all))
+	order := make([]string, 0, len(all))
+	dups := map[string]bool{}
+	for _, e := range all {
 		if _, dup := want[e.ID]; dup {
-			m.cfg.Logger.Error().Str("engine", e.ID).Msg("probe: duplicate engine id ignored")
+			dups[e.ID] = true
+			if !m.dups[e.ID] {
+				m.cfg.Logger.Error().Str("engine", e.ID).Msg("probe: duplicate engine id ignored")
+			}
 			continue
 		}
 		t, err := m.targetOf(e)
@@ -165,32 +218,39 @@ func (m *Manager) Apply(engines []config.Engine) {
 			continue
 		}
 		want[e.ID] = t
+		draining[e.ID] = e.Draining
 		order = append(order, e.ID)
 	}
+	m.dups = dups
 
 	for id, l := range m.loops {
 		if _, ok := want[id]; !ok {
 			l.stop()
 			delete(m.loops, id)
-			m.forget(id, "removed from the configuration")
+			m.forget(id, "removed from the configuration or discovery")
 		}
 	}
 	for _, id := range order {
 		t := want[id]
 		old, running := m.loops[id]
+		var l *loop
 		switch {
 		case running && old.target == t:
-			continue
-		case running && old.target.probe == t.probe:
+			l = old
+		case running && old.target.probe == t.probe && old.target.role == t.role:
 			old.stop()
-			m.loops[id] = m.start(t, old.tracker, old.last)
+			l = m.start(t, old.tracker, old.last)
 			m.cfg.Logger.Info().Str("engine", id).Dur("interval", t.interval).Msg("probe: interval changed")
 		case running:
 			old.stop()
 			m.forget(id, "configuration changed")
-			m.loops[id] = m.start(t, Tracker{}, nil)
+			l = m.start(t, Tracker{}, nil)
 		default:
-			m.loops[id] = m.start(t, Tracker{}, nil)
+			l = m.start(t, Tracker{}, nil)
+		}
+		m.loops[id] = l
+		if l.draining.Swap(draining[id]) != draining[id] {
+			m.cfg.Logger.Info().Str("engine", id).Bool("draining", draining[id]).Msg("probe: engine drain changed by discovery")
 		}
 	}
 }
@@ -255,6 +315,9 @@ type loop struct {
 	tracker Tracker
 	last    *controlv1.WorkerStatus // the last good status, nil before one
 	warned  bool                    // the interval warning was logged
+
+	// draining is what the heartbeats say of draining (set by discovery).
+	draining atomic.Bool
 }
 
 // stop ends the loop and waits for it; its in-flight probe is abandoned.
@@ -314,7 +377,15 @@ func (l *loop) once(ctx context.Context) {
 }
 
 // heartbeat sends st to the registry as a probed heartbeat arriving now.
-func (l *loop) heartbeat(st *controlv1.WorkerStatus) {
+func (l *loop) heartbeat(last *controlv1.WorkerStatus) {
+	st := last
+	if l.target.role != controlv1.Role_ROLE_UNSPECIFIED || l.draining.Load() {
+		st = proto.CloneOf(last)
+		if l.target.role != controlv1.Role_ROLE_UNSPECIFIED {
+			st.Role = l.target.role
+		}
+		st.Draining = st.Draining || l.draining.Load()
+	}
 	msg := &registry.Heartbeat{Status: st, Arrived: time.Now(), Source: fleet.SourceProbe, Kind: string(l.target.probe.Kind)}
 	res, err := l.m.cfg.Root.RequestFuture(l.m.cfg.Registry, msg, RegistryTimeout).Result()
 	if err != nil {

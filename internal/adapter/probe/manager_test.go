@@ -19,6 +19,7 @@ import (
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/runtime/actorsys"
+	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 
 // eventually polls cond until it holds, failing the test after a generous
@@ -593,7 +594,7 @@ func TestTargetOf(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := m.targetOf(tt.e)
+			got, err := m.targetOf(Engine{Engine: tt.e})
 			if tt.wantErr {
 				if err == nil {
 					t.Fatalf("targetOf = %+v, want an error", got)
@@ -682,5 +683,59 @@ func TestManagerProbesEnginesim(t *testing.T) {
 	eventually(t, "sim routable again", func() (ok bool) { _, ok = env.routable("sim"); return ok })
 	if got := env.registrations("sim"); got != 2 {
 		t.Errorf("registrations = %d, want 2", got)
+	}
+}
+
+// TestManagerSetSource checks discovered engines beside configured ones:
+// a listed engine wins an id both name, Draining makes a worker not
+// routable while it stays registered, Role reaches the worker, and an
+// empty set forgets the source's engines.
+func TestManagerSetSource(t *testing.T) {
+	a := newScriptEngine(t, KindVLLM, nil)
+	b := newScriptEngine(t, KindVLLM, nil)
+	c := newScriptEngine(t, KindVLLM, nil)
+	env := newFleetEnv(t, nil)
+	const p = 20 * time.Millisecond
+	routableNow := func(id string) bool { _, ok := env.routable(id); return ok }
+
+	env.m.Apply([]config.Engine{engineConf("a", a, "m1", p)})
+	env.m.SetSource("found", []Engine{
+		{Engine: engineConf("a", c, "m1", p)}, // a listed engine's id: ignored
+		{Engine: engineConf("found:b", b, "m1", p), Role: controlv1.Role_ROLE_DECODE},
+		{Engine: engineConf("found:c", c, "m1", p)},
+	})
+	eventually(t, "a, b and c routable", func() bool { return routableNow("a") && routableNow("found:b") && routableNow("found:c") })
+	if w, _ := env.routable("a"); w.HTTPAddress != a.addr() {
+		t.Errorf("a at %s, want the listed %s", w.HTTPAddress, a.addr())
+	}
+	if w, _ := env.routable("found:b"); w.Role != fleet.RoleDecode {
+		t.Errorf("found:b role %q, want decode", w.Role)
+	}
+
+	// c drains: still registered, not routable; undrained, routable again
+	// without registering anew.
+	env.m.SetSource("found", []Engine{
+		{Engine: engineConf("found:b", b, "m1", p), Role: controlv1.Role_ROLE_DECODE},
+		{Engine: engineConf("found:c", c, "m1", p), Draining: true},
+	})
+	eventually(t, "c draining", func() bool {
+		ws, err := env.workers(false)
+		return err == nil && ws["found:c"].Draining && !routableNow("found:c")
+	})
+	env.m.SetSource("found", []Engine{
+		{Engine: engineConf("found:b", b, "m1", p), Role: controlv1.Role_ROLE_DECODE},
+		{Engine: engineConf("found:c", c, "m1", p)},
+	})
+	eventually(t, "c routable again", func() bool { return routableNow("found:c") })
+	if got := env.registrations("found:c"); got != 1 {
+		t.Errorf("found:c registered %d times, want 1", got)
+	}
+
+	env.m.SetSource("found", nil)
+	if routableNow("found:b") || routableNow("found:c") {
+		t.Error("a source's engines still routable after it reported none")
+	}
+	if !routableNow("a") {
+		t.Error("the listed engine went with the source")
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/adapter/metrics"
+	"github.com/tlgate/tlgate/internal/adapter/discovery"
 	"github.com/tlgate/tlgate/internal/adapter/probe"
 	"github.com/tlgate/tlgate/internal/adapter/store"
 	"github.com/tlgate/tlgate/internal/adapter/tracing"
@@ -366,6 +367,12 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	})
 	g.probes.Apply(gw.Engines)
 	g.stops = append(g.stops, func(context.Context) error { g.probes.Close(); return nil })
+	// Engines found by [[gateway.discovery]] sources: probed alike.
+	finder, err := discovery.Start(gw.Discovery, g.probes, discovery.Options{Logger: o.Logger})
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	g.stops = append(g.stops, func(context.Context) error { finder.Close(); return nil })
 	o.Logger.Info().Str("listen", g.HTTPAddr()).Str("registry_listen", g.RegistryAddr()).
 		Str("route_policy", string(pol)).Str("store", gw.Store.Kind).Uint64("epoch", epoch).Int("routes", table.Len()).Msg("gateway started")
 	return nil

@@ -1,0 +1,14 @@
+// Package discovery_test runs the gateway's engine discovery against real
+// servers: a DNS server on loopback, and a real kube-apiserver (built by
+// .ci/run from test/kube and named by TLGATE_KUBE_APISERVER).
+package discovery_test
+
+import (
+	"testing"
+
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
+)
+
+func TestMain(m *testing.M) {
+	leakcheck.VerifyTestMain(m)
+}
