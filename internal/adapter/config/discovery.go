@@ -3,9 +3,9 @@ package config
 import (
 	"fmt"
 	"maps"
-	"slices"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
