@@ -90,8 +90,13 @@ type Config struct {
 	// on about half of all prompts, 0.9 is sure on nearly all.
 	Confidence float64
 
-	// Gateways are the tl.control.v1 WorkerRegistry addresses to heartbeat.
+	// Gateways are the tl.control.v1 WorkerRegistry addresses to heartbeat
+	// (host:port). A host that is a DNS name is resolved every heartbeat
+	// interval and every address it resolves to is heartbeated, as the
+	// replicas of a gateway behind a headless Service need.
 	Gateways []string
+	// Resolver resolves the gateways' DNS names; nil means the system's.
+	Resolver *net.Resolver
 	// HeartbeatInterval is the initial heartbeat interval (default 2s); a
 	// HeartbeatAck's interval_ms replaces it.
 	HeartbeatInterval time.Duration

@@ -29,7 +29,6 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tlgate/tlgate/enginesim/tokenizer"
 	"github.com/tlgate/tlgate/enginesim/toymodel"
@@ -61,7 +60,6 @@ type Engine struct {
 	httpSrv, controlSrv                 *http.Server
 	grpcSrv, kvSrv                      *grpc.Server
 	handlers                            tracker
-	hbConns                             []*grpc.ClientConn
 
 	mu       sync.Mutex
 	faults   Faults
@@ -119,20 +117,12 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		e.hook(func(h *hooks) chan struct{} { return h.expired })
 	}
 	e.core.onQueued = func() { e.hook(func(h *hooks) chan struct{} { return h.queued }) }
-	for _, g := range cfg.Gateways {
-		conn, err := grpc.NewClient(g, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			e.stop(true)
-			return nil, fmt.Errorf("enginesim: gateway %s: %w", g, err)
-		}
-		e.hbConns = append(e.hbConns, conn)
-	}
 	e.serve()
 	if cfg.Faults.Refuse {
 		e.applyRefuse(true)
 	}
-	for i, conn := range e.hbConns {
-		e.wg.Go(func() { e.heartbeatLoop(cfg.Gateways[i], conn) })
+	for _, g := range cfg.Gateways {
+		e.wg.Go(func() { e.gatewayLoop(g) })
 	}
 	e.log.Info().Str("model", cfg.Model).Str("role", cfg.Role).
 		Str("http", e.HTTPAddr()).Str("grpc", e.GRPCAddr()).Str("kv", e.KVAddr()).
@@ -486,9 +476,6 @@ func (e *Engine) stop(abrupt bool) error {
 		e.handlers.wait()
 		e.core.close()
 		e.wg.Wait()
-		for _, c := range e.hbConns {
-			errs = append(errs, c.Close())
-		}
 		e.mu.Lock()
 		for addr, c := range e.kvConns {
 			errs = append(errs, c.Close())

@@ -128,7 +128,7 @@ Flags:
 	fs.IntVar(&cfg.MaxRunning, "max-running", enginesim.DefaultMaxRunning, "sequences running at once; more wait in the queue")
 	fs.Uint64Var(&cfg.WeightsSeed, "weights-seed", 0, "toy model weights `seed` (default derived from -model)")
 	fs.Float64Var(&cfg.Confidence, "confidence", 0.5, "model capability in (0, 1]: 0.5 is unsure on about half the prompts, 0.9 sure on nearly all")
-	fs.Var(&gateways, "gateway", "gateway registry `address` to heartbeat (repeatable or comma-separated)")
+	fs.Var(&gateways, "gateway", "gateway registry `address` to heartbeat (repeatable or comma-separated); a DNS name is re-resolved every heartbeat interval and every address it resolves to is heartbeated")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", enginesim.DefaultHeartbeatInterval, "heartbeat `interval` (a gateway's ack may change it)")
 	fs.StringVar(&cfg.RegistryToken, "registry-token", "", "bearer `token` for the gateway registry (default $"+tokenEnv+")")
 	fs.DurationVar(&cfg.HoldTimeout, "hold-timeout", enginesim.DefaultHoldTimeout, "`time` a decode engine holds pushed KV that nobody resumes")

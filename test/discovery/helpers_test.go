@@ -62,11 +62,22 @@ func enginesOnOnePort(t *testing.T, n int, model string) ([]*enginesim.Engine, i
 	return nil, 0
 }
 
+// heartbeat is the gateways' heartbeat_interval (T).
+const heartbeat = 500 * time.Millisecond
+
 // startGateway starts a gateway on loopback with the [gateway] keys and
 // tables of extra after its own.
 func startGateway(t *testing.T, extra string) *gateway.Gateway {
 	t.Helper()
-	doc := fmt.Sprintf("[gateway]\nlisten = \"127.0.0.1:0\"\nregistry_listen = \"127.0.0.1:0\"\nstate_dir = %q\nheartbeat_interval = \"500ms\"\nlog_format = \"console\"\n%s", t.TempDir(), extra)
+	return startGatewayAt(t, "127.0.0.1:0", extra)
+}
+
+// startGatewayAt is startGateway with the registry listening on
+// registryListen.
+func startGatewayAt(t *testing.T, registryListen, extra string) *gateway.Gateway {
+	t.Helper()
+	doc := fmt.Sprintf("[gateway]\nlisten = \"127.0.0.1:0\"\nregistry_listen = %q\nstate_dir = %q\nheartbeat_interval = %q\nlog_format = \"console\"\n%s",
+		registryListen, t.TempDir(), heartbeat.String(), extra)
 	cfg, err := config.Parse([]byte(doc))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, doc)
@@ -77,6 +88,37 @@ func startGateway(t *testing.T, extra string) *gateway.Gateway {
 	}
 	t.Cleanup(func() { _ = gw.Close(context.Background()) })
 	return gw
+}
+
+// freePort returns a port free on every one of hosts at the time of the
+// call.
+func freePort(t *testing.T, hosts ...string) int {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", net.JoinHostPort(hosts[0], "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		ok := true
+		ls := []net.Listener{l}
+		for _, h := range hosts[1:] {
+			l2, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
+			if err != nil {
+				ok = false
+				break
+			}
+			ls = append(ls, l2)
+		}
+		for _, l := range ls {
+			_ = l.Close()
+		}
+		if ok {
+			return port
+		}
+	}
+	t.Fatalf("no port free on all of %v", hosts)
+	return 0
 }
 
 // worker is what a test reads of GET /admin/v1/workers.

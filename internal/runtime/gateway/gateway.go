@@ -249,6 +249,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.engines = engineclient.New(engineclient.Options{
 		Timeout: gw.FirstByteTimeout.Duration, TLS: grpcCreds, Scheme: scheme,
 		HTTP: engineHTTP(), DialControl: addrs.DialControl,
+		ReconnectMaxDelay: gw.HeartbeatInterval.Duration,
 	})
 	g.stops = append(g.stops, func(context.Context) error { return g.engines.Close() })
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -50,6 +51,11 @@ type Options struct {
 	// refuses the address (fleet.AddressPolicy.DialControl). HTTP's dials
 	// are the HTTP client's.
 	DialControl func(network, address string, c syscall.RawConn) error
+	// ReconnectMaxDelay caps gRPC's reconnect backoff towards an engine
+	// (gRPC's default grows to 120 s); the gateway sets its heartbeat
+	// interval, so a restarted engine is reached again within about one
+	// interval. Zero keeps gRPC's default.
+	ReconnectMaxDelay time.Duration
 }
 
 // Client implements the calls; it is safe for concurrent use.
@@ -88,6 +94,12 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		creds = insecure.NewCredentials()
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if d := c.o.ReconnectMaxDelay; d > 0 {
+		opts = append(opts, grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: min(time.Second, d/10), Multiplier: 1.6, Jitter: 0.2, MaxDelay: d},
+			MinConnectTimeout: max(d, time.Second),
+		}))
+	}
 	if c.o.DialControl != nil {
 		d := &net.Dialer{Control: c.o.DialControl}
 		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
