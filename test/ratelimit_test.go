@@ -202,52 +202,55 @@ func TestRateLimitTokens(t *testing.T) {
 	c := limitedCluster(t, clk, config.APIKey{TokensPerMinute: 100}, reg, nil, enginesim.Config{ID: "w1", Model: "m"})
 	perToken := time.Minute / 100
 
-	// A full bucket admits; the answer's usage is charged when it ends.
-	r := c.post("/v1/completions", "key-alice", map[string]any{"model": "m", "prompt": "hello there", "max_tokens": 100})
+	// A full bucket admits and reserves the prompt's estimate ("hello
+	// there": 3 tokens) plus max_tokens; the answer's usage replaces the
+	// reservation when it ends.
+	r := c.post("/v1/completions", "key-alice", map[string]any{"model": "m", "prompt": "hello there", "max_tokens": 50})
 	if r.status != http.StatusOK {
 		t.Fatalf("first: %d %s", r.status, r.body)
 	}
 	wantHeaders(t, "first", r.header, map[string]string{
-		ratelimit.HeaderLimitTokens: "100", ratelimit.HeaderRemainingTokens: "100", ratelimit.HeaderResetTokens: "0s",
+		ratelimit.HeaderLimitTokens: "100", ratelimit.HeaderRemainingTokens: "47", ratelimit.HeaderResetTokens: ratelimit.FormatReset(53 * perToken),
 		ratelimit.HeaderLimitRequests: "",
 	})
 	p, n := usageOf(t, r.body)
-	if n != 100 || p <= 0 {
+	if n != 50 || p <= 0 {
 		t.Fatalf("usage %d + %d", p, n)
 	}
-	waitKeyRequests(t, reg, "alice", 1) // charged once the edge is done
+	waitKeyRequests(t, reg, "alice", 1) // settled once the edge is done
 
-	// p tokens in debt: refused until p+1 tokens are back.
-	r = c.post("/v1/completions", "key-alice", map[string]any{"model": "m", "prompt": "hello there", "max_tokens": 5})
+	// 100 - (p + 50) left: a reservation of 53 is refused until it fits.
+	r = c.post("/v1/completions", "key-alice", map[string]any{"model": "m", "prompt": "hello there", "max_tokens": 50})
 	if r.status != http.StatusTooManyRequests || errorCode(t, r.body) != "rate_limit_exceeded" || !strings.Contains(string(r.body), "tokens per minute") {
-		t.Fatalf("in debt: %d %s", r.status, r.body)
+		t.Fatalf("over the bucket: %d %s", r.status, r.body)
 	}
-	wait := time.Duration(p+1) * perToken
-	wantHeaders(t, "in debt", r.header, map[string]string{
-		ratelimit.HeaderRemainingTokens: "0", ratelimit.HeaderResetTokens: ratelimit.FormatReset(time.Duration(p+n) * perToken),
+	wait := time.Duration(p+50+53-100) * perToken
+	wantHeaders(t, "over the bucket", r.header, map[string]string{
+		ratelimit.HeaderRemainingTokens: strconv.Itoa(50 - p), ratelimit.HeaderResetTokens: ratelimit.FormatReset(time.Duration(p+n) * perToken),
 		ratelimit.HeaderRetryAfterMs: strconv.FormatInt(wait.Milliseconds(), 10),
 		ratelimit.HeaderRetryAfter:   strconv.Itoa(int(math.Ceil(wait.Seconds()))),
 	})
 
-	// After the wait, one token is there: a streamed request is admitted and
-	// its usage chunk (asked for by the gateway, not by this client) charged.
+	// After the wait 53 are there: a streamed request reserving 13 is
+	// admitted and its usage chunk (asked for by the gateway, not by this
+	// client) settled.
 	clk.add(wait)
 	r = c.post("/v1/completions", "key-alice", map[string]any{"model": "m", "prompt": "hello there", "max_tokens": 10, "stream": true})
 	if r.status != http.StatusOK {
 		t.Fatalf("streamed: %d %s", r.status, r.body)
 	}
-	wantHeaders(t, "streamed", r.header, map[string]string{ratelimit.HeaderRemainingTokens: "1"})
+	wantHeaders(t, "streamed", r.header, map[string]string{ratelimit.HeaderRemainingTokens: "40"})
 	if bytes.Contains(r.body, []byte(`"usage":{`)) {
 		t.Fatalf("the client got a usage chunk it did not ask for:\n%s", r.body)
 	}
-	// The stream cost p + 10 with 1 in the bucket.
+	// The stream cost p + 10 of 53: a reservation of 1 + 60 does not fit.
 	waitKeyRequests(t, reg, "alice", 2)
-	r = c.post("/v1/completions", "key-alice", map[string]any{"model": "m", "prompt": "x", "max_tokens": 1})
+	r = c.post("/v1/completions", "key-alice", map[string]any{"model": "m", "prompt": "x", "max_tokens": 60})
 	if r.status != http.StatusTooManyRequests {
 		t.Fatalf("after the stream: %d %s", r.status, r.body)
 	}
 	wantHeaders(t, "after the stream", r.header, map[string]string{
-		ratelimit.HeaderRemainingTokens: "0", ratelimit.HeaderResetTokens: ratelimit.FormatReset(time.Duration(100+p+10-1) * perToken),
+		ratelimit.HeaderRemainingTokens: strconv.Itoa(53 - p - 10), ratelimit.HeaderResetTokens: ratelimit.FormatReset(time.Duration(100-53+p+10) * perToken),
 	})
 }
 

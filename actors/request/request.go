@@ -45,11 +45,22 @@ type Exchange struct {
 	KeyName   string
 	Debug     bool // the key has the debug scope: X-TL-Route and X-TL-Cascade-Step
 	Received  time.Time
+	// Tokens, if set, is the key's tokens budget: a stream reports its
+	// usage to it as it goes and is ended with a rate_limit_exceeded event
+	// once it refuses more.
+	Tokens Budget
 
 	Done      chan Outcome // buffered (1); receives exactly one Outcome
 	wg        sync.WaitGroup
 	committed atomic.Bool
 	trace     *trace.SpanContext // the request span's, set by the actor (nil: tracing off)
+}
+
+// Budget is a key's hold on its tokens (a ratelimit.Reservation). Use gets
+// the request's running total (prompt + completion) and reports whether it
+// may go on.
+type Budget interface {
+	Use(tokens int) bool
 }
 
 // NewExchange returns an exchange ready to hand to the actor.
@@ -90,7 +101,8 @@ type Log struct {
 	// estimated when an engine reported none (internal/wire/usage).
 	Usage usage.Usage
 	// StreamFailure is why a committed stream failed (a proxy.Failure:
-	// timeout, eof, bad_answer...); the client got the upstream_failed event.
+	// timeout, eof, bad_answer...; or rate_limit_exceeded, cut at its key's
+	// tokens budget); the client got the error event.
 	StreamFailure string
 }
 
@@ -380,6 +392,12 @@ func (a *requestActor) judge(body []byte) bool {
 func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 	a.endAttempt(ctx)
 	r := m.res
+	if a.overBudget() {
+		// The Writer ended the stream with rate_limit_exceeded; the client
+		// did not go away.
+		r.ClientGone = false
+		a.log.StreamFailure = openai.CodeRateLimitExceeded
+	}
 	a.countStreamed(r)
 	a.traceAnswered(r.Status, r.FirstByte, r.Err)
 	a.log.FirstByte = r.FirstByte
@@ -390,7 +408,7 @@ func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 		// The engine cut the stream, or the client stopped reading it or
 		// went away: either way it was answered 200; the log says which.
 		a.log.LastError = r.Err.Error()
-		if !r.ClientGone {
+		if !r.ClientGone && a.log.StreamFailure == "" {
 			a.log.StreamFailure = string(proxy.ReasonOf(r.Err))
 		}
 	}

@@ -10,10 +10,22 @@ import (
 // streamWriter returns the writer a streamed attempt relays to: the
 // client's, wrapped to read the usage chunk the attempt's body asks for
 // (body sets stream_options.include_usage) and to keep that chunk from a
-// client that did not ask for it.
+// client that did not ask for it. With a tokens budget the stream reports
+// its running usage (after what earlier answers of the request used) and is
+// cut when the budget refuses more.
 func (a *requestActor) streamWriter() http.ResponseWriter {
 	a.sniff = usage.NewWriter(a.ex.W, !usage.Asked(a.ex.Body))
+	if b := a.ex.Tokens; b != nil {
+		prior := a.log.Usage.Total()
+		a.sniff.Limit(usage.EstimatePrompt(a.ex.Req.Prompt), func(n int) bool { return b.Use(prior + n) })
+	}
 	return a.sniff
+}
+
+// overBudget reports whether the current stream was cut at its key's
+// tokens budget.
+func (a *requestActor) overBudget() bool {
+	return a.sniff != nil && a.sniff.OverBudget()
 }
 
 // countStreamed adds the usage of a streamed attempt that reached the

@@ -173,7 +173,25 @@ type Gateway struct {
 	// EngineTokens are per-engine registry tokens, each naming the worker
 	// ids a heartbeat presenting it may use.
 	EngineTokens []EngineToken `toml:"engine_tokens"`
+
+	// TokensAdmission is what happens to a request of a key with
+	// tokens_per_minute whose reservation (prompt estimate + max_tokens)
+	// the key's bucket cannot hold: refused (TokensRefuse) or admitted with
+	// max_tokens cut to what it holds (TokensClamp).
+	TokensAdmission string `toml:"tokens_admission"`
+	// TokensDefaultMaxTokens is the completion budget reserved, and sent as
+	// max_tokens, for a request of such a key that sets no max_tokens.
+	TokensDefaultMaxTokens int `toml:"tokens_default_max_tokens"`
 }
+
+// Token admission modes (gateway.tokens_admission).
+const (
+	TokensRefuse = "refuse"
+	TokensClamp  = "clamp"
+)
+
+// MaxDefaultMaxTokens is the largest tokens_default_max_tokens accepted.
+const MaxDefaultMaxTokens = 1 << 20
 
 // EngineToken is a registry token for some engines only: a heartbeat that
 // presents it may name only WorkerIDs. Exactly one of Token and TokenEnv
@@ -301,6 +319,8 @@ func Default() *Config {
 		MaxWorkers:              1024,
 		RegistryPeerRate:        200,
 		RegistryPeerBurst:       400,
+		TokensAdmission:         TokensRefuse,
+		TokensDefaultMaxTokens:  4096,
 		Store:                   Store{Kind: StoreFile, Prefix: DefaultStorePrefix, DialTimeout: D(DefaultStoreDialTimeout)},
 		Ejection:                defaultEjection(),
 		Admission:               defaultAdmission(),

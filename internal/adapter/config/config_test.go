@@ -58,6 +58,7 @@ func TestConfig(t *testing.T) {
 			Admission: Admission{Enabled: false, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{},
 				QueueSize: 1024, QueueTimeout: D(30 * time.Second)},
 			MaxWorkers: 1024, RegistryPeerRate: 200, RegistryPeerBurst: 400,
+			TokensAdmission: TokensRefuse, TokensDefaultMaxTokens: 4096,
 			MaxConnections: 10000, MaxConnectionsPerClient: 1000,
 		}
 		want.Tracing = Tracing{Protocol: "grpc", SampleRatio: 1, ServiceName: "tlgate"}
@@ -217,6 +218,8 @@ func TestConfigValidation(t *testing.T) {
 		{"max_connections", `max_connections = -1`, []string{"gateway.max_connections: must be >= 0 (0: no cap), got -1"}},
 		{"max_connections_per_client", `max_connections_per_client = -2`, []string{"gateway.max_connections_per_client: must be >= 0 (0: no cap), got -2"}},
 		{"max_body_bytes", `max_body_bytes = 0`, []string{"gateway.max_body_bytes: must be > 0, got 0"}},
+		{"tokens_admission", `tokens_admission = "wait"`, []string{`gateway.tokens_admission: must be "refuse" or "clamp", got "wait"`}},
+		{"tokens_default_max_tokens", `tokens_default_max_tokens = 0`, []string{"gateway.tokens_default_max_tokens: must be from 1 to 1048576, got 0"}},
 		{"state_dir", `state_dir = " "`, []string{"gateway.state_dir: required"}},
 		{"timeouts", "connect_timeout = \"-1s\"\nfirst_byte_timeout = \"0s\"\nidle_timeout = \"0s\"\nread_header_timeout = \"0s\"\nserver_idle_timeout = \"0s\"\nshutdown_timeout = \"0s\"", []string{
 			"gateway.connect_timeout: must be > 0, got -1s", "gateway.first_byte_timeout: must be > 0, got 0s", "gateway.idle_timeout: must be > 0, got 0s",

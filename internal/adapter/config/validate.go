@@ -64,6 +64,14 @@ func (c *Config) Validate() error {
 	if g.MaxBodyBytes <= 0 {
 		v.add("gateway.max_body_bytes", "must be > 0, got %d", g.MaxBodyBytes)
 	}
+	switch g.TokensAdmission {
+	case TokensRefuse, TokensClamp:
+	default:
+		v.add("gateway.tokens_admission", "must be %q or %q, got %q", TokensRefuse, TokensClamp, g.TokensAdmission)
+	}
+	if g.TokensDefaultMaxTokens < 1 || g.TokensDefaultMaxTokens > MaxDefaultMaxTokens {
+		v.add("gateway.tokens_default_max_tokens", "must be from 1 to %d, got %d", MaxDefaultMaxTokens, g.TokensDefaultMaxTokens)
+	}
 	if strings.TrimSpace(g.StateDir) == "" {
 		v.add("gateway.state_dir", "required")
 	}

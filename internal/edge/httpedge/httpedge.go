@@ -26,6 +26,7 @@ import (
 	"github.com/tlgate/tlgate/internal/guard/auth"
 	"github.com/tlgate/tlgate/internal/guard/ratelimit"
 	"github.com/tlgate/tlgate/internal/wire/openai"
+	"github.com/tlgate/tlgate/internal/wire/usage"
 )
 
 // Deps are the edge's collaborators.
@@ -50,12 +51,32 @@ type Deps struct {
 	// OnLimited, if set, is called for each request refused by Limits with
 	// the key's name and the limit (a ratelimit.Limit constant).
 	OnLimited func(key, limit string)
+	// Tokens is how a request of a key with tokens_per_minute reserves its
+	// tokens at admission.
+	Tokens TokenPolicy
+}
+
+// DefaultMaxTokens is TokenPolicy.DefaultMaxTokens when none is set.
+const DefaultMaxTokens = 4096
+
+// TokenPolicy is how a request of a key with a tokens limit is admitted:
+// the prompt's estimate plus its max_tokens (DefaultMaxTokens when it sets
+// none) are reserved; a reservation the key's bucket cannot hold is
+// refused, or with Clamp admitted with max_tokens cut to what it holds. The
+// engine is sent the budget reserved as max_tokens whenever the client's
+// was absent or cut.
+type TokenPolicy struct {
+	Clamp            bool
+	DefaultMaxTokens int
 }
 
 // Register mounts the OpenAI API and the ops endpoints on mux.
 func Register(mux *http.ServeMux, d *Deps) {
 	if d.Timeout <= 0 {
 		d.Timeout = 2 * time.Second
+	}
+	if d.Tokens.DefaultMaxTokens <= 0 {
+		d.Tokens.DefaultMaxTokens = DefaultMaxTokens
 	}
 	inf := func(h http.HandlerFunc) http.Handler { return d.Keyring.Require(auth.ScopeInference, h) }
 	mux.Handle("POST /v1/chat/completions", inf(func(w http.ResponseWriter, r *http.Request) { d.infer(w, r, true) }))
@@ -141,7 +162,13 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	key, _ := auth.FromContext(r.Context())
-	if !d.admit(w, r, key.Name) {
+	adm, ok := d.admit(w, r, key.Name, req)
+	if !ok {
+		return
+	}
+	if body, req, err = d.budget(body, req, adm); err != nil {
+		adm.Reservation.Settle(0)
+		d.reject(w, r, http.StatusBadRequest, openai.CodeInvalidRequest, err.Error(), nil)
 		return
 	}
 	rctx := r.Context()
@@ -150,6 +177,9 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	ex := request.NewExchange(rctx, w, body, req, r.URL.Path, rid)
 	ex.KeyName = key.Name
+	if adm.Reservation != nil {
+		ex.Tokens = adm.Reservation
+	}
 	ex.Debug = key.Has(auth.ScopeDebug)
 	d.Root.Spawn(request.Props(d.Request, ex))
 	o := <-ex.Done
@@ -166,25 +196,46 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
 			o.Log.Committed = true // the first byte went out just now
 		}
 	}
-	d.Limits.Done(key.Name, o.Log.Usage.Total())
+	adm.Reservation.Settle(o.Log.Usage.Total())
 	if d.OnDone != nil {
 		d.OnDone(ex, o)
 	}
 }
 
-// admit asks Limits about a request of key and sets the x-ratelimit-*
-// headers; over a limit it answers 429 and reports false.
-func (d *Deps) admit(w http.ResponseWriter, r *http.Request, key string) bool {
-	adm := d.Limits.Admit(key)
+// admit asks Limits about a request of key, reserving its prompt's
+// estimate and its completion budget, and sets the x-ratelimit-* headers;
+// over a limit it answers 429 and reports false.
+func (d *Deps) admit(w http.ResponseWriter, r *http.Request, key string, req openai.Request) (ratelimit.Decision, bool) {
+	want := ratelimit.Want{Prompt: usage.EstimatePrompt(req.Prompt), MaxTokens: d.Tokens.DefaultMaxTokens, Clamp: d.Tokens.Clamp}
+	if req.MaxTokens != nil {
+		want.MaxTokens = *req.MaxTokens
+	}
+	adm := d.Limits.Admit(key, want)
 	adm.SetHeaders(w.Header())
 	if adm.OK {
-		return true
+		return adm, true
 	}
 	if d.OnLimited != nil {
 		d.OnLimited(key, adm.Limited)
 	}
 	d.reject(w, r, http.StatusTooManyRequests, openai.CodeRateLimitExceeded, adm.Message(key), nil)
-	return false
+	return adm, false
+}
+
+// budget returns body and req with max_tokens set to the completion budget
+// an admission with a tokens limit reserved, when the client's was absent
+// or more than it: the engine then generates no more than was reserved.
+func (d *Deps) budget(body []byte, req openai.Request, adm ratelimit.Decision) ([]byte, openai.Request, error) {
+	if adm.Tokens.Limit == 0 || (req.MaxTokens != nil && *req.MaxTokens <= adm.MaxTokens) {
+		return body, req, nil
+	}
+	b, err := openai.WithMaxTokens(body, adm.MaxTokens)
+	if err != nil {
+		return nil, req, fmt.Errorf("the request body could not be rewritten: %w", err)
+	}
+	n := adm.MaxTokens
+	req.MaxTokens = &n
+	return b, req, nil
 }
 
 func (d *Deps) ask(ctx context.Context, msg any) (any, error) {

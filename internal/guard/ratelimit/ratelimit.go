@@ -10,12 +10,20 @@
 // OpenAI's headers). The state is kept exactly, in microseconds × limit
 // units, so the figures do not drift from rounding.
 //
-// A request takes one from the requests bucket when it is admitted. Tokens
-// are not known until the answer ends, so a request is admitted while the
-// tokens bucket holds at least one token, and its usage (prompt +
-// completion) is charged when it is done; the bucket may go below empty
-// (a debt, bounded to MaxDebt), and the key then waits until it is repaid.
-// max_concurrent bounds how far a key can overshoot that way.
+// A request takes one from the requests bucket when it is admitted. Its
+// tokens are reserved at admission: the estimate of its prompt plus its
+// completion budget (Want). A reservation the bucket cannot hold is refused,
+// or, with Want.Clamp, its completion budget is cut to what the bucket holds
+// (Decision.MaxTokens), as long as one completion token fits. A reservation
+// larger than the limit itself never fits and is refused at once
+// (Decision.TooLarge). When the request is over, its Reservation is settled:
+// the reserved tokens are replaced by what the answer really used. Usage
+// above the reservation (a prompt estimate below the truth, an engine that
+// ignored max_tokens) puts the bucket below empty, at most MaxDebt windows;
+// the key then waits until the debt is repaid. A stream reports its usage as
+// it goes (Reservation.Use), and is refused more once it would take the
+// bucket past that cap, so no answer is forgiven more than what lies beyond
+// the cap, and a stream is cut there.
 //
 // A Limiter is safe for concurrent use; the time comes from an injected
 // clock.
@@ -39,8 +47,9 @@ const Window = time.Minute
 const MaxLimit = 1_000_000_000
 
 // MaxDebt bounds how far below empty a tokens bucket may go: at most this
-// many windows of refill. A usage figure beyond it (a lying engine) costs no
-// more.
+// many windows of refill. A stream that would go beyond it is refused more
+// (Reservation.Use); a non-streamed usage figure beyond it (a lying engine)
+// costs no more.
 const MaxDebt = 10
 
 // windowMicros is Window in microseconds, the unit of the bucket state.
@@ -136,6 +145,17 @@ func (b bucket) charge(n int64) bucket {
 	return b
 }
 
+// settle returns b with a reservation of held replaced by used: the
+// difference given back, or taken (up to the MaxDebt bound).
+func (b bucket) settle(held, used int64) bucket {
+	if used >= held {
+		return b.charge(used - held)
+	}
+	back := min(held-used, (MaxDebt+1)*b.limit)
+	b.debt = max(b.debt-back*windowMicros, 0)
+	return b
+}
+
 func (b bucket) status() Status {
 	return Status{Limit: int(b.limit), Remaining: b.remaining(), Reset: b.reset()}
 }
@@ -174,6 +194,37 @@ type Decision struct {
 	Requests, Tokens Status
 	// MaxConcurrent is the key's concurrency limit (0: none).
 	MaxConcurrent int
+	// MaxTokens is the completion budget granted: Want.MaxTokens, or less
+	// when Want.Clamp cut it to what the tokens bucket holds. Meaningful
+	// only when OK.
+	MaxTokens int
+	// Want is the request's reservation as asked (prompt + completion), in
+	// a refusal's message.
+	Want int
+	// TooLarge: refused because the reservation is larger than the
+	// tokens limit itself; waiting does not help.
+	TooLarge bool
+	// Reservation is the admitted request's hold on its key's limits, to
+	// settle when it is over; nil when the key is not limited (its methods
+	// then do nothing).
+	Reservation *Reservation
+}
+
+// Want is what a request asks of its key's tokens bucket at admission.
+type Want struct {
+	// Prompt is the estimate of the prompt's tokens.
+	Prompt int
+	// MaxTokens is the completion budget: the request's max_tokens, or the
+	// budget the gateway sets when it has none.
+	MaxTokens int
+	// Clamp: when the bucket holds less than Prompt + MaxTokens but more
+	// than Prompt, admit with MaxTokens cut to what it holds instead of
+	// refusing.
+	Clamp bool
+}
+
+func (w Want) total() int64 {
+	return min(int64(max(w.Prompt, 0))+int64(max(w.MaxTokens, 0)), (MaxDebt+1)*MaxLimit)
 }
 
 // Message is the error message of a refused request.
@@ -182,6 +233,12 @@ func (d Decision) Message(key string) string {
 	case LimitConcurrent:
 		return fmt.Sprintf("Rate limit reached for key %q: at most %d concurrent requests. Retry when one finishes.", key, d.MaxConcurrent)
 	case LimitTokens:
+		if d.TooLarge {
+			return fmt.Sprintf("Request too large for key %q on tokens per minute: limit %d, requested %d (the prompt's estimate plus max_tokens). Lower max_tokens or shorten the prompt.", key, d.Tokens.Limit, d.Want)
+		}
+		if d.Want > 1 {
+			return fmt.Sprintf("Rate limit reached for key %q on tokens per minute: limit %d, requested %d (the prompt's estimate plus max_tokens), %d left. Retry after %s.", key, d.Tokens.Limit, d.Want, d.Tokens.Remaining, FormatReset(d.RetryAfter))
+		}
 		return fmt.Sprintf("Rate limit reached for key %q on tokens per minute: limit %d, used up. Retry after %s.", key, d.Tokens.Limit, FormatReset(d.RetryAfter))
 	default:
 		return fmt.Sprintf("Rate limit reached for key %q on requests per minute: limit %d. Retry after %s.", key, d.Requests.Limit, FormatReset(d.RetryAfter))
@@ -322,22 +379,25 @@ func (l *Limiter) Limited(key string) bool {
 	return l.state(key) != nil
 }
 
-// Admit decides on one request of key. When it is admitted it takes one
-// request and one concurrency slot: call Done once it is over. A refused
-// request takes nothing. Every limit is checked so the headers are right;
-// RetryAfter is the longest of the waits.
-func (l *Limiter) Admit(key string) Decision {
+// Admit decides on one request of key that asks w of its tokens. When it
+// is admitted it takes one request, one concurrency slot and its
+// reservation (Decision.MaxTokens may be below w.MaxTokens with w.Clamp):
+// settle Decision.Reservation once it is over. A refused request takes
+// nothing. Every limit is checked so the headers are right; RetryAfter is
+// the longest of the waits.
+func (l *Limiter) Admit(key string, w Want) Decision {
+	d := Decision{OK: true, MaxTokens: w.MaxTokens, Want: int(w.total())}
 	if l == nil {
-		return Decision{OK: true}
+		return d
 	}
 	ks := l.state(key)
 	if ks == nil {
-		return Decision{OK: true}
+		return d
 	}
 	now := l.now()
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	d := Decision{OK: true, MaxConcurrent: ks.limits.MaxConcurrent}
+	d.MaxConcurrent = ks.limits.MaxConcurrent
 	refuse := func(limit string, wait time.Duration) {
 		if d.OK || wait > d.RetryAfter {
 			d.Limited = limit
@@ -348,10 +408,25 @@ func (l *Limiter) Admit(key string) Decision {
 	if ks.limits.MaxConcurrent > 0 && ks.inflight >= ks.limits.MaxConcurrent {
 		refuse(LimitConcurrent, concurrentRetry)
 	}
+	reserve := int64(0)
 	if ks.tokens.limit > 0 {
 		ks.tokens = ks.tokens.advance(now)
-		if w := ks.tokens.wait(1); w > 0 {
-			refuse(LimitTokens, w)
+		reserve = w.total()
+		prompt := int64(max(w.Prompt, 0))
+		switch held := int64(ks.tokens.remaining()); {
+		case max(reserve, 1) <= held:
+		case w.Clamp && prompt < held:
+			d.MaxTokens = int(held - prompt)
+			reserve = held
+		case reserve > ks.tokens.limit && (!w.Clamp || prompt >= ks.tokens.limit):
+			// No wait makes it fit; a whole window keeps a retrying
+			// client from hammering.
+			d.TooLarge = true
+			refuse(LimitTokens, max(Window, ks.tokens.reset()))
+		case w.Clamp:
+			refuse(LimitTokens, ks.tokens.wait(prompt+1))
+		default:
+			refuse(LimitTokens, ks.tokens.wait(max(reserve, 1)))
 		}
 	}
 	if ks.requests.limit > 0 {
@@ -364,7 +439,11 @@ func (l *Limiter) Admit(key string) Decision {
 		if ks.requests.limit > 0 {
 			ks.requests = ks.requests.charge(1)
 		}
+		if ks.tokens.limit > 0 {
+			ks.tokens = ks.tokens.charge(reserve)
+		}
 		ks.inflight++
+		d.Reservation = &Reservation{l: l, key: key, ks: ks, held: reserve}
 	}
 	if ks.requests.limit > 0 {
 		d.Requests = ks.requests.status()
@@ -375,21 +454,70 @@ func (l *Limiter) Admit(key string) Decision {
 	return d
 }
 
-// Done ends an admitted request of key: it frees its concurrency slot and
-// charges tokens (prompt + completion) to the key's tokens bucket.
-func (l *Limiter) Done(key string, tokens int) {
-	if l == nil {
-		return
+// Reservation is an admitted request's hold on its key's limits: its
+// concurrency slot and the tokens taken for it. A nil Reservation (a key
+// without limits) does nothing. It is safe for concurrent use.
+type Reservation struct {
+	l   *Limiter
+	key string
+	ks  *keyState // the state it was taken from; a reload may replace it
+
+	// held is the tokens on the bucket for this request (the reservation,
+	// raised by Use); settled: Settle ran. Both under ks.mu.
+	held    int64
+	settled bool
+}
+
+// Use reports that the request has used tokens so far (prompt + completion,
+// a running total) and whether it may go on. Tokens beyond the reservation
+// are taken as they are reported; Use reports false, taking nothing more,
+// once they would put the key's bucket more than MaxDebt windows below
+// empty: the request should stop there.
+func (r *Reservation) Use(tokens int) bool {
+	if r == nil {
+		return true
 	}
-	ks := l.state(key)
-	if ks == nil {
-		return
-	}
-	now := l.now()
+	n := int64(max(tokens, 0))
+	ks := r.ks
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	ks.inflight = max(ks.inflight-1, 0)
-	if ks.tokens.limit > 0 && tokens > 0 {
-		ks.tokens = ks.tokens.advance(now).charge(int64(tokens))
+	if ks.tokens.limit == 0 || n <= r.held || r.settled {
+		return true
+	}
+	ks.tokens = ks.tokens.advance(r.l.now())
+	extra := n - r.held
+	if ks.tokens.debt+extra*windowMicros > (MaxDebt+1)*ks.tokens.full() {
+		return false
+	}
+	ks.tokens = ks.tokens.charge(extra)
+	r.held = n
+	return true
+}
+
+// Settle ends the request: it frees its concurrency slot and replaces the
+// tokens held for it by tokens, what it really used (prompt + completion;
+// estimated when the engine reported none). Only the first call counts.
+func (r *Reservation) Settle(tokens int) {
+	if r == nil {
+		return
+	}
+	now := r.l.now()
+	ks := r.ks
+	ks.mu.Lock()
+	if r.settled {
+		ks.mu.Unlock()
+		return
+	}
+	r.settled = true
+	if ks.tokens.limit > 0 {
+		ks.tokens = ks.tokens.advance(now).settle(r.held, int64(max(tokens, 0)))
+	}
+	ks.mu.Unlock()
+	// The slot is freed on the key's state now in force: a reload that
+	// changed its limits carried its count of requests in flight over.
+	if cur := r.l.state(r.key); cur != nil {
+		cur.mu.Lock()
+		cur.inflight = max(cur.inflight-1, 0)
+		cur.mu.Unlock()
 	}
 }

@@ -94,22 +94,26 @@ func TestLimiterScenarios(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newClock()
 			l := New(map[string]Limits{"k": tc.limits, "free": {}}, c.now)
+			var open []*Reservation // admitted and not settled, oldest first
 			for i, s := range tc.steps {
 				c.add(s.after)
 				if !s.admit {
-					l.Done("k", s.done)
+					open[0].Settle(s.done)
+					open = open[1:]
 					continue
 				}
-				d := l.Admit("k")
+				d := l.Admit("k", Want{})
 				if d.OK != s.wantOK || d.Limited != s.limited || d.RetryAfter != s.retry || d.Requests != s.req || d.Tokens != s.tok {
 					t.Fatalf("step %d: got %+v, want ok=%v limited=%q retry=%s requests=%+v tokens=%+v",
 						i, d, s.wantOK, s.limited, s.retry, s.req, s.tok)
 				}
 				if d.OK && s.done >= 0 {
-					l.Done("k", s.done)
+					d.Reservation.Settle(s.done)
+				} else if d.OK {
+					open = append(open, d.Reservation)
 				}
 			}
-			if d := l.Admit("free"); !d.OK || d.Requests.Limit != 0 || l.Limited("free") {
+			if d := l.Admit("free", Want{}); !d.OK || d.Requests.Limit != 0 || d.Reservation != nil || l.Limited("free") {
 				t.Fatalf("a key without limits: %+v", d)
 			}
 		})
@@ -119,11 +123,11 @@ func TestLimiterScenarios(t *testing.T) {
 func TestClockGoingBackRefillsNothing(t *testing.T) {
 	c := newClock()
 	l := New(map[string]Limits{"k": {RequestsPerMinute: 1}}, c.now)
-	if !l.Admit("k").OK {
+	if !l.Admit("k", Want{}).OK {
 		t.Fatal("first request refused")
 	}
 	c.add(-time.Hour)
-	if d := l.Admit("k"); d.OK {
+	if d := l.Admit("k", Want{}); d.OK {
 		t.Fatalf("admitted after the clock went back: %+v", d)
 	}
 }
@@ -187,11 +191,11 @@ func TestConcurrentUse(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 50 {
-				if d := l.Admit("k"); d.OK {
+				if d := l.Admit("k", Want{}); d.OK {
 					mu.Lock()
 					admitted++
 					mu.Unlock()
-					l.Done("k", 0)
+					d.Reservation.Settle(0)
 				}
 			}
 		})
@@ -227,38 +231,152 @@ func TestSetLimits(t *testing.T) {
 	c := newClock()
 	l := New(map[string]Limits{"a": {RequestsPerMinute: 2}, "c": {MaxConcurrent: 1}, "gone": {RequestsPerMinute: 1}}, c.now)
 	for range 2 {
-		if !l.Admit("a").OK {
+		if !l.Admit("a", Want{}).OK {
 			t.Fatal("a refused within its limit")
 		}
 	}
-	if !l.Admit("c").OK || !l.Admit("gone").OK || l.Admit("gone").OK {
+	cd := l.Admit("c", Want{})
+	cRes := cd.Reservation
+	if !cd.OK || !l.Admit("gone", Want{}).OK || l.Admit("gone", Want{}).OK {
 		t.Fatal("setup")
 	}
 	l.SetLimits(map[string]Limits{"a": {RequestsPerMinute: 2}, "c": {MaxConcurrent: 2}, "b": {RequestsPerMinute: 1}})
-	if l.Admit("a").OK {
+	if l.Admit("a", Want{}).OK {
 		t.Error("a's unchanged limit forgot its used window")
 	}
-	if !l.Admit("c").OK {
+	if !l.Admit("c", Want{}).OK {
 		t.Error("c refused its second slot after its limit went to 2")
 	}
-	if l.Admit("c").OK {
+	if l.Admit("c", Want{}).OK {
 		t.Error("c got a third slot: its request in flight was forgotten")
 	}
-	if !l.Admit("b").OK || l.Admit("b").OK {
+	if !l.Admit("b", Want{}).OK || l.Admit("b", Want{}).OK {
 		t.Error("new key b not limited to 1 request")
 	}
 	if !l.Limited("b") || l.Limited("gone") {
 		t.Errorf("limited: b %v, gone %v", l.Limited("b"), l.Limited("gone"))
 	}
 	for range 3 {
-		if !l.Admit("gone").OK {
+		if !l.Admit("gone", Want{}).OK {
 			t.Fatal("a key no longer limited was refused")
 		}
 	}
 	// A changed limit starts a's window again.
 	l.SetLimits(map[string]Limits{"a": {RequestsPerMinute: 3}})
-	if !l.Admit("a").OK {
+	if !l.Admit("a", Want{}).OK {
 		t.Error("a refused after its limit was raised")
 	}
-	l.Done("c", 0) // c is no longer limited: harmless
+	cRes.Settle(0) // c is no longer limited: harmless
+}
+
+// TestReservations: the tokens of a request are reserved at admission,
+// refused or clamped when the bucket cannot hold them, and settled to
+// what was used.
+func TestReservations(t *testing.T) {
+	type admit struct {
+		want      Want
+		ok        bool
+		tooLarge  bool
+		maxTokens int
+		remaining int
+		settle    int // tokens settled right away (-1: kept open)
+	}
+	cases := []struct {
+		name  string
+		steps []admit
+		after int // remaining once every open reservation is settled with 0
+	}{
+		{"fits, then the rest is refused", []admit{
+			{want: Want{Prompt: 10, MaxTokens: 40}, ok: true, maxTokens: 40, remaining: 50, settle: -1},
+			{want: Want{Prompt: 10, MaxTokens: 40}, ok: true, maxTokens: 40, remaining: 0, settle: -1},
+			{want: Want{Prompt: 1, MaxTokens: 1}, ok: false, remaining: 0, settle: -1},
+		}, 100},
+		{"larger than the limit", []admit{
+			{want: Want{Prompt: 2, MaxTokens: 4000}, ok: false, tooLarge: true, remaining: 100, settle: -1},
+			{want: Want{Prompt: 200, MaxTokens: 1, Clamp: true}, ok: false, tooLarge: true, remaining: 100, settle: -1},
+		}, 100},
+		{"clamp cuts max_tokens to what is left", []admit{
+			{want: Want{Prompt: 2, MaxTokens: 4000, Clamp: true}, ok: true, maxTokens: 98, remaining: 0, settle: 30},
+			{want: Want{Prompt: 2, MaxTokens: 4000, Clamp: true}, ok: true, maxTokens: 68, remaining: 0, settle: -1},
+			{want: Want{Prompt: 2, MaxTokens: 10, Clamp: true}, ok: false, remaining: 0, settle: -1},
+		}, 70},
+		{"settled above the reservation is debt", []admit{
+			{want: Want{Prompt: 2, MaxTokens: 8}, ok: true, maxTokens: 8, remaining: 90, settle: 150},
+			{want: Want{}, ok: false, remaining: 0, settle: -1},
+		}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClock()
+			l := New(map[string]Limits{"k": {TokensPerMinute: 100}}, c.now)
+			var open []*Reservation
+			for i, s := range tc.steps {
+				d := l.Admit("k", s.want)
+				if d.OK != s.ok || d.TooLarge != s.tooLarge || d.Tokens.Remaining != s.remaining || (d.OK && d.MaxTokens != s.maxTokens) {
+					t.Fatalf("step %d: %+v, want ok %v tooLarge %v max_tokens %d remaining %d", i, d, s.ok, s.tooLarge, s.maxTokens, s.remaining)
+				}
+				if !d.OK {
+					if d.Reservation != nil || d.Limited != LimitTokens || d.RetryAfter <= 0 || !contains(d.Message("k"), "tokens per minute") {
+						t.Fatalf("step %d refused: %+v %q", i, d, d.Message("k"))
+					}
+					continue
+				}
+				if s.settle >= 0 {
+					d.Reservation.Settle(s.settle)
+					d.Reservation.Settle(1000) // only the first counts
+				} else {
+					open = append(open, d.Reservation)
+				}
+			}
+			for _, r := range open {
+				r.Settle(0)
+			}
+			if d := l.Admit("k", Want{}); d.Tokens.Remaining != tc.after {
+				t.Fatalf("remaining after settling: %d, want %d", d.Tokens.Remaining, tc.after)
+			}
+		})
+	}
+}
+
+// TestReservationUse: a stream's usage beyond its reservation is taken as
+// it is reported, until the bucket would be MaxDebt windows below empty.
+func TestReservationUse(t *testing.T) {
+	c := newClock()
+	l := New(map[string]Limits{"k": {TokensPerMinute: 100}}, c.now)
+	d := l.Admit("k", Want{Prompt: 2, MaxTokens: 8})
+	r := d.Reservation
+	if !r.Use(10) || !r.Use(5) {
+		t.Fatal("usage within the reservation refused")
+	}
+	cap := 100 + MaxDebt*100 // the bucket's 100 and 10 windows of debt
+	if !r.Use(cap) {
+		t.Fatal("usage up to the debt cap refused")
+	}
+	if r.Use(cap + 1) {
+		t.Fatal("usage past the debt cap accepted")
+	}
+	// Refill makes room again.
+	c.add(6 * time.Second) // 10 tokens
+	if !r.Use(cap+10) || r.Use(cap+11) {
+		t.Fatal("refill not counted")
+	}
+	r.Settle(cap + 10)
+	if w := l.Admit("k", Want{}); w.OK || w.Tokens.Remaining != 0 {
+		t.Fatalf("after the debt: %+v", w)
+	}
+	var none *Reservation
+	if !none.Use(1 << 30) {
+		t.Fatal("a nil reservation refused")
+	}
+	none.Settle(5)
+	// A key without a tokens limit: Use never refuses.
+	l2 := New(map[string]Limits{"k": {MaxConcurrent: 1}}, c.now)
+	d2 := l2.Admit("k", Want{Prompt: 1 << 20})
+	if !d2.OK || !d2.Reservation.Use(1<<30) {
+		t.Fatalf("no tokens limit: %+v", d2)
+	}
+	d2.Reservation.Settle(0)
+	if !l2.Admit("k", Want{}).OK {
+		t.Fatal("Settle did not free the slot")
+	}
 }

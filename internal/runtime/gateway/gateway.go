@@ -305,6 +305,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		},
 		OnReject:  rejected,
 		Limits:    g.limits,
+		Tokens:    httpedge.TokenPolicy{Clamp: gw.TokensAdmission == config.TokensClamp, DefaultMaxTokens: gw.TokensDefaultMaxTokens},
 		OnLimited: g.Keys.RateLimited,
 	}
 	httpedge.Register(mux, edge)

@@ -90,6 +90,17 @@ func WriteError(w http.ResponseWriter, status int, code, msg string, param *stri
 	_, _ = w.Write(body)
 }
 
+// MarshalSSEError returns one server-sent event carrying the error of
+// MarshalError (its type that of status), for a stream ended by the
+// gateway after its first byte.
+func MarshalSSEError(status int, code, msg string) []byte {
+	body := MarshalError(status, code, msg, nil)
+	out := make([]byte, 0, len(body)+8)
+	out = append(out, "data: "...)
+	out = append(out, body...)
+	return append(out, "\n\n"...)
+}
+
 // SSEError returns one server-sent event carrying an error, for a stream
 // that fails after its first byte: `data: {"error":{...}}` and a blank line.
 // Its type is server_error (mid-stream failures are the server's).

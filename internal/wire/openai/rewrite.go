@@ -99,3 +99,27 @@ func set(body []byte, key string, raw []byte) ([]byte, error) {
 	}
 	return out, nil
 }
+
+// WithMaxTokens returns body with its completion budget set to n: every
+// one of "max_tokens" and "max_completion_tokens" it holds (not null), or
+// "max_tokens" when it holds neither.
+func WithMaxTokens(body []byte, n int) ([]byte, error) {
+	if err := checkObject(body); err != nil {
+		return nil, err
+	}
+	v := strconv.AppendInt(nil, int64(n), 10)
+	out, set1 := body, false
+	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+		if f := gjson.GetBytes(out, k); f.Exists() && f.Type != gjson.Null {
+			var err error
+			if out, err = set(out, k, v); err != nil {
+				return nil, err
+			}
+			set1 = true
+		}
+	}
+	if !set1 {
+		return set(body, "max_tokens", v)
+	}
+	return out, nil
+}

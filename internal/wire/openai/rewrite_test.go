@@ -119,3 +119,21 @@ func TestStripLogprobs(t *testing.T) {
 		t.Fatalf("err = %v, want ErrInvalidJSON", err)
 	}
 }
+
+func TestWithMaxTokens(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"model":"m"}`:                               `{"model":"m","max_tokens":7}`,
+		`{"model":"m","max_tokens":4000}`:             `{"model":"m","max_tokens":7}`,
+		`{"max_completion_tokens":90}`:                `{"max_completion_tokens":7}`,
+		`{"max_tokens":1,"max_completion_tokens":90}`: `{"max_tokens":7,"max_completion_tokens":7}`,
+		`{"max_tokens":null}`:                         `{"max_tokens":7}`,
+	} {
+		got, err := WithMaxTokens([]byte(in), 7)
+		if err != nil || string(got) != want {
+			t.Errorf("WithMaxTokens(%s) = %s, %v; want %s", in, got, err, want)
+		}
+	}
+	if _, err := WithMaxTokens([]byte(`[1]`), 7); err == nil {
+		t.Error("an array was rewritten")
+	}
+}

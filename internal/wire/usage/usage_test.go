@@ -1,6 +1,8 @@
 package usage
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -165,5 +167,44 @@ func TestAskInStream(t *testing.T) {
 	}
 	if Asked([]byte(`{"stream_options":{"include_usage":"yes"}}`)) {
 		t.Error("a non-boolean include_usage counts as asked")
+	}
+}
+
+// TestWriterLimit: the stream reports prompt + events so far; the event
+// that crosses the budget is replaced by a rate_limit_exceeded event and
+// the Write fails, as every later one does.
+func TestWriterLimit(t *testing.T) {
+	for _, split := range []bool{false, true} {
+		rec := httptest.NewRecorder()
+		rec.Header().Set("Content-Type", "text/event-stream")
+		w := NewWriter(rec, false)
+		var got []int
+		w.Limit(10, func(n int) bool { got = append(got, n); return n <= 12 })
+		ev := "data: {\"choices\":[{\"text\":\"a\"}]}\n\n"
+		var err error
+		if split { // the third event arrives in two writes
+			_, _ = w.Write([]byte(ev + ev + ev[:10]))
+			_, err = w.Write([]byte(ev[10:] + ev))
+		} else {
+			_, err = w.Write([]byte(ev + ev + ev + ev))
+		}
+		if !errors.Is(err, ErrOverBudget) || !w.OverBudget() {
+			t.Fatalf("split %v: err %v", split, err)
+		}
+		if _, err := w.Write([]byte(ev)); !errors.Is(err, ErrOverBudget) {
+			t.Fatalf("a write after the cut: %v", err)
+		}
+		body := rec.Body.String()
+		wantEvents := 2
+		if split {
+			wantEvents = 3 // the split event's start was out: it is ended
+		}
+		if n := strings.Count(body, `"text":"a"`); n != wantEvents || !strings.HasSuffix(body, "\n\n") ||
+			!strings.Contains(body, `"code":"rate_limit_exceeded"`) || !strings.Contains(body, `"type":"rate_limit_error"`) {
+			t.Fatalf("split %v: relayed %d events:\n%s", split, n, body)
+		}
+		if fmt.Sprint(got) != "[11 12 13]" {
+			t.Fatalf("split %v: budget asked %v", split, got)
+		}
 	}
 }

@@ -2,12 +2,24 @@ package usage
 
 import (
 	"bytes"
+	"errors"
 	"mime"
 	"net/http"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/tlgate/tlgate/internal/wire/openai"
 )
+
+// ErrOverBudget is Write's error once the stream's budget refused more
+// tokens: the Writer wrote the rate_limit_exceeded event in place of the
+// event that crossed it, and the stream should end.
+var ErrOverBudget = errors.New("usage: the stream crossed its key's tokens budget")
+
+// overBudgetEvent ends a stream cut at its key's tokens budget.
+var overBudgetEvent = openai.MarshalSSEError(http.StatusTooManyRequests, openai.CodeRateLimitExceeded,
+	"The key's tokens per minute debt limit was reached while streaming; the response is incomplete.")
 
 // maxCarry bounds the bytes of an event split across writes that the
 // Writer keeps to read it whole; a larger one is relayed but not read.
@@ -48,11 +60,37 @@ type Writer struct {
 
 	carry   []byte // the start of an event split across writes
 	tooLong bool   // the carried event went over maxCarry
+
+	// prompt and use: the budget (Limit); over: it refused.
+	prompt int
+	use    func(tokens int) bool
+	over   bool
 }
 
 // NewWriter wraps w; strip drops usage-only events.
 func NewWriter(w http.ResponseWriter, strip bool) *Writer {
 	return &Writer{w: w, strip: strip}
+}
+
+// Limit makes the stream report its running usage to use after each data
+// event: the last usage object's total, else prompt plus the data events
+// so far. When use reports false the event that crossed is not relayed:
+// the Writer writes one rate_limit_exceeded error event instead, and this
+// and every later Write fail with ErrOverBudget.
+func (s *Writer) Limit(prompt int, use func(tokens int) bool) {
+	s.prompt, s.use = prompt, use
+}
+
+// withinBudget asks the budget about the usage so far.
+func (s *Writer) withinBudget() bool {
+	if s.use == nil {
+		return true
+	}
+	n := s.prompt + s.events
+	if s.found {
+		n = max(n, s.usage.Total())
+	}
+	return s.use(n)
 }
 
 // Header is the wrapped writer's.
@@ -71,6 +109,9 @@ func (s *Writer) Write(p []byte) (int, error) {
 		mt, _, err := mime.ParseMediaType(s.w.Header().Get("Content-Type"))
 		s.sse = err == nil && mt == "text/event-stream"
 	}
+	if s.over {
+		return 0, ErrOverBudget
+	}
 	if !s.sse {
 		return s.w.Write(p)
 	}
@@ -83,10 +124,18 @@ func (s *Writer) Write(p []byte) (int, error) {
 			break
 		}
 		var drop bool
-		if len(s.carry) > 0 || s.tooLong {
+		before := s.events
+		carried := len(s.carry) > 0 || s.tooLong
+		if carried {
 			s.joinCarry(p[start:end])
 		} else {
 			drop = s.event(p[start:end])
+		}
+		if s.events != before && !s.withinBudget() {
+			if carried { // its start is out: end it before the error event
+				return s.cut(p[kept:end])
+			}
+			return s.cut(p[kept:start])
 		}
 		if drop {
 			if kept < start {
@@ -108,6 +157,24 @@ func (s *Writer) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// cut ends the stream at its budget: it writes head (the events before the
+// one that crossed) and the error event.
+func (s *Writer) cut(head []byte) (int, error) {
+	s.over = true
+	if len(head) > 0 {
+		if _, err := s.w.Write(head); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := s.w.Write(overBudgetEvent); err != nil {
+		return 0, err
+	}
+	return 0, ErrOverBudget
+}
+
+// OverBudget reports whether the stream was cut at its budget.
+func (s *Writer) OverBudget() bool { return s.over }
 
 // keep carries the start of an event split across writes.
 func (s *Writer) keep(b []byte) {
