@@ -102,6 +102,10 @@ backends = [{ model = "m", weight = 1 }]
 		t.Fatalf("resume: %d %s%s", code, out, errOut)
 	}
 
+	keyFile := filepath.Join(dir, "admin.key")
+	if err := os.WriteFile(keyFile, []byte("key-admin\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
@@ -112,7 +116,8 @@ backends = [{ model = "m", weight = 1 }]
 		{"unknown model", env, []string{"drain", "nope"}, tlctl.ExitFailed, "404 model_not_found"},
 		{"no key", map[string]string{"TLGATE_URL": c.url}, []string{"workers"}, tlctl.ExitFailed, "401 invalid_api_key"},
 		{"wrong scope", map[string]string{"TLGATE_URL": c.url, "TLGATE_KEY": "key-plain"}, []string{"workers"}, tlctl.ExitFailed, "403 insufficient_scope"},
-		{"-key overrides", map[string]string{"TLGATE_URL": c.url, "TLGATE_KEY": "key-plain"}, []string{"-key", "key-admin", "workers"}, 0, ""},
+		{"-key-file overrides", map[string]string{"TLGATE_URL": c.url, "TLGATE_KEY": "key-plain"}, []string{"-key-file", keyFile, "workers"}, 0, ""},
+		{"-key refused", env, []string{"-key", "key-admin", "workers"}, tlctl.ExitUsage, "-key is refused"},
 		{"no command", env, nil, tlctl.ExitUsage, "no command"},
 		{"unknown command", env, []string{"frobnicate"}, tlctl.ExitUsage, "unknown command"},
 		{"put without file", env, []string{"routes", "put"}, tlctl.ExitUsage, "routes put -f FILE"},

@@ -10,7 +10,10 @@
 //	tlctl [flags] resume MODEL
 //
 // TLGATE_URL and TLGATE_KEY give the gateway's address and the admin key;
-// -url and -key override them. Output is a table, or JSON with -o json.
+// -url overrides the address and -key-file FILE the key (read from FILE). A
+// key is never taken on the command line, where ps and the shell's history
+// would show it: -key is refused. Errors never show a URL's user name or
+// password. Output is a table, or JSON with -o json.
 // A refused call prints the server's message and exits 1; a usage error
 // exits 2.
 package tlctl
@@ -90,7 +93,7 @@ func Run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) 
 	}
 }
 
-const usage = `Usage: tlctl [-url URL] [-key KEY] [-o table|json] COMMAND
+const usage = `Usage: tlctl [-url URL] [-key-file FILE] [-o table|json] COMMAND
 
 Commands:
   workers                           the workers, their load and routability
@@ -99,7 +102,9 @@ Commands:
   drain MODEL                       stop routing to MODEL's workers
   resume MODEL                      route to MODEL's workers again
 
-Environment: TLGATE_URL (default ` + DefaultURL + `), TLGATE_KEY (an admin key).
+Environment: TLGATE_URL (default ` + DefaultURL + `), TLGATE_KEY (an admin key;
+-key-file FILE reads it from FILE instead). The key is never given on the
+command line, where ps would show it.
 `
 
 type client struct {
@@ -115,7 +120,9 @@ func run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) 
 	fs := flag.NewFlagSet("tlctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	base := fs.String("url", env("TLGATE_URL"), "gateway URL")
-	key := fs.String("key", env("TLGATE_KEY"), "admin key")
+	keyFile := fs.String("key-file", "", "file holding the admin key")
+	var keyFlag bool
+	fs.Func("key", "refused: the key would show in ps", func(string) error { keyFlag = true; return nil })
 	output := fs.String("o", "table", "output: table or json")
 	timeout := fs.Duration("timeout", defaultWait, "time limit of each call")
 	if err := fs.Parse(args); err != nil {
@@ -123,7 +130,14 @@ func run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) 
 			fmt.Fprint(stdout, usage)
 			return err
 		}
-		return fmt.Errorf("%w: %v", ErrUsage, err)
+		return fmt.Errorf("%w: %v", ErrUsage, redactText(err.Error()))
+	}
+	if keyFlag {
+		return fmt.Errorf("%w: -key is refused: the admin key would show in ps and the shell's history; set TLGATE_KEY or use -key-file FILE", ErrUsage)
+	}
+	key, err := adminKey(env, *keyFile)
+	if err != nil {
+		return err
 	}
 	if *output != "table" && *output != "json" {
 		return fmt.Errorf("%w: -o %q: want table or json", ErrUsage, *output)
@@ -133,9 +147,9 @@ func run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) 
 	}
 	u, err := url.Parse(*base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%w: gateway URL %q: want http(s)://host:port", ErrUsage, *base)
+		return fmt.Errorf("%w: gateway URL %q: want http(s)://host:port", ErrUsage, redactText(*base))
 	}
-	c := &client{base: u, key: *key, http: &http.Client{Timeout: *timeout}, output: *output, out: stdout, errOut: stderr}
+	c := &client{base: u, key: key, http: &http.Client{Timeout: *timeout}, output: *output, out: stdout, errOut: stderr}
 	rest := fs.Args()
 	if len(rest) == 0 {
 		return fmt.Errorf("%w: no command", ErrUsage)
@@ -180,7 +194,7 @@ func (c *client) call(ctx context.Context, method, path string, body []byte, hdr
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%s %s: %s", method, redactURL(u), redactText(err.Error()))
 	}
 	for k, v := range hdr {
 		req.Header[k] = v
@@ -193,17 +207,73 @@ func (c *client) call(ctx context.Context, method, path string, body []byte, hdr
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s %s: %w", method, u.Redacted(), err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = redactURL(u)
+		}
+		return nil, nil, fmt.Errorf("%s %s: %w", method, redactURL(u), err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s %s: reading the answer: %w", method, u.Redacted(), err)
+		return nil, nil, fmt.Errorf("%s %s: reading the answer: %w", method, redactURL(u), err)
 	}
 	if resp.StatusCode != want {
 		return nil, resp.Header, apiError(resp.StatusCode, b)
 	}
 	return b, resp.Header, nil
+}
+
+// adminKey is the admin key: FILE's content (trimmed of surrounding white
+// space) when -key-file is set, else TLGATE_KEY.
+func adminKey(env Env, file string) (string, error) {
+	if file == "" {
+		return env("TLGATE_KEY"), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("-key-file: %w", err)
+	}
+	k := strings.TrimSpace(string(b))
+	if k == "" {
+		return "", fmt.Errorf("-key-file %s: the file is empty", file)
+	}
+	return k, nil
+}
+
+// redactURL is u as text with its user name and password, if any, replaced
+// by "redacted".
+func redactURL(u *url.URL) string {
+	if u.User == nil {
+		return u.String()
+	}
+	r := *u
+	r.User = url.User("redacted")
+	return r.String()
+}
+
+// redactText replaces the user information of every URL in s (what lies
+// between "://" and an "@" before the host's end) by "redacted", for text
+// that holds a URL which did not parse.
+func redactText(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "://")
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i+3])
+		s = s[i+3:]
+		end := strings.IndexAny(s, "/?#\" \t\n")
+		if end < 0 {
+			end = len(s)
+		}
+		if at := strings.LastIndex(s[:end], "@"); at >= 0 {
+			b.WriteString("redacted")
+			s = s[at:]
+		}
+	}
 }
 
 func apiError(status int, b []byte) error {
