@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tlgate/tlgate/internal/routing/routes"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 
@@ -79,14 +80,15 @@ var (
 
 var (
 	workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
-	modelPattern    = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,256}$`)
 )
 
 // ValidWorkerID reports whether id matches [A-Za-z0-9._:-]{1,128}.
 func ValidWorkerID(id string) bool { return workerIDPattern.MatchString(id) }
 
-// ValidModelID reports whether a model id is acceptable.
-func ValidModelID(m string) bool { return modelPattern.MatchString(m) }
+// ValidModelID reports whether a model id is acceptable
+// (routes.CheckModelID: [A-Za-z0-9._:/-]{1,256}, no empty, "." or ".."
+// segment).
+func ValidModelID(m string) bool { return routes.CheckModelID(m) == nil }
 
 // Validate checks a heartbeat before it may change anything: a well-formed
 // worker id, a model, host:port addresses (the KV address required of
@@ -99,8 +101,8 @@ func Validate(s *controlv1.WorkerStatus) error {
 	if !ValidWorkerID(s.GetWorkerId()) {
 		return fmt.Errorf("worker_id: %w: %q must match [A-Za-z0-9._:-]{1,128}", ErrInvalidWorkerID, truncate(s.GetWorkerId()))
 	}
-	if !ValidModelID(s.GetModel()) {
-		return fmt.Errorf("model: %w: %q must match [A-Za-z0-9._:/-]{1,256}", ErrInvalidModel, truncate(s.GetModel()))
+	if err := routes.CheckModelID(s.GetModel()); err != nil {
+		return fmt.Errorf("model: %w: %v (it must match [A-Za-z0-9._:/-]{1,256} with no empty, \".\" or \"..\" segment)", ErrInvalidModel, err)
 	}
 	role, err := RoleOf(s.GetRole())
 	if err != nil {

@@ -31,7 +31,10 @@ func (e *FieldError) Error() string { return e.Path + ": " + e.Msg }
 func (e *FieldError) Unwrap() error { return ErrInvalidRoutes }
 
 // CheckModelID reports whether id is a valid model id: 1 to 256 bytes of
-// A-Z a-z 0-9 . _ : / -. The error says what is wrong, without a path.
+// A-Z a-z 0-9 . _ : / -, whose "/"-separated segments are neither empty
+// nor "." or "..", so the id is its own normal form as a URL path (the
+// admin API and the console put it in one: /admin/v1/models/{model}:drain).
+// The error says what is wrong, without a path.
 func CheckModelID(id string) error {
 	if id == "" {
 		return errors.New("required")
@@ -42,6 +45,22 @@ func CheckModelID(id string) error {
 	for i := 0; i < len(id); i++ {
 		if !isModelIDByte(id[i]) {
 			return fmt.Errorf("invalid model id %q: byte %d is %q (allowed: A-Z a-z 0-9 . _ : / -)", id, i+1, id[i])
+		}
+	}
+	return CheckModelSegments(id)
+}
+
+// CheckModelSegments reports whether every "/"-separated segment of id is
+// non-empty and neither "." nor "..": an id like "rogue/../m1", "a//b" or
+// "/m1" names another model once a URL path is normalised, so it is
+// refused wherever a model id comes in.
+func CheckModelSegments(id string) error {
+	for i, seg := range strings.Split(id, "/") {
+		switch seg {
+		case "":
+			return fmt.Errorf("invalid model id %q: segment %d is empty (no leading, trailing or doubled \"/\")", id, i+1)
+		case ".", "..":
+			return fmt.Errorf("invalid model id %q: segment %d is %q", id, i+1, seg)
 		}
 	}
 	return nil

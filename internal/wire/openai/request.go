@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 )
@@ -67,6 +68,18 @@ func (e *FieldError) ParamOrNil() *string {
 	}
 	p := e.Param
 	return &p
+}
+
+// dotSegment reports whether a model id has a "/"-separated segment that
+// is empty, "." or "..", and which: such an id names another model once a
+// path is normalised, so no model has one (routes.CheckModelID).
+func dotSegment(model string) (string, bool) {
+	for seg := range strings.SplitSeq(model, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return seg, true
+		}
+	}
+	return "", false
 }
 
 func fieldErr(param, format string, args ...any) *FieldError {
@@ -187,6 +200,8 @@ func (p *parser) field(bit uint32, name string, v gjson.Result) {
 			err = fieldErr(name, "model must be a string")
 		} else if v.Str == "" {
 			err = fieldErr(name, "model must not be empty")
+		} else if seg, bad := dotSegment(v.Str); bad {
+			err = fieldErr(name, "model %.80q has a path segment %q: a model id has no empty, \".\" or \"..\" segment", v.Str, seg)
 		}
 		p.req.Model = v.Str
 	case fStream:

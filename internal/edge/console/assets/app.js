@@ -203,7 +203,10 @@
     if (Number.isInteger(v)) return String(v);
     return v < 10 ? v.toFixed(2) : v.toFixed(1);
   }
-  function modelPath(m) { return m.split("/").map(encodeURIComponent).join("/"); }
+  // modelPath is a model id as one path segment: every "/" is sent as %2F,
+  // so the browser never resolves a "." or ".." segment into another
+  // model's path (the admin API decodes the segment whole).
+  function modelPath(m) { return encodeURIComponent(m); }
 
   // ---- fleet ----
   function workerState(w) {
