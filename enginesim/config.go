@@ -89,6 +89,14 @@ type Config struct {
 	// Confidence in (0, 1] is the model's capability: 0.5 (default) is unsure
 	// on about half of all prompts, 0.9 is sure on nearly all.
 	Confidence float64
+	// EmbeddingDim is the length of the toy embeddings of /v1/embeddings
+	// (default DefaultEmbeddingDim).
+	EmbeddingDim int
+	// Unserved lists HTTP paths the engine does not serve, e.g.
+	// "/v1/embeddings": each is answered 404 {"detail":"Not Found"}, as
+	// vLLM answers a path it has no route for (a generative model asked
+	// for embeddings, say).
+	Unserved []string
 
 	// Gateways are the tl.control.v1 WorkerRegistry addresses to heartbeat
 	// (host:port). A host that is a DNS name is resolved every heartbeat
@@ -177,6 +185,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if c.EmbeddingDim == 0 {
+		c.EmbeddingDim = DefaultEmbeddingDim
+	}
 	switch {
 	case c.ID != "" && !workerIDPattern.MatchString(c.ID):
 		return c, fmt.Errorf("%w: id %q does not match [A-Za-z0-9._:-]{1,128}", ErrConfig, c.ID)
@@ -192,6 +203,13 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: negative interval or timeout", ErrConfig)
 	case c.MaxBodyBytes < 0:
 		return c, fmt.Errorf("%w: max body bytes %d < 0", ErrConfig, c.MaxBodyBytes)
+	case c.EmbeddingDim < 0 || c.EmbeddingDim > 4096:
+		return c, fmt.Errorf("%w: embedding dim %d outside [1, 4096]", ErrConfig, c.EmbeddingDim)
+	}
+	for _, p := range c.Unserved {
+		if len(p) < 2 || p[0] != '/' {
+			return c, fmt.Errorf("%w: unserved path %q must start with /", ErrConfig, p)
+		}
 	}
 	for _, g := range c.Gateways {
 		if _, _, err := net.SplitHostPort(g); err != nil {

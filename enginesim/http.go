@@ -29,9 +29,23 @@ func (e *Engine) httpHandler() http.Handler {
 	mux.HandleFunc("GET /v1/models/{id}", e.handleModel)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.Handle("GET /metrics", promhttp.HandlerFor(e.metricsRegistry(), promhttp.HandlerOpts{}))
+	e.poolingRoutes(mux)
 	e.simRoutes(mux)
-	return e.faultGate(mux)
+	if len(e.cfg.Unserved) == 0 {
+		return e.faultGate(mux)
+	}
+	all := http.NewServeMux()
+	all.Handle("/", mux)
+	for _, p := range e.cfg.Unserved {
+		all.HandleFunc(p, func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
+		})
+	}
+	return e.faultGate(all)
 }
+
+// serves reports whether the engine answers to model id m.
+func (e *Engine) serves(m string) bool { return m == e.cfg.Model }
 
 func (e *Engine) controlHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -118,7 +132,7 @@ func (e *Engine) handleInference(chat bool) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
 			return
 		}
-		if req.Model != e.cfg.Model {
+		if !e.serves(req.Model) {
 			writeModelNotFound(w, req.Model)
 			return
 		}
@@ -422,7 +436,7 @@ func (e *Engine) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
 		return
 	}
-	if req.Model != "" && req.Model != e.cfg.Model {
+	if req.Model != "" && !e.serves(req.Model) {
 		writeModelNotFound(w, req.Model)
 		return
 	}
@@ -442,7 +456,14 @@ func (e *Engine) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ids := e.tok.Encode(text)
-	writeJSON(w, http.StatusOK, map[string]any{"tokens": ids, "count": len(ids), "max_model_len": e.maxModelLen()})
+	var strs []string
+	if req.ReturnTokenStrs {
+		strs = make([]string, len(ids))
+		for i, id := range ids {
+			strs[i] = e.tok.Piece(id)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tokens": ids, "count": len(ids), "max_model_len": e.maxModelLen(), "token_strs": strs})
 }
 
 func (e *Engine) handleDetokenize(w http.ResponseWriter, r *http.Request) {
@@ -458,7 +479,7 @@ func (e *Engine) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
 		return
 	}
-	if req.Model != "" && req.Model != e.cfg.Model {
+	if req.Model != "" && !e.serves(req.Model) {
 		writeModelNotFound(w, req.Model)
 		return
 	}

@@ -334,11 +334,12 @@ func contentText(raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
-// tokenizeRequest is the body of POST /v1/tokenize.
+// tokenizeRequest is the body of POST /tokenize (and /v1/tokenize).
 type tokenizeRequest struct {
-	Model    string          `json:"model"`
-	Prompt   *string         `json:"prompt"`
-	Messages []chatMessageIn `json:"messages"`
+	Model           string          `json:"model"`
+	Prompt          *string         `json:"prompt"`
+	Messages        []chatMessageIn `json:"messages"`
+	ReturnTokenStrs bool            `json:"return_token_strs"`
 }
 
 // Response shapes.

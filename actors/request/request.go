@@ -40,7 +40,7 @@ type Exchange struct {
 	W         http.ResponseWriter
 	Body      []byte
 	Req       openai.Request
-	Path      string // "/v1/chat/completions" or "/v1/completions"
+	Path      string // the path asked of the engine: "/v1/chat/completions", "/v1/embeddings"...
 	RequestID string
 	KeyName   string
 	Debug     bool // the key has the debug scope: X-TL-Route and X-TL-Cascade-Step
@@ -224,6 +224,7 @@ func (a *requestActor) route(ctx actor.Context) {
 	ctx.Request(a.d.Router, &router.Route{Request: router.Request{
 		Model: a.ex.Req.Model, RequestID: a.ex.RequestID, PrefixKey: a.ex.Req.PrefixKey,
 		Stream: a.ex.Req.Stream, Step: a.step, Exclude: a.exclude, Key: a.ex.KeyName, Prompt: a.ex.Req.Prompt,
+		LeastLoaded: a.ex.Req.Endpoint.Pooling(), AnyRole: a.ex.Req.Endpoint.Tokenizer(),
 	}})
 	a.routing = true
 }
@@ -312,7 +313,7 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 	if scheme == "" {
 		scheme = "http"
 	}
-	att := proxy.Attempt{URL: scheme + "://" + a.target.Worker.HTTPAddress + a.ex.Path, Body: body, Header: h}
+	att := proxy.Attempt{URL: scheme + "://" + a.target.Worker.HTTPAddress + a.ex.Path, Body: body, Header: h, Expect: a.ex.Req.Endpoint}
 	actx, cancel := context.WithCancel(a.ex.Ctx)
 	a.cancel = cancel
 	self, root, ex, p := ctx.Self(), ctx.ActorSystem().Root, a.ex, a.d.Proxy

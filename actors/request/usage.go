@@ -40,9 +40,9 @@ func (a *requestActor) countStreamed(r proxy.Result) {
 
 // countFetched adds the usage of a non-streamed 200 answer (every cascade
 // step that answered, accepted or not): its usage object, else the
-// estimate.
+// estimate. Tokenize and detokenize run no model and use no tokens.
 func (a *requestActor) countFetched(resp *proxy.Response) {
-	if resp.Status != http.StatusOK {
+	if resp.Status != http.StatusOK || a.ex.Req.Endpoint.Tokenizer() {
 		return
 	}
 	a.log.Usage.Add(usage.Estimate(resp.Body, a.ex.Req.Prompt))

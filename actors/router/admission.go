@@ -463,6 +463,9 @@ func (s *State) warmWaiter(q *fairQueue, head *Waiter, now time.Time) *Waiter {
 // (its route's backend for its request id; a cascade's first step is not
 // resolved, so its waiters hold nothing and keep their order).
 func (s *State) warmChunks(w *Waiter, now time.Time) int {
+	if w.Req.LeastLoaded {
+		return 0
+	}
 	served := w.Req.Model
 	if r, ok := s.table.Lookup(served); ok {
 		served = routes.PickBackend(r, w.Req.RequestID)

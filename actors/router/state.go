@@ -55,6 +55,15 @@ type Request struct {
 	Prompt string
 	// Key is the API key's name: the queue's fair shares are per key.
 	Key string
+	// LeastLoaded: the request keeps no KV cache worth routing for
+	// (embeddings, rerank, score, tokenize): it goes to the least loaded
+	// worker whatever the policy, to the last step of a cascade and to a
+	// unified worker of a disaggregated route, and is not recorded in the
+	// prefix index.
+	LeastLoaded bool
+	// AnyRole: any worker of the served model will do, whatever its role
+	// (tokenize, detokenize); the least loaded is taken.
+	AnyRole bool
 }
 
 // Target is the router's answer: where an attempt goes.
@@ -319,7 +328,7 @@ func (s *State) Pick(req *Request, now time.Time) (Target, error) {
 	// cycles, and depth bounds it anyway.
 	for depth := 0; r.IsCascade() && depth < 8; depth++ {
 		step := req.Step
-		if req.Stream || step >= len(r.Cascade) {
+		if req.Stream || req.LeastLoaded || step >= len(r.Cascade) {
 			step = len(r.Cascade) - 1
 		}
 		if step < 0 {
@@ -359,9 +368,12 @@ func stepRequest(req *Request, r routes.Route) *Request {
 // flight; it reports whether it found any.
 func (s *State) pickServed(t *Target, r routes.Route, served string, req *Request, now time.Time) bool {
 	var err error
-	if r.IsDisaggregated() {
+	switch {
+	case req.AnyRole:
+		err = s.pickAnyRole(t, served, req, now)
+	case r.IsDisaggregated() && !req.LeastLoaded:
 		err = s.pickPair(t, served, req, now)
-	} else {
+	default:
 		err = s.pickOne(t, served, fleet.RoleUnified, req, now)
 	}
 	if err != nil {
@@ -430,7 +442,32 @@ func (s *State) collect(p *pool, req *Request, now time.Time, keep func(*fleet.W
 }
 
 func (s *State) pickOne(t *Target, model string, role fleet.Role, req *Request, now time.Time) error {
-	return s.pickOneBy(s.cfg.Policy, t, model, role, req, now)
+	pol := s.cfg.Policy
+	if req.LeastLoaded {
+		pol = policy.NameLeastOutstanding
+	}
+	return s.pickOneBy(pol, t, model, role, req, now)
+}
+
+// pickAnyRole picks the least loaded worker serving model, whatever its
+// role (ties to the unified, then the prefill worker).
+func (s *State) pickAnyRole(t *Target, model string, req *Request, now time.Time) error {
+	found, best := false, Target{}
+	bestLoad := 0
+	for _, role := range []fleet.Role{fleet.RoleUnified, fleet.RolePrefill, fleet.RoleDecode} {
+		c := *t
+		if err := s.pickOneBy(policy.NameLeastOutstanding, &c, model, role, req, now); err != nil {
+			continue
+		}
+		if load := s.Load(&c.Worker); !found || load < bestLoad {
+			found, best, bestLoad = true, c, load
+		}
+	}
+	if !found {
+		return ErrNoCapacity
+	}
+	*t = best
+	return nil
 }
 
 // pickOneBy picks a worker of the pool (model, role) by policy pol.
@@ -454,7 +491,7 @@ func (s *State) pickOneBy(pol policy.Name, t *Target, model string, role fleet.R
 		return ErrNoCapacity
 	}
 	t.Worker = *s.members[i]
-	t.Policy, t.Candidates = string(s.cfg.Policy), len(s.cands)
+	t.Policy, t.Candidates = string(pol), len(s.cands)
 	return nil
 }
 

@@ -164,3 +164,45 @@ func TestStepRequestKeepsTheRequest(t *testing.T) {
 		}
 	}
 }
+
+// A pooling request (embeddings, rerank, tokenize) goes to the least
+// loaded worker whatever the policy, is not indexed, takes a cascade's
+// last step, and a tokenizer request takes a worker of any role.
+func TestPickLeastLoadedAndAnyRole(t *testing.T) {
+	s := state(t, policy.NameCacheAware,
+		[]routes.Route{
+			{Model: "auto", Cascade: []routes.Step{{Model: "e", AcceptIf: "mean_logprob > -1.2"}, {Model: "big"}}},
+			{Model: "pd", Targets: []string{routes.TargetDisaggregated}},
+		},
+		w("e1", "e", fleet.RoleUnified, 3, 0), w("e2", "e", fleet.RoleUnified, 1, 0),
+		w("b1", "big", fleet.RoleUnified, 0, 0),
+		w("p1", "pd", fleet.RolePrefill, 2, 1), w("d1", "pd", fleet.RoleDecode, 0, 1))
+	cases := []struct {
+		name   string
+		req    Request
+		worker string
+		err    error
+	}{
+		{"least loaded", Request{Model: "e", RequestID: "1", Prompt: words("x", 200), LeastLoaded: true}, "e2", nil},
+		{"cascade: its last step", Request{Model: "auto", RequestID: "1", LeastLoaded: true}, "b1", nil},
+		{"disaggregated: no unified worker", Request{Model: "pd", RequestID: "1", LeastLoaded: true}, "", ErrNoCapacity},
+		{"any role: the least loaded", Request{Model: "pd", RequestID: "1", LeastLoaded: true, AnyRole: true}, "d1", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tg, err := s.Pick(&tc.req, now)
+			if !errors.Is(err, tc.err) || err == nil && tg.Worker.ID != tc.worker {
+				t.Fatalf("Pick = %s, %v; want %s, %v", tg.Worker.ID, err, tc.worker, tc.err)
+			}
+			if err == nil {
+				if tg.Policy != string(policy.NameLeastOutstanding) || tg.CascadeStep != tg.CascadeSteps-1 {
+					t.Fatalf("policy %q step %d of %d", tg.Policy, tg.CascadeStep, tg.CascadeSteps)
+				}
+				s.Release(tg.Worker.ID)
+			}
+		})
+	}
+	if n := s.prefix.index.Len("e"); n != 0 {
+		t.Fatalf("a pooling request was indexed: %d chunks", n)
+	}
+}

@@ -134,6 +134,9 @@ Flags:
 	fs.DurationVar(&cfg.HoldTimeout, "hold-timeout", enginesim.DefaultHoldTimeout, "`time` a decode engine holds pushed KV that nobody resumes")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", enginesim.DefaultShutdownTimeout, "`time` in-flight requests get to finish at shutdown")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", enginesim.DefaultMaxBodyBytes, "largest request body in `bytes`")
+	fs.IntVar(&cfg.EmbeddingDim, "embedding-dim", enginesim.DefaultEmbeddingDim, "length of the toy embeddings of /v1/embeddings")
+	var unserved listFlag
+	fs.Var(&unserved, "unserved", "HTTP `path` answered 404 {\"detail\":\"Not Found\"}, as vLLM answers a path it does not serve (repeatable or comma-separated)")
 	fs.BoolVar(&cfg.Faults.Refuse, "fault-refuse", false, "fault: refuse connections")
 	fs.BoolVar(&cfg.Faults.Unavailable, "fault-unavailable", false, "fault: answer 503 (gRPC Unavailable)")
 	fs.IntVar(&dieAfter, "fault-die-after", -1, "fault: close completions connections abruptly after `N` tokens (0: before the first byte; -1: off)")
@@ -157,6 +160,7 @@ Flags:
 		}
 	}
 	cfg.Gateways = gateways
+	cfg.Unserved = unserved
 	cfg.KVFormat = uint32(*kvFormat)
 	if cfg.RegistryToken == "" {
 		cfg.RegistryToken = getenv(tokenEnv)

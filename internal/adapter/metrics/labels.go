@@ -139,8 +139,24 @@ const (
 	RejectRateLimited       = "rate_limit_exceeded" // 429: over the key's limits
 )
 
+// Endpoints: the endpoint label of tlgate_endpoint_requests_total, the
+// kinds of inference request (openai.Endpoint).
+const (
+	EndpointChat        = "chat"
+	EndpointCompletions = "completions"
+	EndpointEmbeddings  = "embeddings"
+	EndpointRerank      = "rerank"
+	EndpointScore       = "score"
+	EndpointTokenize    = "tokenize"
+	EndpointDetokenize  = "detokenize"
+	EndpointResponses   = "responses"
+	EndpointMessages    = "messages"
+)
+
 // The fixed sets, in exposition order.
 var (
+	endpoints = fixedSet{EndpointChat, EndpointCompletions, EndpointEmbeddings, EndpointRerank, EndpointScore,
+		EndpointTokenize, EndpointDetokenize, EndpointResponses, EndpointMessages}
 	requestOutcomes = fixedSet{OutcomeOK, OutcomeClientError, OutcomeNotFound, OutcomeNoCapacity,
 		OutcomeUpstreamFailed, OutcomeClientGone, OutcomeInternalError, OutcomeOverloaded}
 	failoverReasons = fixedSet{FailoverRefused, FailoverReset, FailoverTimeout, FailoverStatus503,

@@ -31,17 +31,18 @@ const namespace = "tlgate"
 
 // Label names.
 const (
-	lRoute   = "route"
-	lWorker  = "worker"
-	lModel   = "model"
-	lOutcome = "outcome"
-	lReason  = "reason"
-	lStep    = "step"
-	lPhase   = "phase"
-	lRole    = "role"
-	lState   = "state"
-	lCode    = "code"
-	lSource  = "source"
+	lRoute    = "route"
+	lWorker   = "worker"
+	lModel    = "model"
+	lOutcome  = "outcome"
+	lReason   = "reason"
+	lStep     = "step"
+	lPhase    = "phase"
+	lRole     = "role"
+	lState    = "state"
+	lCode     = "code"
+	lSource   = "source"
+	lEndpoint = "endpoint"
 )
 
 // latencyBuckets fit time to first byte and prefill: 1 ms to 60 s.
@@ -114,6 +115,7 @@ type Metrics struct {
 	admin         *prometheus.CounterVec
 	rejected      *prometheus.CounterVec
 	connRefused   *prometheus.CounterVec
+	endpoints     *prometheus.CounterVec
 
 	routeNames  *names
 	workerNames *names
@@ -210,6 +212,9 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 			"Admin writes (route table replacements and drains), by outcome.", lOutcome),
 		rejected: counter("http_rejected_total",
 			"Requests the HTTP edge refused before routing, by error code.", lCode),
+		endpoints: counter("endpoint_requests_total",
+			"Client inference requests finished, by endpoint (chat, completions, embeddings, rerank, score, tokenize, "+
+				"detokenize, responses, messages) and outcome (as tlgate_requests_total's).", lEndpoint, lOutcome),
 		connRefused: counter("http_connections_refused_total",
 			"HTTP connections closed as soon as accepted, over the total or the per-client cap, by reason.", lReason),
 
@@ -251,7 +256,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.requests, m.duration, m.ttfb, m.attempts, m.failovers, m.decisions, m.cachePrompt, m.cacheMatched,
 		m.inflight, m.workers, m.evictions, m.registrations, m.hbRejected, m.drains, m.epoch, m.storeUp,
 		m.cascade, m.prefill, m.kvReleased, m.disagg, m.probes, m.admin, m.rejected,
-		m.connRefused,
+		m.connRefused, m.endpoints,
 	}, m.overload.collectors()...)
 }
 
@@ -331,6 +336,22 @@ func (m *Metrics) RequestDoneTraced(route, outcome string, dur time.Duration, tr
 		m.requests.WithLabelValues(rs.label, Other).Inc()
 	}
 	observe(rs.duration, seconds(dur), traceID)
+}
+
+// EndpointDone records tlgate_endpoint_requests_total{endpoint, outcome}
+// for a finished client request; an endpoint or outcome outside the fixed
+// sets counts as Other.
+func (m *Metrics) EndpointDone(endpoint, outcome string) {
+	if m == nil {
+		return
+	}
+	if endpoints.index(endpoint) < 0 {
+		endpoint = Other
+	}
+	if requestOutcomes.index(outcome) < 0 {
+		outcome = Other
+	}
+	m.endpoints.WithLabelValues(endpoint, outcome).Inc()
 }
 
 // FirstByte records tlgate_time_to_first_byte_seconds{route} for a streamed

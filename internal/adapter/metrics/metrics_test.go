@@ -43,6 +43,8 @@ func newCapped(t testing.TB, routes, workers, models int) (*Metrics, *prometheus
 // touchAll calls every recording method once.
 func touchAll(m *Metrics) {
 	m.RequestDone("smol", OutcomeOK, 120*time.Millisecond)
+	m.EndpointDone(EndpointEmbeddings, OutcomeOK)
+	m.EndpointDone("bogus", "bogus")
 	m.FirstByte("smol", 15*time.Millisecond)
 	m.Attempt("smol", "w1")
 	m.Failover("smol", FailoverRefused)
@@ -186,6 +188,7 @@ func TestEveryMetricExposed(t *testing.T) {
 		"tlgate_http_rejected_total":              {dto.MetricType_COUNTER, []string{"code"}},
 		"tlgate_store_up":                         {dto.MetricType_GAUGE, nil},
 		"tlgate_http_connections_refused_total":   {dto.MetricType_COUNTER, []string{"reason"}},
+		"tlgate_endpoint_requests_total":          {dto.MetricType_COUNTER, []string{"endpoint", "outcome"}},
 	}
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -1,6 +1,8 @@
 // Package httpedge is the OpenAI-compatible HTTP edge: POST
-// /v1/chat/completions and /v1/completions, GET /v1/models and
-// /v1/models/{id}, plus the ops endpoints /healthz and /readyz. It
+// /v1/chat/completions and /v1/completions, the pooling endpoints
+// (/v1/embeddings, /v1/rerank, /v1/score) and the tokenizer's (/tokenize,
+// /detokenize), GET /v1/models and /v1/models/{id}, plus the ops endpoints
+// /healthz and /readyz. It
 // authenticates, bounds and parses what routing needs (model, stream,
 // request id, prefix key) without re-encoding the body, spawns a request
 // actor and waits for its outcome, then encodes it. It decides nothing
@@ -79,8 +81,8 @@ func Register(mux *http.ServeMux, d *Deps) {
 		d.Tokens.DefaultMaxTokens = DefaultMaxTokens
 	}
 	inf := func(h http.HandlerFunc) http.Handler { return d.Keyring.Require(auth.ScopeInference, h) }
-	mux.Handle("POST /v1/chat/completions", inf(func(w http.ResponseWriter, r *http.Request) { d.infer(w, r, true) }))
-	mux.Handle("POST /v1/completions", inf(func(w http.ResponseWriter, r *http.Request) { d.infer(w, r, false) }))
+	mux.Handle("POST /v1/chat/completions", inf(d.inferWith(func(b []byte) (openai.Request, error) { return openai.ParseRequest(b, true) })))
+	mux.Handle("POST /v1/completions", inf(d.inferWith(func(b []byte) (openai.Request, error) { return openai.ParseRequest(b, false) })))
 	mux.Handle("GET /v1/models", inf(d.models))
 	mux.Handle("GET /v1/models/{id...}", inf(d.model))
 	// Any other method on these paths: an OpenAI-shaped 405, not
@@ -90,6 +92,7 @@ func Register(mux *http.ServeMux, d *Deps) {
 	} {
 		mux.Handle(path, d.Keyring.Require(auth.ScopeInference, methodNotAllowed(allow)))
 	}
+	d.registerPooling(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -137,7 +140,16 @@ func RequestID(r *http.Request) string {
 	return "req-" + hex.EncodeToString(b[:])
 }
 
-func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
+// parseFunc validates a request body of one endpoint (openai.ParseRequest,
+// openai.ParseEmbeddings...).
+type parseFunc func(body []byte) (openai.Request, error)
+
+// inferWith is the handler of an inference path whose bodies parse.
+func (d *Deps) inferWith(parse parseFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { d.infer(w, r, parse) }
+}
+
+func (d *Deps) infer(w http.ResponseWriter, r *http.Request, parse parseFunc) {
 	rid := RequestID(r)
 	w.Header().Set("X-Request-Id", rid)
 	body, err := ReadBody(w, r, d.MaxBodyBytes)
@@ -151,7 +163,7 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, chat bool) {
 		d.reject(w, r, http.StatusBadRequest, openai.CodeInvalidRequest, "The request body could not be read.", nil)
 		return
 	}
-	req, err := openai.ParseRequest(body, chat)
+	req, err := parse(body)
 	if err != nil {
 		var fe *openai.FieldError
 		if errors.As(err, &fe) {

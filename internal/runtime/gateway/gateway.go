@@ -522,7 +522,7 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	if len(lg.Failures) == 0 && lg.LastError != "" {
 		ev.Str("last_error", lg.LastError) // a committed stream's end
 	}
-	ev.Str("request_id", ex.RequestID).Str("key", ex.KeyName).Str("model", ex.Req.Model).
+	ev.Str("request_id", ex.RequestID).Str("key", ex.KeyName).Str("path", ex.Path).Str("model", ex.Req.Model).
 		Str("route", lg.Route).Str("served_model", lg.ServedModel).Str("worker", lg.Worker).
 		Str("reason", lg.Reason).Int("attempts", lg.Attempts).Int("status", o.Status).
 		Bool("stream", ex.Req.Stream).Bool("committed", lg.Committed || ex.Committed()).

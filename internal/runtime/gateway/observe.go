@@ -41,6 +41,7 @@ func observe(m *metrics.Metrics, ex *request.Exchange, o request.Outcome) {
 	outcome, route := outcomeOf(o)
 	tid := tracing.SampledTraceID(ex.TraceContext())
 	m.RequestDoneTraced(route, outcome, time.Since(ex.Received), tid)
+	m.EndpointDone(string(ex.Req.Endpoint), outcome)
 	if o.Log.FirstByte > 0 {
 		m.FirstByteTraced(route, o.Log.FirstByte, tid)
 	}

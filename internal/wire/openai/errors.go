@@ -24,6 +24,9 @@ const (
 	// CodeOverloaded (503, with Retry-After): every routable worker of the
 	// model is at its concurrency limit and the request could not wait.
 	CodeOverloaded = "overloaded"
+	// CodeUnsupportedEndpoint relays an engine's 404 or 405 to a path it
+	// does not serve (the engine's answer, not a failure).
+	CodeUnsupportedEndpoint = "unsupported_endpoint"
 )
 
 // ErrorBody is OpenAI's error envelope:

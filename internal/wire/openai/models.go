@@ -6,6 +6,9 @@ type Model struct {
 	Object  string `json:"object"` // always "model"
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// Parent is a LoRA adapter's base model (as vLLM lists adapters);
+	// empty for a model that is not an adapter.
+	Parent string `json:"parent,omitempty"`
 }
 
 // ModelList is the body of GET /v1/models.

@@ -26,6 +26,13 @@ type Request struct {
 	Stream bool
 	// Chat is true for /v1/chat/completions bodies.
 	Chat bool
+	// Endpoint is the kind of request: chat or completions for
+	// ParseRequest's, the pooling and tokenizer endpoints for theirs.
+	Endpoint Endpoint
+	// CacheSalt is vLLM's cache_salt: the engine's prefix cache, and the
+	// gateway's prefix index, share entries only between requests with
+	// the same salt (empty: none).
+	CacheSalt string
 	// Logprobs is true when the client asked for logprobs: chat
 	// "logprobs": true; completions "logprobs": a number >= 0 (or true).
 	Logprobs bool
@@ -105,6 +112,7 @@ const (
 	fPresencePenalty
 	fFrequencyPenalty
 	fStreamOptions
+	fCacheSalt
 )
 
 var fieldBits = map[string]uint32{
@@ -124,6 +132,7 @@ var fieldBits = map[string]uint32{
 	"presence_penalty":      fPresencePenalty,
 	"frequency_penalty":     fFrequencyPenalty,
 	"stream_options":        fStreamOptions,
+	"cache_salt":            fCacheSalt,
 }
 
 // ParseRequest validates a completions (chat false) or chat completions (chat
@@ -137,7 +146,11 @@ func ParseRequest(body []byte, chat bool) (Request, error) {
 	if !root.IsObject() {
 		return Request{}, &FieldError{Msg: "the request body must be a JSON object"}
 	}
-	p := parser{req: Request{Chat: chat}, r: renderer{limit: -1}}
+	ep := EndpointCompletions
+	if chat {
+		ep = EndpointChat
+	}
+	p := parser{req: Request{Chat: chat, Endpoint: ep}, r: renderer{limit: -1}}
 	var maxCompletion *int
 	root.ForEach(func(k, v gjson.Result) bool {
 		bit, known := fieldBits[k.Str]
@@ -239,6 +252,8 @@ func (p *parser) field(bit uint32, name string, v gjson.Result) {
 		p.req.FrequencyPenalty, err = optFloat(name, v)
 	case fStreamOptions:
 		err = streamOptions(name, v)
+	case fCacheSalt:
+		p.req.CacheSalt, err = cacheSalt(name, v)
 	}
 	p.err = err
 }

@@ -82,9 +82,18 @@ func TestParseRequest(t *testing.T) {
 			body: `{"model":"m","prompt":"` + long + `"}`,
 			want: Request{Model: "m", Prompt: long, PrefixKey: []byte(long[:64])},
 		},
+		{
+			name: "cache_salt",
+			body: `{"model":"m","prompt":"p","cache_salt":"tenant-1"}`,
+			want: Request{Model: "m", Prompt: "p", PrefixKey: []byte("p"), CacheSalt: "tenant-1"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			tt.want.Endpoint = EndpointCompletions
+			if tt.chat {
+				tt.want.Endpoint = EndpointChat
+			}
 			got, err := ParseRequest([]byte(tt.body), tt.chat)
 			if err != nil {
 				t.Fatalf("ParseRequest: %v", err)

@@ -105,15 +105,20 @@ func (p *Proxy) readAnswer(ctx, actx context.Context, resp *http.Response, wait 
 }
 
 // checkAnswer decides what a whole non-streamed answer is. A 2xx with a
-// JSON object that has "choices" is relayed as it is. A 4xx carrying an
+// JSON object of the shape expect calls for ("choices" for a completion;
+// openai.Endpoint.AnswerOK) is relayed as it is. A 4xx carrying an
 // error (OpenAI's {"error":{"message":...}}, or {"object":"error",
 // "message":...} as some engines send) is relayed re-encoded in OpenAI's
 // shape, with the engine's status, message, param and code. Anything else
 // is an *AttemptError whose message holds the detail for the log: a 5xx
 // (FailStatus5xx), or FailBadAnswer for a 1xx or 3xx, the engine's own 401,
 // 403 or 407 (the engine refusing the gateway says nothing about the
-// client's key), or a body that is not what its status calls for.
-func checkAnswer(resp *http.Response, body []byte) (*Response, error) {
+// client's key), or a body that is not what its status calls for. A 404
+// or 405 whose body is not an OpenAI error (FastAPI's {"detail":"Not
+// Found"}, a plain-text page) is the engine refusing the path: relayed as
+// the engine's answer with code unsupported_endpoint, neither a failure
+// nor a reason to try another worker.
+func checkAnswer(resp *http.Response, body []byte, expect openai.Endpoint) (*Response, error) {
 	st := resp.StatusCode
 	bad := func(reason Failure, what string) error {
 		return &AttemptError{Reason: reason, Err: fmt.Errorf("%w: %d %s with %s body %s",
@@ -126,14 +131,17 @@ func checkAnswer(resp *http.Response, body []byte) (*Response, error) {
 		if !gjson.ValidBytes(body) {
 			return nil, bad(FailBadAnswer, "(not JSON)")
 		}
-		if root := gjson.ParseBytes(body); !root.IsObject() || !root.Get("choices").IsArray() {
-			return nil, bad(FailBadAnswer, "(not a completion)")
+		if !expect.AnswerOK(gjson.ParseBytes(body)) {
+			return nil, bad(FailBadAnswer, "(not the answer its path calls for)")
 		}
 		return &Response{Status: st, Header: resp.Header, Body: body}, nil
 	case st == http.StatusUnauthorized || st == http.StatusForbidden || st == http.StatusProxyAuthRequired:
 		return nil, bad(FailBadAnswer, "(the engine refused the gateway)")
 	case st >= 400 && st < 500:
 		e, ok := engineError(body)
+		if !ok && (st == http.StatusNotFound || st == http.StatusMethodNotAllowed) {
+			e, ok = refusedPath(resp, body), true
+		}
 		if !ok {
 			return nil, bad(FailBadAnswer, "(not an OpenAI error)")
 		}
@@ -142,6 +150,24 @@ func checkAnswer(resp *http.Response, body []byte) (*Response, error) {
 	default:
 		return nil, bad(FailBadAnswer, "(not a final answer)")
 	}
+}
+
+// refusedPath is the error relayed for an engine's 404 or 405 that is not
+// an OpenAI error: the engine does not serve the path (or the method).
+func refusedPath(resp *http.Response, body []byte) engineErr {
+	path := "this path"
+	if resp.Request != nil && resp.Request.URL != nil {
+		path = resp.Request.Method + " " + resp.Request.URL.Path
+		if resp.Request.URL.Path == "" {
+			path += "/"
+		}
+	}
+	msg := fmt.Sprintf("The engine serving this model does not serve %s (it answered %d %s", path,
+		resp.StatusCode, http.StatusText(resp.StatusCode))
+	if d := gjson.GetBytes(body, "detail"); d.Type == gjson.String && d.Str != "" && len(d.Str) <= 200 {
+		msg += ": " + d.Str
+	}
+	return engineErr{msg: msg + ").", errCode: openai.CodeUnsupportedEndpoint}
 }
 
 // engineErr is the error an engine answered.
@@ -192,7 +218,7 @@ func engineError(body []byte) (engineErr, bool) {
 
 // notSSE handles an answer to a streamed request that is not an SSE stream
 // (see Stream): nothing of it reaches the client.
-func (p *Proxy) notSSE(ctx, actx context.Context, resp *http.Response, wait *time.Timer) Result {
+func (p *Proxy) notSSE(ctx, actx context.Context, resp *http.Response, wait *time.Timer, expect openai.Endpoint) Result {
 	res := Result{Status: resp.StatusCode}
 	var err error
 	if resp.StatusCode/100 == 2 {
@@ -202,7 +228,7 @@ func (p *Proxy) notSSE(ctx, actx context.Context, resp *http.Response, wait *tim
 	} else {
 		var body []byte
 		if body, err = p.readAnswer(ctx, actx, resp, wait); err == nil {
-			res.Answer, err = checkAnswer(resp, body)
+			res.Answer, err = checkAnswer(resp, body, expect)
 		}
 	}
 	if err != nil {

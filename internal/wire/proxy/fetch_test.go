@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
 func TestFetch(t *testing.T) {
@@ -56,8 +58,19 @@ func TestFetch(t *testing.T) {
 		{name: "307 without Location", handler: func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(307)
 		}, reason: FailBadAnswer, retryable: true},
-		{name: "404 not OpenAI-shaped", handler: func(w http.ResponseWriter, r *http.Request) {
+		{name: "404 not OpenAI-shaped: the path is not served", handler: func(w http.ResponseWriter, r *http.Request) {
 			http.NotFound(w, r)
+		}, wantStatus: 404, wantBody: string(openai.MarshalError(404, openai.CodeUnsupportedEndpoint,
+			"The engine serving this model does not serve POST / (it answered 404 Not Found).", nil))},
+		{name: "405 of FastAPI", handler: func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(405)
+			_, _ = io.WriteString(w, `{"detail":"Method Not Allowed"}`)
+		}, wantStatus: 405, wantBody: string(openai.MarshalError(405, openai.CodeUnsupportedEndpoint,
+			"The engine serving this model does not serve POST / (it answered 405 Method Not Allowed: Method Not Allowed).", nil))},
+		{name: "410 not OpenAI-shaped", handler: func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(410)
+			_, _ = io.WriteString(w, "gone")
 		}, reason: FailBadAnswer, retryable: true},
 		{name: "refused", reason: FailRefused, retryable: true},
 		{name: "503", handler: func(w http.ResponseWriter, r *http.Request) {

@@ -22,6 +22,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
 // Defaults for zero Options fields.
@@ -139,6 +141,10 @@ type Attempt struct {
 	Body []byte
 	// Header holds extra upstream headers (X-Request-Id, X-TL-KV-Handle).
 	Header http.Header
+	// Expect is the endpoint whose answer the attempt waits for: a 2xx
+	// answer must have its shape (openai.Endpoint.AnswerOK). Empty: a
+	// completion.
+	Expect openai.Endpoint
 }
 
 // Failure is why an attempt failed.

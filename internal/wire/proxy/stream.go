@@ -97,7 +97,7 @@ func (p *Proxy) Stream(ctx context.Context, a Attempt, w http.ResponseWriter, co
 		return Result{Status: resp.StatusCode, Err: &AttemptError{Reason: FailStatus503, Err: err503}}
 	}
 	if resp.StatusCode/100 != 2 || !isEventStream(resp.Header.Get("Content-Type")) {
-		return p.notSSE(ctx, actx, resp, timer)
+		return p.notSSE(ctx, actx, resp, timer, a.Expect)
 	}
 	r := relay{
 		p: p, ctx: ctx, actx: actx, cancel: cancel, timer: timer, start: start,

@@ -42,8 +42,10 @@ func (u *Usage) Add(v Usage) {
 	u.Estimated = u.Estimated || v.Estimated
 }
 
-// FromBody returns the usage object of a non-streamed completions or chat
-// answer, and false when it has none (or it is not an object).
+// FromBody returns the usage object of a non-streamed answer (completions,
+// chat, embeddings, score: prompt_tokens and completion_tokens; rerank:
+// total_tokens, counted as prompt tokens), and false when it has none (or
+// it is not an object).
 func FromBody(body []byte) (Usage, bool) {
 	return fromUsage(gjson.GetBytes(body, "usage"))
 }
@@ -55,6 +57,10 @@ func fromUsage(u gjson.Result) (Usage, bool) {
 	}
 	p, c := u.Get("prompt_tokens"), u.Get("completion_tokens")
 	if !p.Exists() && !c.Exists() {
+		// A rerank answer (vLLM's, Jina's) counts its input as total_tokens.
+		if t := u.Get("total_tokens"); t.Exists() {
+			return Usage{PromptTokens: clamp(t.Int())}, true
+		}
 		return Usage{}, false
 	}
 	return Usage{PromptTokens: clamp(p.Int()), CompletionTokens: clamp(c.Int())}, true

@@ -24,6 +24,8 @@ func TestFromBodyAndEstimate(t *testing.T) {
 		{"empty usage object: estimated", `{"choices":[],"usage":{}}`, "", Usage{0, 0, true}, false},
 		{"negative and huge figures are clamped", `{"usage":{"prompt_tokens":-4,"completion_tokens":99999999999999}}`, "", Usage{0, maxTokens, false}, true},
 		{"not JSON", `garbage`, "abcd", Usage{1, 0, true}, false},
+		{"embeddings", `{"data":[],"usage":{"prompt_tokens":7,"total_tokens":7}}`, "", Usage{7, 0, false}, true},
+		{"rerank: total_tokens only", `{"results":[],"usage":{"total_tokens":9}}`, "", Usage{9, 0, false}, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

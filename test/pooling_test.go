@@ -1,0 +1,176 @@
+package test
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/enginesim/tokenizer"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
+)
+
+// poolingCluster is a gateway with the key alice (key-alice) and the
+// routes "embed" (to the served model emb) and "auto" (a cascade whose
+// last step is emb), in front of engines; reg and logs, when set, get its
+// metrics and access log.
+func poolingCluster(t *testing.T, reg *prometheus.Registry, logs *lockedBuffer, engines ...enginesim.Config) *cluster {
+	t.Helper()
+	return newClusterGateway(t, `
+[[gateway.routes]]
+model = "embed"
+aliases = ["embed-latest"]
+backends = [{ model = "emb", weight = 1 }]
+
+[[gateway.routes]]
+model = "auto"
+cascade = [{ model = "small", accept_if = "mean_logprob > -1.2" }, { model = "emb" }]
+`, []clusterOpt{withKeys(config.APIKey{Name: "alice", Key: "key-alice", Scopes: []string{"inference", "debug"}})}, nil,
+		func(o *gateway.Options) {
+			if reg != nil {
+				o.Registry, o.Gatherer = reg, reg
+			}
+			if logs != nil {
+				o.Logger = zerolog.New(logs)
+			}
+		}, engines...)
+}
+
+func norm(v []float64) float64 {
+	var n float64
+	for _, x := range v {
+		n += x * x
+	}
+	return math.Sqrt(n)
+}
+
+// TestEmbeddingsWithOpenAIClient: openai-go's embeddings client through
+// the gateway, with one input, a batch and token arrays, by route, alias
+// and cascade; usage is the engine's prompt_tokens, counted per key; the
+// requests fail over before the answer; nothing is recorded in the
+// prefix index.
+func TestEmbeddingsWithOpenAIClient(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	logs := &lockedBuffer{}
+	c := poolingCluster(t, reg, logs, enginesim.Config{ID: "e1", Model: "emb"}, enginesim.Config{ID: "e2", Model: "emb"})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	client := openai.NewClient(option.WithBaseURL(c.url+"/v1/"), option.WithAPIKey("key-alice"), option.WithMaxRetries(0))
+
+	text := "The quick brown fox jumps over the lazy dog. " + strings.Repeat("Pack my box with five dozen liquor jugs. ", 20)
+	one, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "embed",
+		Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String(text)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := tokenizer.Default().Encode(text)
+	if len(one.Data) != 1 || len(one.Data[0].Embedding) != enginesim.DefaultEmbeddingDim || one.Model != "emb" ||
+		math.Abs(norm(one.Data[0].Embedding)-1) > 1e-9 || one.Usage.PromptTokens != int64(len(ids)) {
+		t.Fatalf("one input: %d embeddings (len %d), model %q, usage %+v; want 1 of %d, emb, %d prompt tokens",
+			len(one.Data), len(one.Data[0].Embedding), one.Model, one.Usage, enginesim.DefaultEmbeddingDim, len(ids))
+	}
+
+	batch, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "embed-latest",
+		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"a red apple", text, "a green pear"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(batch.Data) != 3 || batch.Data[1].Index != 1 || !slices.Equal(batch.Data[1].Embedding, one.Data[0].Embedding) ||
+		slices.Equal(batch.Data[0].Embedding, batch.Data[2].Embedding) {
+		t.Fatalf("batch: %d embeddings; the text's is not the one input's, or two texts embed alike", len(batch.Data))
+	}
+
+	tokens := make([][]int64, 2)
+	for _, id := range ids {
+		tokens[0] = append(tokens[0], int64(id))
+	}
+	for _, id := range tokenizer.Default().Encode("a green pear") {
+		tokens[1] = append(tokens[1], int64(id))
+	}
+	byTokens, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "auto",
+		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfTokenArrays: tokens}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(byTokens.Data) != 2 || !slices.Equal(byTokens.Data[0].Embedding, one.Data[0].Embedding) ||
+		!slices.Equal(byTokens.Data[1].Embedding, batch.Data[2].Embedding) {
+		t.Fatal("token arrays do not embed as their texts")
+	}
+
+	// Before the answer, a worker that fails is left for the other.
+	if err := c.engines["e1"].SetFaults(enginesim.Faults{Unavailable: true}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "embed",
+		Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String(text)}, EncodingFormat: openai.EmbeddingNewParamsEncodingFormatFloat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(again.Data[0].Embedding, one.Data[0].Embedding) {
+		t.Fatal("the failover's answer differs")
+	}
+	if _, failovers, _ := c.hooks.snapshot(); !slices.Contains(failovers, "e1:status_503") {
+		t.Fatalf("failovers %v, want e1:status_503", failovers)
+	}
+
+	// Usage: the engines' prompt_tokens, per key and route; no completion.
+	wantPrompt := one.Usage.PromptTokens + batch.Usage.PromptTokens + byTokens.Usage.PromptTokens + again.Usage.PromptTokens
+	waitKeyRequests(t, reg, "alice", 4)
+	var prompt float64
+	for _, route := range []string{"embed", "auto"} {
+		prompt += counter(t, reg, "tlgate_tokens_total", map[string]string{"key": "alice", "model": route, "kind": "prompt"})
+		if n := counter(t, reg, "tlgate_tokens_total", map[string]string{"key": "alice", "model": route, "kind": "completion"}); n != 0 {
+			t.Errorf("completion tokens of %s: %v", route, n)
+		}
+	}
+	if prompt != float64(wantPrompt) {
+		t.Errorf("prompt tokens counted %v, want %d", prompt, wantPrompt)
+	}
+	if n := counter(t, reg, "tlgate_endpoint_requests_total", map[string]string{"endpoint": "embeddings", "outcome": "ok"}); n != 4 {
+		t.Errorf("tlgate_endpoint_requests_total{embeddings,ok} = %v, want 4", n)
+	}
+	r := c.post("/v1/embeddings", "key-alice", map[string]any{"model": "embed", "input": "x"}, "X-Request-Id", "emb-log")
+	if r.status != http.StatusOK || r.header.Get("X-TL-Route") != "e2" {
+		t.Fatalf("embeddings: %d, routed to %q:\n%s", r.status, r.header.Get("X-TL-Route"), r.body)
+	}
+	var line map[string]any
+	eventually(t, 10*time.Second, func() bool { line = logs.line("emb-log"); return line != nil }, "access log")
+	if line["path"] != "/v1/embeddings" || line["prompt_tokens"] != float64(1) || line["route"] != "embed" || line["usage_estimated"] == true {
+		t.Fatalf("access log %v", line)
+	}
+
+	// Embeddings keep no KV cache: nothing of theirs is in the prefix index.
+	for _, w := range c.workers() {
+		if w.PrefixIndexChunks != 0 {
+			t.Errorf("%s holds %d chunks of the prefix index", w.ID, w.PrefixIndexChunks)
+		}
+	}
+
+	// Bad input is the gateway's 400, naming the field.
+	for _, bad := range []map[string]any{
+		{"model": "embed"}, {"model": "embed", "input": []any{"a", 1}}, {"model": "embed", "input": ""},
+		{"model": "embed", "input": "a", "encoding_format": "int8"},
+	} {
+		r := c.post("/v1/embeddings", "key-alice", bad)
+		if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "input") && !strings.Contains(string(r.body), "encoding_format") {
+			t.Errorf("%v: %d %s", bad, r.status, r.body)
+		}
+	}
+	if r := c.post("/v1/embeddings", "key-alice", map[string]any{"model": "nope", "input": "a"}); r.status != http.StatusNotFound ||
+		!strings.Contains(string(r.body), "model_not_found") {
+		t.Errorf("unknown model: %d %s", r.status, r.body)
+	}
+	if r := c.get("/v1/embeddings", "key-alice"); r.status != http.StatusMethodNotAllowed {
+		t.Errorf("GET /v1/embeddings: %d", r.status)
+	}
+}
