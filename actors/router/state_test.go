@@ -145,7 +145,8 @@ func TestPickSkipsExpiredBeforeEviction(t *testing.T) {
 // is checked by reflection, so a field added later is covered too.
 func TestStepRequestKeepsTheRequest(t *testing.T) {
 	req := &Request{Model: "auto", RequestID: "r1", PrefixKey: []byte("p"), Stream: true, Step: 0,
-		Exclude: map[string]bool{"w1": true}, Prompt: "system\nhello\n", Key: "team-a"}
+		Exclude: map[string]bool{"w1": true}, Prompt: "system\nhello\n", Key: "team-a",
+		LeastLoaded: true, AnyRole: true}
 	got := stepRequest(req, routes.Route{Model: "smol", Cascade: []routes.Step{{Model: "a", AcceptIf: "mean_logprob > -1"}, {Model: "b"}}})
 	if got.Model != "smol" || got.Step != 1 {
 		t.Fatalf("model %q step %d, want smol and 1", got.Model, got.Step)
