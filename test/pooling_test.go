@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
 
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/enginesim/tokenizer"
@@ -172,5 +173,173 @@ func TestEmbeddingsWithOpenAIClient(t *testing.T) {
 	}
 	if r := c.get("/v1/embeddings", "key-alice"); r.status != http.StatusMethodNotAllowed {
 		t.Errorf("GET /v1/embeddings: %d", r.status)
+	}
+}
+
+// TestRerankAndScore: rerank in vLLM's, Jina's (/v1/rerank) and Cohere's
+// v2 (/v2/rerank) shapes and vLLM's score, through a route, least loaded,
+// with the engine's usage counted and its ranking relayed as it is.
+func TestRerankAndScore(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := poolingCluster(t, reg, nil, enginesim.Config{ID: "e1", Model: "emb"}, enginesim.Config{ID: "e2", Model: "emb"})
+	docs := []any{"Paris is the capital of France.", map[string]any{"text": "Horses and cows are both animals."},
+		"The capital of France is Paris, on the Seine."}
+	query := "What is the capital of France?"
+	var results []gjson.Result
+	for _, path := range []string{"/v1/rerank", "/v2/rerank"} {
+		r := c.post(path, "key-alice", map[string]any{"model": "embed", "query": query, "documents": docs, "top_n": 2})
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, r.status, r.body)
+		}
+		res := gjson.GetBytes(r.body, "results").Array()
+		if len(res) != 2 || res[0].Get("relevance_score").Float() < res[1].Get("relevance_score").Float() ||
+			gjson.GetBytes(r.body, "usage.total_tokens").Int() <= 0 {
+			t.Fatalf("%s: %s", path, r.body)
+		}
+		if res[0].Get("index").Int() == 1 || res[1].Get("index").Int() == 1 {
+			t.Fatalf("%s: the animals outrank France: %s", path, r.body)
+		}
+		if results != nil && res[0].Raw != results[0].Raw {
+			t.Fatalf("two paths ranked differently: %s and %s", results[0].Raw, res[0].Raw)
+		}
+		results = res
+	}
+	total := gjson.GetBytes(c.post("/v1/rerank", "key-alice", map[string]any{"model": "embed", "query": query, "documents": docs}).body, "usage.total_tokens").Int()
+
+	// Score: one text_1 against each text_2; the same pairs score as
+	// rerank relevance does.
+	r := c.post("/v1/score", "key-alice", map[string]any{"model": "auto", "text_1": query, "text_2": []any{docs[0], "Horses and cows are both animals."}})
+	if r.status != http.StatusOK {
+		t.Fatalf("score: %d %s", r.status, r.body)
+	}
+	data := gjson.GetBytes(r.body, "data").Array()
+	if len(data) != 2 || data[0].Get("object").Str != "score" || data[0].Get("score").Float() <= data[1].Get("score").Float() {
+		t.Fatalf("score: %s", r.body)
+	}
+	scoreTokens := gjson.GetBytes(r.body, "usage.prompt_tokens").Int()
+	if r := c.post("/v1/score", "key-alice", map[string]any{"model": "embed", "text_1": []any{"a", "b"}, "text_2": []any{"a", "b", "c"}}); r.status != http.StatusBadRequest {
+		t.Fatalf("a mismatched score: %d %s (the engine's 400, relayed)", r.status, r.body)
+	}
+
+	// Bad bodies are the gateway's 400s, naming the field.
+	for _, tc := range []struct {
+		path  string
+		body  map[string]any
+		param string
+	}{
+		{"/v1/rerank", map[string]any{"model": "embed", "documents": docs}, "query"},
+		{"/v1/rerank", map[string]any{"model": "embed", "query": query, "documents": []any{}}, "documents"},
+		{"/v1/rerank", map[string]any{"model": "embed", "query": query, "documents": []any{1}}, "documents[0]"},
+		{"/v1/rerank", map[string]any{"model": "embed", "query": query, "documents": docs, "top_n": -1}, "top_n"},
+		{"/v1/score", map[string]any{"model": "embed", "text_1": "a"}, "text_2"},
+	} {
+		r := c.post(tc.path, "key-alice", tc.body)
+		if r.status != http.StatusBadRequest || gjson.GetBytes(r.body, "error.param").Str != tc.param {
+			t.Errorf("%s %v: %d %s, want 400 naming %s", tc.path, tc.body, r.status, r.body, tc.param)
+		}
+	}
+
+	// Usage: rerank's total_tokens and score's prompt_tokens, per route.
+	waitKeyRequests(t, reg, "alice", 4)
+	rerank := counter(t, reg, "tlgate_tokens_total", map[string]string{"key": "alice", "model": "embed", "kind": "prompt"})
+	score := counter(t, reg, "tlgate_tokens_total", map[string]string{"key": "alice", "model": "auto", "kind": "prompt"})
+	if rerank != float64(3*total) || score != float64(scoreTokens) {
+		t.Errorf("prompt tokens: rerank %v (want %d), score %v (want %d)", rerank, 3*total, score, scoreTokens)
+	}
+	for ep, n := range map[string]float64{"rerank": 3, "score": 1} {
+		if got := counter(t, reg, "tlgate_endpoint_requests_total", map[string]string{"endpoint": ep, "outcome": "ok"}); got != n {
+			t.Errorf("tlgate_endpoint_requests_total{%s,ok} = %v, want %v", ep, got, n)
+		}
+	}
+}
+
+// TestTokenizeRoutes: /tokenize and /detokenize in vLLM's shape reach a
+// worker of the model whatever its role (a disaggregated route's prefill
+// or decode workers included), through routes and aliases, charge no
+// tokens, and round-trip.
+func TestTokenizeRoutes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := newClusterGateway(t, `
+[[gateway.routes]]
+model = "chat"
+aliases = ["chat-latest"]
+backends = [{ model = "m", weight = 1 }]
+
+[[gateway.routes]]
+model = "pd"
+backends = [{ model = "big", weight = 1 }]
+targets = ["disaggregated"]
+`, []clusterOpt{withKeys(config.APIKey{Name: "alice", Key: "key-alice", Scopes: []string{"inference", "debug"}})}, nil,
+		func(o *gateway.Options) { o.Registry, o.Gatherer = reg, reg },
+		enginesim.Config{ID: "u1", Model: "m"},
+		enginesim.Config{ID: "p1", Model: "big", Role: enginesim.RolePrefill},
+		enginesim.Config{ID: "d1", Model: "big", Role: enginesim.RoleDecode})
+
+	text := "Tokenize this sentence, please."
+	want := tokenizer.Default().Encode(text)
+	seen := map[string]bool{}
+	for i, model := range []string{"chat", "chat-latest", "m", "pd", "pd", "big"} {
+		r := c.post("/tokenize", "key-alice", map[string]any{"model": model, "prompt": text, "return_token_strs": true})
+		if r.status != http.StatusOK {
+			t.Fatalf("tokenize %s: %d %s", model, r.status, r.body)
+		}
+		var got []uint32
+		for _, id := range gjson.GetBytes(r.body, "tokens").Array() {
+			got = append(got, uint32(id.Uint()))
+		}
+		if !slices.Equal(got, want) || gjson.GetBytes(r.body, "count").Int() != int64(len(want)) ||
+			len(gjson.GetBytes(r.body, "token_strs").Array()) != len(want) {
+			t.Fatalf("tokenize %s: %s, want tokens %v", model, r.body, want)
+		}
+		worker := r.header.Get("X-TL-Route")
+		seen[worker] = true
+		if (model == "pd" || model == "big") != (worker == "p1" || worker == "d1") {
+			t.Fatalf("request %d for %s went to %q", i, model, worker)
+		}
+		ids := make([]any, len(got))
+		for i, id := range got {
+			ids[i] = id
+		}
+		d := c.post("/detokenize", "key-alice", map[string]any{"model": model, "tokens": ids})
+		if d.status != http.StatusOK || gjson.GetBytes(d.body, "prompt").Str != text {
+			t.Fatalf("detokenize %s: %d %s", model, d.status, d.body)
+		}
+	}
+	if !seen["u1"] || !seen["p1"] && !seen["d1"] {
+		t.Fatalf("workers used: %v", seen)
+	}
+
+	// Chat messages, rendered by the engine.
+	r := c.post("/tokenize", "key-alice", map[string]any{"model": "chat", "messages": []any{map[string]any{"role": "user", "content": "hi"}}})
+	if r.status != http.StatusOK || gjson.GetBytes(r.body, "count").Int() == 0 {
+		t.Fatalf("tokenize messages: %d %s", r.status, r.body)
+	}
+	for _, tc := range []struct {
+		path  string
+		body  map[string]any
+		param string
+	}{
+		{"/tokenize", map[string]any{"model": "chat"}, "prompt"},
+		{"/tokenize", map[string]any{"prompt": "x"}, "model"},
+		{"/detokenize", map[string]any{"model": "chat", "tokens": "x"}, "tokens"},
+	} {
+		r := c.post(tc.path, "key-alice", tc.body)
+		if r.status != http.StatusBadRequest || gjson.GetBytes(r.body, "error.param").Str != tc.param {
+			t.Errorf("%s %v: %d %s, want 400 naming %s", tc.path, tc.body, r.status, r.body, tc.param)
+		}
+	}
+	if r := c.post("/tokenize", "key-alice", map[string]any{"model": "nope", "prompt": "x"}); r.status != http.StatusNotFound {
+		t.Errorf("tokenize an unknown model: %d %s", r.status, r.body)
+	}
+
+	// Counted as requests, with no tokens.
+	waitKeyRequests(t, reg, "alice", 13)
+	for _, route := range []string{"chat", "pd", "big", "m"} {
+		if n := counter(t, reg, "tlgate_tokens_total", map[string]string{"key": "alice", "model": route, "kind": "prompt"}); n != 0 {
+			t.Errorf("tokenize charged %v prompt tokens to %s", n, route)
+		}
+	}
+	if n := counter(t, reg, "tlgate_endpoint_requests_total", map[string]string{"endpoint": "tokenize", "outcome": "ok"}); n != 7 {
+		t.Errorf("tlgate_endpoint_requests_total{tokenize,ok} = %v, want 7", n)
 	}
 }
