@@ -343,3 +343,50 @@ targets = ["disaggregated"]
 		t.Errorf("tlgate_endpoint_requests_total{tokenize,ok} = %v, want 7", n)
 	}
 }
+
+// TestUnsupportedPathIsNotAFailure: an engine that does not serve a path
+// answers 404 (vLLM's {"detail":"Not Found"}); the client gets that
+// answer, in OpenAI's shape with code unsupported_endpoint, at once, and
+// the worker is not failed for it: no failover, no suspicion, no
+// ejection, however often it is asked, and its other paths keep serving.
+func TestUnsupportedPathIsNotAFailure(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := newClusterGateway(t, `
+[gateway.ejection]
+consecutive_failures = 1
+consecutive_refused = 1
+`, []clusterOpt{withKeys(config.APIKey{Name: "alice", Key: "key-alice", Scopes: []string{"inference", "debug"}})}, nil,
+		func(o *gateway.Options) { o.Registry, o.Gatherer = reg, reg },
+		enginesim.Config{ID: "g1", Model: "gen", Unserved: []string{"/v1/embeddings", "/v1/rerank"}},
+		enginesim.Config{ID: "g2", Model: "gen", Unserved: []string{"/v1/embeddings", "/v1/rerank"}})
+	for i := range 6 {
+		path, body := "/v1/embeddings", map[string]any{"model": "gen", "input": "hello"}
+		if i%2 == 1 {
+			path, body = "/v1/rerank", map[string]any{"model": "gen", "query": "q", "documents": []any{"d"}}
+		}
+		r := c.post(path, "key-alice", body)
+		if r.status != http.StatusNotFound || gjson.GetBytes(r.body, "error.code").Str != "unsupported_endpoint" ||
+			!strings.Contains(gjson.GetBytes(r.body, "error.message").Str, "POST "+path) {
+			t.Fatalf("%s: %d %s, want the engine's 404 as unsupported_endpoint", path, r.status, r.body)
+		}
+	}
+	routed, failovers, _ := c.hooks.snapshot()
+	if len(failovers) != 0 || len(routed) != 6 {
+		t.Fatalf("routed %v, failovers %v: want 6 single attempts", routed, failovers)
+	}
+	for _, w := range c.workers() {
+		if !w.Routable || w.Ejections != 0 || w.ConsecutiveFailures != 0 || !w.EjectedUntil.IsZero() {
+			t.Fatalf("%s after the 404s: routable %v, %d ejections, %d failures in a row", w.ID, w.Routable, w.Ejections, w.ConsecutiveFailures)
+		}
+	}
+	// The worker still serves what it serves.
+	if r := c.post("/v1/completions", "key-alice", map[string]any{"model": "gen", "prompt": "hi", "max_tokens": 2}); r.status != http.StatusOK {
+		t.Fatalf("completion: %d %s", r.status, r.body)
+	}
+	if n := counter(t, reg, "tlgate_failovers_total", map[string]string{"route": "gen", "reason": "bad_answer"}); n != 0 {
+		t.Fatalf("failovers for bad answers: %v", n)
+	}
+	if n := counter(t, reg, "tlgate_endpoint_requests_total", map[string]string{"endpoint": "embeddings", "outcome": "client_error"}); n != 3 {
+		t.Errorf("tlgate_endpoint_requests_total{embeddings,client_error} = %v, want 3", n)
+	}
+}
