@@ -33,7 +33,7 @@ func newCacheState(cfg Config) *cacheState {
 func (s *State) observeWorker(w fleet.Worker) {
 	c := s.counter(w.ID)
 	if old, ok := s.workers[w.ID]; !ok || !old.LastHeartbeat.Equal(w.LastHeartbeat) {
-		sample := w.Running + w.QueueDepth - c.n
+		sample := w.Running + w.QueueDepth - c.n - c.peer
 		c.foreign = sample
 		if c.sampled {
 			c.foreign = min(sample, c.lastSample)
@@ -68,8 +68,12 @@ func (s *State) retainWorkers() {
 // arrived, the smaller of the last two reports, never below 0). With the
 // gateway the only sender this is its in-flight count, exact between
 // heartbeats; another replica's load shows from its second heartbeat.
+//
+// Fleet sync's peer in-flight (c.peer) counts too, and is left out of the
+// heartbeats' foreign load, which is then only what neither the gateway
+// nor its peers sent.
 func slotLoad(c *counter) int {
-	return c.n + max(0, c.foreign)
+	return c.n + c.peer + max(0, c.foreign)
 }
 
 // pickCacheAware picks among s.cands by policy.CacheAware and records the
@@ -93,6 +97,9 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request) (int, stri
 		return -1, ""
 	}
 	ca.index.Record(q, s.cands[i].ID)
+	if s.syncing() {
+		s.syncHashes, s.syncOn = append(s.syncHashes[:0], q.Hashes()...), s.cands[i].ID
+	}
 	t.MatchedTokens, t.PromptTokens = tokens-ca.prefill[i], tokens
 	return i, reason
 }
@@ -104,4 +111,13 @@ func (s *State) indexChunks(id string) int {
 	}
 	st, _ := s.prefix.index.Stats(id)
 	return st.Chunks
+}
+
+// hashesOn returns the chunk hashes the last pick recorded on worker id
+// (none when it recorded nothing there).
+func (s *State) hashesOn(id string) []uint64 {
+	if s.syncOn != id {
+		return nil
+	}
+	return s.syncHashes
 }

@@ -156,6 +156,9 @@ func (s *State) AttemptFailed(id, reason string, now time.Time) Ejection {
 	c.until, c.suspect = h.until, false
 	out.Ejected, out.Until = true, h.until
 	s.pruneHealth(now)
+	if s.syncing() {
+		s.cfg.Sync.Syncer.Ejected(id, w.Model, reason, h.until)
+	}
 	return out
 }
 

@@ -137,7 +137,37 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		ctx.Respond(st.Models())
 	case *Known:
 		ctx.Respond(st.Known(m.Model))
+	case *SyncBatch:
+		a.applied(ctx, st.ApplyPeer(&m.Batch, time.Now()))
+	case *ApplySnapshot:
+		if m.Snapshot != nil {
+			a.applied(ctx, st.ApplySnapshot(m.Replica, m.Snapshot, time.Now()))
+		}
+	case *SyncTick:
+		if st.ExpirePeers(time.Now()) {
+			a.dispatch(ctx)
+		}
+		if st.syncing() {
+			st.cfg.Sync.Syncer.Load(st.OwnLoad())
+		}
+	case *SyncSnapshot:
+		ctx.Respond(st.MakeSnapshot(m.MaxChunks, time.Now()))
 	case *Crash:
 		panic("router: crash requested")
+	}
+}
+
+// applied reports what a peer's batch did, sets the timers of the
+// ejections it applied and serves the waiters its releases allow.
+func (a *routerActor) applied(ctx actor.Context, r PeerApplied) {
+	if a.st.syncing() {
+		a.st.cfg.Sync.Syncer.Applied(r)
+	}
+	now := time.Now()
+	for _, until := range r.Ejected {
+		a.timers.SendOnce(until.Sub(now), ctx.Self(), &ejectionEnded{})
+	}
+	if r.Released {
+		a.dispatch(ctx)
 	}
 }

@@ -36,6 +36,8 @@ type Config struct {
 	Ejection  EjectionConfig
 	Admission AdmissionConfig
 	Observe   Observer
+	// Sync is fleet sync with the other replicas (sync.go).
+	Sync SyncConfig
 }
 
 // Request is what routing needs to know of a client request.
@@ -130,6 +132,12 @@ type State struct {
 	byFrom  map[string]uint64
 	seq     uint64
 	full    bool // the last pick passed over a worker at its limit
+
+	// Fleet sync (sync.go): the other replicas' claims, and the chunk
+	// hashes the last cache_aware pick recorded (and on which worker).
+	peers      map[string]*peerState
+	syncHashes []uint64
+	syncOn     string
 }
 
 // NewState returns a router state with the given table and epoch.
@@ -177,8 +185,8 @@ func (s *State) RemoveWorker(id string) {
 		delete(s.learned, id)
 	}
 	s.forgetWorker(id)
-	if c := s.inflight[id]; c != nil && c.n <= 0 {
-		delete(s.inflight, id)
+	if c := s.inflight[id]; c != nil {
+		s.dropIdle(id, c)
 	}
 }
 
@@ -231,6 +239,10 @@ type counter struct {
 	// keep the last heartbeat's.
 	foreign, lastSample int
 	sampled             bool
+	// peer is the other replicas' in-flight requests on the worker, as
+	// fleet sync reports them (sync.go); foreign is then what the
+	// heartbeats show beyond both.
+	peer int
 	slot                int // the worker's prefix index slot (cache_aware)
 	// limit and until are the worker's admission limit (0: none) and the
 	// end of its ejection, copied here so a pick reads no map (admission.go).
@@ -246,7 +258,7 @@ type counter struct {
 // ejectedAt reports whether the worker is ejected at now; atLimit whether
 // it is at its admission limit.
 func (c *counter) ejectedAt(now time.Time) bool { return now.Before(c.until) }
-func (c *counter) atLimit() bool                { return c.limit > 0 && c.n >= c.limit }
+func (c *counter) atLimit() bool                { return c.limit > 0 && c.n+c.peer >= c.limit }
 
 func (s *State) counter(id string) *counter {
 	c := s.inflight[id]
@@ -276,13 +288,14 @@ func (s *State) Release(id string) {
 	}
 	if c.n > 0 {
 		c.n--
+		if s.syncing() {
+			s.cfg.Sync.Syncer.Released(id)
+		}
 	}
 	if c.n == 0 {
 		c.trials = 0 // nothing of the gateway's is left in flight there
 	}
-	if _, live := s.workers[id]; c.n == 0 && !live {
-		delete(s.inflight, id)
-	}
+	s.dropIdle(id, c)
 }
 
 // InFlight returns the gateway's in-flight count on worker id.
@@ -324,6 +337,7 @@ func (s *State) Pick(req *Request, now time.Time) (Target, error) {
 		r = routes.Route{Model: req.Model}
 	}
 	t := Target{Route: r.Model, CascadeSteps: 1, Epoch: s.epoch}
+	s.syncOn = ""
 	// A cascade step's model resolves like a request; validation forbids
 	// cycles, and depth bounds it anyway.
 	for depth := 0; r.IsCascade() && depth < 8; depth++ {
@@ -384,6 +398,12 @@ func (s *State) pickServed(t *Target, r routes.Route, served string, req *Reques
 	if t.Prefill != nil {
 		s.sent(t.Prefill.ID)
 	}
+	if s.syncing() {
+		s.syncPicked(served, t.Worker.ID, s.hashesOn(t.Worker.ID))
+		if t.Prefill != nil {
+			s.syncPicked(served, t.Prefill.ID, s.hashesOn(t.Prefill.ID))
+		}
+	}
 	return true
 }
 
@@ -434,7 +454,7 @@ func (s *State) collect(p *pool, req *Request, now time.Time, keep func(*fleet.W
 			passed++
 			continue
 		}
-		s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: c.n + w.QueueDepth, Weight: w.KVTotalBlocks})
+		s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: c.n + c.peer + w.QueueDepth, Weight: w.KVTotalBlocks})
 		s.members = append(s.members, w)
 		s.ctrs = append(s.ctrs, c)
 	}
@@ -549,6 +569,9 @@ type WorkerView struct {
 	fleet.Worker
 	InFlight int  `json:"in_flight"`
 	Routable bool `json:"routable"`
+	// PeerInFlight is the other replicas' requests in flight on the
+	// worker, as fleet sync reports them (0 with sync off).
+	PeerInFlight int `json:"peer_in_flight"`
 	// PrefixIndexChunks is the worker's share of the cache_aware prefix
 	// index, in chunks (0 under other policies).
 	PrefixIndexChunks int `json:"prefix_index_chunks"`
@@ -567,7 +590,7 @@ type WorkerView struct {
 func (s *State) Workers(now time.Time) []WorkerView {
 	out := make([]WorkerView, 0, len(s.workers))
 	for _, w := range s.workers {
-		out = append(out, s.overloadView(WorkerView{Worker: *w, InFlight: s.InFlight(w.ID), Routable: w.Routable(now), PrefixIndexChunks: s.indexChunks(w.ID)}, now))
+		out = append(out, s.overloadView(WorkerView{Worker: *w, InFlight: s.InFlight(w.ID), PeerInFlight: s.PeerInFlight(w.ID), Routable: w.Routable(now), PrefixIndexChunks: s.indexChunks(w.ID)}, now))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

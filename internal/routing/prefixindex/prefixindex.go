@@ -12,6 +12,10 @@
 // chunks (and in the fleet only by one bit per worker and chunk, 64 workers
 // to a machine word), never a scan of the workers.
 //
+// What other gateway replicas report they sent (RecordPeer) is kept in a
+// second share per worker, bounded alike and evicted on its own: what a
+// peer reports can never push out what the gateway recorded itself.
+//
 // An Index holds no actor and does no I/O; it is not safe for concurrent
 // use (the router actor owns it).
 package prefixindex
@@ -111,11 +115,13 @@ type entry struct {
 	nodes []*node // len == popcount(mask), ordered by slot
 }
 
-// node is one (chunk, worker) pair on the worker's LRU list.
+// node is one (chunk, worker) pair on one of the worker's LRU lists: its
+// own (Record) or its peers' (RecordPeer).
 type node struct {
 	e          *entry
 	w          *worker
 	prev, next *node
+	peer       bool
 }
 
 // worker is what the index knows of one worker.
@@ -123,9 +129,11 @@ type worker struct {
 	id        string
 	model     string
 	slot      int
-	capacity  int // chunks
-	n         int // chunks held
-	lru       node
+	capacity  int  // chunks, of each share
+	n         int  // chunks held of its own
+	lru       node // its own chunks, most recent first
+	pn        int  // chunks held that peers reported
+	plru      node // the peers' chunks, most recent first
 	startedAt time.Time
 	kvTotal   int
 }
@@ -201,6 +209,7 @@ func (x *Index) Observe(fw fleet.Worker) {
 		}
 		w = &worker{id: fw.ID, model: fw.Model}
 		w.lru.prev, w.lru.next = &w.lru, &w.lru
+		w.plru.prev, w.plru.next = &w.plru, &w.plru
 		if k := len(m.free); k > 0 {
 			w.slot = m.free[k-1]
 			m.free = m.free[:k-1]
@@ -225,6 +234,9 @@ func (x *Index) Forget(id string) {
 	m := x.models[w.model]
 	for w.lru.next != &w.lru {
 		x.evict(m, w.lru.prev)
+	}
+	for w.plru.next != &w.plru {
+		x.evict(m, w.plru.prev)
 	}
 	m.slots[w.slot] = nil
 	m.free = append(m.free, w.slot)
@@ -266,8 +278,10 @@ func (x *Index) Slot(id string) (slot int, ok bool) {
 
 // WorkerStats is one worker's share of the index.
 type WorkerStats struct {
-	Chunks   int // chunks held
-	Capacity int // chunks allowed
+	Chunks   int // chunks held, its own and its peers'
+	Capacity int // chunks allowed in each share
+	// PeerChunks is the part of Chunks that peers reported.
+	PeerChunks int
 	// Bytes estimates the memory the worker's chunks cost the index.
 	Bytes int
 }
@@ -287,7 +301,8 @@ func (x *Index) Stats(id string) (s WorkerStats, ok bool) {
 	if w == nil {
 		return WorkerStats{}, false
 	}
-	return WorkerStats{Chunks: w.n, Capacity: w.capacity, Bytes: w.n * BytesPerChunk}, true
+	n := w.n + w.pn
+	return WorkerStats{Chunks: n, Capacity: w.capacity, PeerChunks: w.pn, Bytes: n * BytesPerChunk}, true
 }
 
 // Hit is one worker's longest cached prefix of a looked-up prompt.
@@ -321,6 +336,10 @@ func (q *Query) ChunksAt(slot int) int {
 	}
 	return q.depth[slot]
 }
+
+// Hashes are the looked-up prompt's chunk hashes (see Index.Hashes), valid
+// until the next Lookup.
+func (q *Query) Hashes() []uint64 { return q.hashes }
 
 // PromptBytes is the looked-up prompt's length.
 func (q *Query) PromptBytes() int { return q.bytes }
@@ -388,32 +407,90 @@ func (x *Index) Record(q *Query, id string) {
 			e = &entry{hash: q.hashes[i]}
 			m.chunks[e.hash] = e
 		}
-		x.touch(e, w)
+		x.touch(e, w, false)
 	}
 	x.trim(w)
 }
 
-// touch makes (e, w) w's most recent pair, adding it if new.
-func (x *Index) touch(e *entry, w *worker) {
+// Errors of RecordPeer: the report is dropped.
+var (
+	// ErrUnknownWorker: the worker is not observed.
+	ErrUnknownWorker = errors.New("prefixindex: unknown worker")
+	// ErrOtherModel: the worker serves another model.
+	ErrOtherModel = errors.New("prefixindex: the worker serves another model")
+)
+
+// RecordPeer notes that another replica sent a prompt with the chained
+// chunk hashes hashes (Hashes' form, first chunk first) to worker id of
+// model, as Record does but in the worker's peer share: the first chunk
+// becomes the most recent, and beyond the worker's capacity the peers'
+// least recent chunks are dropped, never the gateway's own. A chunk the
+// gateway recorded itself stays in its own share where it was. It fails,
+// recording nothing, for a worker not observed or of another model.
+func (x *Index) RecordPeer(modelID, id string, hashes []uint64) error {
+	w := x.workers[id]
+	switch {
+	case w == nil:
+		return fmt.Errorf("%w %q", ErrUnknownWorker, id)
+	case w.model != modelID:
+		return fmt.Errorf("%w: %q serves %q, not %q", ErrOtherModel, id, w.model, modelID)
+	case len(hashes) == 0:
+		return nil
+	}
+	m := x.models[modelID]
+	for i := len(hashes) - 1; i >= 0; i-- {
+		e := m.chunks[hashes[i]]
+		if e == nil {
+			e = &entry{hash: hashes[i]}
+			m.chunks[e.hash] = e
+		}
+		x.touch(e, w, true)
+	}
+	x.trim(w)
+	return nil
+}
+
+// touch makes (e, w) w's most recent pair in its own share (peer false)
+// or its peers' (peer true), adding it if new. A pair of the worker's own
+// share that a peer touches stays where it is (peers never reorder what
+// the gateway learnt); one of the peers' share the gateway touches moves
+// to its own.
+func (x *Index) touch(e *entry, w *worker, peer bool) {
 	word, bit := w.slot/64, uint64(1)<<(w.slot%64)
 	pos := e.rank(w.slot)
 	var n *node
 	if word < len(e.mask) && e.mask[word]&bit != 0 {
 		n = e.nodes[pos]
+		if peer && !n.peer {
+			return
+		}
 		n.prev.next, n.next.prev = n.next, n.prev
+		if n.peer && !peer {
+			n.peer = false
+			w.pn--
+			w.n++
+		}
 	} else {
 		n = x.newNode()
-		n.e, n.w = e, w
+		n.e, n.w, n.peer = e, w, peer
 		for len(e.mask) <= word {
 			e.mask = append(e.mask, 0)
 		}
 		e.mask[word] |= bit
 		e.nodes = slices.Insert(e.nodes, pos, n)
-		w.n++
+		if peer {
+			w.pn++
+		} else {
+			w.n++
+		}
 	}
-	n.prev, n.next = &w.lru, w.lru.next
-	w.lru.next.prev = n
-	w.lru.next = n
+	head := &w.lru
+	if n.peer {
+		head = &w.plru
+	}
+	n.prev, n.next = head, head.next
+	head.next.prev = n
+	head.next = n
 }
 
 // rank is the number of workers in e below slot: the index of slot's node.
@@ -430,12 +507,15 @@ func (e *entry) rank(slot int) int {
 }
 
 func (x *Index) trim(w *worker) {
-	if w.n <= w.capacity {
+	if w.n <= w.capacity && w.pn <= w.capacity {
 		return
 	}
 	m := x.models[w.model]
 	for w.n > w.capacity {
 		x.evict(m, w.lru.prev)
+	}
+	for w.pn > w.capacity {
+		x.evict(m, w.plru.prev)
 	}
 }
 
@@ -446,7 +526,11 @@ func (x *Index) evict(m *model, n *node) {
 	pos := e.rank(w.slot)
 	e.nodes = slices.Delete(e.nodes, pos, pos+1)
 	e.mask[w.slot/64] &^= uint64(1) << (w.slot % 64)
-	w.n--
+	if n.peer {
+		w.pn--
+	} else {
+		w.n--
+	}
 	x.evicted++
 	if len(e.nodes) == 0 {
 		delete(m.chunks, e.hash)
@@ -470,4 +554,23 @@ func (x *Index) Len(modelID string) int {
 		return len(m.chunks)
 	}
 	return 0
+}
+
+// Export calls fn for every worker holding chunks, by model, with at most
+// limit of its chunk hashes (its own share first, then its peers', most
+// recent first in each: RecordPeer of them rebuilds the same recency).
+// hashes is scratch, valid during the call only.
+func (x *Index) Export(limit int, fn func(modelID, id string, hashes []uint64)) {
+	var hs []uint64
+	for id, w := range x.workers {
+		hs = hs[:0]
+		for _, head := range []*node{&w.lru, &w.plru} {
+			for n := head.next; n != head && len(hs) < limit; n = n.next {
+				hs = append(hs, n.e.hash)
+			}
+		}
+		if len(hs) > 0 {
+			fn(w.model, id, hs)
+		}
+	}
 }

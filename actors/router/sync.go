@@ -1,0 +1,487 @@
+package router
+
+import (
+	"errors"
+	"sort"
+	"time"
+
+	"github.com/tlgate/tlgate/internal/routing/prefixindex"
+)
+
+// Fleet sync: the router tells a Syncer what it decided (picks, releases,
+// ejections, and on SyncTick its own in-flight counts), and applies what
+// other replicas report (SyncBatch) as if it had decided it, within
+// bounds. A peer's requests count as peer in-flight load on their workers
+// (counter.peer), capped per replica and worker and forgotten when the
+// peer falls silent for PeerTimeout; its prompts go to the prefix index's
+// peer share, which never evicts what the router recorded itself; its
+// ejections eject here too, within the pool's cap and for at most the
+// local ejection's maximum.
+
+// Defaults of SyncConfig.
+const (
+	DefaultSyncMaxPeers        = 32
+	DefaultSyncMaxPeerInFlight = 256
+	DefaultSyncPeerTimeout     = 5 * time.Second
+)
+
+// SyncConfig bounds what other replicas' reports may do here. Zero fields
+// take the defaults.
+type SyncConfig struct {
+	// Syncer receives this replica's decisions; nil turns sync off (the
+	// router then neither tells nor applies anything).
+	Syncer Syncer
+	// MaxPeers is how many other replicas are tracked at once; reports of
+	// more are dropped until one falls silent.
+	MaxPeers int
+	// MaxPeerInFlight caps the in-flight requests one replica may claim on
+	// one worker.
+	MaxPeerInFlight int
+	// PeerTimeout forgets a replica's in-flight requests when nothing was
+	// heard from it for that long (its load reports come every second or so).
+	PeerTimeout time.Duration
+}
+
+func (c SyncConfig) maxPeers() int {
+	if c.MaxPeers > 0 {
+		return c.MaxPeers
+	}
+	return DefaultSyncMaxPeers
+}
+
+func (c SyncConfig) maxInFlight() int {
+	if c.MaxPeerInFlight > 0 {
+		return c.MaxPeerInFlight
+	}
+	return DefaultSyncMaxPeerInFlight
+}
+
+func (c SyncConfig) peerTimeout() time.Duration {
+	if c.PeerTimeout > 0 {
+		return c.PeerTimeout
+	}
+	return DefaultSyncPeerTimeout
+}
+
+// Syncer is told what this replica decides. Its methods run inside the
+// router actor: they must not block (queue, or drop) and must copy what
+// they keep (hashes is the router's scratch).
+type Syncer interface {
+	// Picked: a request was sent to worker of model; hashes are the
+	// prompt's prefix-index chunk hashes recorded on worker (none unless
+	// cache_aware indexed it there).
+	Picked(model, worker string, hashes []uint64)
+	// Released: one of this replica's requests on worker ended.
+	Released(worker string)
+	// Ejected: worker of model was ejected until until after reason.
+	Ejected(worker, model, reason string, until time.Time)
+	// Load: this replica's in-flight requests per worker (all of them:
+	// a worker not listed has none), answering SyncTick.
+	Load(own []WorkerLoad)
+	// Applied: what a SyncBatch or ApplySnapshot did.
+	Applied(r PeerApplied)
+}
+
+// WorkerLoad is one worker's in-flight count.
+type WorkerLoad struct {
+	Worker string
+	N      int
+}
+
+// PeerEventKind says what a peer event reports.
+type PeerEventKind uint8
+
+// Kinds of peer event.
+const (
+	PeerPick    PeerEventKind = iota + 1 // a request sent: +1 in flight, Hashes indexed
+	PeerRelease                          // a request ended: -1 in flight
+	PeerLoad                             // the replica's whole in-flight count (Loads)
+	PeerEject                            // Worker ejected for For, after Reason
+)
+
+// String is the kind's name in metrics.
+func (k PeerEventKind) String() string {
+	switch k {
+	case PeerPick:
+		return "pick"
+	case PeerRelease:
+		return "release"
+	case PeerLoad:
+		return "load"
+	case PeerEject:
+		return "eject"
+	}
+	return "unknown"
+}
+
+// PeerEvent is one thing another replica reports.
+type PeerEvent struct {
+	Kind   PeerEventKind
+	Model  string // PeerPick, PeerEject: the served model
+	Worker string
+	Hashes []uint64     // PeerPick
+	Loads  []WorkerLoad // PeerLoad
+	Reason string       // PeerEject
+	For    time.Duration
+}
+
+// PeerBatch is a decoded batch of another replica's events.
+type PeerBatch struct {
+	Replica string
+	// ChunkBytes is the sender's prefix-index chunk size: its hashes are
+	// used only when it matches ours.
+	ChunkBytes int
+	Events     []PeerEvent
+}
+
+// SyncBatch applies a peer's batch; the router reports what it did to the
+// Syncer's Applied.
+type SyncBatch struct{ Batch PeerBatch }
+
+// SyncTick forgets silent peers and has the router tell the Syncer its own
+// in-flight counts (Syncer.Load).
+type SyncTick struct{}
+
+// SyncSnapshot asks for the router's view for a peer's warm start; the
+// router responds with *Snapshot. MaxChunks bounds each worker's hashes.
+type SyncSnapshot struct{ MaxChunks int }
+
+// Snapshot is the view a starting replica warms up with: the prefix index,
+// this replica's in-flight counts and the ejections in force.
+type Snapshot struct {
+	ChunkBytes int
+	Index      []SnapshotEntry
+	InFlight   []WorkerLoad
+	Ejections  []SnapshotEjection
+}
+
+// SnapshotEntry is one worker's indexed chunk hashes, most recent first.
+type SnapshotEntry struct {
+	Model, Worker string
+	Hashes        []uint64
+}
+
+// SnapshotEjection is an ejection in force, with the time it has left.
+type SnapshotEjection struct {
+	Worker, Model, Reason string
+	For                   time.Duration
+}
+
+// ApplySnapshot applies the snapshot of replica Replica.
+type ApplySnapshot struct {
+	Replica  string
+	Snapshot *Snapshot
+}
+
+// Reasons a peer event is dropped (PeerApplied.Dropped).
+const (
+	DropUnknownWorker = "unknown_worker"
+	DropOtherModel    = "other_model"
+	DropTooManyPeers  = "too_many_peers"
+	DropCapped        = "capped"
+	DropChunkBytes    = "chunk_bytes"
+	DropUnknownKind   = "unknown_kind"
+	DropEjectionOff   = "ejection_refused"
+)
+
+// PeerDrop counts one dropped peer event.
+type PeerDrop struct {
+	Kind   PeerEventKind
+	Reason string
+}
+
+// PeerApplied is what applying a peer's batch did.
+type PeerApplied struct {
+	Replica string
+	Applied map[PeerEventKind]int
+	Dropped map[PeerDrop]int
+	// Ejected lists the ejections applied, for their end timers.
+	Ejected []time.Time
+	// Released: some peer load went down, so waiters may be served.
+	Released bool
+}
+
+func (r *PeerApplied) applied(k PeerEventKind) {
+	if r.Applied == nil {
+		r.Applied = map[PeerEventKind]int{}
+	}
+	r.Applied[k]++
+}
+
+func (r *PeerApplied) drop(k PeerEventKind, reason string) {
+	if r.Dropped == nil {
+		r.Dropped = map[PeerDrop]int{}
+	}
+	r.Dropped[PeerDrop{k, reason}]++
+}
+
+// peerState is one other replica's claims: its in-flight count per worker
+// and when it was last heard from.
+type peerState struct {
+	seen time.Time
+	n    map[string]int
+}
+
+// syncing reports whether fleet sync is on.
+func (s *State) syncing() bool { return s.cfg.Sync.Syncer != nil }
+
+// syncPicked tells the Syncer of a request sent to worker of model, with
+// the chunk hashes recorded on it.
+func (s *State) syncPicked(model, worker string, hashes []uint64) {
+	if s.syncing() {
+		s.cfg.Sync.Syncer.Picked(model, worker, hashes)
+	}
+}
+
+// ApplyPeer applies a peer's batch at now.
+func (s *State) ApplyPeer(b *PeerBatch, now time.Time) PeerApplied {
+	r := PeerApplied{Replica: b.Replica}
+	p := s.peer(b.Replica, now)
+	if p == nil {
+		for _, ev := range b.Events {
+			r.drop(ev.Kind, DropTooManyPeers)
+		}
+		return r
+	}
+	hashesOK := s.prefix != nil && b.ChunkBytes == s.prefix.index.Config().ChunkBytes
+	limit := s.cfg.Sync.maxInFlight()
+	for i := range b.Events {
+		ev := &b.Events[i]
+		switch ev.Kind {
+		case PeerPick:
+			w, ok := s.workers[ev.Worker]
+			switch {
+			case !ok:
+				r.drop(ev.Kind, DropUnknownWorker)
+				continue
+			case w.Model != ev.Model:
+				r.drop(ev.Kind, DropOtherModel)
+				continue
+			}
+			if p.n[ev.Worker] >= limit {
+				r.drop(ev.Kind, DropCapped)
+			} else {
+				s.setPeer(p, ev.Worker, p.n[ev.Worker]+1)
+			}
+			if len(ev.Hashes) > 0 && s.prefix != nil {
+				if !hashesOK {
+					r.drop(ev.Kind, DropChunkBytes)
+					continue
+				}
+				if err := s.prefix.index.RecordPeer(ev.Model, ev.Worker, ev.Hashes); err != nil {
+					r.drop(ev.Kind, dropReason(err))
+					continue
+				}
+			}
+			r.applied(ev.Kind)
+		case PeerRelease:
+			if n := p.n[ev.Worker]; n > 0 {
+				s.setPeer(p, ev.Worker, n-1)
+				r.Released = true
+			}
+			r.applied(ev.Kind)
+		case PeerLoad:
+			if s.applyLoad(p, ev.Loads, limit) {
+				r.Released = true
+			}
+			r.applied(ev.Kind)
+		case PeerEject:
+			until, reason := s.applyPeerEjection(ev.Worker, ev.Model, ev.Reason, ev.For, now)
+			if reason != "" {
+				r.drop(ev.Kind, reason)
+				continue
+			}
+			r.Ejected = append(r.Ejected, until)
+			r.applied(ev.Kind)
+		default:
+			r.drop(ev.Kind, DropUnknownKind)
+		}
+	}
+	return r
+}
+
+func dropReason(err error) string {
+	if errors.Is(err, prefixindex.ErrOtherModel) {
+		return DropOtherModel
+	}
+	return DropUnknownWorker
+}
+
+// peer returns the state of replica id, heard from at now; nil when it is
+// new and MaxPeers others are tracked.
+func (s *State) peer(id string, now time.Time) *peerState {
+	p := s.peers[id]
+	if p == nil {
+		if len(s.peers) >= s.cfg.Sync.maxPeers() {
+			return nil
+		}
+		if s.peers == nil {
+			s.peers = map[string]*peerState{}
+		}
+		p = &peerState{n: map[string]int{}}
+		s.peers[id] = p
+	}
+	p.seen = now
+	return p
+}
+
+// applyLoad sets a peer's in-flight counts to its report: the listed
+// workers the router knows (capped), every other one to 0. It reports
+// whether any count went down.
+func (s *State) applyLoad(p *peerState, loads []WorkerLoad, limit int) (down bool) {
+	want := make(map[string]int, len(loads))
+	for _, l := range loads {
+		if _, ok := s.workers[l.Worker]; ok && l.N > 0 {
+			want[l.Worker] = min(l.N, limit)
+		}
+	}
+	for id, n := range p.n {
+		if want[id] < n {
+			down = true
+		}
+		if _, ok := want[id]; !ok {
+			s.setPeer(p, id, 0)
+		}
+	}
+	for id, n := range want {
+		s.setPeer(p, id, n)
+	}
+	return down
+}
+
+// setPeer sets peer p's count on worker id to n, keeping the worker's
+// counter's sum.
+func (s *State) setPeer(p *peerState, id string, n int) {
+	c := s.counter(id)
+	c.peer += n - p.n[id]
+	if n > 0 {
+		p.n[id] = n
+	} else {
+		delete(p.n, id)
+	}
+	s.dropIdle(id, c)
+}
+
+// dropIdle deletes the counter of a worker that is gone and has nothing in
+// flight, the gateway's or its peers'.
+func (s *State) dropIdle(id string, c *counter) {
+	if _, live := s.workers[id]; c.n <= 0 && c.peer <= 0 && !live {
+		delete(s.inflight, id)
+	}
+}
+
+// ExpirePeers forgets the replicas not heard from for PeerTimeout at now,
+// with their in-flight counts; it reports whether it forgot any load.
+func (s *State) ExpirePeers(now time.Time) (released bool) {
+	to := s.cfg.Sync.peerTimeout()
+	for id, p := range s.peers {
+		if now.Sub(p.seen) < to {
+			continue
+		}
+		for w := range p.n {
+			s.setPeer(p, w, 0)
+			released = true
+		}
+		delete(s.peers, id)
+	}
+	return released
+}
+
+// PeerInFlight is the other replicas' in-flight count on worker id.
+func (s *State) PeerInFlight(id string) int {
+	if c := s.inflight[id]; c != nil {
+		return c.peer
+	}
+	return 0
+}
+
+// Peers lists the replicas heard from, sorted.
+func (s *State) Peers() []string {
+	out := make([]string, 0, len(s.peers))
+	for id := range s.peers {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// OwnLoad lists the gateway's own in-flight count per worker (those with
+// any), sorted by worker.
+func (s *State) OwnLoad() []WorkerLoad {
+	var out []WorkerLoad
+	for id, c := range s.inflight {
+		if c.n > 0 {
+			out = append(out, WorkerLoad{Worker: id, N: c.n})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Worker < out[j].Worker })
+	return out
+}
+
+// applyPeerEjection ejects worker (of model) for d at now on a peer's word:
+// only a known worker of that model, when ejection is on here, it is not
+// ejected already and its pool's cap allows; d is capped at the local
+// maximum. It returns the ejection's end, or the reason it was refused.
+func (s *State) applyPeerEjection(id, model, reason string, d time.Duration, now time.Time) (time.Time, string) {
+	ec := s.cfg.Ejection
+	w, ok := s.workers[id]
+	switch {
+	case !ok:
+		return time.Time{}, DropUnknownWorker
+	case w.Model != model:
+		return time.Time{}, DropOtherModel
+	case ec.MaxPercent <= 0 || d <= 0 || s.ejected(id, now) || !s.ejectionRoom(w, now):
+		return time.Time{}, DropEjectionOff
+	}
+	if ec.Max > 0 {
+		d = min(d, ec.Max)
+	} else {
+		d = min(d, max(ec.Base, time.Second))
+	}
+	if s.health == nil {
+		s.health = map[string]*health{}
+	}
+	h := s.health[id]
+	if h == nil {
+		h = &health{addr: w.HTTPAddress, started: w.StartedAt}
+		s.health[id] = h
+	}
+	h.fails, h.reason, h.until = 0, reason, now.Add(d)
+	c := s.counter(id)
+	c.until, c.suspect = h.until, false
+	return h.until, ""
+}
+
+// MakeSnapshot is the router's view at now for a peer's warm start, with
+// at most maxChunks hashes per worker.
+func (s *State) MakeSnapshot(maxChunks int, now time.Time) *Snapshot {
+	snap := &Snapshot{InFlight: s.OwnLoad()}
+	if s.prefix != nil {
+		snap.ChunkBytes = s.prefix.index.Config().ChunkBytes
+		s.prefix.index.Export(maxChunks, func(model, id string, hs []uint64) {
+			snap.Index = append(snap.Index, SnapshotEntry{Model: model, Worker: id, Hashes: append([]uint64(nil), hs...)})
+		})
+		sort.Slice(snap.Index, func(i, j int) bool { return snap.Index[i].Worker < snap.Index[j].Worker })
+	}
+	for _, e := range s.EjectedAt(now) {
+		snap.Ejections = append(snap.Ejections, SnapshotEjection{Worker: e.ID, Model: e.Model, Reason: e.Reason, For: e.Until.Sub(now)})
+	}
+	return snap
+}
+
+// ApplySnapshot applies replica's snapshot at now: its index as its
+// picks, its in-flight counts as its load report, its ejections as its
+// ejections.
+func (s *State) ApplySnapshot(replica string, snap *Snapshot, now time.Time) PeerApplied {
+	b := PeerBatch{Replica: replica, ChunkBytes: snap.ChunkBytes}
+	for _, e := range snap.Index {
+		b.Events = append(b.Events, PeerEvent{Kind: PeerPick, Model: e.Model, Worker: e.Worker, Hashes: e.Hashes})
+	}
+	b.Events = append(b.Events, PeerEvent{Kind: PeerLoad, Loads: snap.InFlight})
+	for _, e := range snap.Ejections {
+		b.Events = append(b.Events, PeerEvent{Kind: PeerEject, Worker: e.Worker, Model: e.Model, Reason: e.Reason, For: e.For})
+	}
+	// The index entries are not requests: the load report that follows
+	// sets the replica's counts.
+	return s.ApplyPeer(&b, now)
+}

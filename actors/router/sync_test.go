@@ -1,0 +1,271 @@
+package router
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tlgate/tlgate/internal/routing/policy"
+)
+
+// recorder is a Syncer that writes down what it is told.
+type recorder struct {
+	events  []string
+	applied []PeerApplied
+}
+
+func (r *recorder) Picked(model, worker string, hashes []uint64) {
+	r.events = append(r.events, fmt.Sprintf("pick %s %s %d", model, worker, len(hashes)))
+}
+func (r *recorder) Released(worker string) { r.events = append(r.events, "release "+worker) }
+func (r *recorder) Ejected(worker, model, reason string, until time.Time) {
+	r.events = append(r.events, fmt.Sprintf("eject %s %s %s %s", worker, model, reason, until.Sub(now)))
+}
+func (r *recorder) Load(own []WorkerLoad) { r.events = append(r.events, fmt.Sprint("load ", own)) }
+func (r *recorder) Applied(a PeerApplied) { r.applied = append(r.applied, a) }
+
+func syncState(t *testing.T, pol policy.Name, sc SyncConfig, ids ...string) (*State, *recorder) {
+	t.Helper()
+	rec := &recorder{}
+	sc.Syncer = rec
+	s := NewState(Config{Policy: pol, Sync: sc, Ejection: testEjection}, nil, 1)
+	for _, id := range ids {
+		x := caWorker(id)
+		x.LastHeartbeat, x.Deadline = now, now.Add(time.Hour)
+		s.SetWorker(x)
+	}
+	return s, rec
+}
+
+func picks(n int, worker string) []PeerEvent {
+	out := make([]PeerEvent, n)
+	for i := range out {
+		out[i] = PeerEvent{Kind: PeerPick, Model: "m", Worker: worker}
+	}
+	return out
+}
+
+func TestSyncPeerInFlight(t *testing.T) {
+	tests := []struct {
+		name    string
+		batches []PeerBatch
+		at      time.Duration // ExpirePeers at now+at, when > 0
+		want    map[string]int
+		dropped map[PeerDrop]int
+	}{
+		{"picks count", []PeerBatch{{Replica: "r2", Events: picks(3, "a")}}, 0, map[string]int{"a": 3, "b": 0}, nil},
+		{"releases end them, never below zero", []PeerBatch{{Replica: "r2", Events: append(picks(2, "a"),
+			PeerEvent{Kind: PeerRelease, Worker: "a"}, PeerEvent{Kind: PeerRelease, Worker: "a"}, PeerEvent{Kind: PeerRelease, Worker: "a"})}},
+			0, map[string]int{"a": 0}, nil},
+		{"two replicas add up", []PeerBatch{{Replica: "r2", Events: picks(2, "a")}, {Replica: "r3", Events: picks(1, "a")}}, 0, map[string]int{"a": 3}, nil},
+		{"capped per replica and worker", []PeerBatch{{Replica: "r2", Events: picks(6, "a")}, {Replica: "r3", Events: picks(1, "a")}},
+			0, map[string]int{"a": 5}, map[PeerDrop]int{{PeerPick, DropCapped}: 2}},
+		{"a load report sets the counts", []PeerBatch{{Replica: "r2", Events: append(picks(3, "a"),
+			PeerEvent{Kind: PeerLoad, Loads: []WorkerLoad{{"b", 2}, {"zz", 4}, {"c", 99}}})}},
+			0, map[string]int{"a": 0, "b": 2, "c": 4}, nil},
+		{"unknown worker and other model", []PeerBatch{{Replica: "r2", Events: []PeerEvent{
+			{Kind: PeerPick, Model: "m", Worker: "zz"}, {Kind: PeerPick, Model: "other", Worker: "a"}, {Kind: 99}}}},
+			0, map[string]int{"a": 0}, map[PeerDrop]int{{PeerPick, DropUnknownWorker}: 1, {PeerPick, DropOtherModel}: 1, {99, DropUnknownKind}: 1}},
+		{"too many peers", []PeerBatch{{Replica: "r2", Events: picks(1, "a")}, {Replica: "r3", Events: picks(1, "a")}, {Replica: "r4", Events: picks(1, "b")}},
+			0, map[string]int{"a": 2, "b": 0}, map[PeerDrop]int{{PeerPick, DropTooManyPeers}: 1}},
+		{"a silent peer expires", []PeerBatch{{Replica: "r2", Events: picks(2, "a")}}, 3 * time.Second, map[string]int{"a": 0}, nil},
+		{"a peer heard from lately stays", []PeerBatch{{Replica: "r2", Events: picks(2, "a")}}, time.Second, map[string]int{"a": 2}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := syncState(t, policy.NameLeastOutstanding, SyncConfig{MaxPeers: 2, MaxPeerInFlight: 4, PeerTimeout: 2 * time.Second}, "a", "b", "c")
+			dropped := map[PeerDrop]int{}
+			for _, b := range tt.batches {
+				r := s.ApplyPeer(&b, now)
+				for k, n := range r.Dropped {
+					dropped[k] += n
+				}
+			}
+			if tt.at > 0 {
+				s.ExpirePeers(now.Add(tt.at))
+			}
+			for id, n := range tt.want {
+				if got := s.PeerInFlight(id); got != n {
+					t.Errorf("peer in flight on %s = %d, want %d", id, got, n)
+				}
+			}
+			if fmt.Sprint(dropped) != fmt.Sprint(tt.dropped) && (len(dropped) > 0 || len(tt.dropped) > 0) {
+				t.Errorf("dropped %v, want %v", dropped, tt.dropped)
+			}
+		})
+	}
+}
+
+func TestSyncPeerLoadSteersPicks(t *testing.T) {
+	for _, pol := range []policy.Name{policy.NameLeastOutstanding, policy.NameCacheAware} {
+		t.Run(string(pol), func(t *testing.T) {
+			s, _ := syncState(t, pol, SyncConfig{}, "a", "b")
+			s.ApplyPeer(&PeerBatch{Replica: "r2", Events: picks(3, "a")}, now)
+			tg, err := s.Pick(&Request{Model: "m", RequestID: "x", Prompt: words("p", 300)}, now)
+			if err != nil || tg.Worker.ID != "b" {
+				t.Fatalf("pick %s %v, want b (a carries the peer's 3)", tg.Worker.ID, err)
+			}
+			if v := s.Workers(now); v[0].PeerInFlight != 3 {
+				t.Fatalf("view of a: peer_in_flight %d, want 3", v[0].PeerInFlight)
+			}
+		})
+	}
+}
+
+func TestSyncPeerLoadAgainstHeartbeat(t *testing.T) {
+	// The heartbeat's running count includes the peer's requests: they are
+	// not counted twice.
+	s, _ := syncState(t, policy.NameCacheAware, SyncConfig{}, "a")
+	s.ApplyPeer(&PeerBatch{Replica: "r2", Events: picks(3, "a")}, now)
+	hb := caWorker("a")
+	hb.Running, hb.LastHeartbeat, hb.Deadline = 5, now.Add(time.Second), now.Add(time.Hour)
+	s.SetWorker(hb)
+	hb.LastHeartbeat = now.Add(2 * time.Second)
+	s.SetWorker(hb)
+	if got := slotLoad(s.inflight["a"]); got != 5 {
+		t.Fatalf("slot load %d, want 5 (3 of the peer, 2 foreign)", got)
+	}
+}
+
+func TestSyncPeerLoadCountsAgainstLimits(t *testing.T) {
+	s, _ := syncState(t, policy.NameLeastOutstanding, SyncConfig{}, "a")
+	s.cfg.Admission = AdmissionConfig{Enabled: true, Worker: 2, QueueSize: 4, QueueTimeout: time.Second}
+	s.SetWorker(*s.workers["a"])
+	s.ApplyPeer(&PeerBatch{Replica: "r2", Events: picks(2, "a")}, now)
+	ad := s.Admit(&Request{Model: "m"}, "k", nil, now)
+	if ad.Queued == nil {
+		t.Fatalf("admit %+v, want queued behind the peer's 2 at the limit of 2", ad)
+	}
+	r := s.ApplyPeer(&PeerBatch{Replica: "r2", Events: []PeerEvent{{Kind: PeerRelease, Worker: "a"}}}, now)
+	if !r.Released {
+		t.Fatal("a peer release not reported")
+	}
+	if d := s.Dispatch(now); len(d) != 1 || d[0].Err != nil || d[0].Target.Worker.ID != "a" {
+		t.Fatalf("dispatch after the peer's release: %+v", d)
+	}
+}
+
+func TestSyncPeerPrefixIndex(t *testing.T) {
+	prompt := words("conversation", 2000)
+	tests := []struct {
+		name       string
+		chunkBytes int
+		worker     string
+		want       string
+		dropped    map[PeerDrop]int
+	}{
+		{"a peer's prompt on b draws its next turn to b", 128, "b", "b", nil},
+		{"another chunking's hashes are dropped", 64, "b", "a", map[PeerDrop]int{{PeerPick, DropChunkBytes}: 1}},
+		{"an unknown worker's are dropped", 128, "zz", "a", map[PeerDrop]int{{PeerPick, DropUnknownWorker}: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := syncState(t, policy.NameCacheAware, SyncConfig{}, "a", "b")
+			hs := s.prefix.index.Hashes(nil, prompt)
+			r := s.ApplyPeer(&PeerBatch{Replica: "r2", ChunkBytes: tt.chunkBytes, Events: []PeerEvent{
+				{Kind: PeerPick, Model: "m", Worker: tt.worker, Hashes: hs},
+				{Kind: PeerRelease, Worker: tt.worker},
+			}}, now)
+			if fmt.Sprint(r.Dropped) != fmt.Sprint(tt.dropped) && (len(r.Dropped) > 0 || len(tt.dropped) > 0) {
+				t.Errorf("dropped %v, want %v", r.Dropped, tt.dropped)
+			}
+			tg, err := s.Pick(&Request{Model: "m", Prompt: prompt + "next turn"}, now)
+			if err != nil || tg.Worker.ID != tt.want {
+				t.Fatalf("pick %s %v, want %s", tg.Worker.ID, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestSyncTellsOwnDecisions(t *testing.T) {
+	s, rec := syncState(t, policy.NameCacheAware, SyncConfig{}, "a", "b")
+	prompt := words("p", 300) // two whole chunks
+	if _, err := s.Pick(&Request{Model: "m", Prompt: prompt}, now); err != nil {
+		t.Fatal(err)
+	}
+	s.Release("a")
+	s.Release("a") // one more than acquired: not told
+	for range 3 {
+		s.AttemptFailed("b", "reset", now)
+	}
+	want := []string{"pick m a 2", "release a", "eject b m reset 10s"}
+	if !slices.Equal(rec.events, want) {
+		t.Fatalf("told %q, want %q", rec.events, want)
+	}
+}
+
+func TestSyncPeerEjection(t *testing.T) {
+	tests := []struct {
+		name    string
+		ev      PeerEvent
+		pre     func(s *State)
+		ejected bool
+		until   time.Duration
+	}{
+		{"ejected for what the peer says", PeerEvent{Kind: PeerEject, Model: "m", Worker: "a", Reason: "refused", For: 10 * time.Second}, nil, true, 10 * time.Second},
+		{"at most the local maximum", PeerEvent{Kind: PeerEject, Model: "m", Worker: "a", Reason: "refused", For: time.Hour}, nil, true, 25 * time.Second},
+		{"within the pool's cap", PeerEvent{Kind: PeerEject, Model: "m", Worker: "a", For: 10 * time.Second}, func(s *State) {
+			s.ApplyPeer(&PeerBatch{Replica: "r2", Events: []PeerEvent{{Kind: PeerEject, Model: "m", Worker: "b", For: time.Second}}}, now)
+		}, false, 0},
+		{"not another model's worker", PeerEvent{Kind: PeerEject, Model: "x", Worker: "a", For: 10 * time.Second}, nil, false, 0},
+		{"not with ejection off", PeerEvent{Kind: PeerEject, Model: "m", Worker: "a", For: 10 * time.Second}, func(s *State) { s.cfg.Ejection.MaxPercent = 0 }, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := syncState(t, policy.NameLeastOutstanding, SyncConfig{}, "a", "b")
+			if tt.pre != nil {
+				tt.pre(s)
+			}
+			r := s.ApplyPeer(&PeerBatch{Replica: "r2", Events: []PeerEvent{tt.ev}}, now)
+			if got := s.ejected("a", now); got != tt.ejected {
+				t.Fatalf("ejected %v, want %v (%+v)", got, tt.ejected, r)
+			}
+			if tt.ejected {
+				if len(r.Ejected) != 1 || r.Ejected[0].Sub(now) != tt.until {
+					t.Fatalf("ejection ends %v, want now+%s", r.Ejected, tt.until)
+				}
+				if tg, err := s.Pick(&Request{Model: "m"}, now); err != nil || tg.Worker.ID != "b" {
+					t.Fatalf("pick %s %v, want b", tg.Worker.ID, err)
+				}
+			}
+		})
+	}
+}
+
+func TestSyncSnapshotWarmsAReplica(t *testing.T) {
+	src, _ := syncState(t, policy.NameCacheAware, SyncConfig{}, "a", "b")
+	prompt := words("sys", 3000)
+	src.ApplyPeer(&PeerBatch{Replica: "r3", Events: picks(1, "b")}, now) // b busier: the pick goes to a
+	if tg, _ := src.Pick(&Request{Model: "m", Prompt: prompt}, now); tg.Worker.ID != "a" {
+		t.Fatalf("source pick %s, want a", tg.Worker.ID)
+	}
+	for range 3 {
+		src.AttemptFailed("b", "reset", now)
+	}
+	snap := src.MakeSnapshot(1<<16, now)
+	if len(snap.Index) != 1 || snap.Index[0].Worker != "a" || len(snap.InFlight) != 1 || len(snap.Ejections) != 1 {
+		t.Fatalf("snapshot %+v", snap)
+	}
+	dst, _ := syncState(t, policy.NameCacheAware, SyncConfig{}, "a", "b", "c")
+	dst.ApplySnapshot("r1", snap, now)
+	if dst.PeerInFlight("a") != 1 || !dst.ejected("b", now) {
+		t.Fatalf("warm view: a peer in flight %d, b ejected %v", dst.PeerInFlight("a"), dst.ejected("b", now))
+	}
+	dst.ApplyPeer(&PeerBatch{Replica: "r1", Events: []PeerEvent{{Kind: PeerRelease, Worker: "a"}}}, now)
+	if tg, _ := dst.Pick(&Request{Model: "m", Prompt: prompt + "more"}, now); tg.Worker.ID != "a" || tg.MatchedTokens == 0 {
+		t.Fatalf("warm pick %s matched %d, want a by the index", tg.Worker.ID, tg.MatchedTokens)
+	}
+}
+
+func TestSyncOwnLoad(t *testing.T) {
+	s, _ := syncState(t, policy.NameLeastOutstanding, SyncConfig{}, "a", "b")
+	for range 2 {
+		if _, err := s.Pick(&Request{Model: "m"}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := fmt.Sprint(s.OwnLoad()); got != "[{a 1} {b 1}]" {
+		t.Fatalf("own load %s", got)
+	}
+}
