@@ -243,7 +243,7 @@ type counter struct {
 	// fleet sync reports them (sync.go); foreign is then what the
 	// heartbeats show beyond both.
 	peer int
-	slot                int // the worker's prefix index slot (cache_aware)
+	slot int // the worker's prefix index slot (cache_aware)
 	// limit and until are the worker's admission limit (0: none) and the
 	// end of its ejection, copied here so a pick reads no map (admission.go).
 	limit int
