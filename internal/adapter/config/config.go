@@ -153,6 +153,9 @@ type Gateway struct {
 	// Tracing is the [gateway.tracing] table: OpenTelemetry traces over
 	// OTLP, off unless an endpoint is set.
 	Tracing Tracing `toml:"tracing"`
+	// Sync is the [gateway.sync] table: fleet sync between replicas over
+	// NATS, off (kind = "none") by default.
+	Sync Sync `toml:"sync"`
 
 	// MaxConnections caps the HTTP listener's open connections; more are
 	// closed as soon as they are accepted (0: no cap).
@@ -325,6 +328,7 @@ func Default() *Config {
 		Ejection:                defaultEjection(),
 		Admission:               defaultAdmission(),
 		Tracing:                 Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "tlgate"},
+		Sync:                    defaultSync(),
 
 		MaxConnections:          10000,
 		MaxConnectionsPerClient: 1000,

@@ -62,6 +62,10 @@ func TestConfig(t *testing.T) {
 			MaxConnections: 10000, MaxConnectionsPerClient: 1000,
 		}
 		want.Tracing = Tracing{Protocol: "grpc", SampleRatio: 1, ServiceName: "tlgate"}
+		want.Sync = Sync{Kind: "none", SubjectPrefix: "tlgate.sync", BatchInterval: D(5 * time.Millisecond), MaxBatchBytes: 64 << 10,
+			MaxQueue: 8192, MaxMessageBytes: 1 << 20, PeerRate: 2000, LoadInterval: D(time.Second), PeerTimeout: D(5 * time.Second),
+			StaleAfter: D(10 * time.Second), MaxPeers: 32, MaxPeerInFlight: 256, SnapshotTimeout: D(2 * time.Second), SnapshotChunks: 16384,
+			ConnectTimeout: D(2 * time.Second), ReconnectWait: D(500 * time.Millisecond)}
 		if !reflect.DeepEqual(c.Gateway, want) {
 			t.Fatalf("defaults\n got %+v\nwant %+v", c.Gateway, want)
 		}
@@ -457,7 +461,7 @@ func TestEveryKeyDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[Discovery](), reflect.TypeFor[EngineToken](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Ejection](), reflect.TypeFor[Admission](), reflect.TypeFor[Tracing](), reflect.TypeFor[Store]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[Discovery](), reflect.TypeFor[EngineToken](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Ejection](), reflect.TypeFor[Admission](), reflect.TypeFor[Tracing](), reflect.TypeFor[Store](), reflect.TypeFor[Sync]()} {
 		for f := range typ.Fields() {
 			key := f.Tag.Get("toml")
 			if !strings.Contains(string(readme), "`"+key+"`") {

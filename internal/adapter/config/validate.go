@@ -123,6 +123,7 @@ func (c *Config) Validate() error {
 	v.store(&g.Store)
 	v.overload(g.Ejection, g.Admission)
 	v.tracing(g.Tracing)
+	v.sync(&g.Sync)
 	return errors.Join(v.errs...)
 }
 
