@@ -135,9 +135,10 @@ type State struct {
 
 	// Fleet sync (sync.go): the other replicas' claims, and the chunk
 	// hashes the last cache_aware pick recorded (and on which worker).
-	peers      map[string]*peerState
-	syncHashes []uint64
-	syncOn     string
+	peers        map[string]*peerState
+	syncHashes   []uint64
+	syncOn       string
+	pendingIndex map[string]pendingEntry
 }
 
 // NewState returns a router state with the given table and epoch.
@@ -172,6 +173,9 @@ func (s *State) SetWorker(w fleet.Worker) {
 		p.ring.Add(w.ID)
 	} else {
 		p.ws[i] = &cp
+	}
+	if len(s.pendingIndex) > 0 {
+		s.applyPending(&cp)
 	}
 }
 

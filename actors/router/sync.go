@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 )
 
@@ -128,6 +129,8 @@ type PeerEvent struct {
 // PeerBatch is a decoded batch of another replica's events.
 type PeerBatch struct {
 	Replica string
+	// Sent is when the sender sent it, by its clock (for the sync lag).
+	Sent time.Time
 	// ChunkBytes is the sender's prefix-index chunk size: its hashes are
 	// used only when it matches ours.
 	ChunkBytes int
@@ -193,6 +196,7 @@ type PeerDrop struct {
 // PeerApplied is what applying a peer's batch did.
 type PeerApplied struct {
 	Replica string
+	Sent    time.Time // the batch's
 	Applied map[PeerEventKind]int
 	Dropped map[PeerDrop]int
 	// Ejected lists the ejections applied, for their end timers.
@@ -235,7 +239,7 @@ func (s *State) syncPicked(model, worker string, hashes []uint64) {
 
 // ApplyPeer applies a peer's batch at now.
 func (s *State) ApplyPeer(b *PeerBatch, now time.Time) PeerApplied {
-	r := PeerApplied{Replica: b.Replica}
+	r := PeerApplied{Replica: b.Replica, Sent: b.Sent}
 	p := s.peer(b.Replica, now)
 	if p == nil {
 		for _, ev := range b.Events {
@@ -470,18 +474,64 @@ func (s *State) MakeSnapshot(maxChunks int, now time.Time) *Snapshot {
 }
 
 // ApplySnapshot applies replica's snapshot at now: its index as its
-// picks, its in-flight counts as its load report, its ejections as its
-// ejections.
+// picks' prompts, its in-flight counts as its load report, its ejections
+// as its ejections. The index entries of workers not known yet (a
+// starting replica hears the engines' first heartbeats within an
+// interval) wait for them, for PeerTimeout at most.
 func (s *State) ApplySnapshot(replica string, snap *Snapshot, now time.Time) PeerApplied {
 	b := PeerBatch{Replica: replica, ChunkBytes: snap.ChunkBytes}
-	for _, e := range snap.Index {
-		b.Events = append(b.Events, PeerEvent{Kind: PeerPick, Model: e.Model, Worker: e.Worker, Hashes: e.Hashes})
-	}
 	b.Events = append(b.Events, PeerEvent{Kind: PeerLoad, Loads: snap.InFlight})
 	for _, e := range snap.Ejections {
 		b.Events = append(b.Events, PeerEvent{Kind: PeerEject, Worker: e.Worker, Model: e.Model, Reason: e.Reason, For: e.For})
 	}
-	// The index entries are not requests: the load report that follows
-	// sets the replica's counts.
-	return s.ApplyPeer(&b, now)
+	r := s.ApplyPeer(&b, now)
+	if s.prefix == nil || len(snap.Index) == 0 {
+		return r
+	}
+	if snap.ChunkBytes != s.prefix.index.Config().ChunkBytes {
+		r.drop(PeerPick, DropChunkBytes)
+		return r
+	}
+	until := now.Add(s.cfg.Sync.peerTimeout())
+	for _, e := range snap.Index {
+		if _, ok := s.workers[e.Worker]; !ok {
+			if s.pendingIndex == nil {
+				s.pendingIndex = map[string]pendingEntry{}
+			}
+			if len(s.pendingIndex) < maxPending {
+				s.pendingIndex[e.Worker] = pendingEntry{model: e.Model, hashes: e.Hashes, until: until}
+			}
+			continue
+		}
+		if err := s.prefix.index.RecordPeer(e.Model, e.Worker, e.Hashes); err != nil {
+			r.drop(PeerPick, dropReason(err))
+			continue
+		}
+		r.applied(PeerPick)
+	}
+	return r
+}
+
+// maxPending bounds the snapshot entries waiting for their workers.
+const maxPending = 4096
+
+// pendingEntry is a snapshot's index entry waiting for its worker's first
+// heartbeat.
+type pendingEntry struct {
+	model  string
+	hashes []uint64
+	until  time.Time
+}
+
+// applyPending records the snapshot entry that waited for worker w, if
+// one did and its wait is not over by w's heartbeat.
+func (s *State) applyPending(w *fleet.Worker) {
+	e, ok := s.pendingIndex[w.ID]
+	if !ok {
+		return
+	}
+	delete(s.pendingIndex, w.ID)
+	if s.prefix != nil && (w.LastHeartbeat.IsZero() || w.LastHeartbeat.Before(e.until)) {
+		_ = s.prefix.index.RecordPeer(e.model, w.ID, e.hashes)
+	}
 }

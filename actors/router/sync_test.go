@@ -269,3 +269,31 @@ func TestSyncOwnLoad(t *testing.T) {
 		t.Fatalf("own load %s", got)
 	}
 }
+
+func TestSyncSnapshotWaitsForUnknownWorkers(t *testing.T) {
+	src, _ := syncState(t, policy.NameCacheAware, SyncConfig{}, "a")
+	prompt := words("sys", 3000)
+	if _, err := src.Pick(&Request{Model: "m", Prompt: prompt}, now); err != nil {
+		t.Fatal(err)
+	}
+	snap := src.MakeSnapshot(1<<16, now)
+	for _, tt := range []struct {
+		name      string
+		heartbeat time.Time
+		want      bool
+	}{
+		{"the first heartbeat within peer_timeout applies it", now.Add(time.Second), true},
+		{"a later one does not", now.Add(time.Minute), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dst, _ := syncState(t, policy.NameCacheAware, SyncConfig{PeerTimeout: 5 * time.Second})
+			dst.ApplySnapshot("r1", snap, now)
+			a := caWorker("a")
+			a.LastHeartbeat, a.Deadline = tt.heartbeat, tt.heartbeat.Add(time.Hour)
+			dst.SetWorker(a)
+			if got := dst.indexChunks("a") > 0; got != tt.want {
+				t.Fatalf("indexed %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

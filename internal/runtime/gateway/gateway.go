@@ -30,6 +30,7 @@ import (
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/adapter/discovery"
+	"github.com/tlgate/tlgate/internal/adapter/fleetsync"
 	"github.com/tlgate/tlgate/internal/adapter/metrics"
 	"github.com/tlgate/tlgate/internal/adapter/probe"
 	"github.com/tlgate/tlgate/internal/adapter/store"
@@ -98,6 +99,8 @@ type Gateway struct {
 	keyring *auth.Keyring
 	limits  *ratelimit.Limiter
 	rpc     *registryrpc.Server
+	// sync is fleet sync with the other replicas (nil: off).
+	sync *fleetsync.Client
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -202,6 +205,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.stops = append(g.stops, g.stopActor(g.Registry))
 	rcfg := routerConfig(pol, &gw)
 	overloadConfig(&rcfg, gw, m, o.Logger)
+	if err := g.newSync(&gw, o.Registry, o.Logger, &rcfg); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(rcfg, table, epoch), g.Registry).Configure(actor.WithDispatcher(pool)))
 	g.stops = append(g.stops, g.stopActor(g.Router))
 	g.Admin = g.sys.Root.Spawn(admin.Props(admin.Deps{
@@ -375,6 +381,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	g.stops = append(g.stops, func(context.Context) error { finder.Close(); return nil })
+	if err := g.startSync(&gw); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 	o.Logger.Info().Str("listen", g.HTTPAddr()).Str("registry_listen", g.RegistryAddr()).
 		Str("route_policy", string(pol)).Str("store", gw.Store.Kind).Uint64("epoch", epoch).Int("routes", table.Len()).Msg("gateway started")
 	return nil

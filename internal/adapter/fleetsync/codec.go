@@ -1,0 +1,320 @@
+package fleetsync
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tlgate/tlgate/actors/router"
+)
+
+// The wire format is compact binary, little-endian, every count and length
+// bounded before anything is allocated:
+//
+//	batch    = 'B' version replica:str sent:varint(unix ns) chunk_bytes:uvarint
+//	           n:uvarint event*n
+//	event    = kind:byte body
+//	pick     = model:str worker:str n:uvarint hash:u64*n
+//	release  = worker:str
+//	load     = n:uvarint (worker:str count:uvarint)*n
+//	eject    = model:str worker:str reason:str for_ms:uvarint
+//	snapshot = 'S' version replica:str chunk_bytes:uvarint
+//	           n:uvarint (model:str worker:str m:uvarint hash:u64*m)*n
+//	           n:uvarint (worker:str count:uvarint)*n
+//	           n:uvarint (worker:str model:str reason:str for_ms:uvarint)*n
+//	str      = len:uvarint byte*len (len <= MaxString)
+//
+// Anything else, or bytes left over, is malformed.
+
+const (
+	magicBatch    = 'B'
+	magicSnapshot = 'S'
+	version       = 1
+)
+
+// Bounds of a decoded message.
+const (
+	// MaxString bounds a replica id, model, worker id or reason.
+	MaxString = 256
+	// MaxHashes bounds the chunk hashes of one pick (a 1 MiB prompt at
+	// 128-byte chunks) or one snapshot entry.
+	MaxHashes = 1 << 16
+	// MaxEvents bounds a batch's events, MaxLoads a load report's workers
+	// and a snapshot's lists.
+	MaxEvents = 1 << 16
+	MaxLoads  = 1 << 14
+	// MaxFor bounds an ejection's duration.
+	MaxFor = 24 * time.Hour
+)
+
+// ErrMalformed is wrapped by every decoding error.
+var ErrMalformed = errors.New("fleetsync: malformed message")
+
+type writer struct{ b []byte }
+
+func (w *writer) uvarint(v uint64) { w.b = binary.AppendUvarint(w.b, v) }
+func (w *writer) varint(v int64)   { w.b = binary.AppendVarint(w.b, v) }
+func (w *writer) str(s string) {
+	if len(s) > MaxString {
+		s = s[:MaxString]
+	}
+	w.uvarint(uint64(len(s)))
+	w.b = append(w.b, s...)
+}
+func (w *writer) hashes(hs []uint64) {
+	w.uvarint(uint64(len(hs)))
+	for _, h := range hs {
+		w.b = binary.LittleEndian.AppendUint64(w.b, h)
+	}
+}
+
+// appendEvent encodes one event.
+func appendEvent(w *writer, ev *router.PeerEvent) {
+	w.b = append(w.b, byte(ev.Kind))
+	switch ev.Kind {
+	case router.PeerPick:
+		w.str(ev.Model)
+		w.str(ev.Worker)
+		w.hashes(ev.Hashes)
+	case router.PeerRelease:
+		w.str(ev.Worker)
+	case router.PeerLoad:
+		w.uvarint(uint64(len(ev.Loads)))
+		for _, l := range ev.Loads {
+			w.str(l.Worker)
+			w.uvarint(uint64(max(0, l.N)))
+		}
+	case router.PeerEject:
+		w.str(ev.Model)
+		w.str(ev.Worker)
+		w.str(ev.Reason)
+		w.uvarint(uint64(max(0, ev.For.Milliseconds())))
+	}
+}
+
+// eventSize is an upper bound of an event's encoded size.
+func eventSize(ev *router.PeerEvent) int {
+	n := 1 + 5*binary.MaxVarintLen64 // kind, string lengths, counts
+	n += len(ev.Model) + len(ev.Worker) + len(ev.Reason) + 8*len(ev.Hashes) + binary.MaxVarintLen64
+	for _, l := range ev.Loads {
+		n += len(l.Worker) + 2*binary.MaxVarintLen64
+	}
+	return n
+}
+
+// EncodeBatch encodes a batch.
+func EncodeBatch(dst []byte, b *router.PeerBatch) []byte {
+	w := &writer{b: append(dst, magicBatch, version)}
+	w.str(b.Replica)
+	w.varint(b.Sent.UnixNano())
+	w.uvarint(uint64(max(0, b.ChunkBytes)))
+	w.uvarint(uint64(len(b.Events)))
+	for i := range b.Events {
+		appendEvent(w, &b.Events[i])
+	}
+	return w.b
+}
+
+// EncodeSnapshot encodes replica's snapshot.
+func EncodeSnapshot(dst []byte, replica string, s *router.Snapshot) []byte {
+	w := &writer{b: append(dst, magicSnapshot, version)}
+	w.str(replica)
+	w.uvarint(uint64(max(0, s.ChunkBytes)))
+	w.uvarint(uint64(len(s.Index)))
+	for _, e := range s.Index {
+		w.str(e.Model)
+		w.str(e.Worker)
+		w.hashes(e.Hashes)
+	}
+	w.uvarint(uint64(len(s.InFlight)))
+	for _, l := range s.InFlight {
+		w.str(l.Worker)
+		w.uvarint(uint64(max(0, l.N)))
+	}
+	w.uvarint(uint64(len(s.Ejections)))
+	for _, e := range s.Ejections {
+		w.str(e.Worker)
+		w.str(e.Model)
+		w.str(e.Reason)
+		w.uvarint(uint64(max(0, e.For.Milliseconds())))
+	}
+	return w.b
+}
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
+	}
+	r.b = nil
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) < 1 {
+		r.fail("truncated")
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) uvarint(limit uint64, what string) uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("bad varint (%s)", what)
+		return 0
+	}
+	r.b = r.b[n:]
+	if v > limit {
+		r.fail("%s %d above %d", what, v, limit)
+		return 0
+	}
+	return v
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail("bad varint")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) str(what string) string {
+	n := r.uvarint(MaxString, what+" length")
+	if r.err != nil {
+		return ""
+	}
+	if uint64(len(r.b)) < n {
+		r.fail("truncated %s", what)
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+// count reads a list's length, at most limit and at most what the bytes
+// left could hold at minSize bytes an element.
+func (r *reader) count(limit uint64, minSize int, what string) int {
+	n := r.uvarint(limit, what)
+	if r.err == nil && n*uint64(minSize) > uint64(len(r.b)) {
+		r.fail("%s %d longer than the message", what, n)
+		return 0
+	}
+	return int(n)
+}
+
+func (r *reader) hashes() []uint64 {
+	n := r.count(MaxHashes, 8, "hashes")
+	if r.err != nil || n == 0 {
+		return nil
+	}
+	hs := make([]uint64, n)
+	for i := range hs {
+		hs[i] = binary.LittleEndian.Uint64(r.b[8*i:])
+	}
+	r.b = r.b[8*n:]
+	return hs
+}
+
+func (r *reader) forMs() time.Duration {
+	return time.Duration(r.uvarint(uint64(MaxFor.Milliseconds()), "ejection ms")) * time.Millisecond
+}
+
+func (r *reader) header(magic byte) {
+	if m := r.byte(); r.err == nil && m != magic {
+		r.fail("not a %q message (%q)", magic, m)
+	}
+	if v := r.byte(); r.err == nil && v != version {
+		r.fail("version %d, want %d", v, version)
+	}
+}
+
+func (r *reader) done() error {
+	if r.err == nil && len(r.b) > 0 {
+		r.fail("%d bytes left over", len(r.b))
+	}
+	return r.err
+}
+
+// DecodeBatch decodes a batch; the error wraps ErrMalformed.
+func DecodeBatch(data []byte) (*router.PeerBatch, error) {
+	r := &reader{b: data}
+	r.header(magicBatch)
+	b := &router.PeerBatch{}
+	b.Replica = r.str("replica")
+	b.Sent = time.Unix(0, r.varint())
+	b.ChunkBytes = int(r.uvarint(1<<20, "chunk bytes"))
+	n := r.count(MaxEvents, 2, "events")
+	if r.err == nil {
+		b.Events = make([]router.PeerEvent, 0, n)
+	}
+	for i := 0; i < n && r.err == nil; i++ {
+		ev := router.PeerEvent{Kind: router.PeerEventKind(r.byte())}
+		switch ev.Kind {
+		case router.PeerPick:
+			ev.Model, ev.Worker = r.str("model"), r.str("worker")
+			ev.Hashes = r.hashes()
+		case router.PeerRelease:
+			ev.Worker = r.str("worker")
+		case router.PeerLoad:
+			m := r.count(MaxLoads, 2, "loads")
+			for j := 0; j < m && r.err == nil; j++ {
+				ev.Loads = append(ev.Loads, router.WorkerLoad{Worker: r.str("worker"), N: int(r.uvarint(1<<20, "in flight"))})
+			}
+		case router.PeerEject:
+			ev.Model, ev.Worker, ev.Reason = r.str("model"), r.str("worker"), r.str("reason")
+			ev.For = r.forMs()
+		default:
+			r.fail("unknown event kind %d", ev.Kind)
+		}
+		b.Events = append(b.Events, ev)
+	}
+	if err := r.done(); err != nil {
+		return nil, err
+	}
+	if b.Replica == "" {
+		return nil, fmt.Errorf("%w: no replica id", ErrMalformed)
+	}
+	return b, nil
+}
+
+// DecodeSnapshot decodes a snapshot and the replica that sent it.
+func DecodeSnapshot(data []byte) (string, *router.Snapshot, error) {
+	r := &reader{b: data}
+	r.header(magicSnapshot)
+	replica := r.str("replica")
+	s := &router.Snapshot{ChunkBytes: int(r.uvarint(1<<20, "chunk bytes"))}
+	n := r.count(MaxLoads, 3, "index entries")
+	for i := 0; i < n && r.err == nil; i++ {
+		e := router.SnapshotEntry{Model: r.str("model"), Worker: r.str("worker")}
+		e.Hashes = r.hashes()
+		s.Index = append(s.Index, e)
+	}
+	n = r.count(MaxLoads, 2, "in flight")
+	for i := 0; i < n && r.err == nil; i++ {
+		s.InFlight = append(s.InFlight, router.WorkerLoad{Worker: r.str("worker"), N: int(r.uvarint(1<<20, "in flight"))})
+	}
+	n = r.count(MaxLoads, 4, "ejections")
+	for i := 0; i < n && r.err == nil; i++ {
+		e := router.SnapshotEjection{Worker: r.str("worker"), Model: r.str("model"), Reason: r.str("reason")}
+		e.For = r.forMs()
+		s.Ejections = append(s.Ejections, e)
+	}
+	if err := r.done(); err != nil {
+		return "", nil, err
+	}
+	if replica == "" {
+		return "", nil, fmt.Errorf("%w: no replica id", ErrMalformed)
+	}
+	return replica, s, nil
+}

@@ -1,0 +1,528 @@
+// Package fleetsync shares the router's view between gateway replicas over
+// NATS: each replica publishes its routing decisions, releases, ejections
+// and in-flight counts in small batches on <prefix>.events, applies its
+// peers' through the router actor (router.SyncBatch), and answers and asks
+// warm-start snapshots on <prefix>.snapshot (NATS request-reply).
+//
+// Routing never waits on NATS: the router hands events to a Client
+// (router.Syncer) without blocking, a bounded queue drops what does not
+// fit, and a batcher goroutine publishes. What arrives is bounded before the
+// router sees it: its size, its age, one peer's rate, and the decoding
+// (codec.go) bounds every count; the router bounds what the events may do.
+// A replica ignores its own messages. With NATS away a replica routes on
+// its own view and reconnects by itself, asking a peer for a snapshot when
+// it is back.
+package fleetsync
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"golang.org/x/time/rate"
+
+	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/adapter/metrics"
+)
+
+// Subjects under the configured prefix.
+const (
+	subjectEvents   = "events"
+	subjectSnapshot = "snapshot"
+)
+
+// Options are what a Client needs besides the configuration.
+type Options struct {
+	Root    *actor.RootContext
+	Logger  zerolog.Logger
+	Metrics *metrics.SyncMetrics
+	// ChunkBytes is the router's prefix-index chunk size (sent with the
+	// hashes, so a peer with another chunking ignores them).
+	ChunkBytes int
+}
+
+// Client is one replica's fleet sync: the router's Syncer, and the NATS
+// connection with its batcher and subscriptions.
+type Client struct {
+	cfg     config.Sync
+	o       Options
+	m       *metrics.SyncMetrics
+	log     zerolog.Logger
+	queue   chan router.PeerEvent
+	maxHash int
+
+	router *actor.PID // set by Start
+
+	mu      sync.Mutex
+	id      string
+	nc      *nats.Conn
+	limits  map[string]*rate.Limiter
+	cancel  context.CancelFunc
+	done    chan struct{}
+	started bool
+	warming atomic.Bool // a warm start is running
+}
+
+// New returns a Client for cfg, not yet connected: the router may be given
+// it at once (events wait in the queue until Start).
+func New(cfg config.Sync, o Options) *Client {
+	c := &Client{
+		cfg: cfg, o: o, m: o.Metrics, log: o.Logger,
+		queue:   make(chan router.PeerEvent, cfg.MaxQueue),
+		maxHash: min(MaxHashes, max(1, (cfg.MaxBatchBytes-1024)/8)),
+		limits:  map[string]*rate.Limiter{},
+	}
+	return c
+}
+
+// ID is the replica id the client publishes under.
+func (c *Client) ID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.id
+}
+
+// enqueue queues an event without blocking; a full queue drops it.
+func (c *Client) enqueue(ev router.PeerEvent) {
+	select {
+	case c.queue <- ev:
+	default:
+		c.m.Dropped(ev.Kind.String(), metrics.SyncDropQueueFull, 1)
+	}
+}
+
+// Picked implements router.Syncer.
+func (c *Client) Picked(model, worker string, hashes []uint64) {
+	var hs []uint64
+	if len(hashes) > 0 {
+		hs = append([]uint64(nil), hashes[:min(len(hashes), c.maxHash)]...)
+	}
+	c.enqueue(router.PeerEvent{Kind: router.PeerPick, Model: model, Worker: worker, Hashes: hs})
+}
+
+// Released implements router.Syncer.
+func (c *Client) Released(worker string) {
+	c.enqueue(router.PeerEvent{Kind: router.PeerRelease, Worker: worker})
+}
+
+// Ejected implements router.Syncer.
+func (c *Client) Ejected(worker, model, reason string, until time.Time) {
+	c.enqueue(router.PeerEvent{Kind: router.PeerEject, Worker: worker, Model: model, Reason: reason, For: time.Until(until)})
+}
+
+// Load implements router.Syncer.
+func (c *Client) Load(own []router.WorkerLoad) {
+	c.enqueue(router.PeerEvent{Kind: router.PeerLoad, Loads: own})
+}
+
+// Applied implements router.Syncer: it counts what a peer's batch did.
+func (c *Client) Applied(r router.PeerApplied) {
+	if !r.Sent.IsZero() {
+		c.m.Lag(time.Since(r.Sent))
+	}
+	for k, n := range r.Applied {
+		c.m.Received(k.String(), n)
+	}
+	for d, n := range r.Dropped {
+		c.m.Dropped(d.Kind.String(), d.Reason, n)
+	}
+}
+
+func (c *Client) subject(s string) string { return c.cfg.SubjectPrefix + "." + s }
+
+// Start connects to NATS as replica id, feeding the router actor pid,
+// and starts the batcher, the subscriptions and the load ticker. NATS
+// need not be reachable: the client keeps trying in the background, and
+// the gateway serves meanwhile. It fails only on a configuration that
+// cannot be used (TLS files, credentials).
+func (c *Client) Start(id string, pid *actor.PID) error {
+	opts, err := c.natsOptions(id)
+	if err != nil {
+		return err
+	}
+	c.router = pid
+	c.mu.Lock()
+	c.id = id
+	c.mu.Unlock()
+	c.m.Up(false)
+	nc, err := nats.Connect(strings.Join(c.cfg.URL, ","), opts...)
+	if err != nil {
+		return fmt.Errorf("fleetsync: connect: %w", err)
+	}
+	for _, sub := range []struct {
+		subject string
+		handler nats.MsgHandler
+	}{{c.subject(subjectEvents), c.onEvents}, {c.subject(subjectSnapshot), c.onSnapshotRequest}} {
+		s, err := nc.Subscribe(sub.subject, sub.handler)
+		if err != nil {
+			nc.Close()
+			return fmt.Errorf("fleetsync: subscribe %s: %w", sub.subject, err)
+		}
+		// Bounded client-side buffers: a replica that cannot keep up drops
+		// (slow consumer, counted), never grows without bound.
+		if err := s.SetPendingLimits(4096, 4*c.cfg.MaxMessageBytes); err != nil {
+			nc.Close()
+			return fmt.Errorf("fleetsync: subscribe %s: %w", sub.subject, err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.mu.Lock()
+	c.nc, c.cancel, c.done, c.started = nc, cancel, make(chan struct{}), true
+	c.mu.Unlock()
+	go c.run(ctx)
+	if nc.IsConnected() {
+		c.m.Up(true)
+		go c.warmStart() // or the connect handler's, whichever runs first
+	}
+	c.log.Info().Str("replica", id).Strs("url", c.cfg.URL).Str("subject_prefix", c.cfg.SubjectPrefix).Bool("connected", nc.IsConnected()).Msg("fleet sync started")
+	return nil
+}
+
+// natsOptions are the connection's options: credentials, TLS, the
+// reconnection policy and the handlers that keep tlgate_sync_up.
+func (c *Client) natsOptions(id string) ([]nats.Option, error) {
+	cfg := c.cfg
+	opts := []nats.Option{
+		nats.Name("tlgate " + id),
+		nats.NoEcho(), // a replica's own messages never come back
+		nats.Timeout(cfg.ConnectTimeout.Duration),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(cfg.ReconnectWait.Duration),
+		nats.ReconnectJitter(cfg.ReconnectWait.Duration/5, cfg.ReconnectWait.Duration/5),
+		nats.ReconnectBufSize(-1), // while away, publish fails (counted): no stale replay
+		nats.PingInterval(2 * time.Second),
+		nats.MaxPingsOutstanding(2),
+		nats.ConnectHandler(func(*nats.Conn) { c.connected("connected") }),
+		nats.ReconnectHandler(func(*nats.Conn) { c.connected("reconnected") }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			c.m.Up(false)
+			c.log.Warn().Err(err).Msg("fleet sync: NATS connection lost; routing on the local view")
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { c.m.Up(false) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				c.m.Dropped(metrics.SyncBatch, metrics.SyncDropSlowConsumer, 1)
+				return
+			}
+			c.log.Warn().Err(err).Msg("fleet sync: NATS error")
+		}),
+	}
+	tok, err := cfg.SyncToken()
+	if err != nil {
+		return nil, fmt.Errorf("fleetsync: %w", err)
+	}
+	if tok != "" {
+		opts = append(opts, nats.Token(tok))
+	}
+	if cfg.User != "" {
+		pw, err := cfg.SyncPassword()
+		if err != nil {
+			return nil, fmt.Errorf("fleetsync: %w", err)
+		}
+		opts = append(opts, nats.UserInfo(cfg.User, pw))
+	}
+	if cfg.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	if cfg.CAFile != "" || cfg.CertFile != "" || hasTLSURL(cfg.URL) {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.CAFile != "" {
+			pem, err := os.ReadFile(cfg.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("fleetsync: gateway.sync.ca_file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("fleetsync: gateway.sync.ca_file: %s holds no PEM certificate", cfg.CAFile)
+			}
+			tc.RootCAs = pool
+		}
+		if cfg.CertFile != "" {
+			pair, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("fleetsync: gateway.sync.cert_file: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{pair}
+		}
+		opts = append(opts, nats.Secure(tc))
+	}
+	return opts, nil
+}
+
+func hasTLSURL(us []string) bool {
+	for _, u := range us {
+		if strings.HasPrefix(u, "tls://") {
+			return true
+		}
+	}
+	return false
+}
+
+// connected runs on every (re)connection: sync is up, and a peer's
+// snapshot warms the view after the outage.
+func (c *Client) connected(how string) {
+	c.m.Up(true)
+	c.log.Info().Str("replica", c.ID()).Msg("fleet sync: NATS " + how)
+	c.mu.Lock()
+	started := c.started
+	c.mu.Unlock()
+	if started {
+		go c.warmStart()
+	}
+}
+
+// Close stops the batcher and closes the connection (publishing what is
+// queued first, when connected).
+func (c *Client) Close() {
+	c.mu.Lock()
+	nc, cancel, done := c.nc, c.cancel, c.done
+	c.started = false
+	c.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+	nc.Close()
+	c.m.Up(false)
+}
+
+// run is the batcher: it gathers queued events for BatchInterval (or
+// until MaxBatchBytes) and publishes them as one batch, and asks the
+// router for its load every LoadInterval.
+func (c *Client) run(ctx context.Context) {
+	defer close(c.done)
+	load := time.NewTicker(c.cfg.LoadInterval.Duration)
+	defer load.Stop()
+	flush := time.NewTimer(time.Hour)
+	flush.Stop()
+	var (
+		batch   []router.PeerEvent
+		size    int
+		pending bool
+		buf     []byte
+	)
+	send := func() {
+		if len(batch) == 0 {
+			return
+		}
+		buf = c.publish(buf[:0], batch)
+		clear(batch)
+		batch, size, pending = batch[:0], 0, false
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			for {
+				select {
+				case ev := <-c.queue:
+					batch = append(batch, ev)
+				default:
+					send()
+					return
+				}
+			}
+		case <-load.C:
+			c.o.Root.Send(c.router, &router.SyncTick{})
+		case <-flush.C:
+			send()
+		case ev := <-c.queue:
+			n := eventSize(&ev)
+			if size+n > c.cfg.MaxBatchBytes && len(batch) > 0 {
+				send()
+			}
+			batch = append(batch, ev)
+			size += n
+			if !pending {
+				pending = true
+				flush.Reset(c.cfg.BatchInterval.Duration)
+			}
+		}
+	}
+}
+
+// publish encodes and publishes one batch; with NATS away its events are
+// dropped and counted.
+func (c *Client) publish(buf []byte, events []router.PeerEvent) []byte {
+	c.mu.Lock()
+	nc, id := c.nc, c.id
+	c.mu.Unlock()
+	b := router.PeerBatch{Replica: id, Sent: time.Now(), ChunkBytes: c.o.ChunkBytes, Events: events}
+	buf = EncodeBatch(buf, &b)
+	counts := map[string]int{}
+	for i := range events {
+		counts[events[i].Kind.String()]++
+	}
+	if nc == nil || !nc.IsConnected() || nc.Publish(c.subject(subjectEvents), buf) != nil {
+		for k, n := range counts {
+			c.m.Dropped(k, metrics.SyncDropDisconnected, n)
+		}
+		c.m.Dropped(metrics.SyncBatch, metrics.SyncDropDisconnected, 1)
+		return buf
+	}
+	for k, n := range counts {
+		c.m.Sent(k, n)
+	}
+	c.m.Sent(metrics.SyncBatch, 1)
+	c.m.SentBytes(len(buf))
+	return buf
+}
+
+// onEvents takes a peer's batch: bounded, decoded, checked, then handed
+// to the router.
+func (c *Client) onEvents(msg *nats.Msg) {
+	b, reason := c.accept(msg.Data)
+	if reason != "" {
+		c.m.Dropped(metrics.SyncBatch, reason, 1)
+		return
+	}
+	c.m.Received(metrics.SyncBatch, 1)
+	c.m.ReceivedBytes(len(msg.Data))
+	c.o.Root.Send(c.router, &router.SyncBatch{Batch: *b})
+}
+
+// accept decodes data and checks it; reason says why it is dropped.
+func (c *Client) accept(data []byte) (b *router.PeerBatch, reason string) {
+	if len(data) > c.cfg.MaxMessageBytes {
+		return nil, metrics.SyncDropOversized
+	}
+	b, err := DecodeBatch(data)
+	if err != nil {
+		return nil, metrics.SyncDropMalformed
+	}
+	if b.Replica == c.ID() {
+		return nil, metrics.SyncDropEcho
+	}
+	if age := time.Since(b.Sent); age > c.cfg.StaleAfter.Duration || -age > c.cfg.StaleAfter.Duration {
+		return nil, metrics.SyncDropStale
+	}
+	if !c.allow(b.Replica) {
+		return nil, metrics.SyncDropRate
+	}
+	return b, ""
+}
+
+// allow takes one message of replica from its rate limit. Limits are kept
+// for at most 2 × max_peers replicas; beyond, the map starts afresh (a
+// flood of invented ids costs the router's own max_peers bound, no more).
+func (c *Client) allow(replica string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.limits[replica]
+	if l == nil {
+		if len(c.limits) >= 2*c.cfg.MaxPeers {
+			clear(c.limits)
+		}
+		l = rate.NewLimiter(rate.Limit(c.cfg.PeerRate), max(1, int(c.cfg.PeerRate)))
+		c.limits[replica] = l
+	}
+	return l.Allow()
+}
+
+// onSnapshotRequest answers a peer's warm start with the router's view,
+// shrunk to fit one message.
+func (c *Client) onSnapshotRequest(msg *nats.Msg) {
+	if msg.Reply == "" || string(msg.Data) == c.ID() || c.cfg.SnapshotChunks == 0 {
+		return
+	}
+	res, err := c.o.Root.RequestFuture(c.router, &router.SyncSnapshot{MaxChunks: c.cfg.SnapshotChunks}, c.cfg.SnapshotTimeout.Duration).Result()
+	if err != nil {
+		c.log.Warn().Err(err).Msg("fleet sync: snapshot for a peer")
+		return
+	}
+	snap, ok := res.(*router.Snapshot)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	nc := c.nc
+	c.mu.Unlock()
+	limit := c.cfg.MaxMessageBytes
+	if nc != nil && nc.MaxPayload() > 0 {
+		limit = min(limit, int(nc.MaxPayload()))
+	}
+	data := EncodeSnapshot(nil, c.ID(), snap)
+	for keep := c.cfg.SnapshotChunks / 2; len(data) > limit && keep > 0; keep /= 2 {
+		for i := range snap.Index {
+			snap.Index[i].Hashes = snap.Index[i].Hashes[:min(len(snap.Index[i].Hashes), keep)]
+		}
+		data = EncodeSnapshot(data[:0], c.ID(), snap)
+	}
+	if len(data) > limit {
+		snap.Index = nil
+		data = EncodeSnapshot(data[:0], c.ID(), snap)
+	}
+	if err := msg.Respond(data); err != nil {
+		return
+	}
+	c.m.Sent(metrics.SyncSnapshot, 1)
+	c.m.Snapshot(metrics.SnapshotServed, len(data), 0)
+}
+
+// warmStart asks a peer for its view and hands it to the router (one at a
+// time: a reconnection during one adds none).
+func (c *Client) warmStart() {
+	if !c.warming.CompareAndSwap(false, true) {
+		return
+	}
+	defer c.warming.Store(false)
+	c.mu.Lock()
+	nc, id := c.nc, c.id
+	c.mu.Unlock()
+	if nc == nil {
+		return
+	}
+	start := time.Now()
+	msg, err := nc.Request(c.subject(subjectSnapshot), []byte(id), c.cfg.SnapshotTimeout.Duration)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout):
+		c.m.Snapshot(metrics.SnapshotNone, 0, time.Since(start))
+		c.log.Info().Msg("fleet sync: no peer answered a snapshot request; starting from the local view")
+		return
+	case err != nil:
+		c.m.Snapshot(metrics.SnapshotFailed, 0, time.Since(start))
+		c.log.Warn().Err(err).Msg("fleet sync: snapshot request")
+		return
+	}
+	if len(msg.Data) > c.cfg.MaxMessageBytes {
+		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropOversized, 1)
+		c.m.Snapshot(metrics.SnapshotFailed, 0, time.Since(start))
+		return
+	}
+	peer, snap, err := DecodeSnapshot(msg.Data)
+	if err != nil || peer == id {
+		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropMalformed, 1)
+		c.m.Snapshot(metrics.SnapshotFailed, 0, time.Since(start))
+		return
+	}
+	c.o.Root.Send(c.router, &router.ApplySnapshot{Replica: peer, Snapshot: snap})
+	c.m.Received(metrics.SyncSnapshot, 1)
+	c.m.Snapshot(metrics.SnapshotApplied, len(msg.Data), time.Since(start))
+	c.log.Info().Str("peer", peer).Int("bytes", len(msg.Data)).Int("workers", len(snap.Index)).Dur("took", time.Since(start)).Msg("fleet sync: warm start from a peer's snapshot")
+}
+
+// DefaultID is a replica's id when the configuration names none: the host
+// name and the HTTP listener's port.
+func DefaultID(httpAddr string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "tlgate"
+	}
+	if _, port, err := net.SplitHostPort(httpAddr); err == nil {
+		return host + ":" + port
+	}
+	return host + ":" + httpAddr
+}
