@@ -1,0 +1,269 @@
+package fleetsync
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/adapter/fleetsync"
+)
+
+// conversation is the prompt of a conversation's turn: every turn extends
+// the one before, so an engine that served the last turn holds most of it.
+func conversation(id, turn int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "conversation %d. ", id)
+	for range 40 {
+		fmt.Fprintf(&b, "system words of conversation %d; ", id)
+	}
+	for t := 1; t <= turn; t++ {
+		fmt.Fprintf(&b, "user: question %d of conversation %d? assistant: an answer to it. ", t, id)
+	}
+	return b.String()
+}
+
+// firstTurns sends turn 1 of n conversations to replica i at once (the
+// engines are slow enough that they spread by load) and returns the
+// worker each went to.
+func (f *fleet) firstTurns(i, n int) []string {
+	f.t.Helper()
+	workers := make([]string, n)
+	var wg sync.WaitGroup
+	for c := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			r := f.complete(ctx, i, conversation(c, 1), 8)
+			if r.err != nil || r.status != 200 {
+				f.t.Errorf("conversation %d turn 1: %d %v %s", c, r.status, r.err, r.body)
+			}
+			workers[c] = r.route
+		}()
+	}
+	wg.Wait()
+	if f.t.Failed() {
+		f.t.FailNow()
+	}
+	distinct := map[string]bool{}
+	for _, w := range workers {
+		distinct[w] = true
+	}
+	if len(distinct) < 2 {
+		f.t.Fatalf("turn 1 of %d conversations all went to %v: the test cannot tell sync from chance", n, workers)
+	}
+	return workers
+}
+
+// turn sends turn t of conversation c to replica i and returns its worker.
+func (f *fleet) turn(i, c, t int) string {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := f.complete(ctx, i, conversation(c, t), 2)
+	if r.err != nil || r.status != 200 {
+		f.t.Fatalf("conversation %d turn %d on replica %d: %d %v %s", c, t, i, r.status, r.err, r.body)
+	}
+	return r.route
+}
+
+func TestSyncSharesPrefixIndex(t *testing.T) {
+	f := newFleet(t, startNATS(t), "cache_aware", 2, engineConfigs(3, 25*time.Millisecond))
+	const convs = 6
+	workers := f.firstTurns(0, convs)
+	picks := float64(convs)
+	for turn := 2; turn <= 4; turn++ {
+		i := (turn - 1) % 2 // turns alternate: B, A, B
+		// B has applied every pick A made (and the other way round).
+		f.waitMetric(i, 5*time.Second, picks, "tlgate_sync_messages_received_total", "kind", "pick")
+		for c := range convs {
+			if got := f.turn(i, c, turn); got != workers[c] {
+				t.Errorf("conversation %d turn %d on replica %d went to %s, turn 1 to %s", c, turn, i, got, workers[c])
+			}
+		}
+		if turn >= 3 {
+			picks += convs
+		}
+	}
+}
+
+func TestSyncSharesInFlight(t *testing.T) {
+	f := newFleet(t, startNATS(t), "least_outstanding", 2, engineConfigs(3, 20*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	held := make(chan string, 2)
+	for c := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// 1,000 tokens at 20 ms: held open until the test ends.
+			r := f.complete(ctx, 0, fmt.Sprintf("held request %d", c), 1000)
+			held <- r.route
+		}()
+		// A's least_outstanding puts the second beside the first.
+		f.waitWorker(0, fmt.Sprintf("w%d", c), func(w router.WorkerView) bool { return w.InFlight == 1 }, "one in flight on A")
+	}
+	for _, id := range []string{"w0", "w1"} {
+		f.waitWorker(1, id, func(w router.WorkerView) bool { return w.PeerInFlight == 1 }, "one peer request in flight on B")
+	}
+	for range 3 {
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		r := f.complete(rctx, 1, "a short one", 1)
+		rcancel()
+		if r.err != nil || r.status != 200 || r.route != "w2" {
+			t.Fatalf("B routed to %q (%d %v), want w2: w0 and w1 each carry one of A's", r.route, r.status, r.err)
+		}
+	}
+	cancel()
+	wg.Wait()
+	// A's requests ended: B forgets them.
+	for _, id := range []string{"w0", "w1"} {
+		f.waitWorker(1, id, func(w router.WorkerView) bool { return w.PeerInFlight == 0 }, "no peer request left on B")
+	}
+}
+
+func TestSyncWarmStart(t *testing.T) {
+	ns := startNATS(t)
+	late := freePort(t) // replica B's registry, heartbeated before B runs
+	f := newFleet(t, ns, "cache_aware", 1, engineConfigs(3, 25*time.Millisecond), late)
+	const convs = 6
+	workers := f.firstTurns(0, convs)
+	f.replicas = append(f.replicas, f.startReplica(late))
+	f.waitMetric(1, 5*time.Second, 1, "tlgate_sync_snapshots_total", "outcome", "applied")
+	f.waitRoutable(1)
+	eventually(t, 5*time.Second, func() bool {
+		n := 0
+		for _, w := range f.workers(1) {
+			n += w.PrefixIndexChunks
+		}
+		return n > 0
+	}, "replica B to hold A's index")
+	for c := range convs {
+		if got := f.turn(1, c, 2); got != workers[c] {
+			t.Errorf("conversation %d turn 2 on the new replica went to %s, turn 1 to %s", c, got, workers[c])
+		}
+	}
+	if f.metric(0, "tlgate_sync_snapshots_total", "outcome", "served") < 1 {
+		t.Error("replica A served no snapshot")
+	}
+}
+
+func TestSyncNATSDownKeepsServing(t *testing.T) {
+	ns := startNATS(t)
+	f := newFleet(t, ns, "cache_aware", 2, engineConfigs(2, 0))
+	stop := f.load(4, func(n int) string { return conversation(n%10, 1+n%3) })
+	defer stop()
+	for i := range f.replicas {
+		f.waitMetric(i, 5*time.Second, 5, "tlgate_sync_messages_received_total", "kind", "batch")
+	}
+	ns.Stop()
+	for i := range f.replicas {
+		eventually(t, 10*time.Second, func() bool { return f.metric(i, "tlgate_sync_up") == 0 }, "replica %d: tlgate_sync_up 0", i)
+	}
+	// Requests keep being answered while NATS is away.
+	for i := range f.replicas {
+		served := f.metric(i, "tlgate_requests_total", "outcome", "ok")
+		f.waitMetric(i, 10*time.Second, served+20, "tlgate_requests_total", "outcome", "ok")
+	}
+	if err := ns.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range f.replicas {
+		eventually(t, 10*time.Second, func() bool { return f.metric(i, "tlgate_sync_up") == 1 }, "replica %d: tlgate_sync_up 1", i)
+	}
+	for i := range f.replicas {
+		got := f.metric(i, "tlgate_sync_messages_received_total", "kind", "batch")
+		f.waitMetric(i, 10*time.Second, got+5, "tlgate_sync_messages_received_total", "kind", "batch")
+	}
+	if failures := stop(); len(failures) > 0 {
+		t.Fatalf("%d requests failed, first: %s", len(failures), failures[0])
+	}
+}
+
+func TestSyncSharesEjection(t *testing.T) {
+	f := newFleet(t, startNATS(t), "least_outstanding", 2, engineConfigs(2, 0))
+	if err := f.engines[0].SetFaults(enginesim.Faults{Refuse: true}); err != nil {
+		t.Fatal(err)
+	}
+	// A's first attempt on w0 is refused: A ejects it and fails over.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if r := f.complete(ctx, 0, "hello", 2); r.err != nil || r.status != 200 || r.route != "w1" {
+		t.Fatalf("A: %d %v %q, want 200 from w1", r.status, r.err, r.route)
+	}
+	f.waitWorker(0, "w0", func(w router.WorkerView) bool { return !w.EjectedUntil.IsZero() }, "ejected on A")
+	f.waitWorker(1, "w0", func(w router.WorkerView) bool { return !w.EjectedUntil.IsZero() }, "ejected on B by A's word")
+	for range 4 {
+		if r := f.complete(ctx, 1, "hello", 2); r.err != nil || r.status != 200 || r.route != "w1" {
+			t.Fatalf("B: %d %v %q, want 200 from w1", r.status, r.err, r.route)
+		}
+	}
+	if n := f.metric(1, "tlgate_failovers_total"); n > 0 {
+		t.Fatalf("B failed over %v times: it tried the engine A had ejected", n)
+	}
+}
+
+func TestSyncRejectsMalformed(t *testing.T) {
+	ns := startNATS(t)
+	f := newFleet(t, ns, "cache_aware", 1, engineConfigs(2, 0))
+	nc, err := nats.Connect(ns.URL(), nats.Token(ns.Token()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	const subject = "tlgate.sync.events"
+	batch := func(replica string, sent time.Time, evs ...router.PeerEvent) []byte {
+		return fleetsync.EncodeBatch(nil, &router.PeerBatch{Replica: replica, Sent: sent, ChunkBytes: 128, Events: evs})
+	}
+	pick := func(model, worker string) router.PeerEvent {
+		return router.PeerEvent{Kind: router.PeerPick, Model: model, Worker: worker, Hashes: []uint64{1, 2, 3}}
+	}
+	now := time.Now()
+	msgs := []struct {
+		name   string
+		data   []byte
+		metric []string // the drop it must count
+	}{
+		{"garbage", []byte("\x00garbage\xff"), []string{"kind", "batch", "reason", "malformed"}},
+		{"truncated", batch("liar", now, pick(model, "w0"))[:20], []string{"kind", "batch", "reason", "malformed"}},
+		{"oversized", append([]byte("B\x01"), make([]byte, 1<<20+1)...), []string{"kind", "batch", "reason", "oversized"}},
+		{"stale", batch("liar", now.Add(-time.Hour), pick(model, "w0")), []string{"kind", "batch", "reason", "stale"}},
+		{"its own echo", batch(f.replicas[0].gw.SyncID(), now, pick(model, "w0")), []string{"kind", "batch", "reason", "echo"}},
+		{"a foreign model", batch("liar", now, pick("other-model", "w0")), []string{"kind", "pick", "reason", "other_model"}},
+		{"an unknown worker", batch("liar", now, pick(model, "nobody")), []string{"kind", "pick", "reason", "unknown_worker"}},
+	}
+	for _, m := range msgs {
+		if err := nc.Publish(subject, m.data); err != nil && m.name != "oversized" {
+			t.Fatalf("%s: publish: %v", m.name, err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if m.name == "oversized" {
+			continue // above NATS's own max_payload: the server refuses it first
+		}
+		f.waitMetric(0, 5*time.Second, 1, "tlgate_sync_messages_dropped_total", m.metric...)
+	}
+	// Nothing of it changed the view, and the replica still serves.
+	for _, w := range f.workers(0) {
+		if w.PeerInFlight != 0 || w.PrefixIndexChunks != 0 {
+			t.Errorf("worker %s: peer_in_flight %d, index chunks %d after garbage", w.ID, w.PeerInFlight, w.PrefixIndexChunks)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if r := f.complete(ctx, 0, "still here?", 2); r.err != nil || r.status != 200 {
+		t.Fatalf("after the garbage: %d %v", r.status, r.err)
+	}
+}
