@@ -104,6 +104,12 @@ type Log struct {
 	// timeout, eof, bad_answer...; or rate_limit_exceeded, cut at its key's
 	// tokens budget); the client got the error event.
 	StreamFailure string
+	// Skipped lists the cascade steps passed over for want of a routable
+	// worker ("step 0 (small): route small needs ..."), in order.
+	Skipped []string
+	// NoCapacity is what was missing when the request was answered
+	// no_capacity without an attempt (router.NoCapacityError.Why).
+	NoCapacity string
 }
 
 // Deps are the actor's collaborators.
@@ -243,8 +249,7 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 		case a.attempts > 0:
 			a.finish(ctx, exhausted(a.ex.Req.Model, a.attempts, a.lastErr))
 		default:
-			a.finish(ctx, Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeNoCapacity,
-				Message: fmt.Sprintf("No worker can serve model %q right now.", a.ex.Req.Model)})
+			a.finish(ctx, a.noCapacity(m))
 		}
 		return
 	}
@@ -257,6 +262,8 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 	a.attempts++
 	a.log.Attempts = a.attempts
 	a.log.Route, a.log.ServedModel, a.log.Worker, a.log.Reason, a.log.CascadeStep = t.Route, t.ServedModel, t.Worker.ID, t.Reason, t.CascadeStep
+	a.skipped(t.Skipped)
+	a.step = t.CascadeStep // a retry on this step skips no step again
 	if t.Prefill != nil {
 		a.log.Prefill = t.Prefill.ID
 	}

@@ -53,10 +53,12 @@ const (
 	AttrAcceptIf      = attribute.Key("tlgate.cascade.accept_if")
 	AttrStatistic     = attribute.Key("tlgate.cascade.statistic")
 	AttrStatValue     = attribute.Key("tlgate.cascade.value")
-	AttrKVHandle      = attribute.Key("tlgate.kv.handle")
-	AttrKVTarget      = attribute.Key("tlgate.kv.target")
-	AttrPromptTokens  = semconv.GenAIUsageInputTokensKey
-	AttrOutputTokens  = semconv.GenAIUsageOutputTokensKey
+	// AttrSkipped is why a skipped cascade step had no routable worker.
+	AttrSkipped      = attribute.Key("tlgate.cascade.skipped")
+	AttrKVHandle     = attribute.Key("tlgate.kv.handle")
+	AttrKVTarget     = attribute.Key("tlgate.kv.target")
+	AttrPromptTokens = semconv.GenAIUsageInputTokensKey
+	AttrOutputTokens = semconv.GenAIUsageOutputTokensKey
 	// AttrUsageEstimated: the engine reported no usage, the gateway
 	// estimated it (internal/wire/usage).
 	AttrUsageEstimated = attribute.Key("tlgate.usage.estimated")
@@ -73,6 +75,7 @@ const (
 	// OutcomeFailed.
 	OutcomeAccepted = "accepted" // accept_if held: the step's answer is the answer
 	OutcomeFinal    = "final"    // the last step: answered without a judgement
+	OutcomeSkipped  = "skipped"  // no routable worker: the next step was asked
 )
 
 // traceState holds the open spans of one request. It is allocated only
@@ -170,6 +173,18 @@ func (a *requestActor) traceRouted(m *router.RouteResult) {
 	if t.Prefill != nil {
 		a.tr.attempt.SetAttributes(AttrPrefillWorker.String(t.Prefill.ID))
 	}
+}
+
+// traceSkipped records a cascade step the router passed over: a step span
+// with outcome skipped, saying why.
+func (a *requestActor) traceSkipped(k router.Skip) {
+	if a.tr == nil {
+		return
+	}
+	_, sp := a.tr.tracer.Start(a.tr.ctx, SpanCascadeStep, trace.WithTimestamp(a.tr.routeAt),
+		trace.WithAttributes(AttrRoute.String(a.ex.Req.Model), AttrStep.Int(k.Step), AttrOutcome.String(OutcomeSkipped),
+			AttrSkipped.String(k.Why), semconv.GenAIResponseModel(k.Model)))
+	sp.End()
 }
 
 // traceInject puts the trace context of the HTTP call to the engine into

@@ -1,8 +1,11 @@
 package request
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/wire/openai"
@@ -35,4 +38,29 @@ func escalatesOnFailure(t router.Target, err error) bool {
 	// A truncated answer is the engine's connection failing, not the
 	// model's: another worker of the same step is tried instead.
 	return t.CascadeSteps > 1 && t.CascadeStep < t.CascadeSteps-1 && proxy.IsWrongAnswer(err)
+}
+
+// noCapacity is the answer when the router found no worker for the
+// request before any attempt: 503 no_capacity saying what is missing, with
+// the router's Retry-After.
+func (a *requestActor) noCapacity(m *router.RouteResult) Outcome {
+	msg := fmt.Sprintf("No worker can serve model %q right now.", a.ex.Req.Model)
+	var nc *router.NoCapacityError
+	if errors.As(m.Err, &nc) && nc.Why != "" {
+		a.log.NoCapacity = nc.Why
+		msg = fmt.Sprintf("No worker can serve model %q right now: %s.", a.ex.Req.Model, nc.Why)
+		a.skipped(nc.Skipped)
+	}
+	secs := int((m.RetryAfter + time.Second - 1) / time.Second)
+	return Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeNoCapacity, Message: msg,
+		Header: http.Header{"Retry-After": {strconv.Itoa(max(secs, 1))}}}
+}
+
+// skipped records cascade steps the router passed over, in the log and the
+// trace.
+func (a *requestActor) skipped(steps []router.Skip) {
+	for _, k := range steps {
+		a.log.Skipped = append(a.log.Skipped, k.String())
+		a.traceSkipped(k)
+	}
 }

@@ -56,8 +56,11 @@ func (a *routerActor) route(ctx actor.Context, m *Route) {
 		return
 	}
 	res := &RouteResult{Target: ad.Target, Err: ad.Err, Took: took, RetryAfter: ad.RetryAfter}
-	if errors.Is(ad.Err, ErrOverloaded) {
+	switch {
+	case errors.Is(ad.Err, ErrOverloaded):
 		a.observeOverloaded(st.queueName(m.Request.Model), OverloadQueueFull)
+	case errors.Is(ad.Err, ErrNoCapacity):
+		res.RetryAfter = st.noCapacityRetryAfter()
 	}
 	ctx.Respond(res)
 }
@@ -75,7 +78,11 @@ func (a *routerActor) dispatch(ctx actor.Context) {
 			continue
 		}
 		a.left(w, QueueServed, now)
-		ctx.Send(w.From, &RouteResult{Target: d.Target, Err: d.Err, Waited: now.Sub(w.Enqueued)})
+		res := &RouteResult{Target: d.Target, Err: d.Err, Waited: now.Sub(w.Enqueued)}
+		if errors.Is(d.Err, ErrNoCapacity) {
+			res.RetryAfter = a.st.noCapacityRetryAfter()
+		}
+		ctx.Send(w.From, res)
 	}
 }
 

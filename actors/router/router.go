@@ -31,7 +31,8 @@ type RouteResult struct {
 	// Took is how long the decision took inside the router.
 	Took time.Duration
 	// Waited is how long the request waited in its model's queue;
-	// RetryAfter, with ErrOverloaded, is the Retry-After to answer.
+	// RetryAfter, with ErrOverloaded or ErrNoCapacity, is the Retry-After
+	// to answer.
 	Waited     time.Duration
 	RetryAfter time.Duration
 }

@@ -38,6 +38,10 @@ type Config struct {
 	Observe   Observer
 	// Sync is fleet sync with the other replicas (sync.go).
 	Sync SyncConfig
+	// NoCapacityRetryAfter is the Retry-After of a no_capacity answer
+	// (zero: 1 s): about when a worker that registers or comes back would
+	// be routable.
+	NoCapacityRetryAfter time.Duration
 }
 
 // Request is what routing needs to know of a client request.
@@ -91,6 +95,9 @@ type Target struct {
 	// workers it chose among (for traces).
 	Policy     string
 	Candidates int
+	// Skipped are the cascade steps before CascadeStep that had no
+	// routable worker, in order.
+	Skipped []Skip
 }
 
 // Disaggregated reports whether the target is a prefill/decode pair.
@@ -342,23 +349,58 @@ func (s *State) Pick(req *Request, now time.Time) (Target, error) {
 	}
 	t := Target{Route: r.Model, CascadeSteps: 1, Epoch: s.epoch}
 	s.syncOn = ""
-	// A cascade step's model resolves like a request; validation forbids
-	// cycles, and depth bounds it anyway.
+	if !r.IsCascade() {
+		return s.pickRoute(t, r, req, req.Model, now)
+	}
+	// A cascade step with no routable worker is skipped: the request goes
+	// on to the next step rather than being refused while a later step
+	// could answer. A step whose workers are all at their limit is not
+	// skipped: the request waits for it (admission.go).
+	step := min(max(req.Step, 0), len(r.Cascade)-1)
+	if req.Stream || req.LeastLoaded {
+		step = len(r.Cascade) - 1
+	}
+	fullBefore := s.full
+	defer func() { s.full = s.full || fullBefore }()
+	var skipped []Skip
+	for ; ; step++ {
+		t.CascadeStep, t.CascadeSteps, t.AcceptIf = step, len(r.Cascade), r.Cascade[step].AcceptIf
+		t.Rule, _ = s.table.Rule(r.Model, step)
+		sr, sreq := s.resolveStep(r, step, req)
+		s.full = false
+		tg, err := s.pickRoute(t, sr, sreq, req.Model, now)
+		if err == nil {
+			tg.Skipped = skipped
+			return tg, nil
+		}
+		var nc *NoCapacityError
+		if step == len(r.Cascade)-1 || s.full || !errors.As(err, &nc) {
+			if nc != nil && len(skipped) > 0 {
+				nc.Skipped = skipped
+			}
+			return Target{}, err
+		}
+		skipped = append(skipped, Skip{Step: step, Model: r.Cascade[step].Model, Why: nc.Why})
+	}
+}
+
+// resolveStep is the route and the request a cascade step asks: the
+// step's model resolved like a request's, down to the last step of a step
+// that is a cascade itself (validation forbids cycles; depth bounds it
+// anyway).
+func (s *State) resolveStep(r routes.Route, step int, req *Request) (routes.Route, *Request) {
+	r = s.table.Resolve(r.Cascade[step].Model)
+	req = stepRequest(req, r)
 	for depth := 0; r.IsCascade() && depth < 8; depth++ {
-		step := req.Step
-		if req.Stream || req.LeastLoaded || step >= len(r.Cascade) {
-			step = len(r.Cascade) - 1
-		}
-		if step < 0 {
-			step = 0
-		}
-		if depth == 0 {
-			t.CascadeStep, t.CascadeSteps, t.AcceptIf = step, len(r.Cascade), r.Cascade[step].AcceptIf
-			t.Rule, _ = s.table.Rule(r.Model, step)
-		}
-		r = s.table.Resolve(r.Cascade[step].Model)
+		r = s.table.Resolve(r.Cascade[len(r.Cascade)-1].Model)
 		req = stepRequest(req, r)
 	}
+	return r, req
+}
+
+// pickRoute picks workers for route r (not a cascade) into t; asked names
+// the model the client asked for, for errors.
+func (s *State) pickRoute(t Target, r routes.Route, req *Request, asked string, now time.Time) (Target, error) {
 	first := routes.PickBackend(r, req.RequestID)
 	if s.pickServed(&t, r, first, req, now) {
 		return t, nil
@@ -370,7 +412,14 @@ func (s *State) Pick(req *Request, now time.Time) (Target, error) {
 			}
 		}
 	}
-	return Target{}, fmt.Errorf("router: %q: %w", req.Model, ErrNoCapacity)
+	nc := &NoCapacityError{Model: asked}
+	// A request that finds every worker at its limit waits in the queue
+	// when admission control is on; the reason is only worked out for an
+	// answer.
+	if !s.full || !s.cfg.Admission.Enabled {
+		nc.Why = s.whyNoCapacity(r, req, now)
+	}
+	return Target{}, nc
 }
 
 // stepRequest is req as asked of a cascade step's route r: the step's

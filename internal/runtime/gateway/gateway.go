@@ -545,8 +545,14 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 			ev.Str("phase", lg.Phase)
 		}
 	}
-	if lg.Escalations > 0 {
+	if lg.Escalations > 0 || len(lg.Skipped) > 0 {
 		ev.Int("cascade_step", lg.CascadeStep).Int("escalations", lg.Escalations)
+	}
+	if len(lg.Skipped) > 0 {
+		ev.Strs("cascade_skipped", lg.Skipped)
+	}
+	if lg.NoCapacity != "" {
+		ev.Str("no_capacity", lg.NoCapacity)
 	}
 	if o.Code != "" {
 		ev.Str("code", o.Code)

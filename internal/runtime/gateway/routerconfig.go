@@ -16,5 +16,8 @@ func routerConfig(pol policy.Name, gw *config.Gateway) router.Config {
 			BalanceAbs: gw.CacheAwareBalanceAbs, BalanceRel: gw.CacheAwareBalanceRel,
 		},
 		PrefixIndex: prefixindex.Config{ChunkBytes: gw.CacheAwareChunkBytes, BytesPerToken: gw.CacheAwareBytesPerToken},
+		// A worker that registers or comes back is routable after its
+		// next heartbeat.
+		NoCapacityRetryAfter: gw.HeartbeatInterval.Duration,
 	}
 }
