@@ -2,7 +2,8 @@
 // /v1/chat/completions and /v1/completions, the pooling endpoints
 // (/v1/embeddings, /v1/rerank, /v1/score) and the tokenizer's (/tokenize,
 // /detokenize), GET /v1/models and /v1/models/{id}, plus the ops endpoints
-// /healthz and /readyz. It
+// /healthz and /readyz, and an OpenAI-shaped 404 on every path nothing else
+// serves. It
 // authenticates, bounds and parses what routing needs (model, stream,
 // request id, prefix key) without re-encoding the body, spawns a request
 // actor and waits for its outcome, then encodes it. It decides nothing
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -56,6 +58,10 @@ type Deps struct {
 	// Tokens is how a request of a key with tokens_per_minute reserves its
 	// tokens at admission.
 	Tokens TokenPolicy
+	// Stopping, if set and true, makes /readyz answer 503: the gateway is
+	// shutting down and load balancers should move away, while requests
+	// are still served.
+	Stopping *atomic.Bool
 }
 
 // DefaultMaxTokens is TokenPolicy.DefaultMaxTokens when none is set.
@@ -98,6 +104,11 @@ func Register(mux *http.ServeMux, d *Deps) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", d.ready)
+	// Every path no other pattern matches: an OpenAI-shaped 404, not
+	// ServeMux's plain-text one.
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		d.reject(w, r, http.StatusNotFound, openai.CodeNotFound, fmt.Sprintf("No endpoint %s %s.", r.Method, r.URL.Path), nil)
+	})
 }
 
 func (d *Deps) reject(w http.ResponseWriter, r *http.Request, status int, code, msg string, param *string) {
@@ -285,8 +296,13 @@ func (d *Deps) model(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Deps) ready(w http.ResponseWriter, r *http.Request) {
-	res, err := d.ask(r.Context(), &router.Ready{})
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if d.Stopping != nil && d.Stopping.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "not ready: shutting down\n")
+		return
+	}
+	res, err := d.ask(r.Context(), &router.Ready{})
 	if err != nil || !res.(bool) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = io.WriteString(w, "not ready: no routable worker\n")

@@ -27,6 +27,8 @@ const (
 	// CodeUnsupportedEndpoint relays an engine's 404 or 405 to a path it
 	// does not serve (the engine's answer, not a failure).
 	CodeUnsupportedEndpoint = "unsupported_endpoint"
+	// CodeNotFound answers a path the gateway has no endpoint on (404).
+	CodeNotFound = "not_found"
 )
 
 // ErrorBody is OpenAI's error envelope:
