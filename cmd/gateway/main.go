@@ -4,13 +4,17 @@
 //	gateway -demo                   run with in-process reference engines
 //	gateway -demo -replicas 3       the same with 3 gateways sharing an embedded etcd
 //	gateway -config F -seed-from D/routes.json   copy a file store's table into etcd, then exit
+//	gateway -check -config tlgate.toml   validate a configuration and exit (0: valid)
+//	gateway -version                print the version and build information
 //
 // -listen and -registry-listen override the listeners of either (port 0
 // picks a free port; the demo prints the address it got).
 //
 // main parses flags and calls run, which builds the logger, the metrics
-// registry and the gateway, reloads the keys, tokens and probed engines on SIGHUP and stops
-// everything in reverse on SIGINT/SIGTERM.
+// registry and the gateway, reloads the keys, tokens and probed engines on
+// SIGHUP (naming the changed keys that need a restart) and on SIGINT/SIGTERM
+// turns /readyz 503, serves on for shutdown_delay, then stops everything in
+// reverse, letting requests in flight finish within shutdown_timeout.
 package main
 
 import (
@@ -35,6 +39,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// After the first signal, a second one ends the process at once (Go's
+	// default), cutting the graceful stop short.
+	context.AfterFunc(ctx, stop)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -64,14 +71,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	seedFrom := fs.String("seed-from", "", "copy this routes.json (a file store's) into the -config's etcd store and exit")
 	seedForce := fs.Bool("seed-force", false, "with -seed-from: replace a table etcd already holds")
 	otlp := fs.String("otlp-endpoint", "", "OTLP receiver URL for traces (grpc, e.g. http://127.0.0.1:4317), overriding [gateway.tracing] endpoint; with -demo the engines export there too")
+	version := fs.Bool("version", false, "print the version and build information, then exit")
+	check := fs.Bool("check", false, "with -config: validate the configuration (keys, files, state_dir, route tables) and exit: 0 when it is valid")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (see -h)", fs.Arg(0))
 	}
+	if *version {
+		printVersion(stdout)
+		return nil
+	}
 	var cfg *config.Config
 	switch {
+	case *check && *configPath == "":
+		return errors.New("-check needs -config FILE")
+	case *check && *demo:
+		return errors.New("-check and -demo are exclusive")
 	case *demo && *configPath != "":
 		return errors.New("-demo and -config are exclusive")
 	case *demo:
@@ -84,8 +101,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	default:
 		return errors.New("-config FILE or -demo is required (see -h)")
 	}
-	if err := overrideListeners(cfg, *listen, *registryListen); err != nil {
+	if err := applyOverrides(cfg, *listen, *registryListen, *otlp); err != nil {
 		return err
+	}
+	if *check {
+		if err := gateway.Check(cfg); err != nil {
+			return fmt.Errorf("%s: %w", *configPath, err)
+		}
+		fmt.Fprintf(stdout, "%s: ok\n", *configPath)
+		return nil
 	}
 	switch {
 	case *seedFrom != "" && *demo:
@@ -96,12 +120,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 		return fmt.Errorf("-replicas: must be from 1 to %d, got %d", maxReplicas, *replicas)
 	case *replicas > 1 && !*demo:
 		return errors.New("-replicas needs -demo (a deployment runs one gateway per process)")
-	}
-	if *otlp != "" {
-		cfg.Gateway.Tracing.Endpoint = *otlp
-		if err := cfg.Validate(); err != nil {
-			return fmt.Errorf("-otlp-endpoint: %w", err)
-		}
 	}
 	format := cfg.Gateway.LogFormat
 	if *demo {
@@ -123,7 +141,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 
 	gw, err := gateway.Start(ctx, cfg, gateway.Options{Logger: logger, Registry: reg, Gatherer: reg})
 	if err != nil {
-		return err
+		if *configPath != "" {
+			return fmt.Errorf("%s: %w", *configPath, err)
+		}
+		return fmt.Errorf("-demo: %w", err)
 	}
 	var stopDemo func()
 	if *demo {
@@ -135,21 +156,56 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 			return err
 		}
 	}
+	running := *cfg // the reloader's copy: it records what each reload applied
+	rl := &reloader{path: *configPath, running: &running, gw: gw, logger: logger,
+		override: func(c *config.Config) error { return applyOverrides(c, *listen, *registryListen, *otlp) }}
 	for waiting := true; waiting; {
 		select {
 		case <-ctx.Done():
 			waiting = false
 		case <-reload:
-			reloadConfig(*configPath, gw, logger)
+			rl.reload()
 		}
 	}
-	logger.Info().Msg("shutting down")
+	shutdown(gw, cfg.Gateway, logger)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.Gateway.ShutdownTimeout.Duration+time.Second)
 	defer cancel()
 	if stopDemo != nil {
 		stopDemo()
 	}
 	return gw.Close(sctx)
+}
+
+// shutdown is the first part of a graceful stop: /readyz turns 503 at
+// once and the gateway goes on serving for shutdown_delay, so that load
+// balancers and Kubernetes endpoints move away before it stops accepting
+// (Close, which the caller runs next, then finishes what is in flight
+// within shutdown_timeout).
+func shutdown(gw *gateway.Gateway, g config.Gateway, logger zerolog.Logger) {
+	gw.BeginShutdown()
+	delay := g.ShutdownDelay.Duration
+	logger.Info().Dur("shutdown_delay", delay).Dur("shutdown_timeout", g.ShutdownTimeout.Duration).
+		Msg("shutting down: /readyz answers 503; still serving for shutdown_delay, then requests in flight get shutdown_timeout to finish")
+	if delay > 0 {
+		time.Sleep(delay)
+	}
+	logger.Info().Msg("shutdown delay over: no longer accepting; finishing requests in flight")
+}
+
+// applyOverrides applies the flags that override the configuration:
+// -listen, -registry-listen and -otlp-endpoint (empty: keep the config's),
+// validating the result and naming the flag on error.
+func applyOverrides(cfg *config.Config, listen, registryListen, otlp string) error {
+	if err := overrideListeners(cfg, listen, registryListen); err != nil {
+		return err
+	}
+	if otlp != "" {
+		cfg.Gateway.Tracing.Endpoint = otlp
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("-otlp-endpoint: %w", err)
+		}
+	}
+	return nil
 }
 
 // overrideListeners applies -listen and -registry-listen (empty: keep the
@@ -178,30 +234,6 @@ func joinFlags(flags []string) string {
 		return flags[0]
 	}
 	return flags[0] + " and " + flags[1]
-}
-
-// reloadConfig re-reads the configuration on SIGHUP and applies what can change
-// at run time: the API keys with their limits, the registry and engine
-// tokens, and the list of probed engines. A bad file changes nothing; keys that cannot be applied (none
-// left while keys are configured) leave the keys, and the engines, as they
-// were.
-func reloadConfig(path string, gw *gateway.Gateway, logger zerolog.Logger) {
-	if path == "" {
-		logger.Warn().Msg("SIGHUP ignored: no -config file to reload")
-		return
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		logger.Error().Err(err).Msg("reload refused; nothing changed")
-		return
-	}
-	if err := gw.ApplyCredentials(&cfg.Gateway); err != nil {
-		logger.Error().Err(err).Msg("reload refused; nothing changed")
-		return
-	}
-	gw.ApplyEngines(cfg.Gateway.Engines)
-	logger.Info().Int("api_keys", len(cfg.Gateway.APIKeys)).Int("engine_tokens", len(cfg.Gateway.EngineTokens)).
-		Int("engines", len(cfg.Gateway.Engines)).Msg("reloaded the API keys, the registry tokens and the probed engines")
 }
 
 func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {

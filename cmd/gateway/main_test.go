@@ -683,7 +683,7 @@ func TestSIGHUPReloadsKeys(t *testing.T) {
 
 	write(head + engine) // no keys: auth would be off
 	r.sendReload()
-	r.await(r.stderr, regexp.MustCompile(`"error":"gateway: api_keys: (auth: a reload cannot turn authentication off)[^\n]*"message":"reload refused; nothing changed"`))
+	r.await(r.stderr, regexp.MustCompile(`"error":"gateway.api_keys: (auth: a reload cannot turn authentication off)[^\n]*"message":"reload refused; nothing changed"`))
 	if got := complete("sk-alice-2"); got != http.StatusOK {
 		t.Errorf("after the refused reload, alice: %d, want 200", got)
 	}
@@ -694,7 +694,8 @@ func TestSIGHUPReloadsKeys(t *testing.T) {
 
 // configFile returns the path of a configuration file in a fresh
 // directory, the [gateway] head every version of it starts with (loopback
-// listeners on OS-chosen ports, a state_dir, JSON logs, then extra), and a
+// listeners on OS-chosen ports, a state_dir, JSON logs, no shutdown
+// delay, then extra), and a
 // function that writes a version.
 func configFile(t *testing.T, extra string) (path, head string, write func(string)) {
 	t.Helper()
@@ -706,6 +707,7 @@ listen = "127.0.0.1:0"
 registry_listen = "127.0.0.1:0"
 state_dir = %q
 log_format = "json"
+shutdown_delay = "0s"
 `, filepath.Join(dir, "state")) + extra
 	write = func(s string) {
 		t.Helper()

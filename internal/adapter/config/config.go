@@ -95,7 +95,12 @@ type Gateway struct {
 	ReadBodyTimeout Duration `toml:"read_body_timeout"`
 	// ServerIdleTimeout is the HTTP server's IdleTimeout (keep-alive).
 	ServerIdleTimeout Duration `toml:"server_idle_timeout"`
-	// ShutdownTimeout bounds the graceful drain of in-flight requests.
+	// ShutdownDelay is how long the gateway keeps serving new requests
+	// after SIGTERM, with /readyz answering 503, so load balancers and
+	// Kubernetes endpoints move away before it stops accepting; >= 0.
+	ShutdownDelay Duration `toml:"shutdown_delay"`
+	// ShutdownTimeout bounds the graceful drain of in-flight requests,
+	// after ShutdownDelay.
 	ShutdownTimeout Duration `toml:"shutdown_timeout"`
 
 	// RegistryToken, when set, is the bearer token engines must present on
@@ -309,6 +314,7 @@ func Default() *Config {
 		ReadHeaderTimeout:  D(10 * time.Second),
 		ReadBodyTimeout:    D(30 * time.Second),
 		ServerIdleTimeout:  D(120 * time.Second),
+		ShutdownDelay:      D(5 * time.Second),
 		ShutdownTimeout:    D(10 * time.Second),
 		LogFormat:          LogJSON,
 		Console:            true,

@@ -49,7 +49,7 @@ func TestConfig(t *testing.T) {
 			MaxAttempts: 3, MaxBodyBytes: 1048576, StateDir: "./tlgate-data",
 			ConnectTimeout: D(2 * time.Second), FirstByteTimeout: D(30 * time.Second),
 			IdleTimeout: D(60 * time.Second), ReadHeaderTimeout: D(10 * time.Second), ReadBodyTimeout: D(30 * time.Second),
-			ServerIdleTimeout: D(120 * time.Second), ShutdownTimeout: D(10 * time.Second),
+			ServerIdleTimeout: D(120 * time.Second), ShutdownDelay: D(5 * time.Second), ShutdownTimeout: D(10 * time.Second),
 			LogFormat: "json", Console: true,
 			CacheAwarePrefillWeight: 1, CacheAwareLoadWeight: 64, CacheAwareBalanceAbs: 64, CacheAwareBalanceRel: 1.5,
 			CacheAwareChunkBytes: 128, CacheAwareBytesPerToken: 4,

@@ -82,6 +82,9 @@ func (c *Config) Validate() error {
 	v.positive("gateway.read_body_timeout", g.ReadBodyTimeout)
 	v.positive("gateway.server_idle_timeout", g.ServerIdleTimeout)
 	v.positive("gateway.shutdown_timeout", g.ShutdownTimeout)
+	if g.ShutdownDelay.Duration < 0 {
+		v.add("gateway.shutdown_delay", "must be >= 0, got %v", g.ShutdownDelay.Duration)
+	}
 	if g.MaxConnections < 0 {
 		v.add("gateway.max_connections", "must be >= 0 (0: no cap), got %d", g.MaxConnections)
 	}

@@ -166,3 +166,22 @@ func removeStale(dir string) error {
 func oneLine(err error) string {
 	return string(bytes.ReplaceAll([]byte(err.Error()), []byte("\n"), []byte("; ")))
 }
+
+// CheckWritable makes sure Save can write in dir: it creates dir (mode
+// 0700) if needed, then creates and removes a temporary file there. The
+// error names dir and what failed.
+func CheckWritable(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("%s cannot be created: %w", dir, err)
+	}
+	tmp, err := os.CreateTemp(dir, tempPattern)
+	if err != nil {
+		return fmt.Errorf("%s is not writable: %w", dir, err)
+	}
+	name := tmp.Name()
+	_ = tmp.Close()
+	if err := os.Remove(name); err != nil {
+		return fmt.Errorf("%s: remove %s: %w", dir, name, err)
+	}
+	return nil
+}

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -101,6 +102,8 @@ type Gateway struct {
 	rpc     *registryrpc.Server
 	// sync is fleet sync with the other replicas (nil: off).
 	sync *fleetsync.Client
+	// stopping is set by BeginShutdown: /readyz answers 503.
+	stopping atomic.Bool
 }
 
 // HTTPAddr is the address the HTTP server listens on.
@@ -129,43 +132,43 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (*Gateway, error)
 func (g *Gateway) start(cfg *config.Config, o Options) error {
 	gw := cfg.Gateway
 	if len(gw.APIKeys) == 0 && !cfg.AllLoopback() {
-		return fmt.Errorf("gateway: %w", ErrOpenWithoutKeys)
+		return fmt.Errorf("gateway.api_keys: %w", ErrOpenWithoutKeys)
 	}
 	keyring, err := keyringOf(gw.APIKeys)
 	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway.api_keys: %w", err)
 	}
 	pol, err := policy.ParsePolicy(gw.RoutePolicy)
 	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway.route_policy: %w", err)
 	}
 	token, err := gw.RegistryTokenValue()
 	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return err
 	}
 
 	// Route table: the stored one (state_dir or etcd) wins over the
 	// config's seed.
 	ss, err := g.openStore(&gw, o.Logger)
 	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return err
 	}
 	g.store = ss.store
 	epoch := ss.epoch
 	table, err := routes.NewTable(ss.routes)
 	if err != nil {
-		return fmt.Errorf("gateway: routes: %w", err)
+		return fmt.Errorf("gateway.routes: %w", err)
 	}
 
 	// Metrics, on the registry the caller passes in.
 	if o.Registry != nil {
 		if g.Metrics, err = metrics.New(o.Registry); err != nil {
-			return fmt.Errorf("gateway: %w", err)
+			return fmt.Errorf("metrics: %w", err)
 		}
 		g.Metrics.Epoch(epoch)
 		g.Metrics.StoreUp(ss.store.Up())
 		if g.Keys, err = metrics.NewKeyMetrics(o.Registry); err != nil {
-			return fmt.Errorf("gateway: %w", err)
+			return fmt.Errorf("metrics: %w", err)
 		}
 	}
 	m := g.Metrics
@@ -180,7 +183,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 
 	// Tracing: off (and free) unless configured or given.
 	if g.tracing, err = g.startTracing(cfg.Gateway.Tracing, o.Tracing); err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return err
 	}
 
 	// Actor system and actors.
@@ -221,7 +224,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	// Engine clients, over TLS when an engine CA is configured.
 	engineTLS, err := loadEngineTLS(gw.EngineCAFile)
 	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway.%w", err)
 	}
 	// Every dial to an engine checks the address it resolved to: a host
 	// name in a heartbeat may resolve to what the registry refuses as a
@@ -263,7 +266,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	var gopts []grpc.ServerOption
 	serverTLS, err := loadServerTLS(gw.TLSCertFile, gw.TLSKeyFile)
 	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway.tls_cert_file, gateway.tls_key_file: %w", err)
 	}
 	if serverTLS != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(serverTLS)))
@@ -271,7 +274,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.grpc = grpc.NewServer(gopts...)
 	engineTokens, err := engineTokensOf(gw.EngineTokens)
 	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway.engine_tokens: %w", err)
 	}
 	rpc := registryrpc.New(g.sys.Root, g.Registry, registryrpc.Options{
 		Token: token, PeerRate: gw.RegistryPeerRate, PeerBurst: gw.RegistryPeerBurst, Addresses: addrs,
@@ -281,7 +284,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.rpc = rpc
 	rpc.Register(g.grpc)
 	if g.grpcLis, err = net.Listen("tcp", gw.RegistryListen); err != nil {
-		return fmt.Errorf("gateway: registry_listen: %w", err)
+		return fmt.Errorf("gateway.registry_listen: %w", err)
 	}
 	addrs.AddOwn(g.grpcLis.Addr())
 	if h, err := net.ResolveTCPAddr("tcp", gw.Listen); err == nil && h.Port != 0 {
@@ -313,6 +316,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		Limits:    g.limits,
 		Tokens:    httpedge.TokenPolicy{Clamp: gw.TokensAdmission == config.TokensClamp, DefaultMaxTokens: gw.TokensDefaultMaxTokens},
 		OnLimited: g.Keys.RateLimited,
+		Stopping:  &g.stopping,
 	}
 	httpedge.Register(mux, edge)
 	mux.Handle("/admin/v1/", adminhttp.New(adminhttp.Deps{
@@ -341,7 +345,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		TLSConfig:         serverTLS,
 	}
 	if g.httpLis, err = net.Listen("tcp", gw.Listen); err != nil {
-		return fmt.Errorf("gateway: listen: %w", err)
+		return fmt.Errorf("gateway.listen: %w", err)
 	}
 	addrs.AddOwn(g.httpLis.Addr())
 	g.httpLis = connlimit.Wrap(g.httpLis, connlimit.Options{
@@ -388,6 +392,23 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		Str("route_policy", string(pol)).Str("store", gw.Store.Kind).Uint64("epoch", epoch).Int("routes", table.Len()).Msg("gateway started")
 	return nil
 }
+
+// BeginShutdown is the first step of a graceful stop: /readyz answers 503
+// from now on, so load balancers and Kubernetes endpoints take the gateway
+// out, while every request, new ones too, is still served; each HTTP
+// connection is closed after its answer, so clients reconnect elsewhere.
+// Close then stops accepting and lets requests in flight finish.
+func (g *Gateway) BeginShutdown() {
+	if g.stopping.Swap(true) {
+		return
+	}
+	if g.http != nil {
+		g.http.SetKeepAlivesEnabled(false)
+	}
+}
+
+// Stopping reports whether BeginShutdown was called.
+func (g *Gateway) Stopping() bool { return g.stopping.Load() }
 
 // Close stops everything Start started, in reverse order.
 func (g *Gateway) Close(ctx context.Context) error {
@@ -450,30 +471,30 @@ func keySpecs(keys []config.APIKey) ([]auth.KeySpec, error) {
 func (g *Gateway) ApplyCredentials(gw *config.Gateway) error {
 	specs, err := keySpecs(gw.APIKeys)
 	if err != nil {
-		return fmt.Errorf("gateway: api_keys: %w", err)
+		return fmt.Errorf("gateway.api_keys: %w", err)
 	}
 	token, err := gw.RegistryTokenValue()
 	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return err
 	}
 	engineTokens, err := engineTokensOf(gw.EngineTokens)
 	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway.engine_tokens: %w", err)
 	}
 	// Everything is checked before anything changes.
 	if err := g.keyring.Check(specs); err != nil {
-		return fmt.Errorf("gateway: api_keys: %w", err)
+		return fmt.Errorf("gateway.api_keys: %w", err)
 	}
 	if err := g.rpc.CheckTokens(token, engineTokens); err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway.registry_token, gateway.engine_tokens: %w", err)
 	}
 	// Limits first: a new key is never, even for a moment, unlimited.
 	g.limits.SetLimits(limitsOf(gw.APIKeys))
 	if err := g.keyring.Replace(specs); err != nil {
-		return fmt.Errorf("gateway: api_keys: %w", err)
+		return fmt.Errorf("gateway.api_keys: %w", err)
 	}
 	if err := g.rpc.SetTokens(token, engineTokens); err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway.registry_token, gateway.engine_tokens: %w", err)
 	}
 	return nil
 }
@@ -484,7 +505,7 @@ func loadServerTLS(cert, key string) (*tls.Config, error) {
 	}
 	pair, err := tls.LoadX509KeyPair(cert, key)
 	if err != nil {
-		return nil, fmt.Errorf("tls: %w", err)
+		return nil, err
 	}
 	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }

@@ -30,7 +30,7 @@ type startStore struct {
 // The etcd client's Close is added to the gateway's stops.
 func (g *Gateway) openStore(gw *config.Gateway, log zerolog.Logger) (*startStore, error) {
 	if gw.Store.Kind != config.StoreEtcd {
-		epoch, rs, err := loadRoutes(gw.StateDir, gw.Routes)
+		epoch, rs, err := loadRoutes(gw.StateDir, gw.Routes, log)
 		if err != nil {
 			return nil, err
 		}
@@ -44,12 +44,16 @@ func (g *Gateway) openStore(gw *config.Gateway, log zerolog.Logger) (*startStore
 	cfg.OnUp = func(up bool) { g.Metrics.StoreUp(up) }
 	es, snap, err := etcdstore.Open(context.Background(), cfg, gw.Routes)
 	if err != nil {
-		return nil, fmt.Errorf("store: %w", err)
+		return nil, fmt.Errorf("gateway.store: %w", err)
 	}
 	g.stops = append(g.stops, func(context.Context) error { return es.Close() })
 	epoch, rs, err := store.DecodeTable(snap.Table)
 	if err != nil {
-		return nil, fmt.Errorf("store: %w", err)
+		return nil, fmt.Errorf("gateway.store: %w", err)
+	}
+	if len(gw.Routes) > 0 && !sameRoutes(gw.Routes, rs) {
+		log.Warn().Strs("endpoints", gw.Store.Endpoints).Str("key", gw.Store.Prefix+"routes").Uint64("epoch", epoch).Int("routes", len(rs)).Int("config_routes", len(gw.Routes)).
+			Msg("the route table in etcd supersedes the config's routes, which only seed an empty store; change the table with PUT /admin/v1/routes")
 	}
 	return &startStore{store: es, etcd: es, epoch: epoch, rev: snap.TableRev, routes: rs}, nil
 }

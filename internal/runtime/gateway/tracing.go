@@ -28,14 +28,14 @@ func (g *Gateway) startTracing(c config.Tracing, given *tracing.Provider) (*trac
 	}
 	headers, err := tracing.ParseHeaders(raw)
 	if err != nil {
-		return nil, fmt.Errorf("tracing.headers_env: %w", err)
+		return nil, fmt.Errorf("gateway.tracing.headers_env: %w", err)
 	}
 	p, err := tracing.New(context.Background(), tracing.Config{
 		Endpoint: c.Endpoint, Protocol: c.Protocol, SampleRatio: c.SampleRatio,
 		ServiceName: c.ServiceName, Headers: headers,
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("gateway.tracing: %w", err)
 	}
 	g.stops = append(g.stops, func(ctx context.Context) error {
 		// Flushing to a receiver that is down would retry until ctx ends;
