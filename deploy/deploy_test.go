@@ -230,22 +230,45 @@ type manifest struct {
 	} `yaml:"metadata"`
 	StringData map[string]string `yaml:"stringData"`
 	Spec       struct {
-		Replicas  int    `yaml:"replicas"`
-		ClusterIP string `yaml:"clusterIP"`
+		Replicas       int    `yaml:"replicas"`
+		ClusterIP      string `yaml:"clusterIP"`
+		ServiceName    string `yaml:"serviceName"`
+		MaxUnavailable int    `yaml:"maxUnavailable"`
+		MinAvailable   int    `yaml:"minAvailable"`
+		Selector       struct {
+			MatchLabels map[string]string `yaml:"matchLabels"`
+		} `yaml:"selector"`
+		Strategy struct {
+			RollingUpdate struct {
+				MaxUnavailable int `yaml:"maxUnavailable"`
+			} `yaml:"rollingUpdate"`
+		} `yaml:"strategy"`
 		Ports     []struct {
 			Name       string `yaml:"name"`
 			Port       int    `yaml:"port"`
 			TargetPort string `yaml:"targetPort"`
 		} `yaml:"ports"`
 		Template struct {
+			Metadata struct {
+				Labels map[string]string `yaml:"labels"`
+			} `yaml:"metadata"`
 			Spec struct {
-				TerminationGracePeriodSeconds int `yaml:"terminationGracePeriodSeconds"`
+				ServiceAccountName            string `yaml:"serviceAccountName"`
+				TerminationGracePeriodSeconds int    `yaml:"terminationGracePeriodSeconds"`
 				SecurityContext               struct {
 					RunAsNonRoot bool `yaml:"runAsNonRoot"`
 					RunAsUser    int  `yaml:"runAsUser"`
 				} `yaml:"securityContext"`
 				Containers []struct {
-					Args  []string `yaml:"args"`
+					Image     string   `yaml:"image"`
+					Args      []string `yaml:"args"`
+					Lifecycle struct {
+						PreStop struct {
+							Sleep *struct {
+								Seconds int `yaml:"seconds"`
+							} `yaml:"sleep"`
+						} `yaml:"preStop"`
+					} `yaml:"lifecycle"`
 					Ports []struct {
 						Name          string `yaml:"name"`
 						ContainerPort int    `yaml:"containerPort"`
@@ -274,7 +297,9 @@ type manifest struct {
 }
 
 type probe struct {
-	HTTPGet struct {
+	PeriodSeconds    int `yaml:"periodSeconds"`
+	FailureThreshold int `yaml:"failureThreshold"`
+	HTTPGet          struct {
 		Path string `yaml:"path"`
 		Port string `yaml:"port"`
 	} `yaml:"httpGet"`
@@ -331,8 +356,8 @@ func TestKubernetesManifests(t *testing.T) {
 	if !ok {
 		t.Fatalf("no Deployment tlgate in %v", keysOf(ms))
 	}
-	if dep.Spec.Replicas != 2 {
-		t.Errorf("replicas = %d, want 2", dep.Spec.Replicas)
+	if dep.Spec.Replicas != 3 {
+		t.Errorf("replicas = %d, want 3", dep.Spec.Replicas)
 	}
 	pod := dep.Spec.Template.Spec
 	if !pod.SecurityContext.RunAsNonRoot || pod.SecurityContext.RunAsUser != dockerUser(t) {
@@ -392,9 +417,10 @@ func TestKubernetesManifests(t *testing.T) {
 	if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" {
 		t.Errorf("probes: readiness %q, liveness %q", c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
 	}
-	if grace := time.Duration(pod.TerminationGracePeriodSeconds) * time.Second; grace <= gw.ShutdownTimeout.Duration {
-		t.Errorf("terminationGracePeriodSeconds %v is not longer than shutdown_timeout %v", grace, gw.ShutdownTimeout.Duration)
-	}
+	checkRollingUpdate(t, ms, dep, gw)
+	checkImages(t, dep)
+	checkEtcd(t, ms, gw)
+	checkDiscovery(t, ms, dep, gw)
 
 	// The config file the container is told to read is the ConfigMap's,
 	// and the state directory is writable (a volume).
@@ -419,6 +445,145 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	if _, ok := ms["ConfigMap/"+cmName]; !ok {
 		t.Errorf("the config volume names ConfigMap %q, which kustomization does not make", cmName)
+	}
+}
+
+// checkRollingUpdate: a stop (preStop sleep, then shutdown_delay with
+// /readyz 503, then shutdown_timeout for requests in flight) fits in the
+// grace period; the readiness probe sees the 503 within shutdown_delay; the
+// PodDisruptionBudget covers the gateway's pods and leaves replicas
+// serving; the rolling update never goes below the replica count.
+func checkRollingUpdate(t *testing.T, ms map[string]manifest, dep manifest, gw config.Gateway) {
+	t.Helper()
+	pod := dep.Spec.Template.Spec
+	c := pod.Containers[0]
+	sleep := c.Lifecycle.PreStop.Sleep
+	if sleep == nil || sleep.Seconds <= 0 {
+		t.Fatal("the container has no preStop sleep: endpoints must learn of a deletion before SIGTERM")
+	}
+	preStop := time.Duration(sleep.Seconds) * time.Second
+	if gw.ShutdownDelay.Duration <= 0 {
+		t.Errorf("shutdown_delay is %v: a rolling update would refuse requests while endpoints catch up", gw.ShutdownDelay.Duration)
+	}
+	need := preStop + gw.ShutdownDelay.Duration + gw.ShutdownTimeout.Duration
+	if grace := time.Duration(pod.TerminationGracePeriodSeconds) * time.Second; grace <= need {
+		t.Errorf("terminationGracePeriodSeconds %v is not longer than preStop %v + shutdown_delay %v + shutdown_timeout %v",
+			grace, preStop, gw.ShutdownDelay.Duration, gw.ShutdownTimeout.Duration)
+	}
+	rp := c.ReadinessProbe
+	if seen := time.Duration(rp.PeriodSeconds*max(rp.FailureThreshold, 1)) * time.Second; seen > gw.ShutdownDelay.Duration {
+		t.Errorf("the readiness probe takes %v (%d × %ds) to see /readyz's 503, longer than shutdown_delay %v",
+			seen, max(rp.FailureThreshold, 1), rp.PeriodSeconds, gw.ShutdownDelay.Duration)
+	}
+	if dep.Spec.Strategy.RollingUpdate.MaxUnavailable != 0 {
+		t.Errorf("the rolling update's maxUnavailable is %d, want 0 (surge first)", dep.Spec.Strategy.RollingUpdate.MaxUnavailable)
+	}
+	pdb, ok := ms["PodDisruptionBudget/tlgate"]
+	if !ok {
+		t.Fatalf("no PodDisruptionBudget tlgate in %v", keysOf(ms))
+	}
+	if !selects(pdb.Spec.Selector.MatchLabels, dep.Spec.Template.Metadata.Labels) {
+		t.Errorf("the PodDisruptionBudget's selector %v does not select the pods (labels %v)", pdb.Spec.Selector.MatchLabels, dep.Spec.Template.Metadata.Labels)
+	}
+	available := dep.Spec.Replicas - pdb.Spec.MaxUnavailable
+	if pdb.Spec.MinAvailable > 0 {
+		available = pdb.Spec.MinAvailable
+	}
+	if pdb.Spec.MaxUnavailable < 0 || available < 2 || available >= dep.Spec.Replicas {
+		t.Errorf("the PodDisruptionBudget keeps %d of %d replicas: want at least 2 serving, and a drain able to move one", available, dep.Spec.Replicas)
+	}
+}
+
+// selects reports whether every label of sel is in labels.
+func selects(sel, labels map[string]string) bool {
+	if len(sel) == 0 {
+		return false
+	}
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// checkImages: the gateway's image is named in kustomization.yaml's images
+// (kustomize edit set image), with a version, not tlgate:latest.
+func checkImages(t *testing.T, dep manifest) {
+	t.Helper()
+	var kust struct {
+		Images []struct {
+			Name    string `yaml:"name"`
+			NewName string `yaml:"newName"`
+			NewTag  string `yaml:"newTag"`
+		} `yaml:"images"`
+	}
+	b, err := os.ReadFile(filepath.Join("kubernetes", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &kust); err != nil {
+		t.Fatal(err)
+	}
+	img := dep.Spec.Template.Spec.Containers[0].Image
+	if strings.Contains(img, ":") {
+		t.Errorf("deployment.yaml names the image %q with a tag: name it in kustomization.yaml's images instead", img)
+	}
+	for _, i := range kust.Images {
+		if i.Name == img {
+			if i.NewName == "" || i.NewTag == "" || i.NewTag == "latest" {
+				t.Errorf("kustomization.yaml's image %s is %s:%s: want a registry name and a version", img, i.NewName, i.NewTag)
+			}
+			return
+		}
+	}
+	t.Errorf("kustomization.yaml's images do not set the image %q", img)
+}
+
+// checkEtcd: the store's endpoints are the members of the etcd StatefulSet
+// shipped beside the gateway, whose PodDisruptionBudget keeps a quorum.
+func checkEtcd(t *testing.T, ms map[string]manifest, gw config.Gateway) {
+	t.Helper()
+	sts, ok := ms["StatefulSet/etcd"]
+	if !ok {
+		t.Fatalf("no StatefulSet etcd in %v", keysOf(ms))
+	}
+	if svc, ok := ms["Service/"+sts.Spec.ServiceName]; !ok || svc.Spec.ClusterIP != "None" {
+		t.Errorf("the etcd StatefulSet's service %q is not a headless Service of the manifests", sts.Spec.ServiceName)
+	}
+	var want []string
+	for i := range sts.Spec.Replicas {
+		want = append(want, fmt.Sprintf("http://%s-%d.%s:2379", sts.Metadata.Name, i, sts.Spec.ServiceName))
+	}
+	if !slices.Equal(gw.Store.Endpoints, want) {
+		t.Errorf("[gateway.store] endpoints %v, the StatefulSet's members are %v", gw.Store.Endpoints, want)
+	}
+	pdb, ok := ms["PodDisruptionBudget/etcd"]
+	quorum := sts.Spec.Replicas/2 + 1
+	if !ok || sts.Spec.Replicas-pdb.Spec.MaxUnavailable < quorum || pdb.Spec.MaxUnavailable < 1 {
+		t.Errorf("etcd's PodDisruptionBudget must keep a quorum of %d of %d members (got maxUnavailable %d)", quorum, sts.Spec.Replicas, pdb.Spec.MaxUnavailable)
+	}
+}
+
+// checkDiscovery: engines are discovered from the API server, not listed,
+// and the pods run as the ServiceAccount the manifests make.
+func checkDiscovery(t *testing.T, ms map[string]manifest, dep manifest, gw config.Gateway) {
+	t.Helper()
+	if len(gw.Engines) > 0 {
+		t.Errorf("the shipped configuration lists %d engines: they are discovered by label", len(gw.Engines))
+	}
+	var k8s int
+	for _, d := range gw.Discovery {
+		if d.Kind == config.DiscoveryKubernetes && d.Selector != "" {
+			k8s++
+		}
+	}
+	if k8s == 0 {
+		t.Error("the shipped configuration has no [[gateway.discovery]] kubernetes source with a label selector")
+	}
+	sa := dep.Spec.Template.Spec.ServiceAccountName
+	if _, ok := ms["ServiceAccount/"+sa]; sa == "" || !ok {
+		t.Errorf("the pods run as ServiceAccount %q, which the manifests do not make", sa)
 	}
 }
 
