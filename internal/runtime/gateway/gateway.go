@@ -382,7 +382,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	// Engines found by [[gateway.discovery]] sources: probed alike.
 	finder, err := discovery.Start(gw.Discovery, g.probes, discovery.Options{Logger: o.Logger})
 	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway.discovery: %w", err)
 	}
 	g.stops = append(g.stops, func(context.Context) error { finder.Close(); return nil })
 	if err := g.startSync(&gw); err != nil {
