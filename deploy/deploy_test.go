@@ -243,7 +243,7 @@ type manifest struct {
 				MaxUnavailable int `yaml:"maxUnavailable"`
 			} `yaml:"rollingUpdate"`
 		} `yaml:"strategy"`
-		Ports     []struct {
+		Ports []struct {
 			Name       string `yaml:"name"`
 			Port       int    `yaml:"port"`
 			TargetPort string `yaml:"targetPort"`

@@ -26,7 +26,7 @@ func demoConfig() *config.Config {
 	cfg := config.Default()
 	gw := &cfg.Gateway
 	gw.StateDir = filepath.Join(os.TempDir(), fmt.Sprintf("tlgate-demo-%d", os.Getpid()))
-	gw.Routes = stage.Routes() // the console's tests and screenshots run on the same
+	gw.Routes = stage.Routes()     // the console's tests and screenshots run on the same
 	gw.ShutdownDelay = config.D(0) // no load balancer to wait for: Ctrl-C stops at once
 	return cfg
 }
