@@ -209,7 +209,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	rcfg := routerConfig(pol, &gw)
 	overloadConfig(&rcfg, gw, m, o.Logger)
 	if err := g.newSync(&gw, o.Registry, o.Logger, &rcfg); err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway.%w", err)
 	}
 	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(rcfg, table, epoch), g.Registry).Configure(actor.WithDispatcher(pool)))
 	g.stops = append(g.stops, g.stopActor(g.Router))
@@ -386,7 +386,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	}
 	g.stops = append(g.stops, func(context.Context) error { finder.Close(); return nil })
 	if err := g.startSync(&gw); err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway.%w", err)
 	}
 	o.Logger.Info().Str("listen", g.HTTPAddr()).Str("registry_listen", g.RegistryAddr()).
 		Str("route_policy", string(pol)).Str("store", gw.Store.Kind).Uint64("epoch", epoch).Int("routes", table.Len()).Msg("gateway started")
