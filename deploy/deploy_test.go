@@ -336,7 +336,11 @@ func readManifests(t *testing.T, dir string) map[string]manifest {
 				}
 				t.Fatalf("%s: %v", res, err)
 			}
-			out[m.Kind+"/"+m.Metadata.Name] = m
+			id := m.Kind + "/" + m.Metadata.Name
+			if _, dup := out[id]; dup {
+				t.Fatalf("%s: %s is defined twice (kustomize refuses a second object with the same id)", res, id)
+			}
+			out[id] = m
 		}
 	}
 	for _, g := range kust.ConfigMapGenerator {
