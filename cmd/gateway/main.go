@@ -2,7 +2,7 @@
 //
 //	gateway -config tlgate.toml     run with a configuration file
 //	gateway -demo                   run with in-process reference engines
-//	gateway -demo -replicas 3       the same with 3 gateways sharing an embedded etcd
+//	gateway -demo -replicas 3       the same with 3 gateways sharing an embedded etcd and NATS
 //	gateway -config F -seed-from D/routes.json   copy a file store's table into etcd, then exit
 //	gateway -check -config tlgate.toml   validate a configuration and exit (0: valid)
 //	gateway -version                print the version and build information
@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	registryListen := fs.String("registry-listen", "", "gRPC registry listener host:port, overriding the config's registry_listen")
 	logFormat := fs.String("log-format", "", "json or console (default: the config's log_format; console with -demo)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	replicas := fs.Int("replicas", 1, "with -demo: gateway replicas sharing an embedded etcd (1: the file store)")
+	replicas := fs.Int("replicas", 1, "with -demo: gateway replicas sharing an embedded etcd and NATS (1: the file store, no sync)")
 	seedFrom := fs.String("seed-from", "", "copy this routes.json (a file store's) into the -config's etcd store and exit")
 	seedForce := fs.Bool("seed-force", false, "with -seed-from: replace a table etcd already holds")
 	otlp := fs.String("otlp-endpoint", "", "OTLP receiver URL for traces (grpc, e.g. http://127.0.0.1:4317), overriding [gateway.tracing] endpoint; with -demo the engines export there too")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/adapter/fleetsync/embednats"
 	"github.com/tlgate/tlgate/internal/adapter/store/embedetcd"
 	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
@@ -22,9 +23,10 @@ import (
 const maxReplicas = 9
 
 // runReplicas is -demo -replicas n: an embedded etcd in a temporary
-// directory, n gateways on loopback sharing it as their store, and the
-// demo engines heartbeating to every one. It prints a PUT on the first
-// replica and a GET on the second, then runs until ctx ends.
+// directory, n gateways on loopback sharing it as their store and routing
+// as one fleet through an embedded NATS (fleet sync), and the demo engines
+// heartbeating to every one. It prints a PUT on the first replica and a
+// GET on the second, then runs until ctx ends.
 func runReplicas(ctx context.Context, n int, logger zerolog.Logger, out io.Writer) error {
 	dir, err := os.MkdirTemp("", "tlgate-demo-etcd-")
 	if err != nil {
@@ -36,6 +38,11 @@ func runReplicas(ctx context.Context, n int, logger zerolog.Logger, out io.Write
 		return fmt.Errorf("demo: %w", err)
 	}
 	defer etcd.Close()
+	ns, err := embednats.Start(0)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer ns.Close()
 
 	var gws []*gateway.Gateway
 	closeAll := func() {
@@ -51,6 +58,8 @@ func runReplicas(ctx context.Context, n int, logger zerolog.Logger, out io.Write
 		g := &cfg.Gateway
 		g.Listen, g.RegistryListen = "127.0.0.1:0", "127.0.0.1:0"
 		g.Store = config.Store{Kind: config.StoreEtcd, Endpoints: etcd.Endpoints(), Prefix: config.DefaultStorePrefix, DialTimeout: config.D(5 * time.Second)}
+		g.Sync.Kind, g.Sync.URL, g.Sync.Token = config.SyncNATS, config.StringList{ns.URL()}, ns.Token()
+		g.Sync.ReplicaID = fmt.Sprintf("demo-%d", i)
 		reg := prometheus.NewRegistry()
 		gw, err := gateway.Start(ctx, cfg, gateway.Options{Logger: logger.With().Int("replica", i).Logger(), Registry: reg, Gatherer: reg})
 		if err != nil {
@@ -88,13 +97,13 @@ func runReplicas(ctx context.Context, n int, logger zerolog.Logger, out io.Write
 			return err
 		}
 	}
-	printReplicas(out, gws, etcd.Endpoints(), len(engines))
+	printReplicas(out, gws, etcd.Endpoints(), ns.URL(), len(engines))
 	<-ctx.Done()
 	logger.Info().Msg("shutting down")
 	return nil
 }
 
-func printReplicas(out io.Writer, gws []*gateway.Gateway, endpoints []string, engines int) {
+func printReplicas(out io.Writer, gws []*gateway.Gateway, endpoints []string, natsURL string, engines int) {
 	var list strings.Builder
 	for i, gw := range gws {
 		fmt.Fprintf(&list, "  replica %d: http://%s  (gRPC registry %s)\n", i, gw.HTTPAddr(), gw.RegistryAddr())
@@ -102,7 +111,10 @@ func printReplicas(out io.Writer, gws []*gateway.Gateway, endpoints []string, en
 	a, b := "http://"+gws[0].HTTPAddr(), "http://"+gws[1].HTTPAddr()
 	fmt.Fprintf(out, `
 tlgate demo is up: %[1]d gateway replicas sharing one route table in an embedded etcd (%[2]s)
-%[3]s%[4]d reference engines heartbeat to every replica.
+%[3]s%[4]d reference engines heartbeat to every replica. The replicas route as one fleet:
+they share their routing decisions, load and prefix index through an embedded NATS (%[7]s),
+so a worker's in-flight requests on one replica show on the others (peer_in_flight):
+  curl -s %[6]s/admin/v1/workers
 
 Read the table and its ETag on replica 0, change it there (If-Match: that ETag):
   curl -s -D - %[5]s/admin/v1/routes
@@ -119,5 +131,5 @@ A drain on replica 1 stops routing to smol-v4 on every replica:
   curl -s %[5]s/admin/v1/workers
 
 Ctrl-C stops it.
-`, len(gws), strings.Join(endpoints, ","), list.String(), engines, a, b)
+`, len(gws), strings.Join(endpoints, ","), list.String(), engines, a, b, natsURL)
 }

@@ -46,6 +46,14 @@ func TestRunDemoReplicas(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// The replicas sync through the demo's embedded NATS.
+	metricsURL := strings.TrimSuffix(getB.url, "/admin/v1/routes") + "/metrics"
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(string(r.get(metricsURL).body), "tlgate_sync_up 1"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica 1 does not report tlgate_sync_up 1 at %s", metricsURL)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	r.client.CloseIdleConnections()
 	if err := r.stop(); err != nil {
 		t.Fatalf("run returned %v", err)
