@@ -207,3 +207,59 @@ func TestPickLeastLoadedAndAnyRole(t *testing.T) {
 		t.Fatalf("a pooling request was indexed: %d chunks", n)
 	}
 }
+
+// TestPickSaysWhyNoCapacity: a refused pick names what the route needs and
+// what of it the fleet has, by role and state; a cascade step with no
+// routable worker is skipped, naming why.
+func TestPickSaysWhyNoCapacity(t *testing.T) {
+	stale := w("stale", "big", fleet.RoleDecode, 0, 0)
+	stale.Deadline = now.Add(-time.Second)
+	draining := w("dr", "big", fleet.RoleDecode, 0, 0)
+	draining.Draining = true
+	rs := []routes.Route{
+		{Model: "big-pd", Backends: []routes.Backend{{Model: "big", Weight: 1}}, Targets: []string{routes.TargetDisaggregated}},
+		{Model: "auto", Cascade: []routes.Step{{Model: "smol", AcceptIf: "mean_logprob > -1"}, {Model: "big"}}},
+	}
+	cases := []struct {
+		name    string
+		workers []fleet.Worker
+		model   string
+		exclude map[string]bool
+		want    string
+	}{
+		{"no worker", nil, "big-pd", nil, "route big-pd needs prefill and decode workers of big; no worker of big is registered"},
+		{"only unified", []fleet.Worker{w("u", "big", fleet.RoleUnified, 0, 0)}, "big-pd", nil,
+			"route big-pd needs prefill and decode workers of big; 1 unified worker is routable"},
+		{"decode workers down", []fleet.Worker{w("p", "big", fleet.RolePrefill, 0, 0), stale, draining}, "big-pd", nil,
+			"route big-pd needs prefill and decode workers of big; 1 prefill worker is routable; 2 decode workers: 1 is draining, 1 missed its heartbeats"},
+		{"kv formats differ", []fleet.Worker{w("p", "big", fleet.RolePrefill, 0, 1), w("d", "big", fleet.RoleDecode, 0, 2)}, "big-pd", nil,
+			"route big-pd needs prefill and decode workers of big; 1 prefill worker is routable; 1 decode worker is routable; no routable prefill worker shares a kv_format with a routable decode worker"},
+		{"failed this request", []fleet.Worker{w("a", "m", fleet.RoleUnified, 0, 0), w("b", "m", fleet.RoleUnified, 0, 0)}, "m", map[string]bool{"a": true, "b": true},
+			"model m needs unified workers of m; 2 unified workers failed this request"},
+		{"cascade: both steps empty", nil, "auto", nil, "model big needs unified workers of big; no worker of big is registered"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := state(t, policy.NameLeastOutstanding, rs, tc.workers...)
+			_, err := s.Pick(&Request{Model: tc.model, RequestID: "r", Exclude: tc.exclude}, now)
+			var nc *NoCapacityError
+			if !errors.As(err, &nc) || !errors.Is(err, ErrNoCapacity) {
+				t.Fatalf("error %v, want a NoCapacityError", err)
+			}
+			if nc.Why != tc.want {
+				t.Fatalf("why\n %q\nwant\n %q", nc.Why, tc.want)
+			}
+		})
+	}
+
+	// A cascade whose first step has no worker is answered by the next.
+	s := state(t, policy.NameLeastOutstanding, rs, w("b1", "big", fleet.RoleUnified, 0, 0))
+	tg, err := s.Pick(&Request{Model: "auto", RequestID: "r"}, now)
+	if err != nil || tg.Worker.ID != "b1" || tg.CascadeStep != 1 {
+		t.Fatalf("cascade with an empty first step: %+v %v", tg, err)
+	}
+	want := []Skip{{Step: 0, Model: "smol", Why: "model smol needs unified workers of smol; no worker of smol is registered"}}
+	if !reflect.DeepEqual(tg.Skipped, want) {
+		t.Fatalf("skipped %+v, want %+v", tg.Skipped, want)
+	}
+}
