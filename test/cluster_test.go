@@ -44,7 +44,7 @@ type hookLog struct {
 	routed    []string // worker ids, in order
 	failovers []string // "worker:reason"
 	cascades  []string // "route:step:accepted"
-	panicOn   string   // a request id whose actor panics once routed
+	panicOn   string   // a client request id whose actor panics once routed
 }
 
 func (h *hookLog) snapshot() (routed, failovers, cascades []string) {
@@ -98,7 +98,7 @@ idle_timeout = "5s"
 			d.OnRouted = func(ex *request.Exchange, tg router.Target, _ time.Duration) {
 				hl.mu.Lock()
 				hl.routed = append(hl.routed, tg.Worker.ID)
-				boom := hl.panicOn != "" && ex.RequestID == hl.panicOn
+				boom := hl.panicOn != "" && ex.ClientRequestID == hl.panicOn
 				hl.mu.Unlock()
 				if boom {
 					panic("test: request actor panics after routing")

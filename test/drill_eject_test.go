@@ -29,7 +29,7 @@ func TestDrillKillEjectsDeadEngine(t *testing.T) {
 		d.OnFailover = func(ex *request.Exchange, tg router.Target, reason string) {
 			prev(ex, tg, reason)
 			mu.Lock()
-			failedOn[ex.RequestID] = append(failedOn[ex.RequestID], tg.Worker.ID)
+			failedOn[ex.ClientRequestID] = append(failedOn[ex.ClientRequestID], tg.Worker.ID)
 			mu.Unlock()
 		}
 	},

@@ -104,7 +104,7 @@ func (g *gatedEngine) handler(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
 	g.running++
 	g.maxSeen = max(g.maxSeen, g.running)
-	g.arrivals = append(g.arrivals, r.Header.Get("X-Request-Id"))
+	g.arrivals = append(g.arrivals, r.Header.Get("X-Client-Request-Id"))
 	g.mu.Unlock()
 	defer func() {
 		g.mu.Lock()

@@ -323,7 +323,7 @@ func TestRefusedRequestsAreLogged(t *testing.T) {
 		{"bad-key", "refused", "invalid_api_key", "", 401},
 		{"no-model", "not_found", "model_not_found", "bob", 404},
 	} {
-		if n := strings.Count(log.String(), `"request_id":"`+want.id+`"`); n != 1 {
+		if n := strings.Count(log.String(), `"client_request_id":"`+want.id+`"`); n != 1 {
 			t.Errorf("%s: %d access-log lines, want 1", want.id, n)
 		}
 		l := log.line(want.id)

@@ -211,8 +211,9 @@ func TestRouteHeaderOnlyForDebug(t *testing.T) {
 		if r.status != http.StatusOK || r.header.Get("X-TL-Route") != "" || r.header.Get("X-TL-Cascade-Step") != "" {
 			t.Fatalf("plain key (stream %v): %d route %q", stream, r.status, r.header.Get("X-TL-Route"))
 		}
-		if r.header.Get("X-Request-Id") != "my-req-1" {
-			t.Fatalf("X-Request-Id not echoed: %q", r.header.Get("X-Request-Id"))
+		if r.header.Get("X-Client-Request-Id") != "my-req-1" || !strings.HasPrefix(r.header.Get("X-Request-Id"), "req-") {
+			t.Fatalf("client id not echoed beside the gateway's: X-Client-Request-Id %q, X-Request-Id %q",
+				r.header.Get("X-Client-Request-Id"), r.header.Get("X-Request-Id"))
 		}
 	}
 }

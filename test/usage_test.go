@@ -22,12 +22,13 @@ import (
 // lockedBuffer collects the access log.
 type lockedBuffer struct{ syncBuffer }
 
-// line returns the access-log line of request id, or nil.
+// line returns the access-log line of the request the client named id
+// (its client_request_id), or nil.
 func (l *lockedBuffer) line(id string) map[string]any {
 	sc := bufio.NewScanner(strings.NewReader(l.String()))
 	for sc.Scan() {
 		var v map[string]any
-		if json.Unmarshal(sc.Bytes(), &v) == nil && v["message"] == "request" && v["request_id"] == id {
+		if json.Unmarshal(sc.Bytes(), &v) == nil && v["message"] == "request" && v["client_request_id"] == id {
 			return v
 		}
 	}

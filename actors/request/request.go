@@ -41,10 +41,13 @@ type Exchange struct {
 	Body      []byte
 	Req       openai.Request
 	Path      string // the path asked of the engine: "/v1/chat/completions", "/v1/embeddings"...
-	RequestID string
-	KeyName   string
-	Debug     bool // the key has the debug scope: X-TL-Route and X-TL-Cascade-Step
-	Received  time.Time
+	RequestID string // the gateway's own id (routing, logs, the engine's X-Request-Id)
+	// ClientRequestID is the client's own id, checked (httpedge), or "":
+	// logged and passed on, never routed on.
+	ClientRequestID string
+	KeyName         string
+	Debug           bool // the key has the debug scope: X-TL-Route and X-TL-Cascade-Step
+	Received        time.Time
 	// Tokens, if set, is the key's tokens budget: a stream reports its
 	// usage to it as it goes and is ended with a rate_limit_exceeded event
 	// once it refuses more.
@@ -312,6 +315,9 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 		return
 	}
 	h := http.Header{"X-Request-Id": {a.ex.RequestID}, "Content-Type": {"application/json"}}
+	if a.ex.ClientRequestID != "" {
+		h.Set("X-Client-Request-Id", a.ex.ClientRequestID)
+	}
 	for k, v := range extra {
 		h[k] = v
 	}

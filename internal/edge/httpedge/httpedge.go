@@ -131,24 +131,50 @@ func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error)
 	return body, err
 }
 
-// RequestID returns the client's X-Request-Id when it is acceptable (1 to
-// 128 printable ASCII characters), else a fresh random id.
-func RequestID(r *http.Request) string {
-	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 {
-		ok := true
-		for i := 0; i < len(id); i++ {
-			if id[i] < 0x21 || id[i] > 0x7e {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return id
-		}
-	}
+// MaxClientRequestIDLen is the longest client request id kept.
+const MaxClientRequestIDLen = 128
+
+// NewRequestID returns a fresh gateway request id: "req-" and 32 random
+// hex digits. Every request gets one, whatever the client sent: it names
+// the request in logs, traces and the engines' X-Request-Id, and draws a
+// route's canary split, so no client can choose it.
+func NewRequestID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return "req-" + hex.EncodeToString(b[:])
+}
+
+// ClientRequestID returns the client's own request id, X-Client-Request-Id
+// (OpenAI's header) or else X-Request-Id, when it is 1 to
+// MaxClientRequestIDLen characters of A-Z a-z 0-9 and "-_.:"; else "". It
+// is logged beside the gateway's id and echoed as X-Client-Request-Id,
+// never used to route.
+func ClientRequestID(r *http.Request) string {
+	id := r.Header.Get("X-Client-Request-Id")
+	if id == "" {
+		id = r.Header.Get("X-Request-Id")
+	}
+	if id == "" || len(id) > MaxClientRequestIDLen {
+		return ""
+	}
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.', c == ':':
+		default:
+			return ""
+		}
+	}
+	return id
+}
+
+// requestIDKey is the context key of the gateway's request id.
+type requestIDKey struct{}
+
+// RequestIDOf returns the gateway's id of r, once the edge gave it one
+// (an inference request past its authentication), else "".
+func RequestIDOf(r *http.Request) string {
+	id, _ := r.Context().Value(requestIDKey{}).(string)
+	return id
 }
 
 // parseFunc validates a request body of one endpoint (openai.ParseRequest,
@@ -161,8 +187,12 @@ func (d *Deps) inferWith(parse parseFunc) http.HandlerFunc {
 }
 
 func (d *Deps) infer(w http.ResponseWriter, r *http.Request, parse parseFunc) {
-	rid := RequestID(r)
+	rid, cid := NewRequestID(), ClientRequestID(r)
+	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid))
 	w.Header().Set("X-Request-Id", rid)
+	if cid != "" {
+		w.Header().Set("X-Client-Request-Id", cid)
+	}
 	body, err := ReadBody(w, r, d.MaxBodyBytes)
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -200,6 +230,7 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, parse parseFunc) {
 	}
 	ex := request.NewExchange(rctx, w, body, req, r.URL.Path, rid)
 	ex.KeyName = key.Name
+	ex.ClientRequestID = cid
 	if adm.Reservation != nil {
 		ex.Tokens = adm.Reservation
 	}

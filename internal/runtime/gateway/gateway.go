@@ -552,7 +552,11 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	if len(lg.Failures) == 0 && lg.LastError != "" {
 		ev.Str("last_error", lg.LastError) // a committed stream's end
 	}
-	ev.Str("request_id", ex.RequestID).Str("key", ex.KeyName).Str("path", ex.Path).Str("model", ex.Req.Model).
+	ev.Str("request_id", ex.RequestID)
+	if ex.ClientRequestID != "" {
+		ev.Str("client_request_id", ex.ClientRequestID)
+	}
+	ev.Str("key", ex.KeyName).Str("path", ex.Path).Str("model", ex.Req.Model).
 		Str("route", lg.Route).Str("served_model", lg.ServedModel).Str("worker", lg.Worker).
 		Str("reason", lg.Reason).Int("attempts", lg.Attempts).Int("status", o.Status).
 		Bool("stream", ex.Req.Stream).Bool("committed", lg.Committed || ex.Committed()).
@@ -592,8 +596,11 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 func refusedLog(l zerolog.Logger, r *http.Request, status int, code string) {
 	ev := l.Info().Str("outcome", "refused").Int("status", status).Str("code", code).
 		Str("method", r.Method).Str("path", r.URL.Path).Str("client", clientHost(r.RemoteAddr))
-	if id := r.Header.Get("X-Request-Id"); id != "" && httpedge.RequestID(r) == id { // an acceptable one
+	if id := httpedge.RequestIDOf(r); id != "" {
 		ev.Str("request_id", id)
+	}
+	if id := httpedge.ClientRequestID(r); id != "" {
+		ev.Str("client_request_id", id)
 	}
 	if key, ok := auth.FromContext(r.Context()); ok && key.Name != "" {
 		ev.Str("key", key.Name)
