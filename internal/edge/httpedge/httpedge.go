@@ -261,7 +261,10 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, parse parseFunc) {
 // over a limit it answers 429 and reports false.
 func (d *Deps) admit(w http.ResponseWriter, r *http.Request, key string, req openai.Request) (ratelimit.Decision, bool) {
 	want := ratelimit.Want{Prompt: usage.EstimatePrompt(req.Prompt), MaxTokens: d.Tokens.DefaultMaxTokens, Clamp: d.Tokens.Clamp}
-	if req.MaxTokens != nil {
+	switch {
+	case req.Endpoint.Pooling(): // no completion
+		want.MaxTokens = 0
+	case req.MaxTokens != nil:
 		want.MaxTokens = *req.MaxTokens
 	}
 	adm := d.Limits.Admit(key, want)
@@ -276,11 +279,13 @@ func (d *Deps) admit(w http.ResponseWriter, r *http.Request, key string, req ope
 	return adm, false
 }
 
-// budget returns body and req with max_tokens set to the completion budget
-// an admission with a tokens limit reserved, when the client's was absent
-// or more than it: the engine then generates no more than was reserved.
+// budget returns a chat or completions body and req with max_tokens set to
+// the completion budget an admission with a tokens limit reserved, when the
+// client's was absent or more than it: the engine then generates no more
+// than was reserved. Other endpoints' bodies go as sent.
 func (d *Deps) budget(body []byte, req openai.Request, adm ratelimit.Decision) ([]byte, openai.Request, error) {
-	if adm.Tokens.Limit == 0 || (req.MaxTokens != nil && *req.MaxTokens <= adm.MaxTokens) {
+	if adm.Tokens.Limit == 0 || (req.Endpoint != openai.EndpointChat && req.Endpoint != openai.EndpointCompletions) ||
+		(req.MaxTokens != nil && *req.MaxTokens <= adm.MaxTokens) {
 		return body, req, nil
 	}
 	b, err := openai.WithMaxTokens(body, adm.MaxTokens)
