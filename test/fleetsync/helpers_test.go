@@ -59,6 +59,8 @@ type fleet struct {
 	replicas []*replica
 	engines  []*enginesim.Engine
 	client   *http.Client
+	// tweak, when set, changes every replica's configuration last.
+	tweak func(*config.Gateway)
 }
 
 // startNATS starts an embedded NATS server, stopped at the end of the test.
@@ -77,7 +79,14 @@ func startNATS(t testing.TB) *embednats.Server {
 // addresses, and waits until every replica routes to every engine.
 func newFleet(t testing.TB, ns *embednats.Server, policy string, n int, engines []enginesim.Config, extraRegistries ...string) *fleet {
 	t.Helper()
-	f := &fleet{t: t, nats: ns, policy: policy, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 20 * time.Second}}
+	return newTweakedFleet(t, ns, policy, n, engines, nil, extraRegistries...)
+}
+
+// newTweakedFleet is newFleet with tweak applied to every replica's
+// configuration.
+func newTweakedFleet(t testing.TB, ns *embednats.Server, policy string, n int, engines []enginesim.Config, tweak func(*config.Gateway), extraRegistries ...string) *fleet {
+	t.Helper()
+	f := &fleet{t: t, nats: ns, policy: policy, tweak: tweak, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 20 * time.Second}}
 	t.Cleanup(f.close)
 	for range n {
 		f.replicas = append(f.replicas, f.startReplica("127.0.0.1:0"))
@@ -138,6 +147,9 @@ func (f *fleet) startReplica(registryListen string) *replica {
 		g.Sync.ConnectTimeout = config.D(time.Second)
 		g.Sync.LoadInterval = config.D(200 * time.Millisecond)
 		g.Sync.PeerTimeout = config.D(2 * time.Second)
+	}
+	if f.tweak != nil {
+		f.tweak(g)
 	}
 	if err := cfg.Validate(); err != nil {
 		f.t.Fatal(err)
