@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
 	"github.com/tlgate/tlgate/internal/tool/bench/tlbench"
@@ -58,9 +59,15 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	fs.SetOutput(errOut)
 	quick := fs.Bool("quick", false, "a smaller, faster run (well under a minute) for a smoke test")
 	out := fs.String("out", "", "write results.md and the plots (SVG, and PNG with rsvg-convert) into this directory")
-	only := fs.String("only", "", "comma-separated experiments to run: "+strings.Join(tlbench.Experiments, ","))
+	only := fs.String("only", "", "comma-separated experiments to run (default "+strings.Join(tlbench.Experiments, ",")+"; also "+strings.Join(tlbench.Optional, ",")+")")
 	nginx := fs.String("nginx", "", "nginx binary for the overhead comparison (default: nginx on PATH; missing: skipped)")
-	timeout := fs.Duration("timeout", 0, "bound on the whole run (default 15m, 2m with -quick)")
+	timeout := fs.Duration("timeout", 0, "bound on the whole run (default 15m, 2m with -quick; with openloop 2h, 10m with -quick)")
+	openRates := fs.String("open-rates", "", "openloop: arrival rates in percent of least_outstanding's single-replica capacity (default 50,70,90,110; 70 with -quick)")
+	openReplicas := fs.String("open-replicas", "", "openloop: gateway replica counts (default 1,2,3; 1,3 with -quick)")
+	openSync := fs.String("open-sync", "", "openloop: fleet sync settings to compare, off and/or on (default off,on)")
+	openRepeats := fs.Int("open-repeats", 0, "openloop: runs of every configuration (default 3, 1 with -quick)")
+	openDuration := fs.Duration("open-duration", 0, "openloop: how long each run sends, its warmup included (default 8s, 4s with -quick)")
+	openWorkloads := fs.String("open-workloads", "", "openloop: workloads (default multi-turn,rag)")
 	requests := fs.Int("requests", 0, "requests per routing run (default 600, 160 with -quick)")
 	concurrency := fs.Int("concurrency", 0, "concurrent clients of a routing run (default 48, 32 with -quick)")
 	kvBlocks := fs.Int("kv-blocks", 0, "KV blocks of 16 tokens per routing engine (default 160)")
@@ -95,8 +102,8 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 		c.Only = nil
 		for _, e := range strings.Split(*only, ",") {
 			e = strings.TrimSpace(e)
-			if !slices.Contains(tlbench.Experiments, e) {
-				return tlbench.Config{}, fmt.Errorf("-only: unknown experiment %q (want %s)", e, strings.Join(tlbench.Experiments, ", "))
+			if !slices.Contains(tlbench.Experiments, e) && !slices.Contains(tlbench.Optional, e) {
+				return tlbench.Config{}, fmt.Errorf("-only: unknown experiment %q (want %s)", e, strings.Join(append(slices.Clone(tlbench.Experiments), tlbench.Optional...), ", "))
 			}
 			if !slices.Contains(c.Only, e) {
 				c.Only = append(c.Only, e)
@@ -124,6 +131,12 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	}
 	if *timeout < 0 || *rate < 0 {
 		return tlbench.Config{}, errors.New("-timeout and -rate must not be negative")
+	}
+	if slices.Contains(c.Only, tlbench.ExpOpenLoop) {
+		c.Timeout = 2 * time.Hour
+		if *quick {
+			c.Timeout = 10 * time.Minute
+		}
 	}
 	if *timeout > 0 {
 		c.Timeout = *timeout
@@ -167,7 +180,69 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 			return tlbench.Config{}, fmt.Errorf("-streams: %w", err)
 		}
 	}
+	if err := parseOpenLoop(&c, *openRates, *openReplicas, *openSync, *openWorkloads, *openRepeats, *openDuration); err != nil {
+		return tlbench.Config{}, err
+	}
 	return c, nil
+}
+
+// parseOpenLoop applies the openloop experiment's flags to c.
+func parseOpenLoop(c *tlbench.Config, rates, replicas, sync, workloads string, repeats int, duration time.Duration) error {
+	if rates != "" {
+		ps, err := parseInts(rates)
+		if err != nil {
+			return fmt.Errorf("-open-rates: %w", err)
+		}
+		c.OpenFractions = nil
+		for _, p := range ps {
+			c.OpenFractions = append(c.OpenFractions, float64(p)/100)
+		}
+	}
+	if replicas != "" {
+		rs, err := parseInts(replicas)
+		if err != nil {
+			return fmt.Errorf("-open-replicas: %w", err)
+		}
+		c.OpenReplicas = rs
+	}
+	if sync != "" {
+		c.OpenSync = nil
+		for _, s := range strings.Split(sync, ",") {
+			switch strings.TrimSpace(s) {
+			case "off":
+				c.OpenSync = append(c.OpenSync, false)
+			case "on":
+				c.OpenSync = append(c.OpenSync, true)
+			default:
+				return fmt.Errorf("-open-sync: %q is not off or on", s)
+			}
+		}
+	}
+	if workloads != "" {
+		c.OpenWorkloads = nil
+		for _, w := range strings.Split(workloads, ",") {
+			k := loadgen.Kind(strings.TrimSpace(w))
+			if k != loadgen.MultiTurn && k != loadgen.RAG {
+				return fmt.Errorf("-open-workloads: %q is not multi-turn or rag", w)
+			}
+			c.OpenWorkloads = append(c.OpenWorkloads, k)
+		}
+	}
+	switch {
+	case repeats < 0:
+		return fmt.Errorf("-open-repeats: must be positive, got %d", repeats)
+	case repeats > 0:
+		c.OpenRepeats = repeats
+	}
+	switch {
+	case duration < 0:
+		return fmt.Errorf("-open-duration: must be positive, got %v", duration)
+	case duration > 0 && duration <= c.OpenWarmup:
+		return fmt.Errorf("-open-duration: %v is not longer than the warmup of %v", duration, c.OpenWarmup)
+	case duration > 0:
+		c.OpenDuration = duration
+	}
+	return nil
 }
 
 // parseInts reads a comma-separated list of positive integers.

@@ -63,3 +63,42 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("-h: %v", err)
 	}
 }
+
+func TestParseOpenLoopFlags(t *testing.T) {
+	c, err := parseFlags([]string{"-only", "openloop", "-open-rates", "50,90", "-open-replicas", "1,3", "-open-sync", "off",
+		"-open-repeats", "2", "-open-duration", "10s", "-open-workloads", "rag"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Only, []string{tlbench.ExpOpenLoop}) || !slices.Equal(c.OpenFractions, []float64{0.5, 0.9}) || !slices.Equal(c.OpenReplicas, []int{1, 3}) ||
+		!slices.Equal(c.OpenSync, []bool{false}) || c.OpenRepeats != 2 || c.OpenDuration != 10*time.Second ||
+		!slices.Equal(c.OpenWorkloads, []loadgen.Kind{loadgen.RAG}) || c.Timeout != 2*time.Hour {
+		t.Errorf("parsed %+v", c)
+	}
+	full, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(full.Only, tlbench.ExpOpenLoop) || !slices.Equal(full.OpenSync, []bool{false, true}) || full.Timeout != 15*time.Minute {
+		t.Errorf("defaults: only %v, sync %v, timeout %v", full.Only, full.OpenSync, full.Timeout)
+	}
+	if q, err := parseFlags([]string{"-quick", "-only", "openloop"}, io.Discard); err != nil || q.Timeout != 10*time.Minute {
+		t.Errorf("-quick openloop: timeout %v, %v", q.Timeout, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-open-rates", "50,x"}, `-open-rates: not a positive integer: "x"`},
+		{[]string{"-open-replicas", "0"}, `-open-replicas: not a positive integer: "0"`},
+		{[]string{"-open-sync", "off,maybe"}, `-open-sync: "maybe" is not off or on`},
+		{[]string{"-open-workloads", "shared"}, `-open-workloads: "shared" is not multi-turn or rag`},
+		{[]string{"-open-repeats", "-1"}, "-open-repeats: must be positive, got -1"},
+		{[]string{"-open-duration", "-1s"}, "-open-duration: must be positive, got -1s"},
+		{[]string{"-open-duration", "2s"}, "-open-duration: 2s is not longer than the warmup of 2s"},
+	} {
+		if _, err := parseFlags(tc.args, io.Discard); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("parseFlags(%q) = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
 )
 
@@ -39,10 +40,16 @@ const (
 	ExpScale    = "scale"
 	ExpMemory   = "memory"
 	ExpOverload = "overload"
+	ExpOpenLoop = "openloop"
 )
 
-// Experiments are all the experiments, in the order a full run runs them.
+// Experiments are the experiments a run runs unless told otherwise, in
+// order.
 var Experiments = []string{ExpRouting, ExpOverhead, ExpScale, ExpMemory, ExpOverload}
+
+// Optional are the experiments run only when named: the open-loop sweep
+// takes half an hour.
+var Optional = []string{ExpOpenLoop}
 
 // Config is everything a run needs; Preset gives the full and quick ones
 // and cmd/tlbench's flags override parts.
@@ -99,6 +106,25 @@ type Config struct {
 	OverloadDecode, OverloadQueueTimeout, OverloadSLO               time.Duration
 	OverloadDuration, OverloadClientTimeout                         time.Duration
 	OverloadMultiples                                               []float64
+
+	// Open loop (openloop.go): Poisson arrivals through 1 to 3 replicas.
+	OpenWorkloads []loadgen.Kind
+	OpenPolicies  []string
+	OpenReplicas  []int
+	OpenSync      []bool    // sync off (false) and on (true)
+	OpenFractions []float64 // rates, as shares of least_outstanding's single-replica capacity
+	OpenRepeats   int       // runs of every configuration
+	OpenTurns     int       // turns of a multi-turn conversation
+	// OpenMaxTokens and OpenDecode are every request's max_tokens and the
+	// engines' decode time per token: fewer, longer steps than the routing
+	// runs', so that timer delays on a busy machine and the gateway's
+	// per-chunk work weigh less.
+	OpenMaxTokens int
+	OpenDecode    time.Duration
+	// OpenCapacityUsers are the closed-loop users of the capacity
+	// measurement (0: four per engine slot).
+	OpenCapacityUsers                 int
+	OpenDuration, OpenWarmup, OpenSLO time.Duration
 }
 
 // Preset returns the full benchmark's configuration, or the quick one.
@@ -128,6 +154,13 @@ func Preset(quick bool) Config {
 		OverloadDecode: 8 * time.Millisecond, OverloadQueueTimeout: 2 * time.Second, OverloadSLO: time.Second,
 		OverloadDuration: 5 * time.Second, OverloadClientTimeout: 10 * time.Second,
 		OverloadMultiples: []float64{2, 5},
+
+		OpenWorkloads: []loadgen.Kind{loadgen.MultiTurn, loadgen.RAG},
+		OpenPolicies:  []string{config.PolicyLeastOutstanding, config.PolicyCacheAware},
+		OpenReplicas:  []int{1, 2, 3}, OpenSync: []bool{false, true},
+		OpenFractions: []float64{0.5, 0.7, 0.9, 1.1}, OpenRepeats: 3, OpenTurns: 6,
+		OpenMaxTokens: 8, OpenDecode: 9 * time.Millisecond,
+		OpenDuration: 8 * time.Second, OpenWarmup: 2 * time.Second, OpenSLO: 250 * time.Millisecond,
 	}
 	if quick {
 		c.Timeout = 2 * time.Minute
@@ -138,6 +171,8 @@ func Preset(quick bool) Config {
 		c.PickBudget, c.PickMinOps = 100*time.Millisecond, 500
 		c.Streams = []int{1000}
 		c.OverloadDuration, c.OverloadClientTimeout = 2*time.Second, 5*time.Second
+		c.OpenReplicas, c.OpenFractions, c.OpenRepeats = []int{1, 3}, []float64{0.7}, 1
+		c.OpenDuration, c.OpenWarmup = 4*time.Second, time.Second
 	}
 	return c
 }
@@ -178,6 +213,10 @@ func Run(ctx context.Context, c Config, out, logOut io.Writer) error {
 			sec, ps, err = memoryExperiment(ctx, c, logOut)
 		case ExpOverload:
 			sec, ps, err = overloadExperiment(ctx, c, logOut)
+		case ExpOpenLoop:
+			sec, ps, err = openLoopExperiment(ctx, c, logOut)
+		default:
+			err = fmt.Errorf("unknown experiment %q", e)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", e, err)

@@ -1,0 +1,493 @@
+package tlbench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
+	"github.com/tlgate/tlgate/internal/tool/bench/procs"
+)
+
+// openRun is one open-loop run: a workload at a rate, through some
+// replicas with sync off or on, under one policy.
+type openRun struct {
+	workload loadgen.Kind
+	fraction float64 // of least_outstanding's single-replica capacity
+	rate     float64 // offered requests per second
+	replicas int
+	sync     bool
+	policy   string
+	repeat   int
+
+	ttft, e2e           loadgen.Summary
+	hitRate             float64
+	goodput             float64 // requests per second answered with TTFT within the SLO
+	attained            float64 // share of the window's requests answered within the SLO
+	ok, failed, dropped int
+	cpuPerRequest       time.Duration // the gateways' CPU over the window, per request
+	load                float64       // the machine's 1-minute load average at the end
+}
+
+// openKey groups the repeats of one configuration.
+type openKey struct {
+	workload loadgen.Kind
+	fraction float64
+	replicas int
+	sync     bool
+	policy   string
+}
+
+func (r openRun) key() openKey {
+	return openKey{r.workload, r.fraction, r.replicas, r.sync, r.policy}
+}
+
+// goodputOf is DistServe's goodput of one run: the requests answered with
+// a time to first token within slo, per second of the window. Failed and
+// dropped requests count against the attainment (the share of all the
+// window's requests that met the SLO).
+func goodputOf(res *loadgen.Result, slo time.Duration) (goodput, attained float64) {
+	within := loadgen.WithinSLO(res.TTFT, slo)
+	if res.Elapsed > 0 {
+		goodput = float64(within) / res.Elapsed.Seconds()
+	}
+	if all := res.OK + res.Failed + res.Dropped; all > 0 {
+		attained = float64(within) / float64(all)
+	}
+	return goodput, attained
+}
+
+// openSessions builds the sessions of one workload at rate: enough
+// conversations (or questions) to start at that rate for the whole run.
+func openSessions(c Config, kind loadgen.Kind, rate float64, seed uint64) ([]loadgen.Session, error) {
+	per := sessionTurns(c, kind)
+	n := int(math.Ceil(rate/float64(per)*c.OpenDuration.Seconds()*1.5)) + 16
+	w := workloadConfig(c, kind, c.SystemPrompts, seed)
+	w.StreamFraction = 1 // every request has a time to first token
+	w.MaxTokens = c.OpenMaxTokens
+	switch kind {
+	case loadgen.MultiTurn:
+		w.Conversations, w.Requests = n, n*per
+	default:
+		w.Requests = n
+	}
+	built, err := loadgen.Build(w)
+	if err != nil {
+		return nil, err
+	}
+	return loadgen.SessionsOf(built), nil
+}
+
+// openEngines are the engines of an open-loop run: the routing runs'
+// engines with the open loop's decode time.
+func openEngines(c Config, kind loadgen.Kind) []enginesim.Config {
+	out := routingEngines(c, kind)
+	for i := range out {
+		out[i].DecodePerToken = c.OpenDecode
+	}
+	return out
+}
+
+// sessionTurns is the requests of one session of the workload.
+func sessionTurns(c Config, kind loadgen.Kind) int {
+	if kind == loadgen.MultiTurn {
+		return c.OpenTurns
+	}
+	return 1
+}
+
+// loadAverage is the machine's 1-minute load average (0 if unknown).
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
+// openOne runs the sessions through a fresh fleet of spec's replicas: open
+// loop at sessionRate sessions per second, or with users closed-loop users.
+func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec, sessions []loadgen.Session, sessionRate float64, users int, seed uint64) (openRun, error) {
+	f, err := startReplicas(ctx, spec, openEngines(c, kind))
+	if err != nil {
+		return openRun{}, err
+	}
+	defer f.close()
+	client := loadgen.NewClient(512)
+	defer client.CloseIdleConnections()
+	run := loadgen.Sessions{Rate: sessionRate, Users: users, Duration: c.OpenDuration, Warmup: c.OpenWarmup,
+		Think: c.Think, Sessions: sessions, Seed: seed}
+	// The engines' and the gateways' counters are read when the warmup
+	// ends and when the run does.
+	type mark struct {
+		stats []uint64
+		cpu   time.Duration
+	}
+	read := func() (m mark) {
+		for _, s := range f.stats() {
+			m.stats = append(m.stats, s.PrefixHits, s.PrefixQueries)
+		}
+		m.cpu, _ = f.cpu()
+		return m
+	}
+	warm := make(chan mark, 1)
+	timer := time.AfterFunc(c.OpenWarmup, func() { warm <- read() })
+	res := loadgen.RunSessions(ctx, client, loadgen.Random(f.urls, seed), run)
+	timer.Stop()
+	if err := ctx.Err(); err != nil {
+		return openRun{}, err
+	}
+	var before mark
+	select {
+	case before = <-warm:
+	default:
+		return openRun{}, fmt.Errorf("the run ended before its warmup of %v", c.OpenWarmup)
+	}
+	after := read()
+	if res.OK == 0 {
+		return openRun{}, fmt.Errorf("no request succeeded (%d failed: %s)", res.Failed, res.FirstError())
+	}
+	r := openRun{workload: kind, replicas: spec.replicas, sync: spec.syncURL != "", policy: spec.policy,
+		ttft: loadgen.Summarize(res.TTFT), e2e: loadgen.Summarize(res.Latency),
+		ok: res.OK, failed: res.Failed, dropped: res.Dropped, load: loadAverage()}
+	var hits, queries uint64
+	for i := 0; i < len(after.stats); i += 2 {
+		hits += after.stats[i] - before.stats[i]
+		queries += after.stats[i+1] - before.stats[i+1]
+	}
+	if queries > 0 {
+		r.hitRate = float64(hits) / float64(queries)
+	}
+	if n := res.OK + res.Failed; n > 0 {
+		r.cpuPerRequest = (after.cpu - before.cpu) / time.Duration(n)
+	}
+	r.goodput, r.attained = goodputOf(res, c.OpenSLO)
+	return r, nil
+}
+
+// openLoopExperiment measures least_outstanding's single-replica capacity
+// on each workload, then sweeps Poisson arrivals from OpenFractions of it
+// through 1, 2 and 3 replicas with sync off and on, under each policy.
+func openLoopExperiment(ctx context.Context, c Config, logOut io.Writer) (section, []plotFile, error) {
+	dir, err := os.MkdirTemp("", "tlbench-openloop-")
+	if err != nil {
+		return section{}, nil, err
+	}
+	defer os.RemoveAll(dir)
+	fmt.Fprintln(logOut, "tlbench:   building the gateway binary")
+	bin, err := procs.Build(ctx, dir, "./cmd/gateway")
+	if err != nil {
+		return section{}, nil, err
+	}
+	var nats *natsServer
+	if slices.Contains(c.OpenSync, true) {
+		if nats, err = startNATS(); err != nil {
+			return section{}, nil, fmt.Errorf("sync on: %w", err)
+		}
+		defer nats.close()
+	}
+	spec := func(replicas int, sync bool, policy string) replicaSpec {
+		s := replicaSpec{bin: bin, replicas: replicas, policy: policy, heartbeat: c.Heartbeat}
+		if sync {
+			s.syncURL, s.syncToken = nats.url(), nats.token
+		}
+		return s
+	}
+	capacity := map[loadgen.Kind]float64{}
+	var capRuns []openRun
+	var runs []openRun
+	for wi, kind := range c.OpenWorkloads {
+		// Capacity: closed-loop users enough to keep every slot busy.
+		seed := c.Seed + uint64(wi)
+		users := c.OpenCapacityUsers
+		if users < 1 {
+			users = 4 * c.Engines * c.MaxRunning
+		}
+		sessions, err := openSessions(c, kind, float64(users)*20, seed)
+		if err != nil {
+			return section{}, nil, err
+		}
+		cr, err := openOne(ctx, c, kind, spec(1, false, config.PolicyLeastOutstanding), sessions, 0, users, seed)
+		if err != nil {
+			return section{}, nil, fmt.Errorf("%s capacity: %w", kind, err)
+		}
+		capacity[kind] = float64(cr.ok) / (c.OpenDuration - c.OpenWarmup).Seconds()
+		capRuns = append(capRuns, cr)
+		fmt.Fprintf(logOut, "tlbench:   %-10s least_outstanding capacity through 1 replica: %.1f req/s (%d users)\n", kind, capacity[kind], users)
+	}
+	for rep := range c.OpenRepeats {
+		for wi, kind := range c.OpenWorkloads {
+			for _, frac := range c.OpenFractions {
+				rate := frac * capacity[kind]
+				seed := c.Seed + uint64(1000*(rep+1)+wi)
+				sessions, err := openSessions(c, kind, rate, seed)
+				if err != nil {
+					return section{}, nil, err
+				}
+				for _, n := range c.OpenReplicas {
+					for _, sync := range c.OpenSync {
+						if sync && n == 1 {
+							continue // one replica has no peer: sync on is sync off
+						}
+						for _, p := range c.OpenPolicies {
+							r, err := openOne(ctx, c, kind, spec(n, sync, p), sessions, rate/float64(sessionTurns(c, kind)), 0, seed)
+							if err != nil {
+								return section{}, nil, fmt.Errorf("%s at %.0f%% through %d replicas, sync %s, %s: %w", kind, 100*frac, n, onOff(sync), p, err)
+							}
+							r.fraction, r.rate, r.repeat = frac, rate, rep
+							logOpen(logOut, r)
+							runs = append(runs, r)
+						}
+					}
+				}
+			}
+		}
+	}
+	return openSection(c, capacity, capRuns, runs), nil, nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func logOpen(w io.Writer, r openRun) {
+	fmt.Fprintf(w, "tlbench:   %-10s %3.0f%% %6.1f req/s %d replica(s) sync %-3s %-17s hit %5.1f%% ttft p50 %6s p99 %6s ms goodput %6.1f/s failed %d load %.1f\n",
+		r.workload, 100*r.fraction, r.rate, r.replicas, onOff(r.sync), r.policy, 100*r.hitRate, ms(r.ttft.P50), ms(r.ttft.P99), r.goodput, r.failed+r.dropped, r.load)
+}
+
+// spread is the median of vs and their range.
+type spread struct{ med, lo, hi float64 }
+
+func spreadOf(vs []float64) spread {
+	if len(vs) == 0 {
+		return spread{}
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return spread{med, s[0], s[len(s)-1]}
+}
+
+// format prints the median and, over more than one run, the range.
+func (s spread) format(f func(float64) string, n int) string {
+	if n < 2 {
+		return f(s.med)
+	}
+	return f(s.med) + " (" + f(s.lo) + "–" + f(s.hi) + ")"
+}
+
+// openGroup is the repeats of one configuration, summarised.
+type openGroup struct {
+	openKey
+	rate                            float64
+	n                               int
+	p50, p99, e2e99, hit, good, att spread
+	cpu                             spread // µs per request
+	failed                          int
+	loadLo, loadHi                  float64
+}
+
+// groupOpen summarises the runs per configuration, in the runs' order.
+func groupOpen(runs []openRun) []openGroup {
+	var keys []openKey
+	by := map[openKey][]openRun{}
+	for _, r := range runs {
+		k := r.key()
+		if _, ok := by[k]; !ok {
+			keys = append(keys, k)
+		}
+		by[k] = append(by[k], r)
+	}
+	out := make([]openGroup, 0, len(keys))
+	for _, k := range keys {
+		rs := by[k]
+		g := openGroup{openKey: k, n: len(rs), loadLo: math.Inf(1)}
+		var p50, p99, e2e, hit, good, att, cpu, rate []float64
+		for _, r := range rs {
+			p50 = append(p50, msf(r.ttft.P50))
+			p99 = append(p99, msf(r.ttft.P99))
+			e2e = append(e2e, msf(r.e2e.P99))
+			hit = append(hit, r.hitRate)
+			good = append(good, r.goodput)
+			att = append(att, r.attained)
+			cpu = append(cpu, float64(r.cpuPerRequest)/float64(time.Microsecond))
+			rate = append(rate, r.rate)
+			g.failed += r.failed + r.dropped
+			g.loadLo, g.loadHi = math.Min(g.loadLo, r.load), math.Max(g.loadHi, r.load)
+		}
+		g.p50, g.p99, g.e2e99, g.hit, g.good, g.att, g.cpu = spreadOf(p50), spreadOf(p99), spreadOf(e2e), spreadOf(hit), spreadOf(good), spreadOf(att), spreadOf(cpu)
+		g.rate = spreadOf(rate).med
+		out = append(out, g)
+	}
+	return out
+}
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// openTarget is one acceptance check over the groups.
+type openTarget struct {
+	// check is targetCALatency, targetLOP99 or targetGoodput, on workload
+	// with sync on or off.
+	check    string
+	workload loadgen.Kind
+	sync     bool
+
+	what, result string
+	met          bool
+	measured     bool
+}
+
+// The open-loop targets.
+const (
+	targetCALatency = "cache_aware latency and hit rate"
+	targetLOP99     = "least_outstanding p99"
+	targetGoodput   = "goodput"
+)
+
+// openTargets checks the open-loop acceptance targets on the groups (3
+// replicas with sync on against 1 replica, at every rate up to 90% of
+// capacity; cache_aware's goodput against least_outstanding's).
+func openTargets(c Config, groups []openGroup) []openTarget {
+	find := func(kind loadgen.Kind, frac float64, replicas int, sync bool, p string) (openGroup, bool) {
+		for _, g := range groups {
+			if g.workload == kind && g.fraction == frac && g.replicas == replicas && g.sync == sync && g.policy == p {
+				return g, true
+			}
+		}
+		return openGroup{}, false
+	}
+	var out []openTarget
+	for _, sync := range []bool{true, false} {
+		for _, kind := range c.OpenWorkloads {
+			ca := openTarget{check: targetCALatency, workload: kind, sync: sync, what: fmt.Sprintf("%s, sync %s: cache_aware at 3 replicas, TTFT p50 and p99 within 15%% of 1 replica's, hit rate within 3 points, every rate ≤ 90%%", kind, onOff(sync))}
+			lo := openTarget{check: targetLOP99, workload: kind, sync: sync, what: fmt.Sprintf("%s, sync %s: least_outstanding at 3 replicas, TTFT p99 within 20%% of 1 replica's, every rate ≤ 90%%", kind, onOff(sync))}
+			ca.met, lo.met = true, true
+			var caRes, loRes []string
+			for _, frac := range c.OpenFractions {
+				if frac > 0.9+1e-9 {
+					continue
+				}
+				if one, ok := find(kind, frac, 1, false, config.PolicyCacheAware); ok {
+					if three, ok := find(kind, frac, 3, sync, config.PolicyCacheAware); ok {
+						ca.measured = true
+						p50, p99, hit := three.p50.med/one.p50.med, three.p99.med/one.p99.med, 100*(three.hit.med-one.hit.med)
+						pass := p50 <= 1.15 && p99 <= 1.15 && hit >= -3
+						ca.met = ca.met && pass
+						caRes = append(caRes, fmt.Sprintf("%.0f%%: p50 %.2f×, p99 %.2f×, hit %+.1f pt%s", 100*frac, p50, p99, hit, missMark(pass)))
+					}
+				}
+				if one, ok := find(kind, frac, 1, false, config.PolicyLeastOutstanding); ok {
+					if three, ok := find(kind, frac, 3, sync, config.PolicyLeastOutstanding); ok {
+						lo.measured = true
+						p99 := three.p99.med / one.p99.med
+						pass := p99 <= 1.2
+						lo.met = lo.met && pass
+						loRes = append(loRes, fmt.Sprintf("%.0f%%: p99 %.2f×%s", 100*frac, p99, missMark(pass)))
+					}
+				}
+			}
+			ca.result, lo.result = strings.Join(caRes, "; "), strings.Join(loRes, "; ")
+			// Goodput: the most requests per second within the SLO over the
+			// sweep, at 3 replicas.
+			gp := openTarget{check: targetGoodput, workload: kind, sync: sync, what: fmt.Sprintf("%s, sync %s: cache_aware's goodput at 3 replicas ≥ 1.3× least_outstanding's (the most req/s within the SLO over the sweep)", kind, onOff(sync))}
+			best := func(p string) (float64, bool) {
+				v, any := 0.0, false
+				for _, frac := range c.OpenFractions {
+					if g, ok := find(kind, frac, 3, sync, p); ok {
+						v, any = math.Max(v, g.good.med), true
+					}
+				}
+				return v, any
+			}
+			caG, ok1 := best(config.PolicyCacheAware)
+			loG, ok2 := best(config.PolicyLeastOutstanding)
+			if ok1 && ok2 {
+				gp.measured = true
+				gp.met = caG >= 1.3*loG
+				gp.result = fmt.Sprintf("%.1f against %.1f req/s: %.2f×", caG, loG, fratio(caG, loG))
+			}
+			out = append(out, ca, lo, gp)
+		}
+	}
+	return out
+}
+
+func missMark(pass bool) string {
+	if pass {
+		return ""
+	}
+	return " (missed)"
+}
+
+func openSection(c Config, capacity map[loadgen.Kind]float64, capRuns []openRun, runs []openRun) section {
+	ct := &table{header: []string{"workload", "least_outstanding capacity, 1 replica (req/s)", "TTFT p50 / p99 ms at capacity", "hit rate at capacity"}}
+	for _, r := range capRuns {
+		ct.add(string(r.workload), f1(capacity[r.workload]), ms(r.ttft.P50)+" / "+ms(r.ttft.P99), pct(r.hitRate))
+	}
+	groups := groupOpen(runs)
+	t := &table{header: []string{"workload", "rate", "replicas", "sync", "policy", "TTFT p50 ms", "TTFT p99 ms", "latency p99 ms",
+		"hit rate", "goodput req/s", "within SLO", "failed", "gateway CPU µs/req", "load avg"}}
+	pctf := func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
+	loLoad, hiLoad := math.Inf(1), 0.0
+	for _, g := range groups {
+		t.add(string(g.workload), fmt.Sprintf("%.0f%% (%.0f/s)", 100*g.fraction, g.rate), strconv.Itoa(g.replicas), onOff(g.sync), g.policy,
+			g.p50.format(f1, g.n), g.p99.format(f1, g.n), g.e2e99.format(f1, g.n), g.hit.format(pctf, g.n),
+			g.good.format(f1, g.n), g.att.format(pctf, g.n), strconv.Itoa(g.failed), g.cpu.format(func(v float64) string { return fmt.Sprintf("%.0f", v) }, g.n),
+			fmt.Sprintf("%.1f–%.1f", g.loadLo, g.loadHi))
+		loLoad, hiLoad = math.Min(loLoad, g.loadLo), math.Max(hiLoad, g.loadHi)
+	}
+	tt := &table{header: []string{"target", "measured", "verdict"}}
+	for _, x := range openTargets(c, groups) {
+		verdict := "not measured"
+		switch {
+		case x.measured && x.met:
+			verdict = "met"
+		case x.measured:
+			verdict = "MISSED"
+		}
+		tt.add(x.what, x.result, verdict)
+	}
+	lead := fmt.Sprintf("Open loop: sessions arrive as a Poisson process and every request goes to one of the gateway replicas drawn at random "+
+		"(a load balancer spreading requests), each replica the gateway binary in a process of its own, the %d in-process reference engines "+
+		"(prefill %v per uncached prompt token, decode %v per token, %d running sequences, %d KV blocks for multi-turn and %d for rag) heartbeating to all of them every %v. "+
+		"multi-turn: each new conversation sends %d turns, every turn a think time (%v on average, evenly from half to one and a half times) after the previous answer, "+
+		"its prompt the previous prompt, the answer and a new user message; rag: each arrival is one question over one of %d documents. "+
+		"Every request is streamed (max_tokens %d). The rates are shares of least_outstanding's capacity through one replica on the same workload, "+
+		"measured first in the same run with %s closed-loop users. Each run starts fresh engines and gateways, sends for %v and records the requests sent after the first %v. "+
+		"Goodput (DistServe's): requests per second answered with a TTFT within %v; within SLO is their share of every request of the window (failed ones count against it). "+
+		"Hit rate: the engines' prefix-cache hits over queries, in tokens. Gateway CPU: all replicas' user+system time over the window per request. "+
+		"Figures are the median of %d runs with their range; the machine's 1-minute load average during the runs was %.1f–%.1f (2 cores, shared).",
+		c.Engines, c.Prefill, c.OpenDecode, c.MaxRunning, c.KVBlocksTurns, c.KVBlocksLong, c.Heartbeat,
+		c.OpenTurns, c.Think, c.Documents, c.OpenMaxTokens, capacityUsers(c), c.OpenDuration, c.OpenWarmup, c.OpenSLO, c.OpenRepeats, loLoad, hiLoad)
+	var notes []string
+	if !slices.Contains(c.OpenSync, true) {
+		notes = append(notes, "Sync was off in every run (-open-sync off): the sync-on rows and targets are not measured.")
+	}
+	return section{title: "Open loop: replicas and fleet sync", lead: lead, tables: []*table{ct, t, tt}, notes: notes}
+}
+
+func capacityUsers(c Config) string {
+	if c.OpenCapacityUsers > 0 {
+		return strconv.Itoa(c.OpenCapacityUsers)
+	}
+	return strconv.Itoa(4 * c.Engines * c.MaxRunning)
+}
