@@ -112,6 +112,8 @@ type Deps struct {
 	Rev int64
 	// StoreTimeout bounds each store write; 0 means DefaultStoreTimeout.
 	StoreTimeout time.Duration
+	// Bounds limit the tables PUT and read from the store.
+	Bounds Bounds
 }
 
 // Props returns the admin actor's props. The state is created once here
@@ -129,6 +131,7 @@ func Props(deps Deps) *actor.Props {
 	}
 	st := NewState(deps.Table, deps.Epoch)
 	st.tableRev = deps.Rev
+	st.SetBounds(deps.Bounds)
 	return actor.PropsFromProducer(func() actor.Actor { return &adminActor{st: st, deps: deps} })
 }
 

@@ -1,6 +1,9 @@
 package admin
 
 import (
+	"errors"
+	"fmt"
+	"math"
 	"slices"
 
 	"github.com/tlgate/tlgate/internal/adapter/store"
@@ -30,6 +33,44 @@ type SnapshotPlan struct {
 	Drain, Resume []string
 }
 
+// EpochMargin is how close to the largest epoch (2^64 − 1) a stored table's
+// epoch may come: one within it is refused, since every later PUT would
+// have no epoch left to take.
+const EpochMargin = 1 << 32
+
+// Refusals of a stored table.
+var (
+	ErrEpochBack    = errors.New("admin: the stored epoch is below the one in force")
+	ErrEpochTooHigh = errors.New("admin: the stored epoch is within the margin of the largest epoch")
+	ErrTableTooBig  = errors.New("admin: the stored route table is over its bounds")
+)
+
+// Bounds limit a route table: its stored size in bytes and its routes; 0
+// is no bound.
+type Bounds struct {
+	MaxRoutes     int
+	MaxTableBytes int
+}
+
+// SetBounds sets the bounds stored tables (and PUTs) are held to.
+func (s *State) SetBounds(b Bounds) { s.bounds = b }
+
+// checkStored refuses a stored table of size bytes with epoch and n routes
+// that breaks the bounds or would take the epoch back or to its end.
+func (s *State) checkStored(size int, epoch uint64, n int) error {
+	switch {
+	case s.bounds.MaxTableBytes > 0 && size > s.bounds.MaxTableBytes:
+		return fmt.Errorf("%w: %d bytes, at most %d (gateway.max_table_bytes)", ErrTableTooBig, size, s.bounds.MaxTableBytes)
+	case s.bounds.MaxRoutes > 0 && n > s.bounds.MaxRoutes:
+		return fmt.Errorf("%w: %d routes, at most %d (gateway.max_routes)", ErrTableTooBig, n, s.bounds.MaxRoutes)
+	case epoch < s.epoch:
+		return fmt.Errorf("%w: stored %d, in force %d", ErrEpochBack, epoch, s.epoch)
+	case epoch > math.MaxUint64-EpochMargin:
+		return fmt.Errorf("%w: %d", ErrEpochTooHigh, epoch)
+	}
+	return nil
+}
+
 // Version is the stored version of the table in force.
 func (s *State) Version() store.Version { return store.Version{Epoch: s.epoch, Rev: s.tableRev} }
 
@@ -56,8 +97,9 @@ func (s *State) DrainWritten(rev int64) {
 
 // PlanSnapshot decides what snap changes. A snapshot older than the last
 // one applied is stale. A stored table written after the one in force is
-// decoded and validated: valid, it is installed; invalid, it is refused
-// (and not tried again). The drains become the snapshot's, unless this
+// decoded and validated: valid, it is installed; invalid, over the bounds,
+// with an epoch below the one in force or within EpochMargin of the
+// largest, it is refused (and not tried again). The drains become the snapshot's, unless this
 // replica wrote a drain after the snapshot was read.
 func (s *State) PlanSnapshot(snap *store.Snapshot) SnapshotPlan {
 	if snap.Rev < s.rev {
@@ -66,10 +108,18 @@ func (s *State) PlanSnapshot(snap *store.Snapshot) SnapshotPlan {
 	p := SnapshotPlan{Rev: snap.Rev, TableRev: s.tableRev}
 	if snap.TableRev > s.tableRev {
 		p.TableRev = snap.TableRev
-		epoch, rs, err := store.DecodeTable(snap.Table)
-		var t *routes.Table
-		if err == nil {
-			t, err = ParseTable(nil, rs)
+		var (
+			epoch uint64
+			rs    []routes.Route
+			t     *routes.Table
+			err   error
+		)
+		if s.bounds.MaxTableBytes > 0 && len(snap.Table) > s.bounds.MaxTableBytes {
+			err = s.checkStored(len(snap.Table), s.epoch, 0)
+		} else if epoch, rs, err = store.DecodeTable(snap.Table); err == nil {
+			if err = s.checkStored(len(snap.Table), epoch, len(rs)); err == nil {
+				t, err = ParseTable(nil, rs)
+			}
 		}
 		if err != nil {
 			p.Refused = err

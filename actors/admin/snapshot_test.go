@@ -1,7 +1,10 @@
 package admin
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"math"
 	"slices"
 	"testing"
 
@@ -102,5 +105,69 @@ func TestInstalls(t *testing.T) {
 		if got := s.Installs(c.v); got != c.want {
 			t.Errorf("Installs(%+v) at rev 10 = %v, want %v", c.v, got, c.want)
 		}
+	}
+}
+
+// TestStoredEpochNeverGoesBack: a stored table whose epoch is below the
+// one in force, or within EpochMargin of the largest epoch, is refused and
+// the table in force stays; so is one over the table bounds (routes,
+// bytes). A later epoch within the bounds is installed.
+func TestStoredEpochNeverGoesBack(t *testing.T) {
+	enc := func(epoch uint64, n int) []byte {
+		rs := make([]routes.Route, n)
+		for i := range rs {
+			rs[i] = routes.Route{Model: fmt.Sprintf("m%d", i)}
+		}
+		b, err := store.EncodeTable(epoch, rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	cases := []struct {
+		name    string
+		body    []byte
+		refused error
+	}{
+		{"epoch lowered from 100 to 50", enc(50, 1), ErrEpochBack},
+		{"epoch 2^64-1", enc(math.MaxUint64, 1), ErrEpochTooHigh},
+		{"epoch within the margin", enc(math.MaxUint64-EpochMargin+1, 1), ErrEpochTooHigh},
+		{"too many routes", enc(101, 11), ErrTableTooBig},
+		{"too many bytes", append(enc(101, 1), bytes.Repeat([]byte(" "), 2000)...), ErrTableTooBig},
+		{"a later epoch", enc(101, 2), nil},
+		{"the margin's edge", enc(math.MaxUint64-EpochMargin, 1), nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tb, _ := routes.NewTable([]routes.Route{{Model: "kept"}})
+			s := NewState(tb, 100)
+			s.SetBounds(Bounds{MaxRoutes: 10, MaxTableBytes: 1500})
+			s.tableRev, s.rev = 10, 10
+			p := s.PlanSnapshot(&store.Snapshot{Rev: 11, TableRev: 11, Table: tc.body})
+			if tc.refused != nil {
+				if !errors.Is(p.Refused, tc.refused) || p.Table != nil {
+					t.Fatalf("plan %+v, want refused with %v", p, tc.refused)
+				}
+				s.ApplySnapshot(p)
+				if s.epoch != 100 || !slices.Equal(s.table.Models(), []string{"kept"}) {
+					t.Fatalf("the table in force changed: epoch %d, %v", s.epoch, s.table.Models())
+				}
+				// Not tried again; the next PUT still takes epoch 101.
+				if again := s.PlanSnapshot(&store.Snapshot{Rev: 12, TableRev: 11, Table: tc.body}); again.Table != nil || again.Refused != nil {
+					t.Fatalf("tried again: %+v", again)
+				}
+				return
+			}
+			if p.Refused != nil || p.Table == nil {
+				t.Fatalf("plan %+v, want installed", p)
+			}
+		})
+	}
+
+	// A PUT over max_routes is refused as invalid routes.
+	s := NewState(nil, 1)
+	s.SetBounds(Bounds{MaxRoutes: 2})
+	if _, _, err := s.Prepare(&PutRoutes{IfMatch: ETag(1), Routes: []routes.Route{{Model: "a"}, {Model: "b"}, {Model: "c"}}}); !errors.Is(err, ErrInvalidRoutes) {
+		t.Fatalf("a PUT of 3 routes over max_routes 2: %v", err)
 	}
 }

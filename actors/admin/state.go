@@ -159,6 +159,7 @@ type State struct {
 	// drainRev that of the last drain this replica wrote; all 0 with the
 	// file store.
 	tableRev, rev, drainRev int64
+	bounds                  Bounds
 }
 
 // NewState returns the state for table (nil is an empty table) at epoch.
@@ -184,6 +185,9 @@ func (s *State) Prepare(m *PutRoutes) (*routes.Table, uint64, error) {
 	t, err := ParseTable(m.Body, m.Routes)
 	if err != nil {
 		return nil, 0, err
+	}
+	if s.bounds.MaxRoutes > 0 && t.Len() > s.bounds.MaxRoutes {
+		return nil, 0, fmt.Errorf("%w: routes: %d routes, at most %d (gateway.max_routes)", ErrInvalidRoutes, t.Len(), s.bounds.MaxRoutes)
 	}
 	if s.epoch == math.MaxUint64 {
 		return nil, 0, fmt.Errorf("%w: epoch %d is the largest; a new epoch would wrap to 0", ErrEpochExhausted, s.epoch)

@@ -182,6 +182,12 @@ type Gateway struct {
 	// ids a heartbeat presenting it may use.
 	EngineTokens []EngineToken `toml:"engine_tokens"`
 
+	// MaxRoutes and MaxTableBytes bound the route table: a PUT with more
+	// routes is refused, and so is a stored table (etcd) with more routes
+	// or a larger body; 0 is no bound.
+	MaxRoutes     int `toml:"max_routes"`
+	MaxTableBytes int `toml:"max_table_bytes"`
+
 	// TokensAdmission is what happens to a request of a key with
 	// tokens_per_minute whose reservation (prompt estimate + max_tokens)
 	// the key's bucket cannot hold: refused (TokensRefuse) or admitted with
@@ -329,6 +335,8 @@ func Default() *Config {
 		RegistryPeerRate:        200,
 		RegistryPeerBurst:       400,
 		TokensAdmission:         TokensRefuse,
+		MaxRoutes:               4096,
+		MaxTableBytes:           1 << 20,
 		TokensDefaultMaxTokens:  4096,
 		Store:                   Store{Kind: StoreFile, Prefix: DefaultStorePrefix, DialTimeout: D(DefaultStoreDialTimeout)},
 		Ejection:                defaultEjection(),

@@ -58,7 +58,7 @@ func TestConfig(t *testing.T) {
 			Admission: Admission{Enabled: false, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{},
 				QueueSize: 1024, QueueTimeout: D(30 * time.Second)},
 			MaxWorkers: 1024, RegistryPeerRate: 200, RegistryPeerBurst: 400,
-			TokensAdmission: TokensRefuse, TokensDefaultMaxTokens: 4096,
+			TokensAdmission: TokensRefuse, MaxRoutes: 4096, MaxTableBytes: 1 << 20, TokensDefaultMaxTokens: 4096,
 			MaxConnections: 10000, MaxConnectionsPerClient: 1000,
 		}
 		want.Tracing = Tracing{Protocol: "grpc", SampleRatio: 1, ServiceName: "tlgate"}

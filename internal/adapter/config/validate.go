@@ -64,6 +64,12 @@ func (c *Config) Validate() error {
 	if g.MaxBodyBytes <= 0 {
 		v.add("gateway.max_body_bytes", "must be > 0, got %d", g.MaxBodyBytes)
 	}
+	if g.MaxRoutes < 0 {
+		v.add("gateway.max_routes", "must be >= 0 (0: no bound), got %d", g.MaxRoutes)
+	}
+	if g.MaxTableBytes < 0 {
+		v.add("gateway.max_table_bytes", "must be >= 0 (0: no bound), got %d", g.MaxTableBytes)
+	}
 	switch g.TokensAdmission {
 	case TokensRefuse, TokensClamp:
 	default:
