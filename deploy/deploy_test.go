@@ -232,7 +232,21 @@ type manifest struct {
 		Name string `yaml:"name"`
 	} `yaml:"metadata"`
 	StringData map[string]string `yaml:"stringData"`
-	Spec       struct {
+	// Rules, RoleRef and Subjects are a Role's and a RoleBinding's.
+	Rules []struct {
+		APIGroups []string `yaml:"apiGroups"`
+		Resources []string `yaml:"resources"`
+		Verbs     []string `yaml:"verbs"`
+	} `yaml:"rules"`
+	RoleRef struct {
+		Kind string `yaml:"kind"`
+		Name string `yaml:"name"`
+	} `yaml:"roleRef"`
+	Subjects []struct {
+		Kind string `yaml:"kind"`
+		Name string `yaml:"name"`
+	} `yaml:"subjects"`
+	Spec struct {
 		Replicas       int    `yaml:"replicas"`
 		ClusterIP      string `yaml:"clusterIP"`
 		ServiceName    string `yaml:"serviceName"`
@@ -591,6 +605,50 @@ func checkDiscovery(t *testing.T, ms map[string]manifest, dep manifest, gw confi
 	sa := dep.Spec.Template.Spec.ServiceAccountName
 	if _, ok := ms["ServiceAccount/"+sa]; sa == "" || !ok {
 		t.Errorf("the pods run as ServiceAccount %q, which the manifests do not make", sa)
+	}
+	// The Role bound to it: list and watch on what the sources read
+	// (Pods for a selector, EndpointSlices for a service), nothing more.
+	need := map[string]bool{}
+	for _, d := range gw.Discovery {
+		switch {
+		case d.Kind != config.DiscoveryKubernetes:
+		case d.Selector != "":
+			need["pods"] = true
+		default:
+			need["endpointslices"] = true
+		}
+	}
+	granted := map[string]bool{}
+	for id, m := range ms {
+		if m.Kind != "RoleBinding" || m.RoleRef.Kind != "Role" {
+			continue
+		}
+		bound := false
+		for _, sub := range m.Subjects {
+			bound = bound || sub.Kind == "ServiceAccount" && sub.Name == sa
+		}
+		role, ok := ms["Role/"+m.RoleRef.Name]
+		if !bound || !ok {
+			continue
+		}
+		for _, r := range role.Rules {
+			for _, v := range r.Verbs {
+				if v != "list" && v != "watch" {
+					t.Errorf("%s grants %q through Role %s: discovery needs list and watch only", id, v, m.RoleRef.Name)
+				}
+			}
+			for _, res := range r.Resources {
+				if res != "pods" && res != "endpointslices" {
+					t.Errorf("%s grants %s through Role %s: discovery reads only pods and endpointslices", id, res, m.RoleRef.Name)
+				}
+				granted[res] = slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "watch")
+			}
+		}
+	}
+	for res := range need {
+		if !granted[res] {
+			t.Errorf("no Role bound to ServiceAccount %s grants list and watch on %s, which [[gateway.discovery]] reads", sa, res)
+		}
 	}
 }
 
