@@ -14,13 +14,13 @@ import (
 )
 
 // accessLines returns the access log lines ("message":"request") of logs
-// whose request_id is id.
+// whose client_request_id (the client's X-Request-Id) is id.
 func accessLines(t *testing.T, logs *syncBuffer, id string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for _, l := range strings.Split(logs.String(), "\n") {
 		var v map[string]any
-		if json.Unmarshal([]byte(l), &v) != nil || v["message"] != "request" || v["request_id"] != id {
+		if json.Unmarshal([]byte(l), &v) != nil || v["message"] != "request" || v["client_request_id"] != id {
 			continue
 		}
 		out = append(out, v)
