@@ -79,6 +79,9 @@ type Sessions struct {
 	// beyond it is dropped, counted, and ends its session.
 	MaxInFlight int
 	Seed        uint64
+	// Observe, when set, is called with every recorded request's send
+	// time (from the start), its time to first token and its error.
+	Observe func(at, ttft time.Duration, err error)
 }
 
 // RunSessions runs the sessions against the URLs p picks, one pick per
@@ -144,8 +147,11 @@ func RunSessions(ctx context.Context, c *http.Client, p Picker, cfg Sessions) *R
 			if err != nil && ctx.Err() != nil {
 				return false
 			}
-			if sent.Sub(start) >= cfg.Warmup {
+			if at := sent.Sub(start); at >= cfg.Warmup {
 				rec.add(lat, ttft, r.Stream, err)
+				if cfg.Observe != nil {
+					cfg.Observe(at, ttft, err)
+				}
 			}
 		}
 		return true

@@ -230,9 +230,22 @@ func TestRunSessions(t *testing.T) {
 
 func TestRunSessionsWarmup(t *testing.T) {
 	l := &turnLog{turns: map[uint64][]time.Time{}}
+	var mu sync.Mutex
+	var observed []time.Duration
 	res := RunSessions(context.Background(), newTestClient(t), Fixed(serve(t, l)), Sessions{
 		Rate: 400, Duration: 200 * time.Millisecond, Warmup: 100 * time.Millisecond, Sessions: sessionsOf(1000, 1), Seed: 2,
+		Observe: func(at, ttft time.Duration, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || ttft <= 0 {
+				t.Errorf("observed ttft %v, err %v", ttft, err)
+			}
+			observed = append(observed, at)
+		},
 	})
+	if len(observed) != res.OK || slices.ContainsFunc(observed, func(at time.Duration) bool { return at < 100*time.Millisecond }) {
+		t.Errorf("observed %d requests (%v), recorded %d, all after the warmup", len(observed), observed, res.OK)
+	}
 	if res.Elapsed != 100*time.Millisecond {
 		t.Errorf("elapsed %v, want the 100ms after the warmup", res.Elapsed)
 	}

@@ -35,6 +35,9 @@ type openRun struct {
 	ok, failed, dropped int
 	cpuPerRequest       time.Duration // the gateways' CPU over the window, per request
 	load                float64       // the machine's 1-minute load average at the end
+	// The NATS messages (batches) and bytes all replicas published over
+	// the window, per request.
+	syncMsgsPerRequest, syncBytesPerRequest float64
 }
 
 // openKey groups the repeats of one configuration.
@@ -118,34 +121,67 @@ func loadAverage() float64 {
 	return v
 }
 
-// openOne runs the sessions through a fresh fleet of spec's replicas: open
-// loop at sessionRate sessions per second, or with users closed-loop users.
-func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec, sessions []loadgen.Session, sessionRate float64, users int, seed uint64) (openRun, error) {
-	f, err := startReplicas(ctx, spec, openEngines(c, kind))
+// openOpts are how openOne drives a run: open loop at sessionRate
+// sessions per second, or closed with users.
+type openOpts struct {
+	sessionRate float64
+	users       int
+	seed        uint64
+	// engines replaces openEngines' when set.
+	engines []enginesim.Config
+	// observe sees every recorded request (loadgen.Sessions.Observe).
+	observe func(at, ttft time.Duration, err error)
+	// during, when set, runs beside the load, from its start.
+	during func(ctx context.Context, f *replicaFleet)
+}
+
+// openOne runs the sessions through a fresh fleet of spec's replicas.
+func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec, sessions []loadgen.Session, o openOpts) (openRun, error) {
+	engines := o.engines
+	if engines == nil {
+		engines = openEngines(c, kind)
+	}
+	f, err := startReplicas(ctx, spec, engines)
 	if err != nil {
 		return openRun{}, err
 	}
 	defer f.close()
 	client := loadgen.NewClient(512)
 	defer client.CloseIdleConnections()
-	run := loadgen.Sessions{Rate: sessionRate, Users: users, Duration: c.OpenDuration, Warmup: c.OpenWarmup,
-		Think: c.Think, Sessions: sessions, Seed: seed}
+	run := loadgen.Sessions{Rate: o.sessionRate, Users: o.users, Duration: c.OpenDuration, Warmup: c.OpenWarmup,
+		Think: c.Think, Sessions: sessions, Seed: o.seed, Observe: o.observe}
 	// The engines' and the gateways' counters are read when the warmup
 	// ends and when the run does.
 	type mark struct {
-		stats []uint64
-		cpu   time.Duration
+		stats            []uint64
+		cpu              time.Duration
+		syncMsgs, syncBy float64
 	}
 	read := func() (m mark) {
 		for _, s := range f.stats() {
 			m.stats = append(m.stats, s.PrefixHits, s.PrefixQueries)
 		}
 		m.cpu, _ = f.cpu()
+		for _, u := range f.urls {
+			if b, err := fetch(ctx, u+"/metrics"); err == nil {
+				m.syncMsgs += metricSum(b, "tlgate_sync_messages_sent_total", `kind="batch"`)
+				m.syncBy += metricSum(b, "tlgate_sync_sent_bytes_total", "")
+			}
+		}
 		return m
 	}
 	warm := make(chan mark, 1)
 	timer := time.AfterFunc(c.OpenWarmup, func() { warm <- read() })
-	res := loadgen.RunSessions(ctx, client, loadgen.Random(f.urls, seed), run)
+	duringDone := make(chan struct{})
+	dctx, stopDuring := context.WithCancel(ctx)
+	if o.during != nil {
+		go func() { defer close(duringDone); o.during(dctx, f) }()
+	} else {
+		close(duringDone)
+	}
+	res := loadgen.RunSessions(ctx, client, loadgen.Random(f.urls, o.seed), run)
+	stopDuring()
+	<-duringDone
 	timer.Stop()
 	if err := ctx.Err(); err != nil {
 		return openRun{}, err
@@ -173,9 +209,28 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 	}
 	if n := res.OK + res.Failed; n > 0 {
 		r.cpuPerRequest = (after.cpu - before.cpu) / time.Duration(n)
+		r.syncMsgsPerRequest = (after.syncMsgs - before.syncMsgs) / float64(n)
+		r.syncBytesPerRequest = (after.syncBy - before.syncBy) / float64(n)
 	}
 	r.goodput, r.attained = goodputOf(res, c.OpenSLO)
 	return r, nil
+}
+
+// metricSum sums the samples of the named series in a Prometheus text
+// exposition whose line contains filter (every sample when it is "").
+func metricSum(exposition []byte, name, filter string) float64 {
+	var sum float64
+	for _, line := range strings.Split(string(exposition), "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || rest[0] != '{' && rest[0] != ' ' || !strings.Contains(rest, filter) {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
 }
 
 // openLoopExperiment measures least_outstanding's single-replica capacity
@@ -220,7 +275,7 @@ func openLoopExperiment(ctx context.Context, c Config, logOut io.Writer) (sectio
 		if err != nil {
 			return section{}, nil, err
 		}
-		cr, err := openOne(ctx, c, kind, spec(1, false, config.PolicyLeastOutstanding), sessions, 0, users, seed)
+		cr, err := openOne(ctx, c, kind, spec(1, false, config.PolicyLeastOutstanding), sessions, openOpts{users: users, seed: seed})
 		if err != nil {
 			return section{}, nil, fmt.Errorf("%s capacity: %w", kind, err)
 		}
@@ -243,7 +298,7 @@ func openLoopExperiment(ctx context.Context, c Config, logOut io.Writer) (sectio
 							continue // one replica has no peer: sync on is sync off
 						}
 						for _, p := range c.OpenPolicies {
-							r, err := openOne(ctx, c, kind, spec(n, sync, p), sessions, rate/float64(sessionTurns(c, kind)), 0, seed)
+							r, err := openOne(ctx, c, kind, spec(n, sync, p), sessions, openOpts{sessionRate: rate / float64(sessionTurns(c, kind)), seed: seed})
 							if err != nil {
 								return section{}, nil, fmt.Errorf("%s at %.0f%% through %d replicas, sync %s, %s: %w", kind, 100*frac, n, onOff(sync), p, err)
 							}
@@ -256,8 +311,40 @@ func openLoopExperiment(ctx context.Context, c Config, logOut io.Writer) (sectio
 			}
 		}
 	}
-	return openSection(c, capacity, capRuns, runs), nil, nil
+	sec := openSection(c, capacity, capRuns, runs)
+	if nats == nil || !slices.Contains(c.OpenReplicas, 3) {
+		return sec, nil, nil
+	}
+	for wi, kind := range c.OpenWorkloads {
+		rate := drillFraction * capacity[kind]
+		fmt.Fprintf(logOut, "tlbench:   NATS kill drill, %s at %.1f req/s\n", kind, rate)
+		d, err := natsDrill(ctx, c, kind, spec(3, true, config.PolicyCacheAware), nats, rate, c.Seed+uint64(9000+wi))
+		if err != nil {
+			return section{}, nil, fmt.Errorf("%s NATS drill: %w", kind, err)
+		}
+		agree := "not within the run"
+		if d.agree >= 0 {
+			agree = d.agree.Round(time.Millisecond).String()
+		}
+		sec.tables = append(sec.tables, drillTable(d))
+		sec.notes = append(sec.notes, fmt.Sprintf("NATS kill drill, %s at %.0f%% of capacity (%.1f req/s), 3 replicas, cache_aware, sync on: NATS stopped at %v and started again at %v; "+
+			"%d requests failed; the replicas agreed again (each connected, with a load report from each peer applied) %s after NATS was back (target: within 2 s: %s).",
+			kind, 100*drillFraction, rate, c.OpenDuration, 2*c.OpenDuration, d.failed, agree, metOrMissed(d.agree >= 0 && d.agree <= 2*time.Second)))
+	}
+	fmt.Fprintf(logOut, "tlbench:   sync cost at %.0f req/s\n", c.Rate)
+	cost, err := syncCost(ctx, c, spec, logOut)
+	if err != nil {
+		return section{}, nil, err
+	}
+	t, verdict := costTable(cost)
+	sec.tables = append(sec.tables, t)
+	sec.notes = append(sec.notes, fmt.Sprintf("Sync cost: rag questions at %.0f req/s (open loop) through 3 replicas under cache_aware, on %d engines that answer at once (max_tokens %d), sync off and on in turn, %d runs each; "+
+		"NATS messages and bytes are the batches all replicas published over the window, per request. %s.", c.Rate, c.Engines, c.OpenMaxTokens, c.OpenRepeats, verdict))
+	return sec, nil, nil
 }
+
+// drillFraction is the share of capacity the NATS kill drill runs at.
+const drillFraction = 0.7
 
 func onOff(b bool) string {
 	if b {

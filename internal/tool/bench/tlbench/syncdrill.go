@@ -1,0 +1,256 @@
+package tlbench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
+)
+
+// drillPhase is one stretch of the NATS kill drill.
+type drillPhase struct {
+	name        string
+	from, to    time.Duration // from the run's start
+	ttft        []time.Duration
+	ok, failed  int
+	hits, total uint64 // the engines' prefix-cache tokens over the phase
+}
+
+// drillResult is what the NATS kill drill measured.
+type drillResult struct {
+	kind   loadgen.Kind
+	rate   float64
+	phases []*drillPhase
+	// agree is the time from NATS being back to every replica connected
+	// again with a load report from each peer applied; -1 if not within
+	// the run.
+	agree  time.Duration
+	failed int
+}
+
+// phaseOf returns the phase holding at (nil before the first).
+func phaseOf(phases []*drillPhase, at time.Duration) *drillPhase {
+	for _, p := range phases {
+		if at >= p.from && at < p.to {
+			return p
+		}
+	}
+	return nil
+}
+
+// syncAgreed reports whether every replica's metrics say it is connected
+// (tlgate_sync_up 1) and has applied at least peers load reports more
+// than base holds (its count when NATS came back).
+func syncAgreed(expositions [][]byte, base []float64, peers int) bool {
+	for i, b := range expositions {
+		if metricSum(b, "tlgate_sync_up", "") != 1 {
+			return false
+		}
+		if metricSum(b, "tlgate_sync_messages_received_total", `kind="load"`)-base[i] < float64(peers) {
+			return false
+		}
+	}
+	return len(expositions) > 0
+}
+
+// natsDrill runs kind at rate through 3 replicas with sync on under
+// cache_aware, stops the NATS server for the middle third of the run and
+// starts it again.
+func natsDrill(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec, nats *natsServer, rate float64, seed uint64) (drillResult, error) {
+	third := c.OpenDuration
+	dc := c
+	dc.OpenDuration = 3 * third
+	sessions, err := openSessions(dc, kind, rate, seed)
+	if err != nil {
+		return drillResult{}, err
+	}
+	d := drillResult{kind: kind, rate: rate, agree: -1, phases: []*drillPhase{
+		{name: "before", from: c.OpenWarmup, to: third},
+		{name: "NATS down", from: third, to: 2 * third},
+		{name: "NATS back", from: 2 * third, to: 3 * third},
+	}}
+	var mu sync.Mutex
+	observe := func(at, ttft time.Duration, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		p := phaseOf(d.phases, at)
+		if p == nil {
+			return
+		}
+		if err != nil {
+			p.failed++
+			return
+		}
+		p.ok++
+		p.ttft = append(p.ttft, ttft)
+	}
+	var drillErr error
+	during := func(ctx context.Context, f *replicaFleet) {
+		start := time.Now()
+		engineMark := func() (hits, total uint64) {
+			for _, s := range f.stats() {
+				hits, total = hits+s.PrefixHits, total+s.PrefixQueries
+			}
+			return hits, total
+		}
+		var marks [4][2]uint64
+		wait := func(at time.Duration) bool { return sleepFor(ctx, time.Until(start.Add(at))) }
+		if !wait(c.OpenWarmup) {
+			return
+		}
+		marks[0][0], marks[0][1] = engineMark()
+		if !wait(third) {
+			return
+		}
+		marks[1][0], marks[1][1] = engineMark()
+		nats.stop()
+		if !wait(2 * third) {
+			return
+		}
+		marks[2][0], marks[2][1] = engineMark()
+		base := make([]float64, len(f.urls))
+		for i, u := range f.urls {
+			if b, err := fetch(ctx, u+"/metrics"); err == nil {
+				base[i] = metricSum(b, "tlgate_sync_messages_received_total", `kind="load"`)
+			}
+		}
+		if err := nats.start(); err != nil {
+			drillErr = err
+			return
+		}
+		back := time.Now()
+		for time.Since(start) < 3*third {
+			var exps [][]byte
+			for _, u := range f.urls {
+				if b, err := fetch(ctx, u+"/metrics"); err == nil {
+					exps = append(exps, b)
+				}
+			}
+			if len(exps) == len(f.urls) && syncAgreed(exps, base, len(f.urls)-1) {
+				d.agree = time.Since(back)
+				break
+			}
+			if !sleepFor(ctx, 20*time.Millisecond) {
+				break
+			}
+		}
+		_ = wait(3 * third) // or the run ended: read the engines now
+		marks[3][0], marks[3][1] = engineMark()
+		for i, p := range d.phases {
+			p.hits, p.total = marks[i+1][0]-marks[i][0], marks[i+1][1]-marks[i][1]
+		}
+	}
+	r, err := openOne(ctx, dc, kind, spec, sessions, openOpts{sessionRate: rate / float64(sessionTurns(c, kind)), seed: seed, observe: observe, during: during})
+	if err != nil {
+		return drillResult{}, err
+	}
+	if drillErr != nil {
+		return drillResult{}, fmt.Errorf("restart NATS: %w", drillErr)
+	}
+	d.failed = r.failed + r.dropped
+	return d, nil
+}
+
+// sleepFor waits d; false if ctx ended first.
+func sleepFor(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func drillTable(d drillResult) *table {
+	t := &table{header: []string{"phase", "requests", "failed", "TTFT p50 ms", "TTFT p99 ms", "hit rate"}}
+	for _, p := range d.phases {
+		s := loadgen.Summarize(p.ttft)
+		hit := 0.0
+		if p.total > 0 {
+			hit = float64(p.hits) / float64(p.total)
+		}
+		t.add(fmt.Sprintf("%s (%.0f–%.0f s)", p.name, p.from.Seconds(), p.to.Seconds()), strconv.Itoa(p.ok+p.failed), strconv.Itoa(p.failed),
+			ms(s.P50), ms(s.P99), pct(hit))
+	}
+	return t
+}
+
+// costRun is one run of the sync cost measurement.
+type costRun struct {
+	sync bool
+	r    openRun
+}
+
+// syncCost measures the gateways' CPU per request at c.Rate requests per
+// second through 3 replicas (cache_aware, rag questions on engines that
+// answer at once), sync off and on in turn, OpenRepeats times each.
+func syncCost(ctx context.Context, c Config, spec func(replicas int, sync bool, policy string) replicaSpec, logOut io.Writer) ([]costRun, error) {
+	engines := make([]enginesim.Config, c.Engines)
+	for i := range engines {
+		engines[i] = enginesim.Config{ID: fmt.Sprintf("engine-%d", i), Model: c.Model, KVBlocks: c.KVBlocksLong, MaxRunning: 256, HeartbeatInterval: c.Heartbeat}
+	}
+	var out []costRun
+	for rep := range c.OpenRepeats {
+		seed := c.Seed + uint64(5000+rep)
+		sessions, err := openSessions(c, loadgen.RAG, c.Rate, seed)
+		if err != nil {
+			return nil, err
+		}
+		for _, sync := range []bool{false, true} {
+			r, err := openOne(ctx, c, loadgen.RAG, spec(3, sync, config.PolicyCacheAware), sessions, openOpts{sessionRate: c.Rate, seed: seed, engines: engines})
+			if err != nil {
+				return nil, fmt.Errorf("sync cost, sync %s: %w", onOff(sync), err)
+			}
+			r.rate = c.Rate
+			fmt.Fprintf(logOut, "tlbench:   cost at %.0f req/s, 3 replicas, sync %-3s: %v CPU per request, %.2f messages and %.0f bytes per request, failed %d, load %.1f\n",
+				c.Rate, onOff(sync), r.cpuPerRequest, r.syncMsgsPerRequest, r.syncBytesPerRequest, r.failed+r.dropped, r.load)
+			out = append(out, costRun{sync, r})
+		}
+	}
+	return out, nil
+}
+
+func costTable(runs []costRun) (*table, string) {
+	t := &table{header: []string{"sync", "runs", "gateway CPU µs/req", "NATS messages/req", "NATS bytes/req", "TTFT p50 ms", "TTFT p99 ms", "failed", "load avg"}}
+	var cpu [2]spread
+	for i, on := range []bool{false, true} {
+		var c, m, b, p50, p99 []float64
+		failed, lo, hi := 0, math.Inf(1), 0.0
+		for _, r := range runs {
+			if r.sync != on {
+				continue
+			}
+			c = append(c, float64(r.r.cpuPerRequest)/float64(time.Microsecond))
+			m = append(m, r.r.syncMsgsPerRequest)
+			b = append(b, r.r.syncBytesPerRequest)
+			p50, p99 = append(p50, msf(r.r.ttft.P50)), append(p99, msf(r.r.ttft.P99))
+			failed += r.r.failed + r.r.dropped
+			lo, hi = math.Min(lo, r.r.load), math.Max(hi, r.r.load)
+		}
+		if len(c) == 0 {
+			continue
+		}
+		cpu[i] = spreadOf(c)
+		us := func(v float64) string { return fmt.Sprintf("%.0f", v) }
+		t.add(onOff(on), strconv.Itoa(len(c)), cpu[i].format(us, len(c)), spreadOf(m).format(f2, len(c)), spreadOf(b).format(us, len(c)),
+			spreadOf(p50).format(f1, len(c)), spreadOf(p99).format(f1, len(c)), strconv.Itoa(failed), fmt.Sprintf("%.1f–%.1f", lo, hi))
+	}
+	verdict := "not measured"
+	if cpu[0].med > 0 && cpu[1].med > 0 {
+		x := cpu[1].med / cpu[0].med
+		verdict = fmt.Sprintf("sync on costs %+.1f%% gateway CPU per request (medians); target ≤ +5%%: %s", 100*(x-1), metOrMissed(x <= 1.05))
+	}
+	return t, verdict
+}
