@@ -118,7 +118,8 @@ func (p *Proxy) readAnswer(ctx, actx context.Context, resp *http.Response, wait 
 // Found"}, a plain-text page) is the engine refusing the path: relayed as
 // the engine's answer with code unsupported_endpoint, neither a failure
 // nor a reason to try another worker.
-func checkAnswer(resp *http.Response, body []byte, expect openai.Endpoint) (*Response, error) {
+// A Dialect (d, not nil) judges successes and encodes errors for its API.
+func checkAnswer(resp *http.Response, body []byte, expect openai.Endpoint, d *Dialect) (*Response, error) {
 	st := resp.StatusCode
 	bad := func(reason Failure, what string) error {
 		return &AttemptError{Reason: reason, Err: fmt.Errorf("%w: %d %s with %s body %s",
@@ -131,7 +132,7 @@ func checkAnswer(resp *http.Response, body []byte, expect openai.Endpoint) (*Res
 		if !gjson.ValidBytes(body) {
 			return nil, bad(FailBadAnswer, "(not JSON)")
 		}
-		if !expect.AnswerOK(gjson.ParseBytes(body)) {
+		if root := gjson.ParseBytes(body); !d.success(root, expect) {
 			return nil, bad(FailBadAnswer, "(not the answer its path calls for)")
 		}
 		return &Response{Status: st, Header: resp.Header, Body: body}, nil
@@ -146,7 +147,7 @@ func checkAnswer(resp *http.Response, body []byte, expect openai.Endpoint) (*Res
 			return nil, bad(FailBadAnswer, "(not an OpenAI error)")
 		}
 		h := http.Header{"Content-Type": {"application/json"}}
-		return &Response{Status: st, Header: h, Body: openai.MarshalError(st, e.code(st), e.msg, e.param)}, nil
+		return &Response{Status: st, Header: h, Body: d.encodeError(st, e.code(st), e.msg, e.param)}, nil
 	default:
 		return nil, bad(FailBadAnswer, "(not a final answer)")
 	}
@@ -218,7 +219,7 @@ func engineError(body []byte) (engineErr, bool) {
 
 // notSSE handles an answer to a streamed request that is not an SSE stream
 // (see Stream): nothing of it reaches the client.
-func (p *Proxy) notSSE(ctx, actx context.Context, resp *http.Response, wait *time.Timer, expect openai.Endpoint) Result {
+func (p *Proxy) notSSE(ctx, actx context.Context, resp *http.Response, wait *time.Timer, expect openai.Endpoint, d *Dialect) Result {
 	res := Result{Status: resp.StatusCode}
 	var err error
 	if resp.StatusCode/100 == 2 {
@@ -228,7 +229,7 @@ func (p *Proxy) notSSE(ctx, actx context.Context, resp *http.Response, wait *tim
 	} else {
 		var body []byte
 		if body, err = p.readAnswer(ctx, actx, resp, wait); err == nil {
-			res.Answer, err = checkAnswer(resp, body, expect)
+			res.Answer, err = checkAnswer(resp, body, expect, d)
 		}
 	}
 	if err != nil {

@@ -45,5 +45,5 @@ func (p *Proxy) Fetch(ctx context.Context, a Attempt) (*Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	return checkAnswer(resp, body, a.Expect)
+	return checkAnswer(resp, body, a.Expect, a.Dialect)
 }

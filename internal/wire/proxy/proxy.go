@@ -145,6 +145,10 @@ type Attempt struct {
 	// answer must have its shape (openai.Endpoint.AnswerOK). Empty: a
 	// completion.
 	Expect openai.Endpoint
+	// Method is the HTTP method; empty: POST. A GET or DELETE sends no body.
+	Method string
+	// Dialect describes the API's answers; nil: the OpenAI shapes, judged by Expect.
+	Dialect *Dialect
 }
 
 // Failure is why an attempt failed.
@@ -230,14 +234,26 @@ var (
 
 // newRequest builds the upstream request of an attempt.
 func newRequest(ctx context.Context, a Attempt, accept string) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.URL, bytes.NewReader(a.Body))
+	method := a.Method
+	if method == "" {
+		method = http.MethodPost
+	}
+	var body io.Reader
+	if method == http.MethodPost {
+		body = bytes.NewReader(a.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.URL, body)
 	if err != nil {
 		return nil, &AttemptError{Reason: FailInvalid, Err: fmt.Errorf("proxy: build request: %w", err)}
 	}
 	for k, vs := range a.Header {
 		req.Header[k] = append(req.Header[k], vs...)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	} else {
+		req.Header.Del("Content-Type")
+	}
 	req.Header.Set("Accept", accept)
 	req.Header.Set("User-Agent", "tlgate")
 	// A pooled connection that turns out dead (the engine died since it was

@@ -10,13 +10,14 @@ import "bytes"
 // fields data, event, id and retry is garbage: scanning stops before its
 // block and bad is set.
 type sseScanner struct {
-	pos        int  // next byte to scan
-	lineStart  int  // start of the current line
-	blockLines bool // the current block has a line
-	eventLines bool // the current block has a field line (not a comment)
-	doneLine   bool // the current block has a [DONE] data line
-	events     int  // events completed since take
-	bad        bool // a line that is not SSE was met; scan returns at once
+	pos        int      // next byte to scan
+	lineStart  int      // start of the current line
+	blockLines bool     // the current block has a line
+	eventLines bool     // the current block has a field line (not a comment)
+	doneLine   bool     // the current block has a [DONE] data line
+	events     int      // events completed since take
+	bad        bool     // a line that is not SSE was met; scan returns at once
+	d          *Dialect // its EndEvents end the stream like [DONE]
 }
 
 var (
@@ -50,7 +51,10 @@ func (s *sseScanner) scan(b []byte) (end, endEvent int, done bool) {
 			if line[0] != ':' {
 				s.eventLines = true
 			}
-			if bytes.Equal(line, doneData) || bytes.Equal(line, doneDataTight) {
+			if (bytes.Equal(line, doneData) || bytes.Equal(line, doneDataTight)) && s.d.endsOnDone() {
+				s.doneLine = true
+			}
+			if name := eventName(line); name != nil && s.d.endEvent(name) {
 				s.doneLine = true
 			}
 			continue

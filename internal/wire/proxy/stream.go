@@ -97,11 +97,11 @@ func (p *Proxy) Stream(ctx context.Context, a Attempt, w http.ResponseWriter, co
 		return Result{Status: resp.StatusCode, Err: &AttemptError{Reason: FailStatus503, Err: err503}}
 	}
 	if resp.StatusCode/100 != 2 || !isEventStream(resp.Header.Get("Content-Type")) {
-		return p.notSSE(ctx, actx, resp, timer, a.Expect)
+		return p.notSSE(ctx, actx, resp, timer, a.Expect, a.Dialect)
 	}
 	r := relay{
 		p: p, ctx: ctx, actx: actx, cancel: cancel, timer: timer, start: start,
-		w: w, commitFn: commit, resp: resp,
+		w: w, commitFn: commit, resp: resp, d: a.Dialect,
 	}
 	r.res.Status = resp.StatusCode
 	bp := p.bufs.Get().(*[]byte)
@@ -130,13 +130,14 @@ type relay struct {
 	rc        *http.ResponseController
 	commitFn  func(int, http.Header)
 	resp      *http.Response
+	d         *Dialect
 	res       Result
 }
 
 // events relays an SSE body, whole events at a time. b is the initial
 // buffer; it grows (up to about twice MaxEventBytes) for large events.
 func (r *relay) events(b []byte) {
-	var sc sseScanner
+	sc := sseScanner{d: r.d}
 	filled := 0
 	for {
 		if filled == len(b) {
@@ -278,7 +279,7 @@ func (r *relay) end(ae *AttemptError) {
 		// event would be lost, the stream ending as if it were complete.
 		_ = r.rc.SetWriteDeadline(time.Now().Add(r.p.o.ClientWriteTimeout))
 	}
-	if _, err := r.w.Write(errorEvent(ae.Reason)); err != nil {
+	if _, err := r.w.Write(r.d.errorEvent(ae.Reason)); err != nil {
 		r.res.ClientGone = true
 		return
 	}

@@ -48,8 +48,10 @@ var (
 // (http.ResponseController). A Writer serves one stream, from one
 // goroutine; read Usage once the stream is over.
 type Writer struct {
-	w     http.ResponseWriter
-	strip bool
+	w      http.ResponseWriter
+	strip  bool
+	d      Dialect
+	respID string // Responses: the stream's response id
 
 	checked bool // the Content-Type was looked at
 	sse     bool
@@ -91,6 +93,12 @@ func (s *Writer) withinBudget() bool {
 		n = max(n, s.usage.Total())
 	}
 	return s.use(n)
+}
+
+// NewWriterFor wraps w for a stream of dialect d; strip applies to OpenAI
+// streams only (the other dialects' usage is part of their own events).
+func NewWriterFor(w http.ResponseWriter, strip bool, d Dialect) *Writer {
+	return &Writer{w: w, strip: strip && d == OpenAI, d: d}
 }
 
 // Header is the wrapped writer's.
@@ -223,13 +231,18 @@ func (s *Writer) event(ev []byte) bool {
 	if data == nil || bytes.Equal(data, doneData) {
 		return false
 	}
+	// gjson reads a string view of data without copying it: only numbers
+	// and existence leave this function, never a string into data (the
+	// response id is cloned).
+	js := unsafe.String(unsafe.SliceData(data), len(data))
+	if s.d != OpenAI {
+		s.streamUsage(js, data)
+		return false
+	}
 	if !bytes.Contains(data, usageKey) {
 		s.events++
 		return false
 	}
-	// gjson reads a string view of data without copying it: only numbers
-	// and existence leave this function, never a string into data.
-	js := unsafe.String(unsafe.SliceData(data), len(data))
 	u, ok := fromUsage(gjson.Get(js, "usage"))
 	if !ok {
 		s.events++
