@@ -45,6 +45,11 @@ type Request struct {
 	// chat messages written as "role\ncontent\n" in order, where content given
 	// as parts contributes its text parts concatenated.
 	Prompt string
+	// PreviousResponseID (Responses API) names the stored response the
+	// request continues; Store (Responses API, default true) asks the
+	// engine to keep this response for later requests.
+	PreviousResponseID string
+	Store              bool
 
 	Temperature      *float64
 	TopP             *float64

@@ -1,0 +1,191 @@
+package openai
+
+import (
+	"fmt"
+
+	"github.com/tidwall/gjson"
+)
+
+// ParseResponses validates a Responses API body (POST /v1/responses) and
+// extracts what routing needs: model, stream, store, previous_response_id,
+// and the rendered prompt, which is the instructions followed by a newline
+// and then the input: a string as "user\n<text>\n", an array of items each
+// as "role\ncontent\n" (content given as parts contributes the text of its
+// input_text, output_text and text parts), an item that is not a message as
+// "type\n<output or arguments>\n". Other fields are the engine's to judge.
+// Every refusal is a *FieldError.
+func ParseResponses(body []byte) (Request, error) {
+	root, err := object(body)
+	if err != nil {
+		return Request{}, err
+	}
+	req := Request{Store: true}
+	r := renderer{limit: -1}
+	seen := map[string]bool{}
+	var instructions, input gjson.Result
+	var ferr *FieldError
+	root.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "model", "input", "instructions", "stream", "store", "previous_response_id":
+		default:
+			return true
+		}
+		if seen[k.Str] {
+			ferr = fieldErr(k.Str, "%s is given more than once", k.Str)
+			return false
+		}
+		seen[k.Str] = true
+		switch k.Str {
+		case "model":
+			req.Model, ferr = modelField(v)
+		case "input":
+			input = v
+		case "instructions":
+			if v.Type != gjson.Null && v.Type != gjson.String {
+				ferr = fieldErr(k.Str, "instructions must be a string")
+			}
+			instructions = v
+		case "stream":
+			req.Stream, ferr = optBool(k.Str, v)
+		case "store":
+			if v.Type != gjson.Null {
+				req.Store, ferr = optBool(k.Str, v)
+			}
+		case "previous_response_id":
+			switch v.Type {
+			case gjson.Null:
+			case gjson.String:
+				if v.Str == "" {
+					ferr = fieldErr(k.Str, "previous_response_id must not be empty")
+				}
+				req.PreviousResponseID = v.Str
+			default:
+				ferr = fieldErr(k.Str, "previous_response_id must be a string")
+			}
+		}
+		return ferr == nil
+	})
+	switch {
+	case ferr != nil:
+		return Request{}, ferr
+	case !seen["model"]:
+		return Request{}, fieldErr("model", "model is required")
+	case !input.Exists() || input.Type == gjson.Null:
+		return Request{}, fieldErr("input", "input is required")
+	}
+	if instructions.Str != "" {
+		r.write("system\n")
+		r.write(instructions.Str)
+		r.write("\n")
+	}
+	if ferr = renderInput(&r, input); ferr != nil {
+		return Request{}, ferr
+	}
+	req.Prompt = string(r.buf)
+	if n := min(len(r.buf), PrefixKeyLen); n > 0 {
+		req.PrefixKey = append([]byte(nil), r.buf[:n]...)
+	}
+	return req, nil
+}
+
+// object parses body as a JSON object.
+func object(body []byte) (gjson.Result, *FieldError) {
+	if !gjson.ValidBytes(body) {
+		return gjson.Result{}, &FieldError{Msg: "the request body is not valid JSON"}
+	}
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return gjson.Result{}, &FieldError{Msg: "the request body must be a JSON object"}
+	}
+	return root, nil
+}
+
+// modelField validates a "model" value.
+func modelField(v gjson.Result) (string, *FieldError) {
+	if v.Type != gjson.String {
+		return "", fieldErr("model", "model must be a string")
+	}
+	if v.Str == "" {
+		return "", fieldErr("model", "model must not be empty")
+	}
+	return v.Str, nil
+}
+
+// renderInput writes a Responses input: a string or an array of items.
+func renderInput(r *renderer, in gjson.Result) *FieldError {
+	if in.Type == gjson.String {
+		r.write("user\n")
+		r.write(in.Str)
+		r.write("\n")
+		return nil
+	}
+	if !in.IsArray() {
+		return fieldErr("input", "input must be a string or an array of input items")
+	}
+	var err *FieldError
+	in.ForEach(func(k, item gjson.Result) bool {
+		i := int(k.Num)
+		if !item.IsObject() {
+			err = fieldErr(fmt.Sprintf("input[%d]", i), "input[%d] must be an object", i)
+			return false
+		}
+		role, typ := item.Get("role"), item.Get("type")
+		switch {
+		case role.Exists():
+			if role.Type != gjson.String || role.Str == "" {
+				err = fieldErr(fmt.Sprintf("input[%d].role", i), "input[%d].role must be a non-empty string", i)
+				return false
+			}
+			r.write(role.Str)
+			r.write("\n")
+			err = renderItemContent(r, item.Get("content"), i)
+			r.write("\n")
+		case typ.Type == gjson.String && typ.Str != "":
+			r.write(typ.Str)
+			r.write("\n")
+			for _, f := range []string{"output", "arguments"} {
+				if v := item.Get(f); v.Type == gjson.String {
+					r.write(v.Str)
+				}
+			}
+			r.write("\n")
+		default:
+			err = fieldErr(fmt.Sprintf("input[%d]", i), "input[%d] must have a role or a type", i)
+		}
+		return err == nil
+	})
+	return err
+}
+
+// renderItemContent writes a message item's content: a string or parts.
+func renderItemContent(r *renderer, c gjson.Result, i int) *FieldError {
+	switch {
+	case !c.Exists() || c.Type == gjson.Null:
+		return nil
+	case c.Type == gjson.String:
+		r.write(c.Str)
+		return nil
+	case !c.IsArray():
+		return fieldErr(fmt.Sprintf("input[%d].content", i),
+			"input[%d].content must be a string or an array of content parts", i)
+	}
+	var err *FieldError
+	c.ForEach(func(k, part gjson.Result) bool {
+		param := fmt.Sprintf("input[%d].content[%d]", i, int(k.Num))
+		if !part.IsObject() {
+			err = fieldErr(param, "%s must be an object", param)
+			return false
+		}
+		switch part.Get("type").Str {
+		case "input_text", "output_text", "text":
+			t := part.Get("text")
+			if t.Type != gjson.String {
+				err = fieldErr(param+".text", "%s.text must be a string", param)
+				return false
+			}
+			r.write(t.Str)
+		}
+		return true
+	})
+	return err
+}
