@@ -70,6 +70,10 @@ type Request struct {
 	// AnyRole: any worker of the served model will do, whatever its role
 	// (tokenize, detokenize); the least loaded is taken.
 	AnyRole bool
+	// Pin, when set, is the only worker that may serve the request (it
+	// holds state the request refers to): ErrPinnedGone when it is gone,
+	// never another worker.
+	Pin string
 }
 
 // Target is the router's answer: where an attempt goes.
@@ -340,6 +344,9 @@ func (s *State) Known(model string) bool {
 // flight. It is a pure function of the state, the request and the clock,
 // apart from advancing the weighted policy's counters.
 func (s *State) Pick(req *Request, now time.Time) (Target, error) {
+	if req.Pin != "" {
+		return s.pickPinned(req, now)
+	}
 	r, ok := s.table.Lookup(req.Model)
 	if !ok {
 		if !s.Known(req.Model) {

@@ -78,7 +78,7 @@ func ParseResponses(body []byte) (Request, error) {
 		r.write(instructions.Str)
 		r.write("\n")
 	}
-	if ferr = renderInput(&r, input); ferr != nil {
+	if ferr = renderResponsesInput(&r, input); ferr != nil {
 		return Request{}, ferr
 	}
 	req.Prompt = string(r.buf)
@@ -111,8 +111,8 @@ func modelField(v gjson.Result) (string, *FieldError) {
 	return v.Str, nil
 }
 
-// renderInput writes a Responses input: a string or an array of items.
-func renderInput(r *renderer, in gjson.Result) *FieldError {
+// renderResponsesInput writes a Responses input: a string or an array of items.
+func renderResponsesInput(r *renderer, in gjson.Result) *FieldError {
 	if in.Type == gjson.String {
 		r.write("user\n")
 		r.write(in.Str)

@@ -1,0 +1,52 @@
+package router
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/routing/policy"
+	"github.com/tlgate/tlgate/internal/routing/routes"
+)
+
+// TestPickPinned: a pinned request reaches its worker or nobody.
+func TestPickPinned(t *testing.T) {
+	draining := w("d", "m", fleet.RoleUnified, 0, 0)
+	draining.Draining = true
+	dead := w("x", "m", fleet.RoleUnified, 0, 0)
+	dead.Deadline = now.Add(-time.Second)
+	cases := []struct {
+		name string
+		req  Request
+		want string // worker id, or "" with err
+		err  error
+	}{
+		{"its worker, though another is idle", Request{Model: "alias", Pin: "b"}, "b", nil},
+		{"no model named (GET, DELETE)", Request{Pin: "a"}, "a", nil},
+		{"a draining worker still takes it", Request{Model: "m", Pin: "d"}, "d", nil},
+		{"a worker that left", Request{Model: "m", Pin: "gone"}, "", ErrPinnedGone},
+		{"a worker past its deadline", Request{Model: "m", Pin: "x"}, "", ErrPinnedGone},
+		{"excluded: not another worker", Request{Model: "m", Pin: "b", Exclude: map[string]bool{"b": true}}, "", ErrNoCapacity},
+		{"unknown model", Request{Model: "nope", Pin: "a"}, "", ErrModelNotFound},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := state(t, policy.NameLeastOutstanding, []routes.Route{{Model: "alias", Backends: []routes.Backend{{Model: "m", Weight: 1}}}},
+				w("a", "m", fleet.RoleUnified, 0, 0), w("b", "m", fleet.RoleUnified, 5, 0), draining, dead)
+			tg, err := s.Pick(&tc.req, now)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("err %v, want %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil || tg.Worker.ID != tc.want || tg.ServedModel != "m" || tg.Reason != ReasonPinned {
+				t.Fatalf("picked %q (%s, %s), %v; want %s", tg.Worker.ID, tg.ServedModel, tg.Reason, err, tc.want)
+			}
+			if s.InFlight(tc.want) != 1 {
+				t.Fatalf("in flight %d, want 1", s.InFlight(tc.want))
+			}
+		})
+	}
+}
