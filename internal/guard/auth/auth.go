@@ -44,6 +44,9 @@ var (
 	// ErrDuplicateHeader is returned when a request carries more than one
 	// Authorization header: which one counts would depend on the reader.
 	ErrDuplicateHeader = errors.New("auth: more than one Authorization header")
+	// ErrConflictingKeys is returned when a request carries its key both in
+	// Authorization and in the API's own key header, and they differ.
+	ErrConflictingKeys = errors.New("auth: two different credentials")
 	// ErrAuthOff is returned by Replace for no keys while keys are
 	// configured.
 	ErrAuthOff = errors.New("auth: a reload cannot turn authentication off (no api_keys left); restart the gateway for that")
@@ -213,19 +216,35 @@ func (k *Keyring) Enabled() bool { return len(*k.cur.Load()) > 0 }
 // reveals neither whether nor which key matched. With no keys configured it
 // returns the AnonymousKey.
 func (k *Keyring) Authenticate(r *http.Request) (Key, error) {
-	if len(r.Header.Values("Authorization")) > 1 {
+	return k.authenticate(r, "")
+}
+
+// authenticate is Authenticate, the key also accepted in header alt (when
+// not empty) instead of Authorization: one credential only, so both headers
+// with different keys is ErrConflictingKeys.
+func (k *Keyring) authenticate(r *http.Request, alt string) (Key, error) {
+	if len(r.Header.Values("Authorization")) > 1 || alt != "" && len(r.Header.Values(alt)) > 1 {
 		return Key{}, ErrDuplicateHeader
+	}
+	var altToken string
+	if alt != "" {
+		altToken = r.Header.Get(alt)
+	}
+	h := r.Header.Get("Authorization")
+	token, bearer := BearerToken(h)
+	if h != "" && altToken != "" && (!bearer || token != altToken) {
+		return Key{}, ErrConflictingKeys
 	}
 	entries := *k.cur.Load() // one set of keys for the whole check
 	if len(entries) == 0 {
 		return AnonymousKey(), nil
 	}
-	h := r.Header.Get("Authorization")
-	if h == "" {
+	switch {
+	case h == "" && altToken == "":
 		return Key{}, ErrMissingKey
-	}
-	token, ok := BearerToken(h)
-	if !ok {
+	case h == "":
+		token = altToken
+	case !bearer:
 		return Key{}, ErrInvalidKey
 	}
 	digest := sha256.Sum256([]byte(token))
@@ -247,23 +266,51 @@ func (k *Keyring) Authenticate(r *http.Request) (Key, error) {
 // insufficient_scope, both in OpenAI's error shape. next finds the key in
 // the request's context (FromContext).
 func (k *Keyring) Require(scope Scope, next http.Handler) http.Handler {
+	return k.RequireWith(scope, RequireOptions{}, next)
+}
+
+// RequireOptions adapt Require to an API other than OpenAI's.
+type RequireOptions struct {
+	// KeyHeader, when set, is a header that may carry the key instead of
+	// Authorization: Bearer (Anthropic's "X-Api-Key").
+	KeyHeader string
+	// WriteError writes a refusal; nil: OpenAI's error shape.
+	WriteError func(w http.ResponseWriter, status int, code, msg string)
+}
+
+// RequireWith is Require with the options o.
+func (k *Keyring) RequireWith(scope Scope, o RequireOptions, next http.Handler) http.Handler {
+	how := "Authorization: Bearer <key>"
+	if o.KeyHeader != "" {
+		how += " or " + o.KeyHeader + ": <key>"
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, err := k.Authenticate(r)
+		key, err := k.authenticate(r, o.KeyHeader)
 		refuse := func(status int, code, msg string) {
 			if k.onReject != nil {
 				k.onReject(r, status, code)
+			}
+			if o.WriteError != nil {
+				o.WriteError(w, status, code, msg)
+				return
 			}
 			openai.WriteError(w, status, code, msg, nil)
 		}
 		switch {
 		case errors.Is(err, ErrDuplicateHeader):
+			msg := "The request has more than one Authorization header: send exactly one."
+			if o.KeyHeader != "" {
+				msg = fmt.Sprintf("The request has more than one Authorization or %s header: send exactly one.", o.KeyHeader)
+			}
+			refuse(http.StatusBadRequest, openai.CodeInvalidRequest, msg)
+			return
+		case errors.Is(err, ErrConflictingKeys):
 			refuse(http.StatusBadRequest, openai.CodeInvalidRequest,
-				"The request has more than one Authorization header: send exactly one.")
+				fmt.Sprintf("The request carries two different credentials (Authorization and %s): send exactly one.", o.KeyHeader))
 			return
 		case errors.Is(err, ErrMissingKey):
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tlgate"`)
-			refuse(http.StatusUnauthorized, openai.CodeInvalidAPIKey,
-				"Missing API key: send it as Authorization: Bearer <key>.")
+			refuse(http.StatusUnauthorized, openai.CodeInvalidAPIKey, "Missing API key: send it as "+how+".")
 			return
 		case err != nil:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tlgate", error="invalid_token"`)
