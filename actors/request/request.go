@@ -36,11 +36,14 @@ import (
 // Wait (no attempt goroutine may still touch the response writer), then
 // writes Outcome unless the response was already committed by a stream.
 type Exchange struct {
-	Ctx       context.Context // the client's request context
-	W         http.ResponseWriter
-	Body      []byte
-	Req       openai.Request
-	Path      string // the path asked of the engine: "/v1/chat/completions", "/v1/embeddings"...
+	Ctx  context.Context // the client's request context
+	W    http.ResponseWriter
+	Body []byte
+	Req  openai.Request
+	Path string // the path asked of the engine: "/v1/chat/completions", "/v1/embeddings", "/v1/responses[/{id}]"...
+	// Method is the client's method: POST (or empty), or GET and DELETE
+	// of /v1/responses/{id}, which carry no body.
+	Method    string
 	RequestID string // the gateway's own id (routing, logs, the engine's X-Request-Id)
 	// ClientRequestID is the client's own id, checked (httpedge), or "":
 	// logged and passed on, never routed on.
@@ -134,6 +137,16 @@ type Deps struct {
 	// Dispatcher runs the request actors' mailboxes (an actorsys.Pool);
 	// nil: protoactor's default, a new goroutine each time.
 	Dispatcher actor.Dispatcher
+	// Stored records the worker of each stored Responses API response
+	// (internal/routing/sticky); nil: no follow-up can be routed.
+	Stored StoredResponses
+}
+
+// StoredResponses maps stored response ids to the worker that holds them.
+type StoredResponses interface {
+	Put(id, worker string, now time.Time)
+	Worker(id string, now time.Time) (string, bool)
+	Forget(id string)
 }
 
 // Props returns the props of one request actor for ex. Spawn it with the
@@ -170,8 +183,10 @@ type (
 )
 
 type requestActor struct {
-	d  *Deps
-	ex *Exchange
+	d   *Deps
+	ex  *Exchange
+	api api
+	pin string // the only worker that may serve a Responses follow-up
 
 	attempts int
 	step     int
@@ -203,6 +218,7 @@ func (a *requestActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.exclude = map[string]bool{}
+		a.api = apiOf(a.ex.Path)
 		a.traceStart()
 		a.watchClient(ctx)
 		a.route(ctx)
@@ -229,11 +245,18 @@ func (a *requestActor) route(ctx actor.Context) {
 		a.finish(ctx, Outcome{Status: 499, Code: "client_closed", Message: "client closed the request"})
 		return
 	}
+	step := a.step
+	if !a.api.completions() {
+		step = lastStep
+	}
+	if !a.pinStored(ctx) {
+		return
+	}
 	a.traceRoute()
 	ctx.Request(a.d.Router, &router.Route{Request: router.Request{
 		Model: a.ex.Req.Model, RequestID: a.ex.RequestID, PrefixKey: a.ex.Req.PrefixKey,
-		Stream: a.ex.Req.Stream, Step: a.step, Exclude: a.exclude, Key: a.ex.KeyName, Prompt: a.ex.Req.Prompt,
-		LeastLoaded: a.ex.Req.Endpoint.Pooling(), AnyRole: a.ex.Req.Endpoint.Tokenizer(),
+		Stream: a.ex.Req.Stream, Step: step, Exclude: a.exclude, Key: a.ex.KeyName, Prompt: a.ex.Req.Prompt,
+		LeastLoaded: a.ex.Req.Endpoint.Pooling(), AnyRole: a.ex.Req.Endpoint.Tokenizer(), Pin: a.pin,
 	}})
 	a.routing = true
 }
@@ -246,6 +269,8 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 	}
 	if m.Err != nil {
 		switch {
+		case errors.Is(m.Err, router.ErrPinnedGone):
+			a.finish(ctx, pinnedGone(a.storedID(), a.pin))
 		case errors.Is(m.Err, router.ErrModelNotFound):
 			a.finish(ctx, Outcome{Status: http.StatusNotFound, Code: openai.CodeModelNotFound,
 				Message: fmt.Sprintf("The model %q does not exist.", a.ex.Req.Model)})
@@ -274,6 +299,11 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 		a.d.OnRouted(a.ex, t, m.Took)
 	}
 	if t.Disaggregated() {
+		if !a.api.completions() {
+			a.finish(ctx, Outcome{Status: http.StatusBadRequest, Code: openai.CodeInvalidRequest,
+				Message: fmt.Sprintf("Model %q is served disaggregated (prefill/decode), which %s does not support.", a.ex.Req.Model, a.ex.Path)})
+			return
+		}
 		a.tokenize(ctx)
 		return
 	}
@@ -283,6 +313,9 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 // body is the client's body with the model rewritten to the served id, and
 // for a cascade step that is not the last, logprobs forced on.
 func (a *requestActor) body(seed *uint64) ([]byte, error) {
+	if !a.api.completions() {
+		return a.otherBody()
+	}
 	b, err := openai.WithModel(a.ex.Body, a.target.ServedModel)
 	if err != nil {
 		return nil, err
@@ -326,7 +359,8 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 	if scheme == "" {
 		scheme = "http"
 	}
-	att := proxy.Attempt{URL: scheme + "://" + a.target.Worker.HTTPAddress + a.ex.Path, Body: body, Header: h, Expect: a.ex.Req.Endpoint}
+	att := proxy.Attempt{URL: scheme + "://" + a.target.Worker.HTTPAddress + a.ex.Path, Body: body, Header: h,
+		Expect: a.ex.Req.Endpoint, Method: a.ex.Method, Dialect: a.api.dialect}
 	actx, cancel := context.WithCancel(a.ex.Ctx)
 	a.cancel = cancel
 	self, root, ex, p := ctx.Self(), ctx.ActorSystem().Root, a.ex, a.d.Proxy
@@ -381,6 +415,7 @@ func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
 			return
 		}
 	}
+	a.remember(resp)
 	body := resp.Body
 	if a.target.CascadeStep < a.target.CascadeSteps-1 && !a.ex.Req.Logprobs {
 		if b, err := openai.StripLogprobs(body); err == nil {
@@ -412,6 +447,7 @@ func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 		r.ClientGone = false
 		a.log.StreamFailure = openai.CodeRateLimitExceeded
 	}
+	a.rememberStreamed(r)
 	a.countStreamed(r)
 	a.traceAnswered(r.Status, r.FirstByte, r.Err)
 	a.log.FirstByte = r.FirstByte
@@ -452,6 +488,13 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 	if a.ex.Ctx.Err() != nil {
 		a.log.ClientGone = true
 		a.finish(ctx, Outcome{Status: 499, Code: "client_closed", Message: "client closed the request"})
+		return
+	}
+	if a.pin != "" {
+		a.log.Failures = append(a.log.Failures, reason)
+		a.log.LastError, a.lastErr = err.Error(), err
+		a.reportFailure(ctx, a.pin, reason)
+		a.finish(ctx, pinnedFailed(a.storedID(), a.pin, err))
 		return
 	}
 	if a.target.Disaggregated() {

@@ -91,6 +91,8 @@ func Register(mux *http.ServeMux, d *Deps) {
 	mux.Handle("POST /v1/completions", inf(d.inferWith(func(b []byte) (openai.Request, error) { return openai.ParseRequest(b, false) })))
 	mux.Handle("GET /v1/models", inf(d.models))
 	mux.Handle("GET /v1/models/{id...}", inf(d.model))
+	d.registerResponses(mux)
+	d.registerMessages(mux)
 	// Any other method on these paths: an OpenAI-shaped 405, not
 	// ServeMux's plain-text one.
 	for path, allow := range map[string]string{
@@ -112,10 +114,17 @@ func Register(mux *http.ServeMux, d *Deps) {
 }
 
 func (d *Deps) reject(w http.ResponseWriter, r *http.Request, status int, code, msg string, param *string) {
+	d.rejectAs(openai.WriteError, w, r, status, code, msg, param)
+}
+
+// errorWriter writes the gateway's own error answer in an API's shape.
+type errorWriter func(w http.ResponseWriter, status int, code, msg string, param *string)
+
+func (d *Deps) rejectAs(ew errorWriter, w http.ResponseWriter, r *http.Request, status int, code, msg string, param *string) {
 	if d.OnReject != nil {
 		d.OnReject(r, status, code)
 	}
-	openai.WriteError(w, status, code, msg, param)
+	ew(w, status, code, msg, param)
 }
 
 // ReadBody reads a request body of at most max bytes. The deadline on
@@ -181,47 +190,64 @@ func RequestIDOf(r *http.Request) string {
 // openai.ParseEmbeddings...).
 type parseFunc func(body []byte) (openai.Request, error)
 
-// inferWith is the handler of an inference path whose bodies parse.
+// inferWith is the handler of an inference path whose bodies parse, with
+// OpenAI-shaped errors.
 func (d *Deps) inferWith(parse parseFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) { d.infer(w, r, parse) }
+	return func(w http.ResponseWriter, r *http.Request) { d.serve(w, r, openai.WriteError, parse) }
 }
 
-func (d *Deps) infer(w http.ResponseWriter, r *http.Request, parse parseFunc) {
-	rid, cid := NewRequestID(), ClientRequestID(r)
-	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid))
-	w.Header().Set("X-Request-Id", rid)
-	if cid != "" {
-		w.Header().Set("X-Client-Request-Id", cid)
-	}
+// serve reads and parses a POST body with parse, admits the request and
+// runs it; the gateway's own errors are written by ew.
+func (d *Deps) serve(w http.ResponseWriter, r *http.Request, ew errorWriter, parse parseFunc) {
+	r, rid, cid := identify(w, r)
 	body, err := ReadBody(w, r, d.MaxBodyBytes)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			d.reject(w, r, http.StatusRequestEntityTooLarge, openai.CodeRequestTooLarge,
+			d.rejectAs(ew, w, r, http.StatusRequestEntityTooLarge, openai.CodeRequestTooLarge,
 				fmt.Sprintf("The request body is larger than %d bytes.", d.MaxBodyBytes), nil)
 			return
 		}
-		d.reject(w, r, http.StatusBadRequest, openai.CodeInvalidRequest, "The request body could not be read.", nil)
+		d.rejectAs(ew, w, r, http.StatusBadRequest, openai.CodeInvalidRequest, "The request body could not be read.", nil)
 		return
 	}
 	req, err := parse(body)
 	if err != nil {
 		var fe *openai.FieldError
 		if errors.As(err, &fe) {
-			d.reject(w, r, http.StatusBadRequest, openai.CodeInvalidRequest, fe.Msg, fe.ParamOrNil())
+			d.rejectAs(ew, w, r, http.StatusBadRequest, openai.CodeInvalidRequest, fe.Msg, fe.ParamOrNil())
 			return
 		}
-		d.reject(w, r, http.StatusBadRequest, openai.CodeInvalidRequest, err.Error(), nil)
+		d.rejectAs(ew, w, r, http.StatusBadRequest, openai.CodeInvalidRequest, err.Error(), nil)
 		return
 	}
+	d.run(w, r, ew, rid, cid, body, req)
+}
+
+// identify gives r the gateway's request id (in its context, RequestIDOf)
+// and reads the client's own; both go in the answer's headers.
+func identify(w http.ResponseWriter, r *http.Request) (*http.Request, string, string) {
+	rid, cid := NewRequestID(), ClientRequestID(r)
+	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid))
+	w.Header().Set("X-Request-Id", rid)
+	if cid != "" {
+		w.Header().Set("X-Client-Request-Id", cid)
+	}
+	return r, rid, cid
+}
+
+// run admits a parsed request, hands it to a request actor, waits for its
+// outcome and writes it (errors by ew).
+func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, cid string, body []byte, req openai.Request) {
 	key, _ := auth.FromContext(r.Context())
-	adm, ok := d.admit(w, r, key.Name, req)
+	adm, ok := d.admit(w, r, ew, key.Name, req)
 	if !ok {
 		return
 	}
+	var err error
 	if body, req, err = d.budget(body, req, adm); err != nil {
 		adm.Reservation.Settle(0)
-		d.reject(w, r, http.StatusBadRequest, openai.CodeInvalidRequest, err.Error(), nil)
+		d.rejectAs(ew, w, r, http.StatusBadRequest, openai.CodeInvalidRequest, err.Error(), nil)
 		return
 	}
 	rctx := r.Context()
@@ -229,6 +255,7 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, parse parseFunc) {
 		rctx = tracing.Extract(rctx, r.Header)
 	}
 	ex := request.NewExchange(rctx, w, body, req, r.URL.Path, rid)
+	ex.Method = r.Method
 	ex.KeyName = key.Name
 	ex.ClientRequestID = cid
 	if adm.Reservation != nil {
@@ -243,7 +270,7 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, parse parseFunc) {
 			w.Header()[k] = v
 		}
 		if o.Code != "" {
-			openai.WriteError(w, o.Status, o.Code, o.Message, nil)
+			ew(w, o.Status, o.Code, o.Message, nil)
 		} else {
 			w.WriteHeader(o.Status)
 			_, _ = w.Write(o.Body)
@@ -259,7 +286,7 @@ func (d *Deps) infer(w http.ResponseWriter, r *http.Request, parse parseFunc) {
 // admit asks Limits about a request of key, reserving its prompt's
 // estimate and its completion budget, and sets the x-ratelimit-* headers;
 // over a limit it answers 429 and reports false.
-func (d *Deps) admit(w http.ResponseWriter, r *http.Request, key string, req openai.Request) (ratelimit.Decision, bool) {
+func (d *Deps) admit(w http.ResponseWriter, r *http.Request, ew errorWriter, key string, req openai.Request) (ratelimit.Decision, bool) {
 	want := ratelimit.Want{Prompt: usage.EstimatePrompt(req.Prompt), MaxTokens: d.Tokens.DefaultMaxTokens, Clamp: d.Tokens.Clamp}
 	switch {
 	case req.Endpoint.Pooling(): // no completion
@@ -275,20 +302,27 @@ func (d *Deps) admit(w http.ResponseWriter, r *http.Request, key string, req ope
 	if d.OnLimited != nil {
 		d.OnLimited(key, adm.Limited)
 	}
-	d.reject(w, r, http.StatusTooManyRequests, openai.CodeRateLimitExceeded, adm.Message(key), nil)
+	d.rejectAs(ew, w, r, http.StatusTooManyRequests, openai.CodeRateLimitExceeded, adm.Message(key), nil)
 	return adm, false
 }
 
-// budget returns a chat or completions body and req with max_tokens set to
-// the completion budget an admission with a tokens limit reserved, when the
-// client's was absent or more than it: the engine then generates no more
-// than was reserved. Other endpoints' bodies go as sent.
+// budget returns a generating body (chat, completions, Messages:
+// max_tokens; Responses: max_output_tokens) and req with the completion
+// budget an admission with a tokens limit reserved, when the client's was
+// absent or more than it: the engine then generates no more than was
+// reserved. Other endpoints' bodies go as sent.
 func (d *Deps) budget(body []byte, req openai.Request, adm ratelimit.Decision) ([]byte, openai.Request, error) {
-	if adm.Tokens.Limit == 0 || (req.Endpoint != openai.EndpointChat && req.Endpoint != openai.EndpointCompletions) ||
-		(req.MaxTokens != nil && *req.MaxTokens <= adm.MaxTokens) {
+	var rewrite func([]byte, int) ([]byte, error)
+	switch req.Endpoint {
+	case openai.EndpointChat, openai.EndpointCompletions, openai.EndpointMessages: // Anthropic's field is max_tokens too
+		rewrite = openai.WithMaxTokens
+	case openai.EndpointResponses:
+		rewrite = openai.WithMaxOutputTokens
+	}
+	if rewrite == nil || body == nil || adm.Tokens.Limit == 0 || (req.MaxTokens != nil && *req.MaxTokens <= adm.MaxTokens) {
 		return body, req, nil
 	}
-	b, err := openai.WithMaxTokens(body, adm.MaxTokens)
+	b, err := rewrite(body, adm.MaxTokens)
 	if err != nil {
 		return nil, req, fmt.Errorf("the request body could not be rewritten: %w", err)
 	}

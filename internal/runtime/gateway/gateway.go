@@ -49,6 +49,7 @@ import (
 	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/policy"
 	"github.com/tlgate/tlgate/internal/routing/routes"
+	"github.com/tlgate/tlgate/internal/routing/sticky"
 	"github.com/tlgate/tlgate/internal/runtime/actorsys"
 	"github.com/tlgate/tlgate/internal/wire/engineclient"
 	"github.com/tlgate/tlgate/internal/wire/proxy"
@@ -295,7 +296,8 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.stops = append(g.stops, func(ctx context.Context) error { return stopGRPC(ctx, g.grpc) })
 
 	// HTTP server.
-	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme, Dispatcher: pool}
+	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme, Dispatcher: pool,
+		Stored: sticky.New(sticky.Config{})}
 	instrument(rdeps, m)
 	g.Traffic = traffic.New(o.Traffic)
 	feedTraffic(rdeps, g.Traffic)

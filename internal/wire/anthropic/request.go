@@ -9,7 +9,8 @@ import (
 )
 
 // ParseRequest validates a Messages body (POST /v1/messages) and extracts
-// what routing needs: model, stream and the rendered prompt, which is the
+// what routing and limits need: model, stream, max_tokens (MaxTokens) and
+// the rendered prompt, which is the
 // system prompt as "system\n<text>\n" followed by each message as
 // "role\ncontent\n" (content given as blocks contributes the text of its
 // text blocks). Other fields (max_tokens...) are the engine's to judge.
@@ -22,13 +23,13 @@ func ParseRequest(body []byte) (openai.Request, error) {
 	if !root.IsObject() {
 		return openai.Request{}, &openai.FieldError{Msg: "the request body must be a JSON object"}
 	}
-	var req openai.Request
+	req := openai.Request{Endpoint: openai.EndpointMessages}
 	seen := map[string]bool{}
 	var system, messages gjson.Result
 	var ferr *openai.FieldError
 	root.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
-		case "model", "stream", "system", "messages":
+		case "model", "stream", "system", "messages", "max_tokens":
 		default:
 			return true
 		}
@@ -54,6 +55,13 @@ func ParseRequest(body []byte) (openai.Request, error) {
 			default:
 				ferr = fieldErr("stream", "stream must be a boolean")
 			}
+		case "max_tokens":
+			n, ok := v.Int(), v.Type == gjson.Number && float64(v.Int()) == v.Num && v.Num >= 0
+			if !ok {
+				ferr = fieldErr("max_tokens", "max_tokens must be a non-negative integer")
+			}
+			m := int(n)
+			req.MaxTokens = &m
 		case "system":
 			system = v
 		case "messages":

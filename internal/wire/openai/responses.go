@@ -2,12 +2,14 @@ package openai
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/tidwall/gjson"
 )
 
 // ParseResponses validates a Responses API body (POST /v1/responses) and
-// extracts what routing needs: model, stream, store, previous_response_id,
+// extracts what routing and limits need: model, stream, store,
+// previous_response_id, max_output_tokens (as MaxTokens),
 // and the rendered prompt, which is the instructions followed by a newline
 // and then the input: a string as "user\n<text>\n", an array of items each
 // as "role\ncontent\n" (content given as parts contributes the text of its
@@ -19,14 +21,14 @@ func ParseResponses(body []byte) (Request, error) {
 	if err != nil {
 		return Request{}, err
 	}
-	req := Request{Store: true}
+	req := Request{Store: true, Endpoint: EndpointResponses}
 	r := renderer{limit: -1}
 	seen := map[string]bool{}
 	var instructions, input gjson.Result
 	var ferr *FieldError
 	root.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
-		case "model", "input", "instructions", "stream", "store", "previous_response_id":
+		case "model", "input", "instructions", "stream", "store", "previous_response_id", "max_output_tokens":
 		default:
 			return true
 		}
@@ -51,6 +53,8 @@ func ParseResponses(body []byte) (Request, error) {
 			if v.Type != gjson.Null {
 				req.Store, ferr = optBool(k.Str, v)
 			}
+		case "max_output_tokens":
+			req.MaxTokens, ferr = nonNegInt(k.Str, v)
 		case "previous_response_id":
 			switch v.Type {
 			case gjson.Null:
@@ -188,4 +192,13 @@ func renderItemContent(r *renderer, c gjson.Result, i int) *FieldError {
 		return true
 	})
 	return err
+}
+
+// WithMaxOutputTokens returns a Responses body with max_output_tokens set
+// to n.
+func WithMaxOutputTokens(body []byte, n int) ([]byte, error) {
+	if err := checkObject(body); err != nil {
+		return nil, err
+	}
+	return set(body, "max_output_tokens", strconv.AppendInt(nil, int64(n), 10))
 }

@@ -1,0 +1,191 @@
+package request
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/tlgate/tlgate/internal/wire/anthropic"
+	"github.com/tlgate/tlgate/internal/wire/openai"
+	"github.com/tlgate/tlgate/internal/wire/proxy"
+	"github.com/tlgate/tlgate/internal/wire/usage"
+)
+
+// Paths of the APIs the actor relays besides completions and chat.
+const (
+	PathResponses = "/v1/responses"
+	PathMessages  = "/v1/messages"
+)
+
+// lastStep is a cascade step past any route's last: the router clamps it
+// to the last step. APIs whose answers carry no OpenAI logprobs go there,
+// as they cannot be judged.
+const lastStep = 1 << 20
+
+// api is what the actor knows of an exchange's API beyond completions.
+type api struct {
+	dialect *proxy.Dialect // nil: completions
+	usage   usage.Dialect
+	// stored: a Responses API path whose answers the engine may store.
+	responses bool
+}
+
+// apiOf returns the API of path.
+func apiOf(path string) api {
+	switch {
+	case path == PathResponses || strings.HasPrefix(path, PathResponses+"/"):
+		return api{dialect: responsesDialect(), usage: usage.Responses, responses: true}
+	case path == PathMessages:
+		return api{dialect: messagesDialect(), usage: usage.Anthropic}
+	}
+	return api{}
+}
+
+// completions reports whether the API is completions or chat completions.
+func (p api) completions() bool { return p.dialect == nil }
+
+// responsesDialect is OpenAI's Responses API: an answer is an object
+// "response"; a stream ends with response.completed, response.failed,
+// response.incomplete or an error event.
+func responsesDialect() *proxy.Dialect {
+	return &proxy.Dialect{
+		Success:   func(root gjson.Result) bool { return root.Get("object").Str == "response" },
+		EndEvents: []string{"response.completed", "response.failed", "response.incomplete", "error"},
+		DoneAlso:  true,
+		ErrorEvent: func(reason proxy.Failure) []byte {
+			return responsesErrorEvent(openai.CodeUpstreamFailed,
+				"The engine failed after the response started ("+string(reason)+"); the response is incomplete.")
+		},
+	}
+}
+
+// responsesErrorEvent is a Responses stream's error event.
+func responsesErrorEvent(code, msg string) []byte {
+	b, _ := json.Marshal(struct {
+		Type    string  `json:"type"`
+		Code    string  `json:"code"`
+		Message string  `json:"message"`
+		Param   *string `json:"param"`
+	}{"error", code, msg, nil}) // strings always encode
+	return append(append([]byte("event: error\ndata: "), b...), "\n\n"...)
+}
+
+// messagesDialect is Anthropic's Messages API: an answer is an object of
+// type "message", errors are Anthropic-shaped, a stream ends with
+// message_stop or an error event.
+func messagesDialect() *proxy.Dialect {
+	return &proxy.Dialect{
+		Success: func(root gjson.Result) bool { return root.Get("type").Str == "message" },
+		Error: func(status int, _, msg string, _ *string) []byte {
+			return anthropic.MarshalError(status, msg)
+		},
+		EndEvents: []string{"message_stop", "error"},
+		DoneAlso:  true,
+		ErrorEvent: func(reason proxy.Failure) []byte {
+			return anthropic.SSEError("The engine failed after the response started (" + string(reason) + "); the response is incomplete.")
+		},
+	}
+}
+
+// pathID returns the {id} of GET or DELETE /v1/responses/{id}.
+func pathID(path string) string {
+	return strings.TrimPrefix(path, PathResponses+"/")
+}
+
+// storedID returns the stored response the exchange refers to: the
+// previous_response_id of a POST, the {id} of a GET or DELETE.
+func (a *requestActor) storedID() string {
+	if a.ex.Method == http.MethodGet || a.ex.Method == http.MethodDelete {
+		return pathID(a.ex.Path)
+	}
+	return a.ex.Req.PreviousResponseID
+}
+
+// otherBody is the body of an attempt of a non-completions API: the
+// client's with the model rewritten to the served id; none for a GET or
+// DELETE.
+func (a *requestActor) otherBody() ([]byte, error) {
+	if a.ex.Method == http.MethodGet || a.ex.Method == http.MethodDelete {
+		return nil, nil
+	}
+	return openai.WithModel(a.ex.Body, a.target.ServedModel)
+}
+
+// pinStored sets the pin of a request that refers to a stored response:
+// the worker that stores it. It answers 404 itself, and reports false,
+// when the gateway knows no worker for the id.
+func (a *requestActor) pinStored(ctx actor.Context) bool {
+	if !a.api.responses {
+		return true
+	}
+	id := a.storedID()
+	if id == "" {
+		return true
+	}
+	var w string
+	ok := false
+	if a.d.Stored != nil {
+		w, ok = a.d.Stored.Worker(id, time.Now())
+	}
+	if !ok {
+		a.finish(ctx, Outcome{Status: http.StatusNotFound, Code: CodeResponseNotFound,
+			Message: fmt.Sprintf("Response %q is not known to the gateway: it was not produced through it, or its record expired.", id)})
+		return false
+	}
+	a.pin = w
+	return true
+}
+
+// CodeResponseNotFound answers a Responses API request whose stored
+// response cannot be reached (404).
+const CodeResponseNotFound = "response_not_found"
+
+// pinnedGone is the answer when the worker that stores id is gone.
+func pinnedGone(id, worker string) Outcome {
+	return Outcome{Status: http.StatusNotFound, Code: CodeResponseNotFound,
+		Message: fmt.Sprintf("Response %q was stored by worker %q, which is no longer in the fleet; stored responses live in the engine's memory and are lost with it.", id, worker)}
+}
+
+// pinnedFailed is the answer when the attempt on the worker that stores
+// id failed: no other worker knows the id, so none is tried.
+func pinnedFailed(id, worker string, err error) Outcome {
+	o := exhausted("", 1, err)
+	o.Message = fmt.Sprintf("Worker %q, which stores response %q, failed to answer (%s); no other worker knows the id.", worker, id, proxy.ReasonOf(err))
+	return o
+}
+
+// remember records the worker of a stored response from a whole 200
+// answer (a POST with store), and forgets a deleted one.
+func (a *requestActor) remember(resp *proxy.Response) {
+	if !a.api.responses || a.d.Stored == nil || resp.Status != http.StatusOK {
+		return
+	}
+	switch a.ex.Method {
+	case http.MethodDelete:
+		a.d.Stored.Forget(pathID(a.ex.Path))
+	case http.MethodGet:
+	default:
+		if a.ex.Req.Store {
+			if id := gjson.GetBytes(resp.Body, "id"); id.Type == gjson.String && id.Str != "" {
+				a.d.Stored.Put(id.Str, a.target.Worker.ID, time.Now())
+			}
+		}
+	}
+}
+
+// rememberStreamed records the worker of a stored response from its
+// stream's response.created event.
+func (a *requestActor) rememberStreamed(r proxy.Result) {
+	if !a.api.responses || a.d.Stored == nil || a.sniff == nil || !r.Committed || !a.ex.Req.Store {
+		return
+	}
+	if id := a.sniff.ResponseID(); id != "" {
+		a.d.Stored.Put(id, a.target.Worker.ID, time.Now())
+	}
+}

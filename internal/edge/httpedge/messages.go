@@ -1,0 +1,31 @@
+package httpedge
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/tlgate/tlgate/internal/guard/auth"
+	"github.com/tlgate/tlgate/internal/wire/anthropic"
+)
+
+// registerMessages mounts Anthropic's Messages API, POST /v1/messages:
+// the key is accepted as x-api-key too, and every error the gateway
+// answers on it is Anthropic-shaped.
+func (d *Deps) registerMessages(mux *http.ServeMux) {
+	opts := auth.RequireOptions{KeyHeader: "X-Api-Key", WriteError: func(w http.ResponseWriter, status int, _, msg string) {
+		anthropic.WriteError(w, status, msg)
+	}}
+	mux.Handle("POST /v1/messages", d.Keyring.RequireWith(auth.ScopeInference, opts, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.serve(w, r, anthropicError, anthropic.ParseRequest)
+	})))
+	mux.Handle("/v1/messages", d.Keyring.RequireWith(auth.ScopeInference, opts, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", "POST")
+		anthropic.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s (allowed: POST).", r.Method, r.URL.Path))
+	})))
+}
+
+// anthropicError writes the gateway's own error in Anthropic's shape (the
+// OpenAI code and param have no place there; the status gives the type).
+func anthropicError(w http.ResponseWriter, status int, _, msg string, _ *string) {
+	anthropic.WriteError(w, status, msg)
+}
