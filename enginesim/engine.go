@@ -68,6 +68,7 @@ type Engine struct {
 	idle     map[net.Conn]bool           // HTTP connections, true when idle
 
 	sampled atomic.Uint64 // tokens sampled so far (Stats.TokensSampled)
+	stored  responseStore // Responses API responses kept (store: true)
 
 	stopOnce sync.Once
 	stopErr  error

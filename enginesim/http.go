@@ -25,6 +25,8 @@ func (e *Engine) httpHandler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", e.traced("enginesim.chat", e.handleInference(true)))
 	mux.HandleFunc("POST /v1/tokenize", e.traced("enginesim.tokenize", e.handleTokenize))
 	mux.HandleFunc("POST /v1/detokenize", e.handleDetokenize)
+	e.responsesRoutes(mux)
+	e.messagesRoutes(mux)
 	mux.HandleFunc("GET /v1/models", e.handleModels)
 	mux.HandleFunc("GET /v1/models/{id}", e.handleModel)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
@@ -72,7 +74,11 @@ func (e *Engine) track(next http.Handler) http.Handler {
 }
 
 func isInference(r *http.Request) bool {
-	return r.Method == http.MethodPost && (r.URL.Path == "/v1/completions" || r.URL.Path == "/v1/chat/completions")
+	switch r.URL.Path {
+	case "/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages":
+		return r.Method == http.MethodPost
+	}
+	return false
 }
 
 // faultGate applies the Refuse and Unavailable faults; /sim/ is exempt.
