@@ -13,6 +13,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/tidwall/gjson"
 
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/edge/openapi"
@@ -86,6 +87,11 @@ cascade = [{ model = "m", accept_if = "mean_logprob > -1.2" }, { model = "m" }]
 		{"unknown model", "POST", "/v1/completions", "key-plain", `{"model":"nope","prompt":"x"}`, nil, 404},
 		{"no key", "POST", "/v1/completions", "", `{"model":"smol","prompt":"x"}`, nil, 401},
 		{"wrong scope", "POST", "/v1/completions", "key-admin", `{"model":"smol","prompt":"x"}`, nil, 403},
+		{"responses", "POST", "/v1/responses", "key-plain", `{"model":"smol","input":"hi","max_output_tokens":3}`, nil, 200},
+		{"responses stream", "POST", "/v1/responses", "key-plain", `{"model":"smol","instructions":"Be brief.","input":[{"role":"user","content":"hi"}],"max_output_tokens":3,"stream":true,"store":false}`, nil, 200},
+		{"responses no input", "POST", "/v1/responses", "key-plain", `{"model":"smol"}`, nil, 400},
+		{"response unknown", "GET", "/v1/responses/resp_nope", "key-plain", "", nil, 404},
+		{"response delete unknown", "DELETE", "/v1/responses/resp_nope", "key-plain", "", nil, 404},
 		{"models", "GET", "/v1/models", "key-plain", "", nil, 200},
 		{"two keys", "GET", "/v1/models", "", "", []string{"Authorization", "Bearer key-plain", "Authorization", "Bearer key-admin"}, 400},
 		{"two keys, admin", "GET", "/admin/v1/workers", "", "", []string{"Authorization", "Bearer key-admin", "Authorization", "Bearer key-admin"}, 400},
@@ -165,7 +171,8 @@ cascade = [{ model = "m", accept_if = "mean_logprob > -1.2" }, { model = "m" }]
 
 // checkEvents checks each data event of an SSE answer against the chunk
 // schema the document names for the stream (x-tlgate-event-schema), and
-// that the stream ends with [DONE].
+// that the stream ends with [DONE], or with the event whose type the
+// document names (x-tlgate-stream-end).
 func checkEvents(t *testing.T, name string, doc *openapi3.T, mt *openapi3.MediaType, body []byte) {
 	t.Helper()
 	ref, _ := mt.Extensions["x-tlgate-event-schema"].(string)
@@ -174,6 +181,12 @@ func checkEvents(t *testing.T, name string, doc *openapi3.T, mt *openapi3.MediaT
 		t.Fatalf("%s: the stream's event schema %q is not in the document", name, ref)
 	}
 	events := sseEvents(body)
+	if end, _ := mt.Extensions["x-tlgate-stream-end"].(string); end != "" {
+		if len(events) < 2 || gjson.Get(events[len(events)-1], "type").Str != end {
+			t.Fatalf("%s: stream does not end with a %s event: %q", name, end, events)
+		}
+		events = append(events, "[DONE]") // every event is checked below
+	}
 	if len(events) < 2 || events[len(events)-1] != "[DONE]" {
 		t.Fatalf("%s: stream does not end with [DONE]: %q", name, events)
 	}

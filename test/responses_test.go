@@ -1,0 +1,131 @@
+package test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+)
+
+// responsesClient is openai-go's client for the gateway with key, no
+// retries (a retry would hide the gateway's answer).
+func responsesClient(c *cluster, key string) openai.Client {
+	return openai.NewClient(option.WithBaseURL(c.url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+}
+
+// TestResponsesStatelessStreams: openai-go's Responses client, whole and
+// streamed, through the gateway to the reference engine; the stream's own
+// event types arrive as the engine sent them, the usage is counted from
+// input_tokens/output_tokens, and an engine that answers 503 is failed
+// over before the first byte.
+func TestResponsesStatelessStreams(t *testing.T) {
+	logs := &lockedBuffer{}
+	c := limitedCluster(t, newFakeClock(), config.APIKey{TokensPerMinute: 1_000_000}, nil, logs,
+		enginesim.Config{ID: "r1", Model: "sim"}, enginesim.Config{ID: "r2", Model: "sim"})
+	client := responsesClient(c, "key-alice")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	params := responses.ResponseNewParams{
+		Model:           "sim",
+		Instructions:    openai.String("Answer briefly."),
+		Input:           responses.ResponseNewParamsInputUnion{OfString: openai.String("Tell me about gateways.")},
+		MaxOutputTokens: openai.Int(8),
+		Store:           openai.Bool(false),
+	}
+
+	// Whole.
+	var raw *http.Response
+	resp, err := client.Responses.New(ctx, params, option.WithResponseInto(&raw), option.WithHeader("X-Request-Id", "resp-whole"))
+	if err != nil {
+		t.Fatalf("Responses.New: %v", err)
+	}
+	if resp.Object != "response" || resp.OutputText() == "" || resp.Usage.InputTokens == 0 || resp.Usage.OutputTokens == 0 {
+		t.Fatalf("whole response: object %q text %q usage %+v", resp.Object, resp.OutputText(), resp.Usage)
+	}
+	if raw.Header.Get("X-Request-Id") != "resp-whole" {
+		t.Errorf("X-Request-Id %q", raw.Header.Get("X-Request-Id"))
+	}
+	wantLogged(t, logs, "resp-whole", resp.Usage.InputTokens, resp.Usage.OutputTokens)
+
+	// Streamed: the Responses event types, response.completed last.
+	stream := client.Responses.NewStreaming(ctx, params, option.WithHeader("X-Request-Id", "resp-stream"))
+	var types []string
+	var text strings.Builder
+	var done responses.Response
+	for stream.Next() {
+		ev := stream.Current()
+		types = append(types, ev.Type)
+		switch ev.Type {
+		case "response.output_text.delta":
+			text.WriteString(ev.Delta)
+		case "response.completed":
+			done = ev.Response
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("stream: %v (events %v)", err, types)
+	}
+	_ = stream.Close()
+	if len(types) < 4 || types[0] != "response.created" || types[len(types)-1] != "response.completed" {
+		t.Fatalf("stream events %v", types)
+	}
+	if text.Len() == 0 || done.OutputText() != text.String() || done.Usage.OutputTokens == 0 {
+		t.Fatalf("streamed text %q, completed response text %q usage %+v", text.String(), done.OutputText(), done.Usage)
+	}
+	wantLogged(t, logs, "resp-stream", done.Usage.InputTokens, done.Usage.OutputTokens)
+
+	// A bad body is the gateway's 400 in OpenAI's shape, naming the field.
+	r := c.post("/v1/responses", "key-alice", `{"model":"sim"}`)
+	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), `"param":"input"`) {
+		t.Fatalf("body without input: %d %s", r.status, r.body)
+	}
+
+	// r1 answers 503: every request is served, by r2, before any byte.
+	before, _, _ := c.hooks.snapshot()
+	if err := c.engines["r1"].SetFaults(enginesim.Faults{Unavailable: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		s := client.Responses.NewStreaming(ctx, params)
+		n := 0
+		for s.Next() {
+			n++
+		}
+		if err := s.Err(); err != nil || n == 0 {
+			t.Fatalf("stream %d with r1 unavailable: %v after %d events", i, err, n)
+		}
+		_ = s.Close()
+		if _, err := client.Responses.New(ctx, params); err != nil {
+			t.Fatalf("whole %d with r1 unavailable: %v", i, err)
+		}
+	}
+	routed, failovers, _ := c.hooks.snapshot()
+	routed = routed[len(before):]
+	for _, f := range failovers {
+		if f != "r1:status_503" {
+			t.Errorf("failover %q, want only r1:status_503", f)
+		}
+	}
+	if n := strings.Count(strings.Join(routed, ","), "r1"); n != len(failovers) {
+		t.Errorf("routed to r1 %d times but %d failovers (routed %v)", n, len(failovers), routed)
+	}
+}
+
+// wantLogged waits for the access-log line of request id and checks its
+// usage.
+func wantLogged(t *testing.T, logs *lockedBuffer, id string, prompt, completion int64) {
+	t.Helper()
+	var line map[string]any
+	eventually(t, 10*time.Second, func() bool { line = logs.line(id); return line != nil }, "access log of %s", id)
+	if line["prompt_tokens"] != float64(prompt) || line["completion_tokens"] != float64(completion) || line["usage_estimated"] == true {
+		t.Fatalf("access log of %s: %v; want prompt %d completion %d, not estimated", id, line, prompt, completion)
+	}
+}
