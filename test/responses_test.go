@@ -2,6 +2,8 @@ package test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -127,5 +129,143 @@ func wantLogged(t *testing.T, logs *lockedBuffer, id string, prompt, completion 
 	eventually(t, 10*time.Second, func() bool { line = logs.line(id); return line != nil }, "access log of %s", id)
 	if line["prompt_tokens"] != float64(prompt) || line["completion_tokens"] != float64(completion) || line["usage_estimated"] == true {
 		t.Fatalf("access log of %s: %v; want prompt %d completion %d, not estimated", id, line, prompt, completion)
+	}
+}
+
+// TestResponsesFollowUpReachesItsWorker: with four workers taking
+// stateless requests in turn (weighted), every request that names a stored
+// response (previous_response_id, GET, DELETE) reaches the worker that
+// stored it, whose id the gateway read from the whole answer or from the
+// stream's response.created event; once that worker is killed, a
+// follow-up is a 404 response_not_found, never an answer from another
+// worker.
+func TestResponsesFollowUpReachesItsWorker(t *testing.T) {
+	dbg := config.APIKey{Name: "dbg", Key: "key-dbg", Scopes: []string{"inference", "debug"}}
+	weighted := func(c *config.Config) { c.Gateway.RoutePolicy = "weighted" }
+	var engines []enginesim.Config
+	for _, id := range []string{"w1", "w2", "w3", "w4"} {
+		engines = append(engines, enginesim.Config{ID: id, Model: "sim"})
+	}
+	c := newCluster(t, "", []clusterOpt{withKeys(dbg), weighted}, engines...)
+	client := responsesClient(c, "key-dbg")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ask := func(prev string, text string) responses.ResponseNewParams {
+		p := responses.ResponseNewParams{Model: "sim", MaxOutputTokens: openai.Int(4),
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(text)}}
+		if prev != "" {
+			p.PreviousResponseID = openai.String(prev)
+		}
+		return p
+	}
+
+	// Stateless requests go round the fleet: a follow-up that were not
+	// pinned would meet a worker that does not know its id.
+	first := map[string]string{} // worker -> a response it stored
+	for i := range 8 {
+		var raw *http.Response
+		resp, err := client.Responses.New(ctx, ask("", fmt.Sprintf("conversation %d", i)), option.WithResponseInto(&raw))
+		if err != nil {
+			t.Fatalf("stored response %d: %v", i, err)
+		}
+		first[raw.Header.Get("X-TL-Route")] = resp.ID
+	}
+	if len(first) < 2 {
+		t.Fatalf("stateless requests all went to %v: the test needs them spread", first)
+	}
+
+	for worker, id := range first {
+		// Three follow-ups in a chain, the middle one streamed.
+		prev := id
+		for step := range 3 {
+			if step == 1 {
+				var raw *http.Response
+				s := client.Responses.NewStreaming(ctx, ask(prev, "and then?"), option.WithResponseInto(&raw))
+				next := ""
+				for s.Next() {
+					if ev := s.Current(); ev.Type == "response.completed" {
+						next = ev.Response.ID
+					}
+				}
+				if err := s.Err(); err != nil || next == "" {
+					t.Fatalf("streamed follow-up of %s: %v (id %q)", prev, err, next)
+				}
+				_ = s.Close()
+				if got := raw.Header.Get("X-TL-Route"); got != worker {
+					t.Fatalf("streamed follow-up of %s went to %s, want %s", prev, got, worker)
+				}
+				prev = next
+				continue
+			}
+			var raw *http.Response
+			resp, err := client.Responses.New(ctx, ask(prev, "and then?"), option.WithResponseInto(&raw))
+			if err != nil {
+				t.Fatalf("follow-up %d of %s (stored on %s): %v", step, prev, worker, err)
+			}
+			if got := raw.Header.Get("X-TL-Route"); got != worker {
+				t.Fatalf("follow-up of %s went to %s, want %s", prev, got, worker)
+			}
+			if resp.PreviousResponseID != prev {
+				t.Fatalf("follow-up answers previous_response_id %q, want %q", resp.PreviousResponseID, prev)
+			}
+			prev = resp.ID
+		}
+		// GET reaches the worker; DELETE removes the id there and here.
+		var raw *http.Response
+		got, err := client.Responses.Get(ctx, prev, responses.ResponseGetParams{}, option.WithResponseInto(&raw))
+		if err != nil || got.ID != prev || raw.Header.Get("X-TL-Route") != worker {
+			t.Fatalf("GET %s: %v (id %q, worker %q, want %s)", prev, err, got.ID, raw.Header.Get("X-TL-Route"), worker)
+		}
+		if err := client.Responses.Delete(ctx, prev); err != nil {
+			t.Fatalf("DELETE %s: %v", prev, err)
+		}
+		_, err = client.Responses.Get(ctx, prev, responses.ResponseGetParams{})
+		wantNotFound(t, err, "GET after DELETE")
+	}
+	if _, err := client.Responses.New(ctx, ask("resp_never_made", "hi")); err != nil {
+		wantNotFound(t, err, "an id the gateway never saw")
+	} else {
+		t.Fatal("an id the gateway never saw was answered")
+	}
+
+	// Kill a worker that stores a response: its follow-ups get the 404
+	// once the gateway sees it gone, and never another worker's answer.
+	var victim, id string
+	for w, i := range first {
+		victim, id = w, i
+		break
+	}
+	c.engines[victim].Kill()
+	eventually(t, 10*time.Second, func() bool {
+		for _, w := range c.workers() {
+			if w.ID == victim && w.Routable {
+				return false
+			}
+		}
+		return true
+	}, "worker %s gone", victim)
+	eventually(t, 10*time.Second, func() bool {
+		_, err := client.Responses.New(ctx, ask(id, "still there?"))
+		if err == nil {
+			t.Fatalf("a follow-up of %s, stored on killed %s, was answered", id, victim)
+		}
+		var apiErr *openai.Error
+		return errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound
+	}, "a 404 for a follow-up of %s", id)
+	_, err := client.Responses.New(ctx, ask(id, "still there?"))
+	wantNotFound(t, err, "follow-up on a killed worker")
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr); !strings.Contains(apiErr.Message, victim) {
+		t.Errorf("the 404 does not name the gone worker %s: %q", victim, apiErr.Message)
+	}
+}
+
+// wantNotFound checks that err is the gateway's OpenAI-shaped 404
+// response_not_found.
+func wantNotFound(t *testing.T, err error, what string) {
+	t.Helper()
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound || apiErr.Code != "response_not_found" || apiErr.Message == "" {
+		t.Fatalf("%s: %v, want a 404 response_not_found", what, err)
 	}
 }
