@@ -52,13 +52,13 @@ func TestResponsesStatelessStreams(t *testing.T) {
 	if resp.Object != "response" || resp.OutputText() == "" || resp.Usage.InputTokens == 0 || resp.Usage.OutputTokens == 0 {
 		t.Fatalf("whole response: object %q text %q usage %+v", resp.Object, resp.OutputText(), resp.Usage)
 	}
-	if raw.Header.Get("X-Request-Id") != "resp-whole" {
-		t.Errorf("X-Request-Id %q", raw.Header.Get("X-Request-Id"))
+	if raw.Header.Get("X-Client-Request-Id") != "resp-whole" {
+		t.Errorf("X-Client-Request-Id %q", raw.Header.Get("X-Client-Request-Id"))
 	}
 	wantLogged(t, logs, "resp-whole", resp.Usage.InputTokens, resp.Usage.OutputTokens)
 
 	// Streamed: the Responses event types, response.completed last.
-	stream := client.Responses.NewStreaming(ctx, params, option.WithHeader("X-Request-Id", "resp-stream"))
+	stream := client.Responses.NewStreaming(ctx, params, option.WithHeader("X-Client-Request-Id", "resp-stream"))
 	var types []string
 	var text strings.Builder
 	var done responses.Response
@@ -121,8 +121,8 @@ func TestResponsesStatelessStreams(t *testing.T) {
 	}
 }
 
-// wantLogged waits for the access-log line of request id and checks its
-// usage.
+// wantLogged waits for the access-log line of the client's request id and
+// checks its usage.
 func wantLogged(t *testing.T, logs *lockedBuffer, id string, prompt, completion int64) {
 	t.Helper()
 	var line map[string]any
