@@ -48,7 +48,7 @@ func (e *Engine) traced(name string, h http.HandlerFunc) http.HandlerFunc {
 		if id := r.Header.Get("X-Request-Id"); id != "" {
 			attrs = append(attrs, attribute.String("tlgate.request_id", id))
 		}
-		ctx, span := e.startSpan(tracing.Extract(r.Context(), r.Header), name, trace.SpanKindServer, attrs...)
+		ctx, span := e.startSpan(tracing.Extract(r.Context(), r.Header, true), name, trace.SpanKindServer, attrs...)
 		defer span.End()
 		h(w, r.WithContext(ctx))
 	}

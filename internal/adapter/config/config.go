@@ -30,6 +30,7 @@ const (
 const (
 	ScopeInference = "inference"
 	ScopeDebug     = "debug"
+	ScopeTrace     = "trace"
 	ScopeAdmin     = "admin"
 )
 

@@ -251,7 +251,7 @@ func TestConfigValidation(t *testing.T) {
 		{"key name required", "[[gateway.api_keys]]\nkey = \"k\"\nscopes = [\"inference\"]", []string{"gateway.api_keys[0].name: required"}},
 		{"key names unique", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k1\"\nscopes = [\"inference\"]\n[[gateway.api_keys]]\nname = \"a\"\nkey = \"k2\"\nscopes = [\"admin\"]", []string{`gateway.api_keys[1].name: "a" already names api_keys[0]`}},
 		{"same secret twice", "[[gateway.api_keys]]\nname = \"a\"\nkey_env = \"TLGATE_TEST_SET\"\nscopes = [\"inference\"]\n[[gateway.api_keys]]\nname = \"b\"\nkey_sha256 = \"" + hexSum("value") + "\"\nscopes = [\"admin\"]", []string{"gateway.api_keys[1]: same secret as api_keys[0]"}},
-		{"unknown scope", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k\"\nscopes = [\"inference\", \"root\"]", []string{`gateway.api_keys[0].scopes[1]: unknown scope "root" (want inference, debug or admin)`}},
+		{"unknown scope", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k\"\nscopes = [\"inference\", \"root\"]", []string{`gateway.api_keys[0].scopes[1]: unknown scope "root" (want inference, debug, admin or trace)`}},
 		{"no scopes", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k\"", []string{`gateway.api_keys[0].scopes: at least one of "inference", "debug", "admin" required`}},
 		{"key limits", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k\"\nscopes = [\"inference\"]\nrequests_per_minute = -1\ntokens_per_minute = 2000000000\nmax_concurrent = 4", []string{
 			"gateway.api_keys[0].requests_per_minute: must be from 0 (unlimited) to 1000000000, got -1",

@@ -286,9 +286,9 @@ func (v *checker) apiKeys(keys []APIKey) {
 		}
 		for j, s := range k.Scopes {
 			switch s {
-			case ScopeInference, ScopeDebug, ScopeAdmin:
+			case ScopeInference, ScopeDebug, ScopeAdmin, ScopeTrace:
 			default:
-				v.add(fmt.Sprintf("%s.scopes[%d]", at, j), "unknown scope %q (want %s, %s or %s)", s, ScopeInference, ScopeDebug, ScopeAdmin)
+				v.add(fmt.Sprintf("%s.scopes[%d]", at, j), "unknown scope %q (want %s, %s, %s or %s)", s, ScopeInference, ScopeDebug, ScopeAdmin, ScopeTrace)
 			}
 		}
 		v.keyLimit(at+".requests_per_minute", k.RequestsPerMinute)

@@ -122,7 +122,11 @@ func WithExporter(exp sdktrace.SpanExporter, c Config, opts ...sdktrace.TracerPr
 		ratio = 1
 	}
 	opts = append(opts,
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
+		// An untrusted client's remote parent (Extract clears its sampled
+		// flag) is sampled by ratio, on its trace id; a trusted one's
+		// flag is honoured.
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio),
+			sdktrace.WithRemoteParentNotSampled(untrustedSampler{ratio: sdktrace.TraceIDRatioBased(ratio)}))),
 		sdktrace.WithResource(resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(name))),
 	)
 	sdk := sdktrace.NewTracerProvider(opts...)
@@ -201,13 +205,82 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 // propagator is W3C trace context: traceparent and tracestate.
 func propagator() propagation.TraceContext { return propagation.TraceContext{} }
 
+// Tracestate bounds: what Extract keeps of a client's tracestate.
+const (
+	MaxTraceStateMembers = 8
+	MaxTraceStateBytes   = 256
+)
+
 // Extract returns ctx with the remote span context of h's traceparent and
-// tracestate, or ctx itself when h carries none (or a malformed one).
-func Extract(ctx context.Context, h http.Header) context.Context {
+// tracestate, or ctx itself when h carries none (or a malformed one). The
+// sampled flag is kept only when trusted (a key with the trace scope);
+// otherwise it is cleared and the request is sampled by the ratio. The
+// tracestate keeps its first members (valid ones: a malformed tracestate is
+// dropped whole) within MaxTraceStateMembers and MaxTraceStateBytes.
+func Extract(ctx context.Context, h http.Header, trusted bool) context.Context {
 	if h.Get("Traceparent") == "" {
 		return ctx
 	}
-	return propagator().Extract(ctx, propagation.HeaderCarrier(h))
+	ctx = propagator().Extract(ctx, propagation.HeaderCarrier(h))
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ctx
+	}
+	if !trusted {
+		sc = sc.WithTraceFlags(sc.TraceFlags().WithSampled(false))
+		ctx = context.WithValue(ctx, untrustedKey{}, true)
+	}
+	sc = sc.WithTraceState(boundTraceState(sc.TraceState()))
+	return trace.ContextWithRemoteSpanContext(ctx, sc)
+}
+
+// untrustedKey marks a context whose remote parent came from an untrusted
+// client.
+type untrustedKey struct{}
+
+// untrustedSampler samples a remote parent that is not sampled: by ratio
+// when an untrusted client sent it, never otherwise.
+type untrustedSampler struct{ ratio sdktrace.Sampler }
+
+func (s untrustedSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	if p.ParentContext != nil && p.ParentContext.Value(untrustedKey{}) != nil {
+		return s.ratio.ShouldSample(p)
+	}
+	return sdktrace.NeverSample().ShouldSample(p)
+}
+
+func (s untrustedSampler) Description() string {
+	return "UntrustedRemoteParent{" + s.ratio.Description() + "}"
+}
+
+// boundTraceState keeps ts's first members within the bounds.
+func boundTraceState(ts trace.TraceState) trace.TraceState {
+	var out trace.TraceState
+	n, size := 0, 0
+	ts.Walk(func(k, v string) bool {
+		m := len(k) + 1 + len(v)
+		if n > 0 {
+			m++ // the comma
+		}
+		if n == MaxTraceStateMembers || size+m > MaxTraceStateBytes {
+			return false
+		}
+		next, err := out.Insert(k, v)
+		if err != nil {
+			return false
+		}
+		// Insert puts a member first: keep the order by rebuilding below.
+		out = next
+		n, size = n+1, size+m
+		return true
+	})
+	// out holds the kept members in reverse order; put them back in order.
+	var ordered trace.TraceState
+	out.Walk(func(k, v string) bool {
+		ordered, _ = ordered.Insert(k, v)
+		return true
+	})
+	return ordered
 }
 
 // Inject sets traceparent (and tracestate) in h from ctx's span context;

@@ -91,7 +91,7 @@ func TestSamplerIsParentBased(t *testing.T) {
 		t.Fatalf("ratio 0 recorded %d new traces", n)
 	}
 	h := http.Header{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
-	_, sp = tr.Start(Extract(context.Background(), h), "sampled parent")
+	_, sp = tr.Start(Extract(context.Background(), h, true), "sampled parent")
 	sp.End()
 	if n := len(exp.GetSpans()); n != 1 {
 		t.Fatalf("a sampled parent's child: %d spans recorded, want 1", n)
@@ -100,12 +100,12 @@ func TestSamplerIsParentBased(t *testing.T) {
 
 func TestPropagation(t *testing.T) {
 	h := http.Header{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, "Tracestate": {"v=1"}}
-	ctx := Extract(context.Background(), h)
+	ctx := Extract(context.Background(), h, true)
 	sc := trace.SpanContextFromContext(ctx)
 	if !sc.IsRemote() || sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || sc.TraceState().String() != "v=1" {
 		t.Fatalf("Extract: %+v", sc)
 	}
-	if got := Extract(context.Background(), http.Header{"Traceparent": {"garbage"}}); trace.SpanContextFromContext(got).IsValid() {
+	if got := Extract(context.Background(), http.Header{"Traceparent": {"garbage"}}, true); trace.SpanContextFromContext(got).IsValid() {
 		t.Fatal("a malformed traceparent was accepted")
 	}
 	out := http.Header{}

@@ -252,7 +252,7 @@ func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, 
 	}
 	rctx := r.Context()
 	if d.Request.Tracer != nil { // continue the client's W3C trace context
-		rctx = tracing.Extract(rctx, r.Header)
+		rctx = tracing.Extract(rctx, r.Header, key.Has(auth.ScopeTrace))
 	}
 	ex := request.NewExchange(rctx, w, body, req, r.URL.Path, rid)
 	ex.Method = r.Method

@@ -21,17 +21,21 @@ import (
 type Scope string
 
 // The scopes: inference for the OpenAI API, debug for diagnostics such as
-// X-TL-Route, admin for /admin/v1.
+// X-TL-Route, admin for /admin/v1, trace for a client whose traceparent's
+// sampled flag is honoured.
 const (
 	ScopeInference Scope = "inference"
 	ScopeDebug     Scope = "debug"
 	ScopeAdmin     Scope = "admin"
+	ScopeTrace     Scope = "trace"
 )
 
 // AllScopes returns every scope, in a fixed order.
-func AllScopes() []Scope { return []Scope{ScopeInference, ScopeDebug, ScopeAdmin} }
+func AllScopes() []Scope { return []Scope{ScopeInference, ScopeDebug, ScopeAdmin, ScopeTrace} }
 
-func known(s Scope) bool { return s == ScopeInference || s == ScopeDebug || s == ScopeAdmin }
+func known(s Scope) bool {
+	return s == ScopeInference || s == ScopeDebug || s == ScopeAdmin || s == ScopeTrace
+}
 
 var (
 	// ErrMissingKey is returned when a request carries no Authorization header.

@@ -1,0 +1,70 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/adapter/tracing"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
+)
+
+// TestClientTraceparentSampledByRatio: with sample_ratio 0, a client's
+// sampled traceparent records nothing unless its key has the trace scope;
+// the trace context still reaches the engine (not sampled). A tracestate
+// is bounded before it travels on.
+func TestClientTraceparentSampledByRatio(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	p := tracing.WithExporter(exp, tracing.Config{SampleRatio: 0, ServiceName: "tlgate"}, sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	c := newClusterGateway(t, "", []clusterOpt{withKeys(
+		config.APIKey{Name: "plain", Key: "key-plain", Scopes: []string{"inference"}},
+		config.APIKey{Name: "tracer", Key: "key-trace", Scopes: []string{"inference", "trace"}},
+	)}, nil, func(o *gateway.Options) { o.Tracing = p })
+	type seen struct{ traceparent, tracestate string }
+	got := make(chan seen, 4)
+	c.addFake("f", "m", func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{r.Header.Get("Traceparent"), r.Header.Get("Tracestate")}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"index":0,"text":"hi","finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	})
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	tp := "00-" + trace + "-00f067aa0ba902b7-01"
+	var members []string
+	for i := range 20 {
+		members = append(members, fmt.Sprintf("v%d=%s", i, strings.Repeat("x", 20)))
+	}
+	body := map[string]any{"model": "m", "prompt": "hello", "max_tokens": 2}
+
+	r := c.post("/v1/completions", "key-plain", body, "Traceparent", tp, "Tracestate", strings.Join(members, ","))
+	if r.status != http.StatusOK {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	e := <-got
+	if n := len(exp.GetSpans()); n != 0 {
+		t.Fatalf("a key without the trace scope forced sampling: %d spans", n)
+	}
+	if !strings.HasPrefix(e.traceparent, "00-"+trace+"-") || !strings.HasSuffix(e.traceparent, "-00") {
+		t.Fatalf("engine traceparent %q: want the client's trace, not sampled", e.traceparent)
+	}
+	if len(e.tracestate) > tracing.MaxTraceStateBytes || strings.Count(e.tracestate, ",") >= tracing.MaxTraceStateMembers ||
+		!strings.HasPrefix(e.tracestate, "v0=") {
+		t.Fatalf("tracestate not bounded to its first members: %d bytes %q", len(e.tracestate), e.tracestate)
+	}
+
+	r = c.post("/v1/completions", "key-trace", body, "Traceparent", tp)
+	if r.status != http.StatusOK {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	e = <-got
+	if n := len(exp.GetSpans()); n == 0 || !strings.HasSuffix(e.traceparent, "-01") {
+		t.Fatalf("a key with the trace scope: %d spans, engine traceparent %q", n, e.traceparent)
+	}
+}
