@@ -176,7 +176,7 @@ func TestHostileRequests(t *testing.T) {
 		{name: "2 MB admin PUT", method: "PUT", path: "/admin/v1/routes", key: "key-admin", header: []string{"If-Match", etag}, body: `{"routes":[],"x":"` + strings.Repeat("a", 2<<20) + `"}`, status: 413, code: "request_too_large"},
 		// Unknown models with odd names: 404, the name only inside the JSON message.
 		{name: "unicode model", method: "POST", path: chat, key: "key-plain", body: chatBody("模型-🚀"), status: 404, code: "model_not_found", check: echoes("模型-🚀")},
-		{name: "model with slashes", method: "POST", path: chat, key: "key-plain", body: chatBody("../../etc/passwd"), status: 404, code: "model_not_found", check: echoes("../../etc/passwd")},
+		{name: "model with slashes", method: "POST", path: chat, key: "key-plain", body: chatBody("org/../../etc/passwd"), status: 400, code: "invalid_request", check: echoes("org/../../etc/passwd")},
 		{name: "10 KB model", method: "POST", path: chat, key: "key-plain", body: chatBody(long), status: 404, code: "model_not_found", check: echoes(long)},
 		{name: "model with NUL", method: "POST", path: chat, key: "key-plain", body: chatBody("a\x00b"), status: 404, code: "model_not_found"},
 		{name: "model with quotes and CRLF", method: "POST", path: chat, key: "key-plain", body: chatBody("x\"}\r\nX-Evil: 1"), status: 404, code: "model_not_found", check: func(t *testing.T, r reply) {
