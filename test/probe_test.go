@@ -383,18 +383,33 @@ func TestProbedModelDiscovery(t *testing.T) {
 }
 
 // llamaCompletions answers /v1/completions as llama.cpp's server does, with
-// the chat shape of logprobs (choices[0].logprobs.content[].logprob) and
-// only when asked; a prompt that says "unsure" gets low logprobs.
+// the chat shape of logprobs (choices[0].logprobs.content[].logprob), only
+// when asked for at least one alternative per token (llama.cpp reads
+// "logprobs" as n_probs, and 0 as none), with that many top_logprobs; a
+// prompt that says "unsure" gets low logprobs.
 func llamaCompletions(w http.ResponseWriter, body map[string]any) {
 	lp := -0.2
 	if strings.Contains(fmt.Sprint(body["prompt"]), "unsure") {
 		lp = -2.5
 	}
+	nProbs := 0
+	switch v := body["logprobs"].(type) {
+	case float64:
+		nProbs = int(v)
+	case bool:
+		if v {
+			nProbs = 1
+		}
+	}
 	logprobs := "null"
-	if v, asked := body["logprobs"]; asked && v != nil && v != false {
+	if nProbs > 0 {
 		var toks []string
 		for i, tok := range []string{" Paris", ",", " of", " course"} {
-			toks = append(toks, fmt.Sprintf(`{"id":%d,"token":%q,"bytes":[],"logprob":%v,"top_logprobs":[]}`, 100+i, tok, lp-float64(i)*0.1))
+			var top []string
+			for k := range nProbs {
+				top = append(top, fmt.Sprintf(`{"id":%d,"token":"alt%d","bytes":[],"logprob":%v}`, 200+k, k, lp-float64(i)*0.1-float64(k)))
+			}
+			toks = append(toks, fmt.Sprintf(`{"id":%d,"token":%q,"bytes":[],"logprob":%v,"top_logprobs":[%s]}`, 100+i, tok, lp-float64(i)*0.1, strings.Join(top, ",")))
 		}
 		logprobs = `{"content":[` + strings.Join(toks, ",") + `]}`
 	}
@@ -441,8 +456,8 @@ cascade = [{ model = "small", accept_if = "mean_logprob > -1" }, { model = "big"
 	if n := len(big.received()); n != 0 {
 		t.Fatalf("big asked %d times for a confident answer", n)
 	}
-	if got := small.received(); len(got) != 1 || got[0]["logprobs"] != float64(0) || got[0]["model"] != "small" {
-		t.Fatalf("small step received %v, want logprobs forced to 0 and model small", got)
+	if got := small.received(); len(got) != 1 || got[0]["logprobs"] != float64(1) || got[0]["model"] != "small" {
+		t.Fatalf("small step received %v, want logprobs forced to 1 (llama.cpp's least) and model small", got)
 	}
 	text, _ = ask("I am unsure: the capital of France is")
 	if text != "from big" || len(big.received()) != 1 {
@@ -454,5 +469,79 @@ cascade = [{ model = "small", accept_if = "mean_logprob > -1" }, { model = "big"
 	_, _, cascades := c.hooks.snapshot()
 	if strings.Join(cascades, ",") != "auto:0:accepted,auto:0:escalated" {
 		t.Fatalf("cascade decisions %v", cascades)
+	}
+}
+
+// TestCompletionsCascadeOnLlamaCppLogprobs: a /v1/completions cascade whose
+// first step is a llama.cpp server (which answers "logprobs": 0 with no
+// logprobs at all) asks it for one alternative per token, so a confident
+// answer is accepted; the client gets no logprobs when it asked for none,
+// and no more alternatives than it asked for.
+func TestCompletionsCascadeOnLlamaCppLogprobs(t *testing.T) {
+	small := newProbedEngine(t, config.KindLlamaCPP, "small")
+	small.set(func(e *probedEngine) { e.completions = llamaCompletions })
+	big := newProbedEngine(t, config.KindVLLM, "big")
+	c := newCluster(t, `
+[[gateway.routes]]
+model = "auto"
+cascade = [{ model = "small", accept_if = "mean_logprob > -1" }, { model = "big" }]
+`+small.toml("small-llama", "small")+big.toml("big-vllm", "big"), nil)
+	c.waitRoutable("small-llama", "big-vllm")
+	type tok struct {
+		Logprob float64           `json:"logprob"`
+		Top     []json.RawMessage `json:"top_logprobs"`
+	}
+	for _, tc := range []struct {
+		name     string
+		logprobs any // the client's; nil: not sent
+		sent     float64
+		tops     int // alternatives per token in the answer; -1: no logprobs
+	}{
+		{"no logprobs", nil, 1, -1},
+		{"logprobs 0", 0, 1, 0},
+		{"logprobs 2", 2, 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(small.received())
+			body := map[string]any{"model": "auto", "prompt": "I am sure: the capital of France is", "max_tokens": 4}
+			if tc.logprobs != nil {
+				body["logprobs"] = tc.logprobs
+			}
+			r := c.post("/v1/completions", "", body)
+			var v struct {
+				Choices []struct {
+					Text     string `json:"text"`
+					Logprobs *struct {
+						Content []tok `json:"content"`
+					} `json:"logprobs"`
+				} `json:"choices"`
+			}
+			if r.status != http.StatusOK || json.Unmarshal(r.body, &v) != nil || len(v.Choices) != 1 {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+			if v.Choices[0].Text != " Paris, of course" {
+				t.Fatalf("answer %q from %s, want the first step's accepted", v.Choices[0].Text, r.body)
+			}
+			got := small.received()[before:]
+			if len(got) != 1 || got[0]["logprobs"] != tc.sent {
+				t.Fatalf("llama.cpp received %v, want logprobs %v", got, tc.sent)
+			}
+			lp := v.Choices[0].Logprobs
+			switch {
+			case tc.tops < 0 && lp != nil:
+				t.Fatalf("logprobs returned unasked: %s", r.body)
+			case tc.tops >= 0 && (lp == nil || len(lp.Content) != 4):
+				t.Fatalf("want 4 tokens' logprobs: %s", r.body)
+			case tc.tops >= 0:
+				for i, tk := range lp.Content {
+					if len(tk.Top) != tc.tops {
+						t.Fatalf("token %d has %d alternatives, want %d: %s", i, len(tk.Top), tc.tops, r.body)
+					}
+				}
+			}
+		})
+	}
+	if n := len(big.received()); n != 0 {
+		t.Fatalf("big asked %d times for confident answers", n)
 	}
 }

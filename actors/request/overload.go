@@ -73,12 +73,12 @@ func (a *requestActor) admissionAnswer(ctx actor.Context, m *router.RouteResult)
 // reportFailure tells the router that an attempt on worker failed before
 // its first byte, and why; the router decides whether the failure counts
 // towards the worker's ejection (router.CountsForEjection).
-func (a *requestActor) reportFailure(ctx actor.Context, worker, reason string) {
+func (a *requestActor) reportFailure(ctx actor.Context, worker, reason string, generating bool) {
 	if a.reported == a.attempts {
 		return // this attempt's outcome was already reported
 	}
 	a.reported = a.attempts
-	ctx.Send(a.d.Router, &router.AttemptFailed{WorkerID: worker, Reason: reason})
+	ctx.Send(a.d.Router, &router.AttemptFailed{WorkerID: worker, Reason: reason, Generating: generating})
 }
 
 // reportFetched reports a non-streamed attempt's answer (once per attempt).

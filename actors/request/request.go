@@ -116,6 +116,10 @@ type Log struct {
 	// NoCapacity is what was missing when the request was answered
 	// no_capacity without an attempt (router.NoCapacityError.Why).
 	NoCapacity string
+	// AbandonedAttempts counts the non-streamed attempts that ended with
+	// no answer (a generation timeout, the client gone) whose estimated
+	// engine work is in Usage (chargeAbandoned).
+	AbandonedAttempts int
 }
 
 // Deps are the actor's collaborators.
@@ -211,6 +215,16 @@ type requestActor struct {
 	reported         int         // the attempt whose outcome the router was told
 	tr               *traceState // nil: tracing off
 	lastErr          error       // the last failed attempt's error
+	// engineAnswers counts the attempts an engine answered with an
+	// OpenAI-shaped 5xx error (proxy.FailEngineError); engineAnswer is the
+	// last one, for the client, and doubted the worker that answered the
+	// first, blamed only if another worker answers the request (engine.go).
+	engineAnswers int
+	engineAnswer  *proxy.Response
+	doubted       string
+	// generations counts the attempts that timed out generating a whole
+	// answer (proxy.IsGenerating).
+	generations int
 }
 
 // Receive is the actor's switch; each case calls one step of the protocol.
@@ -274,6 +288,8 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 		case errors.Is(m.Err, router.ErrModelNotFound):
 			a.finish(ctx, Outcome{Status: http.StatusNotFound, Code: openai.CodeModelNotFound,
 				Message: fmt.Sprintf("The model %q does not exist.", a.ex.Req.Model)})
+		case a.engineAnswer != nil:
+			a.relayEngineAnswer(ctx)
 		case a.attempts > 0:
 			a.finish(ctx, exhausted(a.ex.Req.Model, a.attempts, a.lastErr))
 		default:
@@ -321,7 +337,7 @@ func (a *requestActor) body(seed *uint64) ([]byte, error) {
 		return nil, err
 	}
 	if a.target.CascadeStep < a.target.CascadeSteps-1 && !a.ex.Req.Stream {
-		if b, err = openai.ForceLogprobs(b, a.ex.Req.Chat); err != nil {
+		if b, err = openai.ForceLogprobs(b, a.ex.Req.Chat, openai.LeastLogprobs(a.target.Worker.Kind)); err != nil {
 			return nil, err
 		}
 	}
@@ -400,6 +416,7 @@ func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 // relayed.
 func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
 	a.reportFetched(ctx)
+	a.blameDoubted(ctx, resp.Status)
 	a.countFetched(resp)
 	if a.target.CascadeStep < a.target.CascadeSteps-1 && resp.Status == http.StatusOK {
 		accepted := a.judge(resp.Body)
@@ -417,16 +434,32 @@ func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
 	}
 	a.remember(resp)
 	body := resp.Body
-	if a.target.CascadeStep < a.target.CascadeSteps-1 && !a.ex.Req.Logprobs {
-		if b, err := openai.StripLogprobs(body); err == nil {
-			body = b
-		}
+	if a.target.CascadeStep < a.target.CascadeSteps-1 {
+		body = a.unforced(body)
 	}
 	h := http.Header{}
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		h.Set("Content-Type", ct)
 	}
 	a.finish(ctx, Outcome{Status: resp.Status, Header: h, Body: body})
+}
+
+// unforced strips from a cascade step's answer the logprobs the client
+// did not ask for: all of them, or the alternatives per token beyond the
+// number it asked for when the engine was asked for more (LeastLogprobs).
+func (a *requestActor) unforced(body []byte) []byte {
+	if !a.ex.Req.Logprobs {
+		if b, err := openai.StripLogprobs(body); err == nil {
+			return b
+		}
+		return body
+	}
+	if asked := openai.AskedLogprobs(a.ex.Body); !a.ex.Req.Chat && asked >= 0 && asked < openai.LeastLogprobs(a.target.Worker.Kind) {
+		if b, err := openai.TrimTopLogprobs(body, asked); err == nil {
+			return b
+		}
+	}
+	return body
 }
 
 // judge applies the step's accept_if to the answer's logprobs; an answer
@@ -470,6 +503,9 @@ func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 		a.answered(ctx, r.Answer)
 		return
 	}
+	if r.Committed {
+		a.blameDoubted(ctx, r.Status)
+	}
 	if r.Done && a.target.Disaggregated() {
 		a.handle = "" // the decode worker freed the blocks when the stream ended
 	}
@@ -485,6 +521,10 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 		reason = string(ae.Reason)
 	}
 	a.traceAttemptEnd(OutcomeFailed, reason, err)
+	generating := proxy.IsGenerating(err)
+	if generating || proxy.ReasonOf(err) == proxy.FailCanceled {
+		a.chargeAbandoned()
+	}
 	if a.ex.Ctx.Err() != nil {
 		a.log.ClientGone = true
 		a.finish(ctx, Outcome{Status: 499, Code: "client_closed", Message: "client closed the request"})
@@ -511,7 +551,17 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 	}
 	blamed := ExcludeAfter(a.target, phase, a.prefillFailed)
 	a.exclude[blamed] = true
-	a.reportFailure(ctx, blamed, reason)
+	a.reportFailure(ctx, blamed, reason, generating)
+	if a.engineAnswered(ctx, err, blamed) {
+		return
+	}
+	if generating {
+		if a.generations++; a.generations >= MaxGenerationTimeouts {
+			a.releaseHeld(ctx)
+			a.finish(ctx, generationTimedOut(a.ex.Req.Model, a.generations))
+			return
+		}
+	}
 	if phase == PhasePrefill {
 		a.prefillFailed = append(a.prefillFailed, a.target.Prefill.ID)
 	}

@@ -64,3 +64,16 @@ func (a *requestActor) skipped(steps []router.Skip) {
 		a.traceSkipped(k)
 	}
 }
+
+// MaxGenerationTimeouts is how many workers a non-streamed request tries
+// whose engine sends nothing within first_byte_timeout: a generation that
+// outlasted it on two workers will on a third, so the request ends there
+// (504 upstream_timeout) rather than costing every worker that much work.
+const MaxGenerationTimeouts = 2
+
+// generationTimedOut is the answer when a non-streamed request timed out
+// generating on n workers.
+func generationTimedOut(model string, n int) Outcome {
+	return Outcome{Status: http.StatusGatewayTimeout, Code: openai.CodeUpstreamTimeout,
+		Message: fmt.Sprintf("The engines serving model %q sent no answer within the first-byte timeout on %d worker(s); ask for fewer tokens (max_tokens) or stream the answer.", model, n)}
+}

@@ -47,3 +47,20 @@ func (a *requestActor) countFetched(resp *proxy.Response) {
 	}
 	a.log.Usage.Add(usage.EstimateOf(a.api.usage, resp.Body, a.ex.Req.Prompt))
 }
+
+// chargeAbandoned adds the estimated engine work of a non-streamed attempt
+// that ended without an answer because it timed out generating or its
+// client went away: the engine read the prompt and may have generated up
+// to max_tokens (none counted when the request set no max_tokens). The
+// figures are marked Estimated; the key is charged them like any usage.
+func (a *requestActor) chargeAbandoned() {
+	if a.ex.Req.Stream {
+		return
+	}
+	u := usage.Usage{PromptTokens: usage.EstimatePrompt(a.ex.Req.Prompt), Estimated: true}
+	if m := a.ex.Req.MaxTokens; m != nil && *m > 0 {
+		u.CompletionTokens = *m
+	}
+	a.log.Usage.Add(u)
+	a.log.AbandonedAttempts++
+}

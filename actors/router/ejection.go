@@ -42,8 +42,9 @@ func CountsForEjection(reason string) bool {
 // connection, which ejects after EjectionConfig.Refused failures.
 const FailureRefused = "refused"
 
-// health is one worker's passive-health record. It outlives eviction while
-// an ejection runs, and a heartbeat never changes it.
+// health is one worker's passive-health record. A heartbeat never
+// changes it; the worker's eviction (RemoveWorker) or a report of a new
+// process (renewed) forgets it.
 type health struct {
 	fails  int       // consecutive failures
 	times  int       // ejections so far (the multiplier)
@@ -162,6 +163,22 @@ func (s *State) AttemptFailed(id, reason string, now time.Time) Ejection {
 	return out
 }
 
+// GenerationTimedOut records a non-streamed attempt on worker id that
+// timed out before its first byte (the engine generates a whole answer
+// before it): a long generation, not a failure, while the worker is
+// otherwise healthy — live by its heartbeats or probes, so its engine
+// answers them — and then it does not count towards the worker's
+// ejection. On a worker that is not live it is AttemptFailed.
+func (s *State) GenerationTimedOut(id, reason string, now time.Time) Ejection {
+	if w, ok := s.workers[id]; ok && w.Live(now) {
+		if c := s.inflight[id]; c != nil {
+			c.trials = 0 // the outcome of an attempt there is known
+		}
+		return Ejection{}
+	}
+	return s.AttemptFailed(id, reason, now)
+}
+
 // EjectionTime is the length of a worker's k-th ejection: k × Base, at
 // most Max.
 func EjectionTime(ec EjectionConfig, k int) time.Duration {
@@ -188,7 +205,9 @@ func (s *State) ejectionRoom(w *fleet.Worker, now time.Time) bool {
 	return (ejected+1)*100 <= len(p.ids)*s.cfg.Ejection.MaxPercent
 }
 
-// pruneHealth forgets records of workers that are gone and not ejected.
+// pruneHealth forgets records of workers that are gone and not ejected
+// (a record of a worker that left is forgotten when it leaves; this
+// catches any left behind by a reset of the view).
 func (s *State) pruneHealth(now time.Time) {
 	for id, h := range s.health {
 		if _, live := s.workers[id]; !live && !now.Before(h.until) {
@@ -238,6 +257,7 @@ func (s *State) overloadView(v WorkerView, now time.Time) WorkerView {
 		v.Ejections = h.times
 		if now.Before(h.until) {
 			v.EjectedUntil, v.EjectionReason = h.until, h.reason
+			v.Routable = false // no new request goes there until the ejection ends
 		} else {
 			v.ConsecutiveFailures = h.fails
 		}

@@ -13,6 +13,10 @@ import (
 type AttemptFailed struct {
 	WorkerID string
 	Reason   string
+	// Generating: a non-streamed attempt timed out before the engine's
+	// first byte (proxy.IsGenerating); it counts only against a worker
+	// that is not otherwise healthy (State.GenerationTimedOut).
+	Generating bool
 }
 
 // AttemptSucceeded reports an attempt on a worker that reached its first
@@ -122,7 +126,12 @@ func (a *routerActor) answerOverloaded(ctx actor.Context, w *Waiter, reason stri
 
 func (a *routerActor) attemptFailed(ctx actor.Context, m *AttemptFailed) {
 	now := time.Now()
-	e := a.st.AttemptFailed(m.WorkerID, m.Reason, now)
+	var e Ejection
+	if m.Generating {
+		e = a.st.GenerationTimedOut(m.WorkerID, m.Reason, now)
+	} else {
+		e = a.st.AttemptFailed(m.WorkerID, m.Reason, now)
+	}
 	if !e.Ejected {
 		return
 	}

@@ -585,6 +585,9 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 		ev.Str("code", o.Code)
 	}
 	logUsage(ev, lg.Usage)
+	if lg.AbandonedAttempts > 0 {
+		ev.Int("abandoned_attempts", lg.AbandonedAttempts)
+	}
 	if sc := ex.TraceContext(); sc.IsValid() {
 		ev.Str("trace_id", sc.TraceID().String()).Str("span_id", sc.SpanID().String())
 	}

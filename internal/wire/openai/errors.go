@@ -16,6 +16,7 @@ const (
 	CodeRequestTooLarge   = "request_too_large"
 	CodeNoCapacity        = "no_capacity"
 	CodeUpstreamFailed    = "upstream_failed"
+	CodeUpstreamTimeout   = "upstream_timeout"
 	CodeIfMatchRequired   = "if_match_required"
 	CodeETagMismatch      = "etag_mismatch"
 	CodeInvalidRoutes     = "invalid_routes"

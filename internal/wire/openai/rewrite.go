@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -33,19 +34,72 @@ func WithSeed(body []byte, seed uint64) ([]byte, error) {
 }
 
 // ForceLogprobs returns body asking for token logprobs, as a cascade step
-// needs: chat gets "logprobs": true; completions keep a number >= 0 already
-// there and otherwise get "logprobs": 0 (the sampled token's logprob only).
-func ForceLogprobs(body []byte, chat bool) ([]byte, error) {
+// needs: chat gets "logprobs": true; completions keep a number >= least
+// already there and otherwise get "logprobs": least, the fewest
+// alternatives per token with which the engine still reports the sampled
+// token's logprob: 0 for OpenAI and vLLM, 1 for llama.cpp's server, which
+// reads 0 as no logprobs at all (LeastLogprobs).
+func ForceLogprobs(body []byte, chat bool, least int) ([]byte, error) {
 	if chat {
 		return set(body, "logprobs", []byte("true"))
 	}
 	if err := checkObject(body); err != nil {
 		return nil, err
 	}
-	if n, ok := integer(gjson.GetBytes(body, "logprobs")); ok && n >= 0 {
+	if n, ok := integer(gjson.GetBytes(body, "logprobs")); ok && n >= int64(least) {
 		return append([]byte(nil), body...), nil
 	}
-	return set(body, "logprobs", []byte("0"))
+	return set(body, "logprobs", []byte(strconv.Itoa(least)))
+}
+
+// LeastLogprobs is the completions "logprobs" value ForceLogprobs asks an
+// engine of kind (a probe kind; "" for a heartbeat worker) for.
+func LeastLogprobs(kind string) int {
+	if kind == "llamacpp" {
+		return 1
+	}
+	return 0
+}
+
+// AskedLogprobs returns a completions request body's "logprobs" number,
+// or -1 when it has none.
+func AskedLogprobs(body []byte) int {
+	if n, ok := integer(gjson.GetBytes(body, "logprobs")); ok && n >= 0 && n <= 1<<20 {
+		return int(n)
+	}
+	return -1
+}
+
+// TrimTopLogprobs returns a non-streamed completions response whose
+// choices[i].logprobs.content[j].top_logprobs lists (llama.cpp's shape)
+// hold at most n alternatives: the client asked for n, the engine was
+// asked for more (ForceLogprobs).
+func TrimTopLogprobs(resp []byte, n int) ([]byte, error) {
+	if !gjson.ValidBytes(resp) {
+		return nil, ErrInvalidJSON
+	}
+	out := append([]byte(nil), resp...)
+	var err error
+	gjson.GetBytes(resp, "choices").ForEach(func(k, c gjson.Result) bool {
+		c.Get("logprobs.content").ForEach(func(j, tok gjson.Result) bool {
+			top := tok.Get("top_logprobs")
+			if !top.IsArray() || len(top.Array()) <= n {
+				return true
+			}
+			keep := make([]string, 0, n)
+			for _, alt := range top.Array()[:n] {
+				keep = append(keep, alt.Raw)
+			}
+			path := "choices." + strconv.Itoa(int(k.Num)) + ".logprobs.content." + strconv.Itoa(int(j.Num)) + ".top_logprobs"
+			out, err = sjson.SetRawBytes(out, path, []byte("["+strings.Join(keep, ",")+"]"))
+			return err == nil
+		})
+		return err == nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("openai: trim top logprobs: %w", err)
+	}
+	return out, nil
 }
 
 // StripLogprobs returns a non-streamed completions or chat response with

@@ -79,7 +79,7 @@ func TestForceLogprobs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ForceLogprobs([]byte(tt.body), tt.chat)
+			got, err := ForceLogprobs([]byte(tt.body), tt.chat, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +88,7 @@ func TestForceLogprobs(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ForceLogprobs([]byte(`nope`), false); !errors.Is(err, ErrNotObject) {
+	if _, err := ForceLogprobs([]byte(`nope`), false, 0); !errors.Is(err, ErrNotObject) {
 		t.Fatalf("err = %v, want ErrNotObject", err)
 	}
 }

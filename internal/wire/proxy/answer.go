@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -28,6 +29,13 @@ const (
 	// end (shorter than its Content-Length, or its chunked encoding cut),
 	// after the engine had sent its status and headers.
 	FailTruncated Failure = "truncated"
+	// FailEngineError: the engine answered a 5xx other than 502, 503 and
+	// 504 with an OpenAI-shaped error body. It is the engine's answer to
+	// this request (llama-server answers 500 to some bad requests), which
+	// may be the request's fault as well as the engine's: the caller tries
+	// it once more elsewhere and relays it (AttemptError.Answer) when the
+	// second worker answers an error too.
+	FailEngineError Failure = "engine_error"
 )
 
 var (
@@ -44,12 +52,23 @@ func IsAnswerFailure(err error) bool {
 }
 
 // IsWrongAnswer reports whether err is an attempt whose engine answered
-// in full but wrongly (FailStatus5xx, FailBadAnswer): what the model's
-// server said, not a connection that broke, so a cascade's next, larger
-// model may well answer where this one did not.
+// in full but wrongly (FailStatus5xx, FailBadAnswer, FailEngineError):
+// what the model's server said, not a connection that broke, so a
+// cascade's next, larger model may well answer where this one did not.
 func IsWrongAnswer(err error) bool {
 	r := ReasonOf(err)
-	return r == FailStatus5xx || r == FailBadAnswer
+	return r == FailStatus5xx || r == FailBadAnswer || r == FailEngineError
+}
+
+// EngineAnswer returns the OpenAI-shaped error an engine answered, when
+// err is a FailEngineError attempt: the client's answer once a second
+// worker answered an error too.
+func EngineAnswer(err error) *Response {
+	var ae *AttemptError
+	if errors.As(err, &ae) && ae.Reason == FailEngineError {
+		return ae.Answer
+	}
+	return nil
 }
 
 // excerpt is the start of an engine's body for an error (the log's, never
@@ -127,6 +146,13 @@ func checkAnswer(resp *http.Response, body []byte, expect openai.Endpoint, d *Di
 	}
 	switch {
 	case st >= 500:
+		if st != http.StatusBadGateway && st != http.StatusServiceUnavailable && st != http.StatusGatewayTimeout {
+			if e, ok := engineError(body); ok {
+				ae := bad(FailEngineError, "(an error answer)").(*AttemptError)
+				ae.Answer = e.response(st, d)
+				return nil, ae
+			}
+		}
 		return nil, bad(FailStatus5xx, "(server error)")
 	case st >= 200 && st < 300:
 		if !gjson.ValidBytes(body) {
@@ -146,8 +172,7 @@ func checkAnswer(resp *http.Response, body []byte, expect openai.Endpoint, d *Di
 		if !ok {
 			return nil, bad(FailBadAnswer, "(not an OpenAI error)")
 		}
-		h := http.Header{"Content-Type": {"application/json"}}
-		return &Response{Status: st, Header: h, Body: d.encodeError(st, e.code(st), e.msg, e.param)}, nil
+		return e.response(st, d), nil
 	default:
 		return nil, bad(FailBadAnswer, "(not a final answer)")
 	}
@@ -173,24 +198,63 @@ func refusedPath(resp *http.Response, body []byte) engineErr {
 
 // engineErr is the error an engine answered.
 type engineErr struct {
-	msg, errCode string
-	param        *string
+	msg, errCode, typ string
+	param             *string
 }
 
+// clientTypes are the error types that say the request is at fault, and
+// the 4xx status each is relayed with when an engine answered it with a
+// 5xx.
+var clientTypes = map[string]int{
+	"invalid_request_error":     http.StatusBadRequest,
+	"exceed_context_size_error": http.StatusBadRequest,
+	"not_found_error":           http.StatusNotFound,
+	"BadRequestError":           http.StatusBadRequest, // vLLM's
+	"NotFoundError":             http.StatusNotFound,
+}
+
+// genericTypes are OpenAI's own error types, which say no more than the
+// status does: they never become the relayed code.
+var genericTypes = map[string]bool{
+	"invalid_request_error": true, "server_error": true, "not_found_error": true,
+	"authentication_error": true, "permission_error": true, "rate_limit_error": true, "api_error": true,
+	"BadRequestError": true, "NotFoundError": true, "InternalServerError": true, // vLLM's
+}
+
+// response is the error re-encoded in OpenAI's shape for a client: the
+// engine's status (a 5xx whose type says the request is at fault becomes
+// that type's 4xx), code and param, and its message.
+func (e engineErr) response(status int, d *Dialect) *Response {
+	if st, ok := clientTypes[e.typ]; ok && status >= 500 {
+		status = st
+	}
+	h := http.Header{"Content-Type": {"application/json"}}
+	return &Response{Status: status, Header: h, Body: d.encodeError(status, e.code(status), e.msg, e.param)}
+}
+
+// code is the engine's code when it is a string, else its type when that
+// says more than OpenAI's generic types (exceed_context_size_error), else
+// the gateway's code for the status.
 func (e engineErr) code(status int) string {
 	switch {
 	case e.errCode != "":
 		return e.errCode
+	case e.typ != "" && !genericTypes[e.typ]:
+		return e.typ
 	case status == http.StatusNotFound:
 		return openai.CodeModelNotFound
 	case status == http.StatusTooManyRequests:
 		return "rate_limit_exceeded"
+	case status >= 500:
+		return "engine_error"
 	}
 	return openai.CodeInvalidRequest
 }
 
 // engineError reads an error body: {"error":{"message":...}} or
-// {"object":"error","message":...}; code is kept when it is a string.
+// {"object":"error","message":...}; code is kept when it is a string, and
+// the error's other numeric fields (llama-server's n_prompt_tokens and
+// n_ctx) are appended to the message.
 func engineError(body []byte) (engineErr, bool) {
 	if !gjson.ValidBytes(body) {
 		return engineErr{}, false
@@ -211,10 +275,42 @@ func engineError(body []byte) (engineErr, bool) {
 	if c := e.Get("code"); c.Type == gjson.String {
 		out.errCode = c.Str
 	}
+	if t := e.Get("type"); t.Type == gjson.String && isToken(t.Str) {
+		out.typ = t.Str
+	}
+	var nums []string
+	e.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "message", "type", "code", "param", "object":
+		default:
+			if v.Type == gjson.Number && isToken(k.Str) && len(nums) < 8 {
+				nums = append(nums, k.Str+": "+v.Raw)
+			}
+		}
+		return true
+	})
+	if len(nums) > 0 {
+		out.msg += " (" + strings.Join(nums, ", ") + ")"
+	}
 	if p := e.Get("param"); p.Type == gjson.String {
 		out.param = &p.Str
 	}
 	return out, true
+}
+
+// isToken reports whether s is a short identifier ([A-Za-z0-9_.-]{1,64}),
+// fit to become an error's code or a field named in its message.
+func isToken(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // notSSE handles an answer to a streamed request that is not an SSE stream

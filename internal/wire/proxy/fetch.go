@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,13 +21,22 @@ import (
 // body, a 503 (FailStatus503) or other 5xx (FailStatus5xx), or an answer
 // that is neither an OpenAI-shaped success nor an OpenAI-shaped client error
 // (FailBadAnswer; see checkAnswer). What it returns is a 2xx completion to
-// relay as it is, or a 4xx error re-encoded in OpenAI's shape.
+// relay as it is, or a 4xx error re-encoded in OpenAI's shape. A
+// FirstByteTimeout before the engine's headers is marked Generating: the
+// engine may simply be generating a long answer.
 func (p *Proxy) Fetch(ctx context.Context, a Attempt) (*Response, error) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	total := time.AfterFunc(p.o.ResponseTimeout, func() { cancel(errTimeout) })
 	defer total.Stop()
-	wait := time.AfterFunc(p.o.FirstByteTimeout, func() { cancel(errTimeout) })
+	var headed atomic.Bool // the engine's status and headers came
+	wait := time.AfterFunc(p.o.FirstByteTimeout, func() {
+		if headed.Load() {
+			cancel(errTimeout)
+		} else {
+			cancel(errGenerating)
+		}
+	})
 	defer wait.Stop()
 
 	req, err := newRequest(actx, a, "application/json")
@@ -34,8 +45,11 @@ func (p *Proxy) Fetch(ctx context.Context, a Attempt) (*Response, error) {
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return nil, classify(ctx, actx, err, false)
+		ae := classify(ctx, actx, err, false)
+		ae.Generating = ae.Reason == FailTimeout && errors.Is(context.Cause(actx), errGenerating)
+		return nil, ae
 	}
+	headed.Store(true)
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusServiceUnavailable {
 		discard(resp.Body)

@@ -174,6 +174,20 @@ type AttemptError struct {
 	// Committed is true when bytes had reached the client before the failure.
 	Committed bool
 	Err       error
+	// Answer is, for FailEngineError, the engine's error re-encoded for
+	// the client (see EngineAnswer).
+	Answer *Response
+	// Generating is set on a FailTimeout of a non-streamed attempt whose
+	// engine sent nothing within FirstByteTimeout: it may be generating a
+	// long answer rather than failing (see IsGenerating).
+	Generating bool
+}
+
+// IsGenerating reports whether err is a non-streamed attempt that timed
+// out before the engine's first byte (AttemptError.Generating).
+func IsGenerating(err error) bool {
+	var ae *AttemptError
+	return errors.As(err, &ae) && ae.Generating
 }
 
 // Error implements error.
@@ -196,7 +210,7 @@ func (e *AttemptError) Retryable() bool {
 		return false
 	}
 	switch e.Reason {
-	case FailRefused, FailReset, FailTimeout, FailStatus503, FailEOF, FailTransport, FailStatus5xx, FailBadAnswer, FailTruncated:
+	case FailRefused, FailReset, FailTimeout, FailStatus503, FailEOF, FailTransport, FailStatus5xx, FailBadAnswer, FailTruncated, FailEngineError:
 		return true
 	}
 	return false
@@ -226,6 +240,7 @@ type Response struct {
 
 var (
 	errTimeout     = errors.New("proxy: engine timed out")
+	errGenerating  = fmt.Errorf("%w: no first byte of a whole answer within the first-byte timeout", errTimeout)
 	errClientWrite = errors.New("proxy: write to client failed")
 	errNoDone      = errors.New("proxy: stream ended without [DONE]")
 	errEmpty       = errors.New("proxy: engine closed the stream before its first event")

@@ -1,0 +1,102 @@
+package test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tlgate/tlgate/internal/adapter/config"
+)
+
+// llamaLikeEngine is a fake engine that answers a chat completion, except
+// to a request with an image_url part (500 server_error, as llama-server
+// without a vision projector) or a string "tools" (500 with an
+// invalid_request_error), or to every request when broken.
+func llamaLikeEngine(calls *atomic.Int64, broken bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		raw, _ := io.ReadAll(r.Body)
+		b := string(raw)
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case broken || strings.Contains(b, "image_url"):
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, `{"error":{"code":500,"message":"image input is not supported - hint: if this is unexpected, you may need to provide the mmproj","type":"server_error"}}`)
+		case strings.Contains(b, `"tools":"x"`):
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, `{"error":{"code":500,"message":"tools must be an array","type":"invalid_request_error"}}`)
+		default:
+			fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`)
+		}
+	}
+}
+
+// TestEngine500ClientErrorNotEjected: an engine that answers a request an
+// OpenAI-shaped 500 error is tried once more elsewhere; when that worker
+// answers the same, the client gets the engine's error (400 when its type
+// says invalid_request_error, the 500 with its message otherwise) and no
+// worker is ejected or even suspect, with ejection at its strictest (one
+// failure ejects, any share of the pool). An engine that answers every
+// request so while another answers it is ejected.
+func TestEngine500ClientErrorNotEjected(t *testing.T) {
+	c := newCluster(t, "", []clusterOpt{keys(), drillGateway(func(g *config.Gateway) {
+		g.Ejection.ConsecutiveFailures, g.Ejection.MaxPercent = 1, 100
+	})})
+	var calls [3]atomic.Int64
+	for i, id := range []string{"l1", "l2", "l3"} {
+		c.addFake(id, "m", llamaLikeEngine(&calls[i], false))
+	}
+	total := func() int64 { return calls[0].Load() + calls[1].Load() + calls[2].Load() }
+	image := map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": []any{
+		map[string]any{"type": "image_url", "image_url": map[string]any{"url": "data:image/png;base64,AAAA"}}}}}}
+	tools := map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": "hi"}}, "tools": "x"}
+	for i := range 4 {
+		before := total()
+		r := c.post("/v1/chat/completions", "key-debug", image)
+		if r.status != http.StatusInternalServerError || !strings.Contains(string(r.body), "provide the mmproj") {
+			t.Fatalf("image request %d: %d %s, want the engine's 500 and message", i, r.status, r.body)
+		}
+		if n := total() - before; n != 2 {
+			t.Fatalf("image request %d reached %d engines, want 2", i, n)
+		}
+		before = total()
+		r = c.post("/v1/chat/completions", "key-debug", tools)
+		if r.status != http.StatusBadRequest || errorCode(t, r.body) != "invalid_request" || !strings.Contains(string(r.body), "tools must be an array") {
+			t.Fatalf("tools request %d: %d %s, want 400 invalid_request with the engine's message", i, r.status, r.body)
+		}
+		if n := total() - before; n != 2 {
+			t.Fatalf("tools request %d reached %d engines, want 2", i, n)
+		}
+	}
+	for _, id := range []string{"l1", "l2", "l3"} {
+		if w, _ := c.drillWorker(id); !w.Routable || !w.EjectedUntil.IsZero() || w.ConsecutiveFailures != 0 || w.Ejections != 0 {
+			t.Errorf("%s after the bad requests: routable %v ejected until %v, %d failures, %d ejections",
+				id, w.Routable, w.EjectedUntil, w.ConsecutiveFailures, w.Ejections)
+		}
+	}
+	for i := range 30 {
+		o := c.drillSend(t.Context(), "/v1/chat/completions", drillKey, fmt.Sprintf("ok-%d", i),
+			map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": "hi"}}})
+		if !o.finishedOK(false) {
+			t.Fatalf("good request %d: %v", i, o)
+		}
+	}
+
+	// A broken engine: its error, with another worker answering the same
+	// request, is its failure.
+	var bad atomic.Int64
+	c.addFake("broken", "m", llamaLikeEngine(&bad, true))
+	for i := 0; bad.Load() == 0 && i < 100; i++ {
+		o := c.drillSend(t.Context(), "/v1/chat/completions", drillKey, fmt.Sprintf("b-%d", i),
+			map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": "hi"}}})
+		if !o.finishedOK(false) || o.route == "broken" {
+			t.Fatalf("request %d with a broken engine: %v", i, o)
+		}
+	}
+	if w, _ := c.drillWorker("broken"); w.EjectedUntil.IsZero() || w.EjectionReason != "status_5xx" {
+		t.Fatalf("the broken engine answered %d requests and is not ejected: %+v", bad.Load(), w)
+	}
+}
