@@ -174,8 +174,8 @@ func TestEjectAfterRefused(t *testing.T) {
 	}
 	v := view()
 	until := v.EjectedUntil
-	if until.IsZero() || v.EjectionReason != "refused" || v.Ejections != 1 || !v.Routable {
-		t.Fatalf("after one refusal: %+v (want ejected for refused, still heartbeating)", v)
+	if until.IsZero() || v.EjectionReason != "refused" || v.Ejections != 1 || v.Routable || !v.Live(time.Now()) {
+		t.Fatalf("after one refusal: %+v (want ejected for refused, not routable, still heartbeating)", v)
 	}
 
 	// The admin API shows the ejection.

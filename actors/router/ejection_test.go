@@ -257,3 +257,68 @@ func TestSuspectWorkerGetsOneTrialAtATime(t *testing.T) {
 		}
 	})
 }
+
+// TestEvictedWorkerForgetsEjection: an ejected worker is listed not
+// routable; once evicted (or gone from the probe list) its record is
+// forgotten with it, so the same id coming back at the same address and
+// with no start time (a restarted llama-server) is routable at once with
+// a clean record, and its next ejection is a first one.
+func TestEvictedWorkerForgetsEjection(t *testing.T) {
+	s := ejectState(t, testEjection, "a", "b")
+	if e := s.AttemptFailed("a", "refused", now); !e.Ejected {
+		t.Fatal("not ejected")
+	}
+	view := func(id string) WorkerView {
+		for _, v := range s.Workers(now) {
+			if v.ID == id {
+				return v
+			}
+		}
+		t.Fatalf("%s not listed", id)
+		return WorkerView{}
+	}
+	if v := view("a"); v.Routable || v.EjectedUntil.IsZero() {
+		t.Fatalf("ejected worker listed %+v, want routable false with its ejection", v)
+	}
+	s.RemoveWorker("a")
+	s.SetWorker(w("a", "m", fleet.RoleUnified, 0, 0))
+	if s.ejected("a", now) {
+		t.Fatal("the ejection outlived the worker's eviction")
+	}
+	if v := view("a"); !v.Routable || !v.EjectedUntil.IsZero() || v.Ejections != 0 || v.ConsecutiveFailures != 0 {
+		t.Fatalf("worker back after its eviction listed %+v, want a clean record", v)
+	}
+	picked := map[string]bool{}
+	for range 4 {
+		tg, err := s.Pick(&Request{Model: "m", RequestID: "x"}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		picked[tg.Worker.ID] = true
+		s.Release(tg.Worker.ID)
+	}
+	if !picked["a"] {
+		t.Fatalf("picks %v never chose a after it came back", picked)
+	}
+	if e := s.AttemptFailed("a", "refused", now); !e.Ejected || !e.Until.Equal(now.Add(testEjection.Base)) {
+		t.Fatalf("next ejection %+v, want a first one (one Base)", e)
+	}
+}
+
+// TestEjectionBackoffBetweenBaseAndMax: a failure that comes after an
+// ejection ended but before Max has passed since makes the next ejection
+// the second one, 2 × Base; only a quiet spell of Max starts again at one
+// Base.
+func TestEjectionBackoffBetweenBaseAndMax(t *testing.T) {
+	ended := now.Add(testEjection.Base)
+	for _, after := range []time.Duration{testEjection.Base, testEjection.Max - time.Second} {
+		s := ejectState(t, testEjection, "a", "b")
+		if e := s.AttemptFailed("a", "refused", now); !e.Ejected {
+			t.Fatal("not ejected")
+		}
+		at := ended.Add(after)
+		if e := s.AttemptFailed("a", "refused", at); !e.Ejected || !e.Until.Equal(at.Add(2*testEjection.Base)) {
+			t.Fatalf("failure %v after the ejection ended: %+v, want ejected for 2 × Base", after, e)
+		}
+	}
+}

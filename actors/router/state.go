@@ -190,9 +190,12 @@ func (s *State) SetWorker(w fleet.Worker) {
 	}
 }
 
-// RemoveWorker forgets a worker (evicted). Its in-flight count is kept until
-// its requests release it, so a worker that comes back under the same id is
-// not credited with releases of requests it never had.
+// RemoveWorker forgets a worker (evicted, or no longer in the probe
+// list), its passive-health record with it: a worker that comes back under
+// the same id is a new process as far as the gateway knows, and starts
+// with a clean record. Its in-flight count is kept until its requests
+// release it, so it is not credited with releases of requests it never
+// had.
 func (s *State) RemoveWorker(id string) {
 	if w, ok := s.workers[id]; ok {
 		s.leavePool(w)
@@ -200,7 +203,9 @@ func (s *State) RemoveWorker(id string) {
 		delete(s.learned, id)
 	}
 	s.forgetWorker(id)
+	delete(s.health, id)
 	if c := s.inflight[id]; c != nil {
+		c.until, c.suspect, c.trials = time.Time{}, false, 0
 		s.dropIdle(id, c)
 	}
 }
@@ -627,7 +632,9 @@ func (s *State) pickPair(t *Target, model string, req *Request, now time.Time) e
 // WorkerView is one worker as the admin API lists it.
 type WorkerView struct {
 	fleet.Worker
-	InFlight int  `json:"in_flight"`
+	InFlight int `json:"in_flight"`
+	// Routable: new requests may go to the worker: live, not draining or
+	// drained, and not ejected.
 	Routable bool `json:"routable"`
 	// PeerInFlight is the other replicas' requests in flight on the
 	// worker, as fleet sync reports them (0 with sync off).

@@ -46,6 +46,10 @@ type Figures struct {
 	// Missing names the figures that fell back (Figure* constants), in the
 	// order queue_depth, running, kv_total_blocks, kv_free_blocks.
 	Missing []string
+	// Counters is the total of each counter family the engine exports
+	// (llamacpp:prompt_tokens_total...), by name: one that went backwards
+	// since the last probe shows that the engine restarted.
+	Counters map[string]float64
 }
 
 // fallbackFigures are the figures of an engine that reports none of them.
@@ -121,7 +125,37 @@ func parseMetrics(kind Kind, r io.Reader, ctxTokens uint32) (Figures, error) {
 	if start, ok := fams.min("process_start_time_seconds"); ok && start > 0 && start < math.MaxUint64/1000 {
 		f.StartedAtUnixMs = uint64(math.Round(start * 1000))
 	}
+	f.Counters = fams.counters()
 	return f, nil
+}
+
+// counters totals every counter family (at most maxCounters of them).
+func (fs families) counters() map[string]float64 {
+	const maxCounters = 64
+	var out map[string]float64
+	for name, mf := range fs {
+		if mf.GetType() != dto.MetricType_COUNTER || len(out) == maxCounters {
+			continue
+		}
+		if r := fs.sum(name); r.ok && !math.IsNaN(r.v) {
+			if out == nil {
+				out = map[string]float64{}
+			}
+			out[name] = r.v
+		}
+	}
+	return out
+}
+
+// wentBackwards reports whether a counter of now is below its value in
+// before: the engine's process restarted between the two readings.
+func wentBackwards(before, now map[string]float64) bool {
+	for name, v := range now {
+		if b, ok := before[name]; ok && v < b {
+			return true
+		}
+	}
+	return false
 }
 
 // reading is one figure as read: ok is false when the engine did not report it.

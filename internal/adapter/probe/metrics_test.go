@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func fixture(t testing.TB, name string) []byte {
@@ -85,6 +86,7 @@ func TestParseMetricsFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseMetrics: %v", err)
 			}
+			got.Counters = nil // TestCountersShowRestart
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("ParseMetrics =\n %+v\nwant\n %+v", got, tt.want)
 			}
@@ -181,6 +183,7 @@ func TestParseMetricsInline(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parseMetrics: %v", err)
 			}
+			got.Counters = nil // TestCountersShowRestart
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("parseMetrics =\n %+v\nwant\n %+v", got, tt.want)
 			}
@@ -259,6 +262,37 @@ func BenchmarkParseMetricsLarge(b *testing.B) {
 	for b.Loop() {
 		if _, err := ParseMetrics(KindVLLM, bytes.NewReader(text)); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestCountersShowRestart: the counters of llama.cpp's /metrics are read,
+// and one going backwards between two probes is a restart, which the
+// prober reports as a start time of that probe (0 until then).
+func TestCountersShowRestart(t *testing.T) {
+	f, err := ParseMetrics(KindLlamaCpp, bytes.NewReader(fixture(t, "llamacpp_current.txt")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Counters["llamacpp:prompt_tokens_total"] != 96641 || f.Counters["llamacpp:tokens_predicted_total"] != 23210 {
+		t.Fatalf("counters %v", f.Counters)
+	}
+	p := New(Config{ID: "w", HTTPAddress: "127.0.0.1:1", Kind: KindLlamaCpp})
+	t0 := time.Unix(1_000_000, 0)
+	steps := []struct {
+		counters map[string]float64
+		want     uint64
+	}{
+		{map[string]float64{"a": 10, "b": 5}, 0},
+		{map[string]float64{"a": 12, "b": 5}, 0},
+		{nil, 0}, // metrics unusable: nothing learnt
+		{map[string]float64{"a": 12, "b": 6}, 0},
+		{map[string]float64{"a": 1, "b": 0}, uint64(t0.Add(4 * time.Second).UnixMilli())},
+		{map[string]float64{"a": 3, "b": 1}, uint64(t0.Add(4 * time.Second).UnixMilli())},
+	}
+	for i, st := range steps {
+		if got := p.incarnation(st.counters, t0.Add(time.Duration(i)*time.Second)); got != st.want {
+			t.Fatalf("probe %d: started %d, want %d", i, got, st.want)
 		}
 	}
 }

@@ -133,6 +133,11 @@ type Prober struct {
 	mu        sync.Mutex
 	model     string // discovered model id, "" until known
 	ctxTokens uint32 // llama.cpp n_ctx from /props, 0 until known
+	// For an engine that exports no start time: the counters of the last
+	// probe that read them, and when one of them last went backwards
+	// (the engine restarted; zero until then).
+	counters  map[string]float64
+	restarted time.Time
 }
 
 // New returns a Prober for cfg. An invalid cfg (see Config.Validate) makes
@@ -203,6 +208,9 @@ func (p *Prober) probe(ctx context.Context) (Result, error) {
 	if ctx.Err() != nil {
 		return Result{}, fmt.Errorf("metrics: %w", context.Cause(ctx))
 	}
+	if fig.StartedAtUnixMs == 0 {
+		fig.StartedAtUnixMs = p.incarnation(fig.Counters, time.Now())
+	}
 	return Result{
 		Status: &controlv1.WorkerStatus{
 			WorkerId:        p.cfg.ID,
@@ -219,6 +227,26 @@ func (p *Prober) probe(ctx context.Context) (Result, error) {
 		Figures:    fig,
 		MetricsErr: merr,
 	}, nil
+}
+
+// incarnation stands in for the start time of an engine that exports none
+// (llama.cpp's server): 0 until a counter of its /metrics goes backwards,
+// then the time of the last probe that saw one do so (the engine
+// restarted), in Unix milliseconds. Reported as started_at, it lets the
+// gateway tell the restarted engine from the one it ejected.
+func (p *Prober) incarnation(counters map[string]float64, now time.Time) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if wentBackwards(p.counters, counters) {
+		p.restarted = now
+	}
+	if len(counters) > 0 {
+		p.counters = counters
+	}
+	if p.restarted.IsZero() {
+		return 0
+	}
+	return uint64(p.restarted.UnixMilli())
 }
 
 // modelID is the configured model, else the one discovered earlier, else
