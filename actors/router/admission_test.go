@@ -256,3 +256,54 @@ func TestDispatchPrefersWarmWaiter(t *testing.T) {
 		t.Fatalf("head still waiting after %d dispatches", WarmWindow+1)
 	})
 }
+
+// TestDispatchAfterDeadlineBeforeExpire: a slot frees (a Release) after a
+// waiter's deadline but before its deadline timer ran Expire: Dispatch
+// refuses that waiter with overloaded and gives it no target, and the
+// slot stays free for the next request.
+func TestDispatchAfterDeadlineBeforeExpire(t *testing.T) {
+	s := admitState(t, 1, 4)
+	s.cfg.Admission.QueueTimeout = 2 * time.Second
+	s.Admit(&Request{Model: "m"}, "k", pid("p0"), now)
+	s.Admit(&Request{Model: "m"}, "k", pid("p1"), now)
+	q := s.Admit(&Request{Model: "m"}, "k", pid("q"), now).Queued
+	if q == nil {
+		t.Fatal("not queued")
+	}
+	s.Release("a")
+	d := s.Dispatch(now.Add(2 * time.Second))
+	if len(d) != 1 || d[0].W != q || !errors.Is(d[0].Err, ErrOverloaded) || d[0].Target.Worker.ID != "" {
+		t.Fatalf("dispatch past the deadline: %+v, want the waiter refused overloaded with no target", d)
+	}
+	if s.InFlight("a") != 0 {
+		t.Fatalf("a has %d in flight: the refused waiter took the slot", s.InFlight("a"))
+	}
+	if s.Expire(q.Seq, now.Add(2*time.Second)) != nil {
+		t.Fatal("the deadline timer found the waiter still queued")
+	}
+}
+
+// TestFullQueueRefusesKeyOneShortOfHeaviest: at a full queue, a key with
+// one waiter fewer than the heaviest key is refused, not let in by
+// displacing the heaviest's newest (that would only swap which key is
+// heaviest); a key two short displaces.
+func TestFullQueueRefusesKeyOneShortOfHeaviest(t *testing.T) {
+	s := admitState(t, 1, 3)
+	s.Admit(&Request{Model: "m"}, "k", pid("p0"), now)
+	s.Admit(&Request{Model: "m"}, "k", pid("p1"), now)
+	for i, key := range []string{"heavy", "heavy", "light"} {
+		if ad := s.Admit(&Request{Model: "m"}, key, pid(fmt.Sprint("w", i)), now); ad.Queued == nil {
+			t.Fatalf("waiter %d not queued: %+v", i, ad)
+		}
+	}
+	ad := s.Admit(&Request{Model: "m"}, "light", pid("light2"), now)
+	if !errors.Is(ad.Err, ErrOverloaded) || ad.Queued != nil || ad.Displaced != nil {
+		t.Fatalf("a key one short of the heaviest at a full queue: %+v, want refused overloaded", ad)
+	}
+	if got := s.QueueLengths()["m"]; got != 3 {
+		t.Fatalf("queue holds %d, want 3", got)
+	}
+	if ad := s.Admit(&Request{Model: "m"}, "new", pid("new"), now); ad.Queued == nil || ad.Displaced == nil || ad.Displaced.Key != "heavy" {
+		t.Fatalf("a key two short: %+v, want it to displace heavy's newest", ad)
+	}
+}

@@ -120,3 +120,34 @@ func TestAddressPolicyCheckDial(t *testing.T) {
 		}
 	}
 }
+
+// TestAddressPolicyWildcardHostAddress: with a listener on 0.0.0.0:P, one
+// of this host's non-loopback addresses (net.InterfaceAddrs) on port P is
+// the gateway itself and refused as an engine address; on another port it
+// is allowed.
+func TestAddressPolicyWildcardHostAddress(t *testing.T) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var host netip.Addr
+	for _, ia := range addrs {
+		if pfx, err := netip.ParsePrefix(ia.String()); err == nil && !pfx.Addr().IsLoopback() && pfx.Addr().Is4() {
+			host = pfx.Addr()
+			break
+		}
+	}
+	if !host.IsValid() {
+		t.Skip("this host has no non-loopback IPv4 address")
+	}
+	p := NewAddressPolicy(nil)
+	p.AddOwn(&net.TCPAddr{IP: net.IPv4zero, Port: 50051})
+	own := netip.AddrPortFrom(host, 50051).String()
+	if err := p.Check(&controlv1.WorkerStatus{HttpAddress: own}); !errors.Is(err, ErrRefusedAddress) {
+		t.Fatalf("Check(%s) with a listener on 0.0.0.0:50051 = %v, want refused", own, err)
+	}
+	other := netip.AddrPortFrom(host, 8000).String()
+	if err := p.Check(&controlv1.WorkerStatus{HttpAddress: other}); err != nil {
+		t.Fatalf("Check(%s) = %v, want allowed", other, err)
+	}
+}

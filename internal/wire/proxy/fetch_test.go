@@ -135,3 +135,21 @@ func TestFetch(t *testing.T) {
 		})
 	}
 }
+
+// TestFetchChoicesNotAList: a 2xx whose choices is null, an object or a
+// string is not a completion: a retryable bad answer, never relayed.
+func TestFetchChoicesNotAList(t *testing.T) {
+	for _, choices := range []string{`null`, `{}`, `"x"`, `{"0":{"text":"hi"}}`} {
+		t.Run(choices, func(t *testing.T) {
+			srv := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{"id":"c","object":"text_completion","choices":`+choices+`}`)
+			})
+			p := newProxy(t, Options{})
+			resp, err := p.Fetch(context.Background(), Attempt{URL: srv.URL + "/v1/completions", Body: []byte(`{}`)})
+			if resp != nil || ReasonOf(err) != FailBadAnswer || !IsRetryable(err) {
+				t.Fatalf("choices %s: %+v, %v; want a retryable bad_answer", choices, resp, err)
+			}
+		})
+	}
+}
