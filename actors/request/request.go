@@ -533,7 +533,7 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 	if a.pin != "" {
 		a.log.Failures = append(a.log.Failures, reason)
 		a.log.LastError, a.lastErr = err.Error(), err
-		a.reportFailure(ctx, a.pin, reason)
+		a.reportFailure(ctx, a.pin, reason, generating)
 		a.finish(ctx, pinnedFailed(a.storedID(), a.pin, err))
 		return
 	}
