@@ -134,6 +134,8 @@ func New(c config.Discovery, log zerolog.Logger) (Source, error) {
 	switch c.Kind {
 	case config.DiscoveryDNS:
 		return NewDNS(c, log), nil
+	case config.DiscoveryKubernetes:
+		return NewKubernetes(c, log)
 	}
 	return nil, fmt.Errorf("%w: unknown kind %q", ErrSource, c.Kind)
 }

@@ -1,0 +1,273 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/tlgate/tlgate/internal/adapter/config"
+)
+
+// Kubernetes is a source that watches the Kubernetes API with informers
+// (a list, then a watch, re-listed after any break such as an API server
+// restart): the EndpointSlices of a Service, or the Pods matching a label
+// selector, in each of its namespaces. It needs list and watch on those
+// resources in those namespaces, nothing more (deploy/kubernetes/rbac.yaml).
+//
+// An EndpointSlice endpoint is routable while its ready condition is true
+// (an absent condition counts as ready, as the API defines it) and drains
+// otherwise, terminating ones included; a pod is routable while its Ready
+// condition is true and drains when not Ready or once it is being deleted.
+// An endpoint or pod that is gone is no longer reported.
+type Kubernetes struct {
+	cfg      config.Discovery
+	log      zerolog.Logger
+	client   kubernetes.Interface
+	selector string // the informers' label selector
+
+	mu     sync.Mutex
+	warned map[string]bool // pods whose role label was logged as unusable
+}
+
+// serviceNameLabel is the label an EndpointSlice names its Service with.
+const serviceNameLabel = "kubernetes.io/service-name"
+
+// NewKubernetes returns the source c configures, with a client from
+// c.Kubeconfig, or the in-cluster config when it is empty.
+func NewKubernetes(c config.Discovery, log zerolog.Logger) (*Kubernetes, error) {
+	var rc *rest.Config
+	var err error
+	if c.Kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("%w: kubeconfig %s: %w", ErrSource, c.Kubeconfig, err)
+		}
+	} else {
+		rc, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("%w: in-cluster config (set kubeconfig to run outside a cluster): %w", ErrSource, err)
+		}
+	}
+	rc.UserAgent = "tlgate-discovery"
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSource, err)
+	}
+	return newKubernetes(c, log, client)
+}
+
+func newKubernetes(c config.Discovery, log zerolog.Logger, client kubernetes.Interface) (*Kubernetes, error) {
+	k := &Kubernetes{cfg: c, log: log, client: client, warned: map[string]bool{}}
+	if c.Service != "" {
+		k.selector = serviceNameLabel + "=" + c.Service
+	} else {
+		sel, err := labels.Parse(c.Selector)
+		if err != nil {
+			return nil, fmt.Errorf("%w: selector %q: %w", ErrSource, c.Selector, err)
+		}
+		k.selector = sel.String()
+	}
+	return k, nil
+}
+
+// Run starts an informer per namespace and reports the set once every
+// informer has listed, then after every change, until ctx ends.
+func (k *Kubernetes) Run(ctx context.Context, report func([]Endpoint)) {
+	changed := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { notify() },
+		UpdateFunc: func(any, any) { notify() },
+		DeleteFunc: func(any) { notify() },
+	}
+	var factories []informers.SharedInformerFactory
+	var stores []cache.Store
+	var synced []cache.InformerSynced
+	for _, ns := range k.cfg.Namespaces {
+		f := informers.NewSharedInformerFactoryWithOptions(k.client, 0, informers.WithNamespace(ns),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = k.selector }))
+		var inf cache.SharedIndexInformer
+		if k.cfg.Service != "" {
+			inf = f.Discovery().V1().EndpointSlices().Informer()
+		} else {
+			inf = f.Core().V1().Pods().Informer()
+		}
+		log := k.log.With().Str("namespace", ns).Logger()
+		_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+			if ctx.Err() == nil {
+				log.Warn().Err(err).Msg("discovery: Kubernetes watch failed; retrying, keeping the last engines")
+			}
+		})
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			log.Error().Err(err).Msg("discovery: informer refused its handler")
+		}
+		factories = append(factories, f)
+		stores = append(stores, inf.GetStore())
+		synced = append(synced, inf.HasSynced)
+	}
+	for _, f := range factories {
+		f.Start(ctx.Done())
+	}
+	defer func() {
+		for _, f := range factories {
+			f.Shutdown()
+		}
+	}()
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return
+	}
+	k.log.Info().Strs("namespaces", k.cfg.Namespaces).Str("selector", k.selector).Msg("discovery: Kubernetes informers synced")
+	for {
+		var objs []any
+		for _, s := range stores {
+			objs = append(objs, s.List()...)
+		}
+		report(k.endpoints(objs))
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+// endpoints maps the informers' objects to the set to report.
+func (k *Kubernetes) endpoints(objs []any) []Endpoint {
+	byKey := map[string]Endpoint{}
+	add := func(ep Endpoint) {
+		// An endpoint in two slices (while the controller moves it) counts
+		// as routable if either says so.
+		if old, ok := byKey[ep.Key]; ok && !old.Draining {
+			return
+		}
+		byKey[ep.Key] = ep
+	}
+	for _, o := range objs {
+		switch x := o.(type) {
+		case *discoveryv1.EndpointSlice:
+			for _, ep := range k.sliceEndpoints(x) {
+				add(ep)
+			}
+		case *corev1.Pod:
+			if ep, ok := k.podEndpoint(x); ok {
+				add(ep)
+			}
+		}
+	}
+	out := make([]Endpoint, 0, len(byKey))
+	for _, ep := range byKey {
+		out = append(out, ep)
+	}
+	slices.SortFunc(out, func(a, b Endpoint) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// slicePort is the slice's port that the source's port names, or 0.
+func (k *Kubernetes) slicePort(s *discoveryv1.EndpointSlice) int {
+	if n := k.cfg.Port.Number(); n > 0 {
+		return n
+	}
+	for _, p := range s.Ports {
+		if p.Name != nil && *p.Name == string(k.cfg.Port) && p.Port != nil {
+			return int(*p.Port)
+		}
+	}
+	return 0
+}
+
+func (k *Kubernetes) sliceEndpoints(s *discoveryv1.EndpointSlice) []Endpoint {
+	port := k.slicePort(s)
+	if port == 0 {
+		return nil
+	}
+	var out []Endpoint
+	for _, e := range s.Endpoints {
+		if len(e.Addresses) == 0 {
+			continue
+		}
+		addr := e.Addresses[0]
+		key := s.Namespace + ":" + addr + "-" + strconv.Itoa(port)
+		if e.TargetRef != nil && e.TargetRef.Kind == "Pod" && e.TargetRef.Name != "" {
+			key = s.Namespace + ":" + e.TargetRef.Name
+		}
+		ready := e.Conditions.Ready == nil || *e.Conditions.Ready
+		terminating := e.Conditions.Terminating != nil && *e.Conditions.Terminating
+		out = append(out, Endpoint{Key: key, Address: hostPort(addr, port), Draining: !ready || terminating})
+	}
+	return out
+}
+
+func (k *Kubernetes) podEndpoint(p *corev1.Pod) (Endpoint, bool) {
+	if p.Status.PodIP == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return Endpoint{}, false
+	}
+	port := k.cfg.Port.Number()
+	if port == 0 {
+		for _, c := range p.Spec.Containers {
+			for _, cp := range c.Ports {
+				if cp.Name == string(k.cfg.Port) {
+					port = int(cp.ContainerPort)
+				}
+			}
+		}
+	}
+	if port == 0 {
+		return Endpoint{}, false
+	}
+	key := p.Namespace + ":" + p.Name
+	ep := Endpoint{Key: key, Address: hostPort(p.Status.PodIP, port)}
+	switch {
+	case k.cfg.ModelLabel != "":
+		ep.Model = p.Labels[k.cfg.ModelLabel]
+	case k.cfg.ModelAnnotation != "":
+		ep.Model = p.Annotations[k.cfg.ModelAnnotation]
+	}
+	if k.cfg.RoleLabel != "" {
+		switch role := p.Labels[k.cfg.RoleLabel]; role {
+		case "", config.RoleUnified, config.RolePrefill, config.RoleDecode:
+			ep.Role = role
+		default:
+			k.warnOnce(key, func() {
+				k.log.Error().Str("pod", key).Str("label", k.cfg.RoleLabel).Str("role", role).
+					Msg("discovery: pod skipped: its role label is not unified, prefill or decode")
+			})
+			return Endpoint{}, false
+		}
+	}
+	ready := false
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	ep.Draining = !ready || p.DeletionTimestamp != nil
+	return ep, true
+}
+
+func (k *Kubernetes) warnOnce(key string, log func()) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.warned[key] {
+		k.warned[key] = true
+		log()
+	}
+}
