@@ -22,7 +22,7 @@ const kubeWithin = 20 * time.Second
 // ep is one endpoint a test puts in an EndpointSlice: the engine's
 // address, its pod and its conditions.
 type ep struct {
-	ip, pod                      string
+	ip, pod                     string
 	ready, serving, terminating bool
 }
 
