@@ -30,7 +30,7 @@ func TestDiscoveryKubernetesPods(t *testing.T) {
 	const ns = "inf-p"
 	token := applyRBAC(t, k, ns)
 	checkLeastPrivilege(t, k, token, ns, gatewayNS)
-	engines, port := enginesOnOnePort(t, 5, "kube-pods")
+	engines := localEngines(t, 5, "kube-pods")
 	pods := k.Admin.CoreV1().Pods(ns)
 
 	// create makes pod sim-i for engines[i] (labels on top of the
@@ -44,7 +44,7 @@ func TestDiscoveryKubernetesPods(t *testing.T) {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("sim-%d", i), Namespace: ns, Labels: labels},
 			Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "engine", Image: "enginesim",
-				Ports: []corev1.ContainerPort{{Name: "serve", ContainerPort: int32(port)}}}}},
+				Ports: []corev1.ContainerPort{{Name: "serve", ContainerPort: int32(enginePort(t, engines[i]))}}}}},
 		}
 		p, err := pods.Create(k.ctx(), p, metav1.CreateOptions{})
 		if err != nil {

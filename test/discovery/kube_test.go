@@ -2,7 +2,9 @@ package discovery_test
 
 import (
 	"fmt"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,14 +46,51 @@ func sliceOf(ns, name, service string, port int, eps ...ep) *discoveryv1.Endpoin
 	return s
 }
 
-// readyEPs are the ready endpoints of engines[from:to], pods vllm-i.
-func readyEPs(engines []*enginesim.Engine, from, to int) []ep {
-	var out []ep
-	for i := from; i < to; i++ {
-		ip := strings.Split(engines[i].HTTPAddr(), ":")[0]
-		out = append(out, ep{ip: ip, pod: fmt.Sprintf("vllm-%d", i), ready: true, serving: true})
+// readyEP is the ready endpoint of engines[i], pod vllm-i.
+func readyEP(engines []*enginesim.Engine, i int) ep {
+	ip := strings.Split(engines[i].HTTPAddr(), ":")[0]
+	return ep{ip: ip, pod: fmt.Sprintf("vllm-%d", i), ready: true, serving: true}
+}
+
+// enginePort is engines[i]'s port.
+func enginePort(t *testing.T, e *enginesim.Engine) int {
+	t.Helper()
+	_, p, _ := net.SplitHostPort(e.HTTPAddr())
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return n
+}
+
+// localEngines starts n engines serving model on the machine's first
+// non-loopback IPv4 address (the API server refuses loopback endpoint
+// addresses), each on a port of its own.
+func localEngines(t *testing.T, n int, model string) []*enginesim.Engine {
+	t.Helper()
+	var host string
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() && !ipn.IP.IsLinkLocalUnicast() {
+			host = ipn.IP.String()
+			break
+		}
+	}
+	if host == "" {
+		t.Fatal("no non-loopback IPv4 address: the API server refuses loopback endpoint and pod addresses")
+	}
+	var es []*enginesim.Engine
+	for range n {
+		e, err := startEngine(t, net.JoinHostPort(host, "0"), model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		es = append(es, e)
+	}
+	return es
 }
 
 // TestDiscoveryKubernetesEndpointSlices runs a gateway whose discovery
@@ -64,17 +103,35 @@ func TestDiscoveryKubernetesEndpointSlices(t *testing.T) {
 	k := startKube(t)
 	token := applyRBAC(t, k, "inf-a", "inf-b")
 	checkLeastPrivilege(t, k, token, "inf-a", gatewayNS)
-	engines, port := enginesOnOnePort(t, 5, "kube-es")
-	slices := k.Admin.DiscoveryV1().EndpointSlices("inf-a")
-
-	if _, err := slices.Create(k.ctx(), sliceOf("inf-a", "vllm-abc", "vllm", port, readyEPs(engines, 0, 2)...), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	engines := localEngines(t, 5, "kube-es")
+	// One slice per engine: each engine has a port of its own, and a
+	// slice's endpoints share its ports.
+	put := func(ns string, i int, e ep) {
+		t.Helper()
+		s := sliceOf(ns, fmt.Sprintf("vllm-%d", i), "vllm", enginePort(t, engines[i]), e)
+		c := k.Admin.DiscoveryV1().EndpointSlices(ns)
+		cur, err := c.Get(k.ctx(), s.Name, metav1.GetOptions{})
+		if err == nil {
+			s.ResourceVersion = cur.ResourceVersion
+			_, err = c.Update(k.ctx(), s, metav1.UpdateOptions{})
+		} else {
+			_, err = c.Create(k.ctx(), s, metav1.CreateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	other := readyEPs(engines, 4, 5)
-	if _, err := slices.Create(k.ctx(), sliceOf("inf-a", "other-abc", "other", port, other...), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	del := func(ns string, i int) {
+		t.Helper()
+		if err := k.Admin.DiscoveryV1().EndpointSlices(ns).Delete(k.ctx(), fmt.Sprintf("vllm-%d", i), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := k.Admin.DiscoveryV1().EndpointSlices("inf-b").Create(k.ctx(), sliceOf("inf-b", "vllm-xyz", "vllm", port, readyEPs(engines, 2, 3)...), metav1.CreateOptions{}); err != nil {
+	put("inf-a", 0, readyEP(engines, 0))
+	put("inf-a", 1, readyEP(engines, 1))
+	put("inf-b", 2, readyEP(engines, 2))
+	other := sliceOf("inf-a", "other-abc", "other", enginePort(t, engines[4]), readyEP(engines, 4))
+	if _, err := k.Admin.DiscoveryV1().EndpointSlices("inf-a").Create(k.ctx(), other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -96,23 +153,13 @@ probe_interval = "50ms"
 		t.Fatalf("completion over discovered engines: %d %s", code, body)
 	}
 
-	update := func(ns string, s *discoveryv1.EndpointSlice) {
-		t.Helper()
-		cur, err := k.Admin.DiscoveryV1().EndpointSlices(ns).Get(k.ctx(), s.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.ResourceVersion = cur.ResourceVersion
-		if _, err := k.Admin.DiscoveryV1().EndpointSlices(ns).Update(k.ctx(), s, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// vllm-0 terminates (not ready, still serving, terminating); vllm-1
 	// fails its readiness: both drain.
-	eps := readyEPs(engines, 0, 2)
-	eps[0].ready, eps[0].terminating = false, true
-	eps[1].ready, eps[1].serving = false, false
-	update("inf-a", sliceOf("inf-a", "vllm-abc", "vllm", port, eps...))
+	e0, e1 := readyEP(engines, 0), readyEP(engines, 1)
+	e0.ready, e0.terminating = false, true
+	e1.ready, e1.serving = false, false
+	put("inf-a", 0, e0)
+	put("inf-a", 1, e1)
 	waitStates(t, gw, "es:", map[string]string{id("inf-a", 0): "draining", id("inf-a", 1): "draining", id("inf-b", 2): "routable"}, kubeWithin)
 	for range 3 {
 		if code, body := complete(t, gw, "kube-es"); code != http.StatusOK {
@@ -120,18 +167,23 @@ probe_interval = "50ms"
 		}
 	}
 
-	// vllm-0 is gone from its slice, inf-b's slice is deleted: evicted.
-	update("inf-a", sliceOf("inf-a", "vllm-abc", "vllm", port, eps[1]))
-	if err := k.Admin.DiscoveryV1().EndpointSlices("inf-b").Delete(k.ctx(), "vllm-xyz", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// vllm-0's and inf-b's slices are deleted: evicted.
+	del("inf-a", 0)
+	del("inf-b", 2)
 	waitStates(t, gw, "es:", map[string]string{id("inf-a", 1): "draining"}, kubeWithin)
 
 	// Scale 2 → 5 → 1.
+	have := 2
 	scale := func(n int) {
 		t.Helper()
 		start := time.Now()
-		update("inf-a", sliceOf("inf-a", "vllm-abc", "vllm", port, readyEPs(engines, 0, n)...))
+		for i := range n {
+			put("inf-a", i, readyEP(engines, i))
+		}
+		for i := n; i < have; i++ {
+			del("inf-a", i)
+		}
+		have = n
 		want := map[string]string{}
 		for i := range n {
 			want[id("inf-a", i)] = "routable"
@@ -147,7 +199,5 @@ probe_interval = "50ms"
 	// after it is back are followed.
 	k.restart()
 	waitStates(t, gw, "es:", map[string]string{id("inf-a", 0): "routable"}, kubeWithin)
-	start := time.Now()
 	scale(3)
-	t.Logf("after the API server restart, the first change was followed in %v", time.Since(start).Round(time.Millisecond))
 }
