@@ -1,0 +1,116 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+)
+
+// TestMessagesWithAnthropicClient: Anthropic's Go client, whole and
+// streamed, through the gateway to the reference engine; the key as
+// x-api-key too (two different credentials are a 400); the gateway's own
+// errors on the path in Anthropic's shape; usage counted from
+// input_tokens/output_tokens.
+func TestMessagesWithAnthropicClient(t *testing.T) {
+	logs := &lockedBuffer{}
+	c := limitedCluster(t, newFakeClock(), config.APIKey{TokensPerMinute: 1_000_000}, nil, logs,
+		enginesim.Config{ID: "a1", Model: "sim"}, enginesim.Config{ID: "a2", Model: "sim"})
+	client := anthropic.NewClient(option.WithBaseURL(c.url+"/"), option.WithAPIKey("key-alice"), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	params := anthropic.MessageNewParams{
+		Model:     "sim",
+		MaxTokens: 8,
+		System:    []anthropic.TextBlockParam{{Text: "Answer briefly."}},
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Tell me about gateways."))},
+	}
+
+	msg, err := client.Messages.New(ctx, params, option.WithHeader("X-Client-Request-Id", "msg-whole"))
+	if err != nil {
+		t.Fatalf("Messages.New: %v", err)
+	}
+	if len(msg.Content) == 0 || msg.Content[0].Text == "" || msg.Usage.InputTokens == 0 || msg.Usage.OutputTokens == 0 {
+		t.Fatalf("message %+v", msg)
+	}
+	wantLogged(t, logs, "msg-whole", msg.Usage.InputTokens, msg.Usage.OutputTokens)
+
+	stream := client.Messages.NewStreaming(ctx, params, option.WithHeader("X-Client-Request-Id", "msg-stream"))
+	var acc anthropic.Message
+	var types []string
+	for stream.Next() {
+		ev := stream.Current()
+		types = append(types, ev.Type)
+		if err := acc.Accumulate(ev); err != nil {
+			t.Fatalf("accumulate: %v", err)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("stream: %v (events %v)", err, types)
+	}
+	_ = stream.Close()
+	if len(types) < 4 || types[0] != "message_start" || types[len(types)-1] != "message_stop" {
+		t.Fatalf("stream events %v", types)
+	}
+	if len(acc.Content) == 0 || acc.Content[0].Text == "" || acc.Usage.OutputTokens == 0 || acc.Usage.InputTokens == 0 {
+		t.Fatalf("accumulated %+v", acc)
+	}
+	wantLogged(t, logs, "msg-stream", acc.Usage.InputTokens, acc.Usage.OutputTokens)
+
+	body := `{"model":"sim","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
+	anthropicErr := func(what string, r reply, status int, typ string) {
+		t.Helper()
+		var e struct {
+			Type  string `json:"type"`
+			Error struct{ Type, Message string }
+		}
+		if r.status != status || json.Unmarshal(r.body, &e) != nil || e.Type != "error" || e.Error.Type != typ || e.Error.Message == "" {
+			t.Fatalf("%s: %d %s, want %d and an Anthropic %s", what, r.status, r.body, status, typ)
+		}
+	}
+	// x-api-key alone is a credential.
+	if r := c.postRaw("/v1/messages", body, "x-api-key", "key-alice"); r.status != http.StatusOK {
+		t.Fatalf("x-api-key: %d %s", r.status, r.body)
+	}
+	// The same key twice is one credential; two different ones are refused.
+	if r := c.postRaw("/v1/messages", body, "x-api-key", "key-alice", "Authorization", "Bearer key-alice"); r.status != http.StatusOK {
+		t.Fatalf("the same key in both headers: %d %s", r.status, r.body)
+	}
+	anthropicErr("two credentials", c.postRaw("/v1/messages", body, "x-api-key", "key-alice", "Authorization", "Bearer key-bob"), 400, "invalid_request_error")
+	anthropicErr("no key", c.postRaw("/v1/messages", body), 401, "authentication_error")
+	anthropicErr("unknown key", c.postRaw("/v1/messages", body, "x-api-key", "nope"), 401, "authentication_error")
+	anthropicErr("unknown model", c.postRaw("/v1/messages", strings.Replace(body, `"sim"`, `"nope"`, 1), "x-api-key", "key-alice"), 404, "not_found_error")
+	anthropicErr("bad body", c.postRaw("/v1/messages", `{"model":"sim"}`, "x-api-key", "key-alice"), 400, "invalid_request_error")
+
+	// The SDK reads the gateway's error as Anthropic's.
+	bad := params
+	bad.Model = "nope"
+	_, err = client.Messages.New(ctx, bad)
+	var apiErr *anthropic.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound || apiErr.Message == "" {
+		t.Fatalf("unknown model through the SDK: %v", err)
+	}
+}
+
+// postRaw posts body to path with the header pairs hdr and nothing else.
+func (c *cluster) postRaw(path, body string, hdr ...string) reply {
+	c.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, c.url+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	return c.do(req)
+}
