@@ -89,6 +89,10 @@ type Config struct {
 	// Confidence in (0, 1] is the model's capability: 0.5 (default) is unsure
 	// on about half of all prompts, 0.9 is sure on nearly all.
 	Confidence float64
+	// Adapters are the LoRA adapters loaded from the start, each a model
+	// id the engine answers to besides Model (LoadAdapter and POST
+	// /v1/load_lora_adapter load more at run time).
+	Adapters []string
 	// EmbeddingDim is the length of the toy embeddings of /v1/embeddings
 	// (default DefaultEmbeddingDim).
 	EmbeddingDim int
@@ -205,6 +209,11 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: max body bytes %d < 0", ErrConfig, c.MaxBodyBytes)
 	case c.EmbeddingDim < 0 || c.EmbeddingDim > 4096:
 		return c, fmt.Errorf("%w: embedding dim %d outside [1, 4096]", ErrConfig, c.EmbeddingDim)
+	}
+	for _, a := range c.Adapters {
+		if err := c.checkAdapter(a); err != nil {
+			return c, err
+		}
 	}
 	for _, p := range c.Unserved {
 		if len(p) < 2 || p[0] != '/' {

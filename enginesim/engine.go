@@ -22,6 +22,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -63,6 +64,7 @@ type Engine struct {
 
 	mu       sync.Mutex
 	faults   Faults
+	adapters []string // loaded LoRA adapters, sorted
 	draining bool
 	kvConns  map[string]*grpc.ClientConn // prefill role: decode targets
 	idle     map[net.Conn]bool           // HTTP connections, true when idle
@@ -103,6 +105,7 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		idle:    make(map[net.Conn]bool),
 	}
 	e.model = toymodel.New(e.tok, seed, cfg.Confidence)
+	e.adapters = slices.Compact(slices.Sorted(slices.Values(cfg.Adapters)))
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if err := e.listen(); err != nil {
 		e.closeListeners()
@@ -436,6 +439,7 @@ func (e *Engine) Status() *controlv1.WorkerStatus {
 		Draining:        s.Draining,
 		KvBlockTokens:   BlockTokens,
 		StartedAtUnixMs: uint64(e.started.UnixMilli()),
+		LoraAdapters:    e.Adapters(),
 	}
 }
 

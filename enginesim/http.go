@@ -32,6 +32,7 @@ func (e *Engine) httpHandler() http.Handler {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.Handle("GET /metrics", promhttp.HandlerFor(e.metricsRegistry(), promhttp.HandlerOpts{}))
 	e.poolingRoutes(mux)
+	e.loraRoutes(mux)
 	e.simRoutes(mux)
 	if len(e.cfg.Unserved) == 0 {
 		return e.faultGate(mux)
@@ -45,9 +46,6 @@ func (e *Engine) httpHandler() http.Handler {
 	}
 	return e.faultGate(all)
 }
-
-// serves reports whether the engine answers to model id m.
-func (e *Engine) serves(m string) bool { return m == e.cfg.Model }
 
 func (e *Engine) controlHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -165,7 +163,7 @@ func (e *Engine) handleInference(chat bool) http.HandlerFunc {
 				return
 			}
 		}
-		out := &output{e: e, w: w, req: g, chat: chat, die: f.Die, dieAfter: f.DieAfterTokens}
+		out := &output{e: e, w: w, req: g, chat: chat, model: req.Model, die: f.Die, dieAfter: f.DieAfterTokens}
 		out.id, out.created = newID(chat), time.Now().Unix()
 		res, err := e.generate(r.Context(), g, h, out.emit)
 		switch {
@@ -247,6 +245,7 @@ type output struct {
 	rc       *http.ResponseController
 	req      *genRequest
 	chat     bool
+	model    string // the model id asked for: the base model or an adapter
 	id       string
 	created  int64
 	started  bool // a streamed response has begun
@@ -358,14 +357,14 @@ func (o *output) emitChunk(s *step) error {
 				TextOffset:    []int{s.offset},
 			}
 		}
-		v = &completionJSON{ID: o.id, Object: "text_completion", Created: o.created, Model: o.e.cfg.Model,
+		v = &completionJSON{ID: o.id, Object: "text_completion", Created: o.created, Model: o.model,
 			Choices: []completionChoiceJSON{c}}
 	}
 	return o.writeEvent(v)
 }
 
 func (o *output) chatChunk(c *chatChoiceJSON) *chatJSON {
-	return &chatJSON{ID: o.id, Object: "chat.completion.chunk", Created: o.created, Model: o.e.cfg.Model,
+	return &chatJSON{ID: o.id, Object: "chat.completion.chunk", Created: o.created, Model: o.model,
 		Choices: []chatChoiceJSON{*c}}
 }
 
@@ -391,10 +390,10 @@ func (o *output) finish(res result) error {
 		if o.req.usageChunk {
 			var v any
 			if o.chat {
-				v = &chatJSON{ID: o.id, Object: "chat.completion.chunk", Created: o.created, Model: o.e.cfg.Model,
+				v = &chatJSON{ID: o.id, Object: "chat.completion.chunk", Created: o.created, Model: o.model,
 					Choices: []chatChoiceJSON{}, Usage: usage}
 			} else {
-				v = &completionJSON{ID: o.id, Object: "text_completion", Created: o.created, Model: o.e.cfg.Model,
+				v = &completionJSON{ID: o.id, Object: "text_completion", Created: o.created, Model: o.model,
 					Choices: []completionChoiceJSON{}, Usage: usage}
 			}
 			if err := o.writeEvent(v); err != nil {
@@ -414,11 +413,11 @@ func (o *output) finish(res result) error {
 			c.Logprobs = o.chatLP
 		}
 		return writeJSON(o.w, http.StatusOK, &chatJSON{ID: o.id, Object: "chat.completion", Created: o.created,
-			Model: o.e.cfg.Model, Choices: []chatChoiceJSON{c}, Usage: usage})
+			Model: o.model, Choices: []chatChoiceJSON{c}, Usage: usage})
 	}
 	c := completionChoiceJSON{Text: text, FinishReason: &finish, Logprobs: o.compLP}
 	return writeJSON(o.w, http.StatusOK, &completionJSON{ID: o.id, Object: "text_completion", Created: o.created,
-		Model: o.e.cfg.Model, Choices: []completionChoiceJSON{c}, Usage: usage})
+		Model: o.model, Choices: []completionChoiceJSON{c}, Usage: usage})
 }
 
 func newID(chat bool) string {
@@ -505,15 +504,22 @@ func (e *Engine) modelJSON() map[string]any {
 }
 
 func (e *Engine) handleModels(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{e.modelJSON()}})
+	data := []any{e.modelJSON()}
+	for _, a := range e.Adapters() {
+		data = append(data, e.adapterJSON(a))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
 func (e *Engine) handleModel(w http.ResponseWriter, r *http.Request) {
-	if id := r.PathValue("id"); id != e.cfg.Model {
+	switch id := r.PathValue("id"); {
+	case id == e.cfg.Model:
+		writeJSON(w, http.StatusOK, e.modelJSON())
+	case e.serves(id):
+		writeJSON(w, http.StatusOK, e.adapterJSON(id))
+	default:
 		writeModelNotFound(w, id)
-		return
 	}
-	writeJSON(w, http.StatusOK, e.modelJSON())
 }
 
 func (e *Engine) handleSetFaults(w http.ResponseWriter, r *http.Request) {

@@ -470,8 +470,13 @@ func (s *State) warmChunks(w *Waiter, now time.Time) int {
 	if r, ok := s.table.Lookup(served); ok {
 		served = routes.PickBackend(r, w.Req.RequestID)
 	}
+	base := served
+	if p := s.pools[poolKey{served, fleet.RoleUnified}]; p != nil && len(p.ws) > 0 {
+		base = p.ws[0].Model
+	}
+	model, ns := indexKey(base, served, w.Req.CacheSalt)
 	most := 0
-	for _, h := range s.prefix.index.Lookup(served, w.Req.Prompt).Hits() {
+	for _, h := range s.prefix.index.LookupIn(model, ns, w.Req.Prompt).Hits() {
 		wk, c := s.workers[h.ID], s.inflight[h.ID]
 		if h.Chunks <= most || wk == nil || c == nil || !wk.Routable(now) || w.Req.Exclude[h.ID] ||
 			c.ejectedAt(now) || c.atLimit() {

@@ -83,14 +83,19 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request) (int, stri
 	if ca == nil || len(s.cands) == 0 {
 		return -1, ""
 	}
-	q := ca.index.Lookup(model, req.Prompt)
+	base, ns := indexKey(s.members[0].Model, model, req.CacheSalt)
+	q := ca.index.LookupIn(base, ns, req.Prompt)
 	tokens := ca.index.Tokens(q.PromptBytes())
 	chunk := ca.index.Config().ChunkBytes
 	ca.prefill = ca.prefill[:0]
 	for i := range s.cands {
 		c := s.ctrs[i]
 		s.cands[i].Load = slotLoad(c)
-		ca.prefill = append(ca.prefill, tokens-min(tokens, ca.index.Tokens(q.ChunksAt(c.slot)*chunk)))
+		held := 0
+		if s.members[i].Model == base { // a slot is its base model's
+			held = ca.index.Tokens(q.ChunksAt(c.slot) * chunk)
+		}
+		ca.prefill = append(ca.prefill, tokens-min(tokens, held))
 	}
 	i, reason := policy.CacheAware(s.cands, ca.prefill, ca.cfg)
 	if i < 0 {
@@ -102,6 +107,20 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request) (int, stri
 	}
 	t.MatchedTokens, t.PromptTokens = tokens-ca.prefill[i], tokens
 	return i, reason
+}
+
+// indexKey is where a prompt for served model id served, with cache salt
+// salt, lives in the prefix index: under the base model of the workers
+// serving it, in a namespace of the adapter (when served is one) and the
+// salt, so adapters of one base and salted tenants never share entries.
+func indexKey(base, served, salt string) (model, ns string) {
+	if served != base {
+		ns = "lora:" + served
+	}
+	if salt != "" {
+		ns += "\x00salt:" + salt
+	}
+	return base, ns
 }
 
 // indexChunks is a worker's share of the prefix index, in chunks.

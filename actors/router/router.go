@@ -65,6 +65,10 @@ type Ready struct{}
 // with []string (sorted).
 type ListModels struct{}
 
+// ListAdapters asks for the LoRA adapters known workers serve; the router
+// responds with map[string]string (adapter id -> base model).
+type ListAdapters struct{}
+
 // Known asks whether a model names a route or a worker's model; the router
 // responds with bool.
 type Known struct{ Model string }
@@ -136,6 +140,8 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		ctx.Respond(st.Ready(time.Now()))
 	case *ListModels:
 		ctx.Respond(st.Models())
+	case *ListAdapters:
+		ctx.Respond(st.Adapters())
 	case *Known:
 		ctx.Respond(st.Known(m.Model))
 	case *SyncBatch:

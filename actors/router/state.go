@@ -74,6 +74,9 @@ type Request struct {
 	// holds state the request refers to): ErrPinnedGone when it is gone,
 	// never another worker.
 	Pin string
+	// CacheSalt is the request's cache_salt: the prefix index matches it
+	// only against prompts sent with the same salt.
+	CacheSalt string
 }
 
 // Target is the router's answer: where an attempt goes.
@@ -166,24 +169,27 @@ func NewState(cfg Config, table *routes.Table, epoch uint64) *State {
 	}
 }
 
-// SetWorker records a worker's new snapshot.
+// SetWorker records a worker's new snapshot. It is a member of one pool
+// for every model id it serves: its base model and each adapter.
 func (s *State) SetWorker(w fleet.Worker) {
 	s.observeWorker(w)
-	if old, ok := s.workers[w.ID]; ok && (old.Model != w.Model || old.Role != w.Role) {
+	if old, ok := s.workers[w.ID]; ok && (old.Role != w.Role || !slices.Equal(old.Models(), w.Models())) {
 		s.leavePool(old)
 	}
 	cp := w
 	s.workers[w.ID] = &cp
 	s.observe(&cp) // admission.go, ejection.go
-	p := s.pool(poolKey{w.Model, w.Role})
-	i := sort.SearchStrings(p.ids, w.ID)
-	if i == len(p.ids) || p.ids[i] != w.ID {
-		p.ids = slices.Insert(p.ids, i, w.ID)
-		p.ws = slices.Insert(p.ws, i, &cp)
-		p.ns = slices.Insert(p.ns, i, s.counter(w.ID))
-		p.ring.Add(w.ID)
-	} else {
-		p.ws[i] = &cp
+	for _, m := range cp.Models() {
+		p := s.pool(poolKey{m, w.Role})
+		i := sort.SearchStrings(p.ids, w.ID)
+		if i == len(p.ids) || p.ids[i] != w.ID {
+			p.ids = slices.Insert(p.ids, i, w.ID)
+			p.ws = slices.Insert(p.ws, i, &cp)
+			p.ns = slices.Insert(p.ns, i, s.counter(w.ID))
+			p.ring.Add(w.ID)
+		} else {
+			p.ws[i] = &cp
+		}
 	}
 	if len(s.pendingIndex) > 0 {
 		s.applyPending(&cp)
@@ -220,21 +226,24 @@ func (s *State) ResetWorkers(ws []fleet.Worker) {
 	s.retainWorkers()
 }
 
+// leavePool takes w out of the pools of every model id it serves.
 func (s *State) leavePool(w *fleet.Worker) {
-	k := poolKey{w.Model, w.Role}
-	p, ok := s.pools[k]
-	if !ok {
-		return
-	}
-	i := sort.SearchStrings(p.ids, w.ID)
-	if i < len(p.ids) && p.ids[i] == w.ID {
-		p.ids = slices.Delete(p.ids, i, i+1)
-		p.ws = slices.Delete(p.ws, i, i+1)
-		p.ns = slices.Delete(p.ns, i, i+1)
-		p.ring.Remove(w.ID)
-	}
-	if len(p.ids) == 0 {
-		delete(s.pools, k)
+	for _, m := range w.Models() {
+		k := poolKey{m, w.Role}
+		p, ok := s.pools[k]
+		if !ok {
+			continue
+		}
+		i := sort.SearchStrings(p.ids, w.ID)
+		if i < len(p.ids) && p.ids[i] == w.ID {
+			p.ids = slices.Delete(p.ids, i, i+1)
+			p.ws = slices.Delete(p.ws, i, i+1)
+			p.ns = slices.Delete(p.ns, i, i+1)
+			p.ring.Remove(w.ID)
+		}
+		if len(p.ids) == 0 {
+			delete(s.pools, k)
+		}
 	}
 }
 
@@ -332,13 +341,14 @@ func (s *State) Load(w *fleet.Worker) int { return s.InFlight(w.ID) + w.QueueDep
 // SetRoutes installs a new table and epoch.
 func (s *State) SetRoutes(t *routes.Table, epoch uint64) { s.table, s.epoch = t, epoch }
 
-// Known reports whether model names a route or is served by a known worker.
+// Known reports whether model names a route or is served by a known
+// worker (its base model or one of its adapters).
 func (s *State) Known(model string) bool {
 	if _, ok := s.table.Lookup(model); ok {
 		return true
 	}
 	for _, w := range s.workers {
-		if w.Model == model {
+		if w.Serves(model) {
 			return true
 		}
 	}
@@ -673,22 +683,39 @@ func (s *State) Ready(now time.Time) bool {
 	return false
 }
 
-// Models lists route models, aliases and served model ids of known workers.
+// Models lists route models, aliases and the model ids known workers
+// serve (base models and adapters).
 func (s *State) Models() []string {
 	seen := map[string]bool{}
 	var out []string
-	for _, m := range s.table.Models() {
+	add := func(m string) {
 		if !seen[m] {
 			seen[m] = true
 			out = append(out, m)
 		}
 	}
+	for _, m := range s.table.Models() {
+		add(m)
+	}
 	for _, w := range s.workers {
-		if !seen[w.Model] {
-			seen[w.Model] = true
-			out = append(out, w.Model)
+		for _, m := range w.Models() {
+			add(m)
 		}
 	}
 	sort.Strings(out)
+	return out
+}
+
+// Adapters maps each LoRA adapter a known worker serves to its base model
+// (the smallest, should workers disagree).
+func (s *State) Adapters() map[string]string {
+	out := map[string]string{}
+	for _, w := range s.workers {
+		for _, a := range w.Adapters {
+			if base, ok := out[a]; !ok || w.Model < base {
+				out[a] = w.Model
+			}
+		}
+	}
 	return out
 }

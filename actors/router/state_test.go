@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -146,7 +147,7 @@ func TestPickSkipsExpiredBeforeEviction(t *testing.T) {
 func TestStepRequestKeepsTheRequest(t *testing.T) {
 	req := &Request{Model: "auto", RequestID: "r1", PrefixKey: []byte("p"), Stream: true, Step: 0,
 		Exclude: map[string]bool{"w1": true}, Prompt: "system\nhello\n", Key: "team-a",
-		LeastLoaded: true, AnyRole: true, Pin: "w2"}
+		LeastLoaded: true, AnyRole: true, Pin: "w2", CacheSalt: "s"}
 	got := stepRequest(req, routes.Route{Model: "smol", Cascade: []routes.Step{{Model: "a", AcceptIf: "mean_logprob > -1"}, {Model: "b"}}})
 	if got.Model != "smol" || got.Step != 1 {
 		t.Fatalf("model %q step %d, want smol and 1", got.Model, got.Step)
@@ -187,7 +188,7 @@ func TestPickLeastLoadedAndAnyRole(t *testing.T) {
 		{"least loaded", Request{Model: "e", RequestID: "1", Prompt: words("x", 200), LeastLoaded: true}, "e2", nil},
 		{"cascade: its last step", Request{Model: "auto", RequestID: "1", LeastLoaded: true}, "b1", nil},
 		{"disaggregated: no unified worker", Request{Model: "pd", RequestID: "1", LeastLoaded: true}, "", ErrNoCapacity},
-		{"any role: the least loaded", Request{Model: "pd", RequestID: "1", LeastLoaded: true, AnyRole: true}, "d1", nil},
+		{"any role: the least loaded", Request{Model: "pd", RequestID: "1", LeastLoaded: true, AnyRole: true, CacheSalt: "s"}, "d1", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -261,5 +262,45 @@ func TestPickSaysWhyNoCapacity(t *testing.T) {
 	want := []Skip{{Step: 0, Model: "smol", Why: "model smol needs unified workers of smol; no worker of smol is registered"}}
 	if !reflect.DeepEqual(tg.Skipped, want) {
 		t.Fatalf("skipped %+v, want %+v", tg.Skipped, want)
+	}
+}
+
+// A LoRA adapter is a model id of its own: a request for it goes only to
+// workers that have it loaded, an unknown one is not found, and the
+// prefix index keeps each adapter's prompts (and each cache salt's) apart
+// from the base model's and from each other's.
+func TestPickAdapters(t *testing.T) {
+	a, c := w("a", "base", fleet.RoleUnified, 0, 0), w("c", "base", fleet.RoleUnified, 0, 0)
+	a.Adapters, c.Adapters = []string{"l1"}, []string{"l2"}
+	s := state(t, policy.NameCacheAware, nil, a, c)
+	prompt := words("system", 1024)
+	for _, tc := range []struct {
+		model, salt, worker string
+		matched             bool
+	}{
+		{"l1", "", "a", false}, {"l2", "", "c", false}, {"l1", "", "a", true},
+		{"base", "", "", false}, // the base model: neither adapter's entries count
+		{"l1", "tenant", "a", false}, {"l1", "tenant", "a", true},
+	} {
+		tg, err := s.Pick(&Request{Model: tc.model, RequestID: "r", Prompt: prompt, CacheSalt: tc.salt}, now)
+		if err != nil || tc.worker != "" && tg.Worker.ID != tc.worker || (tg.MatchedTokens > 0) != tc.matched {
+			t.Fatalf("%s salt %q: %s matched %d, %v; want %s matched %v", tc.model, tc.salt, tg.Worker.ID, tg.MatchedTokens, err, tc.worker, tc.matched)
+		}
+		s.Release(tg.Worker.ID)
+	}
+	if _, err := s.Pick(&Request{Model: "l3", RequestID: "r"}, now); !errors.Is(err, ErrModelNotFound) {
+		t.Fatalf("unknown adapter: %v", err)
+	}
+	if got := s.Adapters(); !reflect.DeepEqual(got, map[string]string{"l1": "base", "l2": "base"}) {
+		t.Fatalf("Adapters = %v", got)
+	}
+	// Unloading an adapter takes the worker out of its pool.
+	a.Adapters = nil
+	s.SetWorker(a)
+	if _, err := s.Pick(&Request{Model: "l1", RequestID: "r"}, now); !errors.Is(err, ErrModelNotFound) {
+		t.Fatalf("unloaded adapter: %v", err)
+	}
+	if !slices.Contains(s.Models(), "l2") || slices.Contains(s.Models(), "l1") {
+		t.Fatalf("Models = %v", s.Models())
 	}
 }

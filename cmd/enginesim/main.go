@@ -135,7 +135,8 @@ Flags:
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", enginesim.DefaultShutdownTimeout, "`time` in-flight requests get to finish at shutdown")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", enginesim.DefaultMaxBodyBytes, "largest request body in `bytes`")
 	fs.IntVar(&cfg.EmbeddingDim, "embedding-dim", enginesim.DefaultEmbeddingDim, "length of the toy embeddings of /v1/embeddings")
-	var unserved listFlag
+	var unserved, adapters listFlag
+	fs.Var(&adapters, "lora-adapter", "LoRA adapter `id` loaded from the start, answered besides -model (repeatable or comma-separated)")
 	fs.Var(&unserved, "unserved", "HTTP `path` answered 404 {\"detail\":\"Not Found\"}, as vLLM answers a path it does not serve (repeatable or comma-separated)")
 	fs.BoolVar(&cfg.Faults.Refuse, "fault-refuse", false, "fault: refuse connections")
 	fs.BoolVar(&cfg.Faults.Unavailable, "fault-unavailable", false, "fault: answer 503 (gRPC Unavailable)")
@@ -161,6 +162,7 @@ Flags:
 	}
 	cfg.Gateways = gateways
 	cfg.Unserved = unserved
+	cfg.Adapters = adapters
 	cfg.KVFormat = uint32(*kvFormat)
 	if cfg.RegistryToken == "" {
 		cfg.RegistryToken = getenv(tokenEnv)

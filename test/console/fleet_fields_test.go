@@ -17,7 +17,7 @@ import (
 
 // TestFleetRendersEjectionAndPrefixIndex: fields the workers' JSON may
 // carry beyond today's (an outlier ejection with its deadline and reason,
-// a prefix-index size) are rendered when present, against a fake admin
+// a prefix-index size, LoRA adapters) are rendered when present, against a fake admin
 // API without keys (so the console asks for none).
 func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 	path := chromium(t)
@@ -32,7 +32,7 @@ func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"epoch":3,"queued":{"m":4},"workers":[
-			{"id":"w-ok","model":"m","role":"unified","source":"heartbeat","routable":true,"kv_total_blocks":100,"kv_free_blocks":25,"last_heartbeat":%[1]q,"prefix_index_blocks":1234},
+			{"id":"w-ok","model":"m","role":"unified","source":"heartbeat","routable":true,"kv_total_blocks":100,"kv_free_blocks":25,"last_heartbeat":%[1]q,"prefix_index_blocks":1234,"adapters":["chat-lora","sql-lora"]},
 			{"id":"w-out","model":"m","role":"unified","source":"probe","kind":"vllm","routable":false,"ejected_until":%[2]q,"ejection_reason":"5 consecutive failures","last_heartbeat":%[1]q,"prefix_index_blocks":7},
 			{"id":"w-past","model":"m","role":"unified","source":"heartbeat","routable":true,"ejected_until":"2000-01-01T00:00:00Z","last_heartbeat":%[1]q},
 			{"id":"w-sus","model":"m","role":"unified","source":"heartbeat","routable":true,"consecutive_failures":2,"last_heartbeat":%[1]q}
@@ -67,8 +67,11 @@ func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 	if strings.Join(cells, ",") != "1.2k,7,–,–" {
 		t.Errorf("prefix index cells %q, want 1.2k, 7 and – (absent) twice", cells)
 	}
-	if got := eval[string](u, `document.querySelector('.card.model[data-model="m"] .cardhead .muted').textContent`); got != "3 of 4 routable · 4 waiting" {
-		t.Errorf("model card says %q, want 2 of 3 routable and 4 waiting for admission", got)
+	if got := eval[string](u, `document.querySelector('.card.model[data-model="m"] .cardhead .muted').textContent`); got != "3 of 4 routable · 4 waiting · LoRA adapters: chat-lora, sql-lora" {
+		t.Errorf("model card says %q, want 3 of 4 routable, 4 waiting for admission and the adapters", got)
+	}
+	if got := eval[string](u, `document.querySelector('tr[data-worker="w-ok"] .adapters').textContent`); got != "LoRA: chat-lora, sql-lora" {
+		t.Errorf("w-ok's adapters rendered %q", got)
 	}
 	if got := eval[string](u, `document.getElementById("live").textContent`); !strings.Contains(got, "no keys") {
 		t.Errorf("status %q, want it to say no keys are configured", got)

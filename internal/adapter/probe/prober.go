@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -131,8 +132,9 @@ type Prober struct {
 	timeout  time.Duration
 
 	mu        sync.Mutex
-	model     string // discovered model id, "" until known
-	ctxTokens uint32 // llama.cpp n_ctx from /props, 0 until known
+	model     string   // discovered model id, "" until known
+	ctxTokens uint32   // llama.cpp n_ctx from /props, 0 until known
+	adapters  []string // LoRA adapters of the last /v1/models read
 	// For an engine that exports no start time: the counters of the last
 	// probe that read them, and when one of them last went backwards
 	// (the engine restarted; zero until then).
@@ -200,10 +202,11 @@ func (p *Prober) probe(ctx context.Context) (Result, error) {
 	if code/100 != 2 {
 		return Result{}, fmt.Errorf("health: GET %s: %w: %d", p.cfg.Kind.healthPath(), ErrUnhealthy, code)
 	}
-	modelID, err := p.modelID(ctx, body)
+	modelID, listed, err := p.modelID(ctx, body)
 	if err != nil {
 		return Result{}, err
 	}
+	adapters := p.readAdapters(ctx, modelID, listed)
 	fig, merr := p.figures(ctx)
 	if ctx.Err() != nil {
 		return Result{}, fmt.Errorf("metrics: %w", context.Cause(ctx))
@@ -223,6 +226,7 @@ func (p *Prober) probe(ctx context.Context) (Result, error) {
 			KvTotalBlocks:   fig.KVTotalBlocks,
 			KvBlockTokens:   fig.BlockTokens,
 			StartedAtUnixMs: fig.StartedAtUnixMs,
+			LoraAdapters:    adapters,
 		},
 		Figures:    fig,
 		MetricsErr: merr,
@@ -252,35 +256,76 @@ func (p *Prober) incarnation(counters map[string]float64, now time.Time) uint64 
 // modelID is the configured model, else the one discovered earlier, else
 // the first id of GET /v1/models (for the generic kind, of the health
 // answer already read).
-func (p *Prober) modelID(ctx context.Context, healthBody []byte) (string, error) {
+// It also returns the model list when it has one at hand (the generic
+// kind's health answer, or the list it read to discover the model), nil
+// otherwise.
+func (p *Prober) modelID(ctx context.Context, healthBody []byte) (string, []byte, error) {
+	var listed []byte
+	if p.cfg.Kind == KindOpenAI {
+		listed = healthBody
+	}
 	if p.cfg.Model != "" {
-		return p.cfg.Model, nil
+		return p.cfg.Model, listed, nil
 	}
 	p.mu.Lock()
 	known := p.model
 	p.mu.Unlock()
 	if known != "" {
-		return known, nil
+		return known, listed, nil
 	}
-	body := healthBody
-	if p.cfg.Kind != KindOpenAI {
+	if listed == nil {
 		code, b, err := p.get(ctx, modelsPath, maxJSONBytes)
 		if err != nil {
-			return "", fmt.Errorf("model discovery: %w", err)
+			return "", nil, fmt.Errorf("model discovery: %w", err)
 		}
 		if code/100 != 2 {
-			return "", fmt.Errorf("model discovery: GET %s: %w: %d", modelsPath, ErrHTTPStatus, code)
+			return "", nil, fmt.Errorf("model discovery: GET %s: %w: %d", modelsPath, ErrHTTPStatus, code)
 		}
-		body = b
+		listed = b
 	}
-	id, err := firstModel(body)
+	id, err := firstModel(listed)
 	if err != nil {
-		return "", fmt.Errorf("model discovery: %w", err)
+		return "", nil, fmt.Errorf("model discovery: %w", err)
 	}
 	p.mu.Lock()
 	p.model = id
 	p.mu.Unlock()
-	return id, nil
+	return id, listed, nil
+}
+
+// readAdapters returns the LoRA adapters of model the engine lists now:
+// the entries of listed, or else of GET /v1/models, whose parent is
+// model, as vLLM lists loaded
+// adapters. Read on every probe, so adapters loaded or unloaded at run
+// time are picked up; when the list cannot be read the last one stands
+// (a failed read says nothing about the adapters).
+func (p *Prober) readAdapters(ctx context.Context, model string, listed []byte) []string {
+	body, ok := listed, true
+	if listed == nil {
+		code, b, err := p.get(ctx, modelsPath, maxJSONBytes)
+		ok, body = err == nil && code/100 == 2, b
+	}
+	var list struct {
+		Data []struct {
+			ID     string  `json:"id"`
+			Parent *string `json:"parent"`
+		} `json:"data"`
+	}
+	if ok && json.Unmarshal(body, &list) == nil {
+		var out []string
+		for _, m := range list.Data {
+			if m.Parent != nil && *m.Parent == model && m.ID != "" && m.ID != model && !slices.Contains(out, m.ID) {
+				out = append(out, m.ID)
+			}
+		}
+		p.mu.Lock()
+		p.adapters = out
+		p.mu.Unlock()
+		return out
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.adapters)
 }
 
 // firstModel reads an OpenAI model list ({"data":[{"id":...}]}) and returns

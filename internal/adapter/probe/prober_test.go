@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -67,7 +68,11 @@ func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Data   []map[string]any `json:"data"`
 		}{Object: "list", Data: []map[string]any{}}
 		for _, m := range models {
-			list.Data = append(list.Data, map[string]any{"id": m, "object": "model", "owned_by": string(e.kind)})
+			entry := map[string]any{"id": m, "object": "model", "owned_by": string(e.kind)}
+			if id, parent, ok := strings.Cut(m, "@"); ok { // a LoRA adapter "id@parent", as vLLM lists one
+				entry["id"], entry["parent"] = id, parent
+			}
+			list.Data = append(list.Data, entry)
 		}
 		_ = json.NewEncoder(w).Encode(list)
 	}
@@ -290,8 +295,8 @@ func TestProbeDiscoversModel(t *testing.T) {
 			t.Fatalf("probe %d: model %q, %v; want first", i, st.GetModel(), err)
 		}
 	}
-	if n := e.hitCount(modelsPath); n != 1 {
-		t.Errorf("GET /v1/models %d times over two probes, want 1 (discovered once)", n)
+	if n := e.hitCount(modelsPath); n != 2 {
+		t.Errorf("GET /v1/models %d times over two probes, want 2 (discovered once, the adapters read on each)", n)
 	}
 
 	// The engine restarts with another model: the failed probe forgets the
@@ -436,4 +441,26 @@ func BenchmarkProbe(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestProbeReadsAdapters: every probe reads the LoRA adapters vLLM lists
+// with the served model as parent, so adapters loaded or unloaded at run
+// time are followed.
+func TestProbeReadsAdapters(t *testing.T) {
+	e := &fakeEngine{kind: KindVLLM, models: []string{"m", "sql@m", "chat@m", "x@other"}, metrics: string(fixture(t, "vllm_v1.txt"))}
+	cfg, _ := startEngine(t, e)
+	p := New(cfg)
+	ctx := context.Background()
+	probe := func(want ...string) {
+		t.Helper()
+		st, err := p.Probe(ctx)
+		if err != nil || st.GetModel() != "m" || !slices.Equal(st.GetLoraAdapters(), want) {
+			t.Fatalf("probe: model %q adapters %v, %v; want m %v", st.GetModel(), st.GetLoraAdapters(), err, want)
+		}
+	}
+	probe("sql", "chat")
+	e.set(func(e *fakeEngine) { e.models = []string{"m", "chat@m"} }) // sql unloaded
+	probe("chat")
+	e.set(func(e *fakeEngine) { e.models = []string{"m"} })
+	probe()
 }

@@ -343,9 +343,12 @@ func (d *Deps) models(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ids := res.([]string)
+	parents := d.adapters(r.Context())
 	list := make([]openai.Model, 0, len(ids))
 	for _, id := range ids {
-		list = append(list, openai.NewModel(id, 0, "tlgate"))
+		m := openai.NewModel(id, 0, "tlgate")
+		m.Parent = parents[id]
+		list = append(list, m)
 	}
 	writeJSON(w, http.StatusOK, openai.NewModelList(list))
 }
@@ -362,7 +365,19 @@ func (d *Deps) model(w http.ResponseWriter, r *http.Request) {
 		d.reject(w, r, http.StatusNotFound, openai.CodeModelNotFound, fmt.Sprintf("The model %q does not exist.", id), &param)
 		return
 	}
-	writeJSON(w, http.StatusOK, openai.NewModel(id, 0, "tlgate"))
+	m := openai.NewModel(id, 0, "tlgate")
+	m.Parent = d.adapters(r.Context())[id]
+	writeJSON(w, http.StatusOK, m)
+}
+
+// adapters maps the LoRA adapters known workers serve to their base
+// models (empty when the router does not answer).
+func (d *Deps) adapters(ctx context.Context) map[string]string {
+	res, err := d.ask(ctx, &router.ListAdapters{})
+	if err != nil {
+		return nil
+	}
+	return res.(map[string]string)
 }
 
 func (d *Deps) ready(w http.ResponseWriter, r *http.Request) {

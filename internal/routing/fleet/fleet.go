@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -36,12 +37,15 @@ const (
 
 // Worker is the gateway's snapshot of one engine.
 type Worker struct {
-	ID            string    `json:"id"`
-	HTTPAddress   string    `json:"http_address"`
-	GRPCAddress   string    `json:"grpc_address"`
-	KVAddress     string    `json:"kv_address"`
-	Role          Role      `json:"role"`
-	Model         string    `json:"model"`
+	ID          string `json:"id"`
+	HTTPAddress string `json:"http_address"`
+	GRPCAddress string `json:"grpc_address"`
+	KVAddress   string `json:"kv_address"`
+	Role        Role   `json:"role"`
+	Model       string `json:"model"`
+	// Adapters are the LoRA adapters loaded on the worker: model ids it
+	// answers to besides Model, its base (sorted, no duplicates).
+	Adapters      []string  `json:"adapters,omitempty"`
 	KVFormat      uint32    `json:"kv_format"`
 	QueueDepth    int       `json:"queue_depth"`
 	Running       int       `json:"running"`
@@ -117,11 +121,46 @@ func Validate(s *controlv1.WorkerStatus) error {
 	if err := checkHostPort("kv_address", s.GetKvAddress(), role == RoleDecode); err != nil {
 		return err
 	}
+	if err := checkAdapters(s.GetModel(), s.GetLoraAdapters()); err != nil {
+		return err
+	}
 	if s.GetKvTotalBlocks() > 0 && s.GetKvFreeBlocks() > s.GetKvTotalBlocks() {
 		return fmt.Errorf("kv_free_blocks: %w: %d free of %d total", ErrInvalidKV, s.GetKvFreeBlocks(), s.GetKvTotalBlocks())
 	}
 	return nil
 }
+
+// MaxAdapters bounds the LoRA adapters one worker may report.
+const MaxAdapters = 256
+
+// checkAdapters refuses adapter ids that are not model ids, repeat, name
+// the base model, or are more than MaxAdapters.
+func checkAdapters(model string, ids []string) error {
+	if len(ids) > MaxAdapters {
+		return fmt.Errorf("lora_adapters: %w: %d adapters, at most %d", ErrInvalidModel, len(ids), MaxAdapters)
+	}
+	seen := make(map[string]bool, len(ids))
+	for i, id := range ids {
+		switch {
+		case !ValidModelID(id):
+			return fmt.Errorf("lora_adapters[%d]: %w: %q is not a valid model id", i, ErrInvalidModel, truncate(id))
+		case id == model:
+			return fmt.Errorf("lora_adapters[%d]: %w: %q is the base model", i, ErrInvalidModel, truncate(id))
+		case seen[id]:
+			return fmt.Errorf("lora_adapters[%d]: %w: %q is given twice", i, ErrInvalidModel, truncate(id))
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// Serves reports whether the worker answers to model id m: its base model
+// or one of its adapters.
+func (w *Worker) Serves(m string) bool { return w.Model == m || slices.Contains(w.Adapters, m) }
+
+// Models returns the model ids the worker answers to: its base, then its
+// adapters.
+func (w *Worker) Models() []string { return append([]string{w.Model}, w.Adapters...) }
 
 // RoleOf maps the contract's role; ROLE_UNSPECIFIED means unified.
 func RoleOf(r controlv1.Role) (Role, error) {
@@ -178,6 +217,16 @@ func truncate(s string) string {
 	return s
 }
 
+// sortedAdapters is a sorted copy of ids (nil when empty).
+func sortedAdapters(ids []string) []string {
+	if len(ids) == 0 {
+		return nil
+	}
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // FromStatus builds the worker snapshot of a validated status that arrived
 // at arrived, with the liveness deadline arrived + ttl.
 func FromStatus(s *controlv1.WorkerStatus, arrived time.Time, ttl time.Duration, source string) Worker {
@@ -189,6 +238,7 @@ func FromStatus(s *controlv1.WorkerStatus, arrived time.Time, ttl time.Duration,
 		KVAddress:     s.GetKvAddress(),
 		Role:          role,
 		Model:         s.GetModel(),
+		Adapters:      sortedAdapters(s.GetLoraAdapters()),
 		KVFormat:      s.GetKvFormat(),
 		QueueDepth:    int(s.GetQueueDepth()),
 		Running:       int(s.GetRunning()),

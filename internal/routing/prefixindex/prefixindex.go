@@ -149,8 +149,21 @@ func (x *Index) Tokens(n int) int { return int(float64(n) / x.cfg.BytesPerToken)
 // with the (i-1)-th. A trailing partial chunk has no hash (engines cache
 // whole blocks only).
 func (x *Index) Hashes(dst []uint64, prompt string) []uint64 {
+	return x.HashesIn(dst, "", prompt)
+}
+
+// rootHash starts every chain of the empty namespace.
+const rootHash = uint64(0x9e3779b97f4a7c15)
+
+// HashesIn is Hashes in namespace ns: a non-empty namespace (a LoRA
+// adapter, a cache salt) starts the chain from its own hash, so no chunk
+// of one namespace is ever a chunk of another or of the empty one.
+func (x *Index) HashesIn(dst []uint64, ns, prompt string) []uint64 {
 	cb := x.cfg.ChunkBytes
-	prev := uint64(0x9e3779b97f4a7c15)
+	prev := rootHash
+	if ns != "" {
+		prev = chain(rootHash, xxhash.Sum64String(ns)^0x5bd1e9955bd1e995)
+	}
 	for end := cb; end <= len(prompt); end += cb {
 		prev = chain(prev, xxhash.Sum64String(prompt[end-cb:end]))
 		dst = append(dst, prev)
@@ -347,10 +360,15 @@ func (q *Query) PromptBytes() int { return q.bytes }
 // Lookup cuts prompt into chunks and finds, for every worker of model,
 // its longest prefix of them in the index. The result is valid until the
 // next Lookup.
-func (x *Index) Lookup(modelID, prompt string) *Query {
+func (x *Index) Lookup(modelID, prompt string) *Query { return x.LookupIn(modelID, "", prompt) }
+
+// LookupIn is Lookup in namespace ns (see HashesIn): only prompts
+// recorded in the same namespace match, so two LoRA adapters of one base
+// model, or two cache salts, never share entries.
+func (x *Index) LookupIn(modelID, ns, prompt string) *Query {
 	q := &x.q
 	q.model, q.bytes, q.evicted = modelID, len(prompt), x.evicted
-	q.hashes = x.Hashes(q.hashes[:0], prompt)
+	q.hashes = x.HashesIn(q.hashes[:0], ns, prompt)
 	q.entries, q.hits, q.depth = q.entries[:0], q.hits[:0], q.depth[:0]
 	m := x.models[modelID]
 	if m == nil {

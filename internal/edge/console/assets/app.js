@@ -311,7 +311,9 @@
     }
     const drained = ws.filter((w) => w.drained).length;
     const routable = ws.filter((w) => takesRequests(w)).length;
-    c.counts.textContent = `${routable} of ${ws.length} routable` + (waiting ? ` · ${waiting} waiting` : "");
+    const adapters = [...new Set(ws.flatMap((w) => w.adapters || []))].sort();
+    c.counts.textContent = `${routable} of ${ws.length} routable` + (waiting ? ` · ${waiting} waiting` : "") +
+      (adapters.length ? ` · LoRA adapters: ${adapters.join(", ")}` : "");
     c.badge.textContent = drained === ws.length ? "drained" : drained ? "partly drained" : routable ? "serving" : "no routable worker";
     c.badge.className = "chip " + (drained ? "warn" : routable ? "ok" : "bad");
     c.drain.disabled = drained === ws.length;
@@ -321,7 +323,8 @@
       const s = workerState(w);
       const source = w.source === "probe" && w.kind ? `probe (${w.kind})` : w.source || "";
       c.tbody.append(el("tr", { "data-worker": w.id, "data-state": s.name },
-        el("td", { class: "id", title: w.http_address || "" }, el("span", { text: w.id }), el("div", { class: "addr muted", text: w.http_address || "" })),
+        el("td", { class: "id", title: w.http_address || "" }, el("span", { text: w.id }), el("div", { class: "addr muted", text: w.http_address || "" }),
+          (w.adapters || []).length ? el("div", { class: "adapters muted", "data-adapters": w.adapters.join(","), text: "LoRA: " + w.adapters.join(", ") }) : null),
         el("td", { text: w.role }),
         el("td", { text: source }),
         el("td", null, el("span", { class: "chip " + s.cls, text: s.label, title: s.title })),

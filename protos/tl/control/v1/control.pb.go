@@ -84,7 +84,7 @@ type WorkerStatus struct {
 	GrpcAddress     string                 `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"` // host:port of tl.engine.v1.EngineControl ("" if none)
 	KvAddress       string                 `protobuf:"bytes,4,opt,name=kv_address,json=kvAddress,proto3" json:"kv_address,omitempty"`       // host:port of tl.kv.v1.KvTransferService (decode workers)
 	Role            Role                   `protobuf:"varint,5,opt,name=role,proto3,enum=tl.control.v1.Role" json:"role,omitempty"`
-	Model           string                 `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`                              // the served model id, the only id the engine answers to
+	Model           string                 `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`                              // the served (base) model id
 	KvFormat        uint32                 `protobuf:"varint,7,opt,name=kv_format,json=kvFormat,proto3" json:"kv_format,omitempty"`       // KV layout version; a prefill and a decode worker pair only if equal
 	QueueDepth      uint32                 `protobuf:"varint,8,opt,name=queue_depth,json=queueDepth,proto3" json:"queue_depth,omitempty"` // requests waiting in the engine's queue
 	Running         uint32                 `protobuf:"varint,9,opt,name=running,proto3" json:"running,omitempty"`                         // sequences being decoded now
@@ -93,8 +93,11 @@ type WorkerStatus struct {
 	Draining        bool                   `protobuf:"varint,12,opt,name=draining,proto3" json:"draining,omitempty"`                                          // the engine itself is draining: not routable
 	KvBlockTokens   uint32                 `protobuf:"varint,13,opt,name=kv_block_tokens,json=kvBlockTokens,proto3" json:"kv_block_tokens,omitempty"`         // tokens per KV block (16 in the reference engine)
 	StartedAtUnixMs uint64                 `protobuf:"varint,14,opt,name=started_at_unix_ms,json=startedAtUnixMs,proto3" json:"started_at_unix_ms,omitempty"` // process start; a change means the engine restarted
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The LoRA adapters loaded now, each answered as a model id of its own
+	// over `model` (as vLLM serves them); sent whole in every heartbeat.
+	LoraAdapters  []string `protobuf:"bytes,15,rep,name=lora_adapters,json=loraAdapters,proto3" json:"lora_adapters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerStatus) Reset() {
@@ -225,6 +228,13 @@ func (x *WorkerStatus) GetStartedAtUnixMs() uint64 {
 	return 0
 }
 
+func (x *WorkerStatus) GetLoraAdapters() []string {
+	if x != nil {
+		return x.LoraAdapters
+	}
+	return nil
+}
+
 type HeartbeatAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Drain         bool                   `protobuf:"varint,1,opt,name=drain,proto3" json:"drain,omitempty"`                             // the gateway drains this worker's model: finish in-flight work, accept none
@@ -289,7 +299,7 @@ var File_tl_control_v1_control_proto protoreflect.FileDescriptor
 
 const file_tl_control_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x1btl/control/v1/control.proto\x12\rtl.control.v1\"\xe6\x03\n" +
+	"\x1btl/control/v1/control.proto\x12\rtl.control.v1\"\x8b\x04\n" +
 	"\fWorkerStatus\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12!\n" +
 	"\fhttp_address\x18\x02 \x01(\tR\vhttpAddress\x12!\n" +
@@ -307,7 +317,8 @@ const file_tl_control_v1_control_proto_rawDesc = "" +
 	"\x0fkv_total_blocks\x18\v \x01(\rR\rkvTotalBlocks\x12\x1a\n" +
 	"\bdraining\x18\f \x01(\bR\bdraining\x12&\n" +
 	"\x0fkv_block_tokens\x18\r \x01(\rR\rkvBlockTokens\x12+\n" +
-	"\x12started_at_unix_ms\x18\x0e \x01(\x04R\x0fstartedAtUnixMs\"[\n" +
+	"\x12started_at_unix_ms\x18\x0e \x01(\x04R\x0fstartedAtUnixMs\x12#\n" +
+	"\rlora_adapters\x18\x0f \x03(\tR\floraAdapters\"[\n" +
 	"\fHeartbeatAck\x12\x14\n" +
 	"\x05drain\x18\x01 \x01(\bR\x05drain\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1f\n" +
