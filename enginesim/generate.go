@@ -43,7 +43,11 @@ func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit fu
 	need := blockCount(len(r.prompt) + r.maxTokens)
 	a := &admission{handle: h}
 	if h == nil {
-		a.want.hashes = blockHashes(e.root, r.prompt)
+		root := e.root
+		if r.cacheSalt != "" { // vLLM's cache namespace: blocks shared only within the salt
+			root = toymodel.SeedOf("kv:" + e.cfg.Model + "\x00salt:" + r.cacheSalt)
+		}
+		a.want.hashes = blockHashes(root, r.prompt)
 		a.want.private = need - len(a.want.hashes)
 		a.promptLen = len(r.prompt)
 	} else {

@@ -44,6 +44,7 @@ type openAIRequest struct {
 	PresencePenalty  *float64        `json:"presence_penalty"`
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
 	N                *int            `json:"n"`
+	CacheSalt        string          `json:"cache_salt"`
 }
 
 type chatMessageIn struct {
@@ -64,6 +65,7 @@ type genRequest struct {
 	topLogprobs int
 	stream      bool
 	usageChunk  bool
+	cacheSalt   string // vLLM's cache_salt: prefix blocks are shared only with the same salt
 }
 
 // parseRequest validates body for chat or completions and tokenizes its
@@ -76,7 +78,7 @@ func parseRequest(tok *tokenizer.Tokenizer, body []byte, chat bool) (*openAIRequ
 	if req.Model == "" {
 		return nil, nil, fmt.Errorf("%w: model is required", errBadRequest)
 	}
-	g := &genRequest{chat: chat, stream: req.Stream}
+	g := &genRequest{chat: chat, stream: req.Stream, cacheSalt: req.CacheSalt}
 	var err error
 	if chat {
 		g.prompt, err = chatPrompt(tok, req.Messages)
