@@ -134,7 +134,7 @@ Flags:
 	fs.DurationVar(&cfg.HoldTimeout, "hold-timeout", enginesim.DefaultHoldTimeout, "`time` a decode engine holds pushed KV that nobody resumes")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", enginesim.DefaultShutdownTimeout, "`time` in-flight requests get to finish at shutdown")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", enginesim.DefaultMaxBodyBytes, "largest request body in `bytes`")
-	fs.IntVar(&cfg.EmbeddingDim, "embedding-dim", enginesim.DefaultEmbeddingDim, "length of the toy embeddings of /v1/embeddings")
+	fs.IntVar(&cfg.EmbeddingDim, "embedding-dim", 0, fmt.Sprintf("length of the toy embeddings of /v1/embeddings (0 means %d)", enginesim.DefaultEmbeddingDim))
 	var unserved, adapters listFlag
 	fs.Var(&adapters, "lora-adapter", "LoRA adapter `id` loaded from the start, answered besides -model (repeatable or comma-separated)")
 	fs.Var(&unserved, "unserved", "HTTP `path` answered 404 {\"detail\":\"Not Found\"}, as vLLM answers a path it does not serve (repeatable or comma-separated)")
