@@ -85,22 +85,31 @@ func TestDrillRollingDrainResume(t *testing.T) {
 
 	for _, model := range []string{"m1", "m2"} {
 		drained := workersOf[model]
-		// Long streams in flight on the model's workers: request ids the
-		// canary draw sends to this model.
+		// Long streams in flight on the model's workers: the canary draws
+		// on the gateway's own request id, so streams are opened until four
+		// landed on this model; one that the draw sent to the other model
+		// is read to its end at once.
 		var streams []drillStream
 		for i := 0; len(streams) < 4; i++ {
-			id := fmt.Sprintf("long-%s-%d", model, i)
-			if routes.PickBackend(drillCanary, id) != model {
-				continue
+			if i == 200 {
+				t.Fatalf("200 streams opened, %d of them on %s", len(streams), model)
 			}
+			id := fmt.Sprintf("long-%s-%d", model, i)
 			o, br, err := c.drillOpenStream(context.Background(), drillKey, id, drillBody("m", 60, true))
 			if err != nil {
 				t.Fatal(err)
 			}
-			streams = append(streams, drillStream{o, br, id})
+			s := drillStream{o, br, id}
 			if w := o.Header.Get("X-TL-Route"); !slices.Contains(drained, w) {
-				t.Fatalf("stream %s of %s went to %s", id, model, w)
+				if !slices.Contains(workersOf[other[model]], w) {
+					t.Fatalf("stream %s went to %s, a worker of neither model", id, w)
+				}
+				if done, err := s.rest(); err != nil || !done {
+					t.Fatalf("stream %s on %s: done %v, %v", id, w, done, err)
+				}
+				continue
 			}
+			streams = append(streams, s)
 		}
 		before := requests(drained)
 
@@ -160,18 +169,21 @@ func TestDrillRollingDrainResume(t *testing.T) {
 			}
 			return true
 		}, "the resumed engines no longer draining")
-		// Routing is restored: request ids the canary draws for this model
+		// Routing is restored: requests the canary draws for this model
 		// reach its workers again.
 		sent := 0
 		for i := 0; sent < 4; i++ {
-			id := fmt.Sprintf("after-%s-%d", model, i)
-			if routes.PickBackend(drillCanary, id) != model {
-				continue
+			if i == 200 {
+				t.Fatalf("after resuming %s: 200 requests sent, %d of them reached it", model, sent)
 			}
-			sent++
-			o := c.drillSend(context.Background(), "/v1/completions", drillKey, id, drillBody("m", 2, sent%2 == 0))
-			if !o.finishedOK(sent%2 == 0) || !slices.Contains(drained, o.route) {
+			id := fmt.Sprintf("after-%s-%d", model, i)
+			stream := i%2 == 0
+			o := c.drillSend(context.Background(), "/v1/completions", drillKey, id, drillBody("m", 2, stream))
+			if !o.finishedOK(stream) || !slices.Contains(drained, o.route) && !slices.Contains(workersOf[other[model]], o.route) {
 				t.Fatalf("after resuming %s: %v", model, o)
+			}
+			if slices.Contains(drained, o.route) {
+				sent++
 			}
 		}
 		if got := requests(drained); got == before {

@@ -17,7 +17,7 @@ func TestUnknownPathOpenAIError(t *testing.T) {
 	for _, tc := range []struct{ method, path, key string }{
 		{http.MethodGet, "/", ""},
 		{http.MethodPost, "/v1/images/generations", "key-plain"},
-		{http.MethodPost, "/v1/responses", "key-plain"},
+		{http.MethodPost, "/v1/assistants", "key-plain"},
 		{http.MethodGet, "/v2/models", ""},
 		{http.MethodDelete, "/nothing/here", ""},
 	} {
