@@ -13,7 +13,6 @@ import (
 
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/edge/adminhttp"
-	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 // A route split over two served models, two workers each: the drill drains
@@ -23,8 +22,6 @@ const drillCanaryRoutes = `
 model = "m"
 backends = [{ model = "m1", weight = 1 }, { model = "m2", weight = 1 }]
 `
-
-var drillCanary = routes.Route{Model: "m", Backends: []routes.Backend{{Model: "m1", Weight: 1}, {Model: "m2", Weight: 1}}}
 
 // drillAdmin posts a drain or resume with the admin key and decodes the
 // 202 body.
