@@ -3,6 +3,8 @@ package fleetsync
 import (
 	"testing"
 	"time"
+
+	"github.com/tlgate/tlgate/internal/testkit/cluster"
 )
 
 // TestDrillKillNATSUnderLoad: three cache_aware replicas under load from
@@ -14,28 +16,28 @@ import (
 // two. It logs how long after NATS's return the replicas agreed, and the
 // sync messages and bytes per request.
 func TestDrillKillNATSUnderLoad(t *testing.T) {
-	ns := startNATS(t)
+	ns := cluster.StartNATS(t)
 	f := newFleet(t, ns, "cache_aware", 3, engineConfigs(3, time.Millisecond))
 	stop := f.load(6, func(n int) string { return conversation(100+n%12, 1+n%4) })
 	defer stop()
-	for i := range f.replicas {
-		f.waitMetric(i, 10*time.Second, 10, "tlgate_sync_messages_received_total", "kind", "batch")
+	for i := range f.Replicas {
+		f.WaitMetric(i, 10*time.Second, 10, "tlgate_sync_messages_received_total", "kind", "batch")
 	}
 
 	ns.Stop()
 	killed := time.Now()
-	for i := range f.replicas {
-		eventually(t, 10*time.Second, func() bool { return f.metric(i, "tlgate_sync_up") == 0 }, "replica %d: tlgate_sync_up 0", i)
+	for i := range f.Replicas {
+		cluster.Eventually(t, 10*time.Second, func() bool { return f.Metric(i, "tlgate_sync_up") == 0 }, "replica %d: tlgate_sync_up 0", i)
 	}
-	for i := range f.replicas {
-		served := f.metric(i, "tlgate_requests_total", "outcome", "ok")
-		f.waitMetric(i, 10*time.Second, served+20, "tlgate_requests_total", "outcome", "ok")
+	for i := range f.Replicas {
+		served := f.Metric(i, "tlgate_requests_total", "outcome", "ok")
+		f.WaitMetric(i, 10*time.Second, served+20, "tlgate_requests_total", "outcome", "ok")
 	}
 	// The peers' claims have expired (peer_timeout): each replica routes
 	// on its own view.
-	eventually(t, 10*time.Second, func() bool {
-		for i := range f.replicas {
-			for _, w := range f.workers(i) {
+	cluster.Eventually(t, 10*time.Second, func() bool {
+		for i := range f.Replicas {
+			for _, w := range f.Workers(i) {
 				if w.PeerInFlight != 0 {
 					return false
 				}
@@ -49,16 +51,16 @@ func TestDrillKillNATSUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := time.Now()
-	for i := range f.replicas {
-		eventually(t, 10*time.Second, func() bool { return f.metric(i, "tlgate_sync_up") == 1 }, "replica %d: tlgate_sync_up 1", i)
+	for i := range f.Replicas {
+		cluster.Eventually(t, 10*time.Second, func() bool { return f.Metric(i, "tlgate_sync_up") == 1 }, "replica %d: tlgate_sync_up 1", i)
 	}
 	// Agreement: a conversation begun on replica 0 now is known to the
 	// other two, which route its next turns to the same worker.
 	const conv = 999
-	before := []float64{-1, f.metric(1, "tlgate_sync_messages_received_total", "kind", "pick"), f.metric(2, "tlgate_sync_messages_received_total", "kind", "pick")}
+	before := []float64{-1, f.Metric(1, "tlgate_sync_messages_received_total", "kind", "pick"), f.Metric(2, "tlgate_sync_messages_received_total", "kind", "pick")}
 	first := f.turn(0, conv, 1)
 	for i := 1; i < 3; i++ {
-		f.waitMetric(i, 10*time.Second, before[i]+1, "tlgate_sync_messages_received_total", "kind", "pick")
+		f.WaitMetric(i, 10*time.Second, before[i]+1, "tlgate_sync_messages_received_total", "kind", "pick")
 	}
 	agreed := time.Since(back)
 	for i := 1; i < 3; i++ {
@@ -71,10 +73,10 @@ func TestDrillKillNATSUnderLoad(t *testing.T) {
 		t.Fatalf("%d requests failed, first: %s", len(failures), failures[0])
 	}
 	var requests, msgs, bytes float64
-	for i := range f.replicas {
-		requests += f.metric(i, "tlgate_requests_total")
-		msgs += f.metric(i, "tlgate_sync_messages_sent_total", "kind", "batch")
-		bytes += f.metric(i, "tlgate_sync_sent_bytes_total")
+	for i := range f.Replicas {
+		requests += f.Metric(i, "tlgate_requests_total")
+		msgs += f.Metric(i, "tlgate_sync_messages_sent_total", "kind", "batch")
+		bytes += f.Metric(i, "tlgate_sync_sent_bytes_total")
 	}
 	t.Logf("NATS away %v; replicas agreed %v after its return; %.0f requests, %.2f batches and %.0f bytes published per request",
 		down.Round(time.Millisecond), agreed.Round(time.Millisecond), requests, msgs/requests, bytes/requests)

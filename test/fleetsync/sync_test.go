@@ -14,6 +14,7 @@ import (
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/adapter/fleetsync"
+	"github.com/tlgate/tlgate/internal/testkit/cluster"
 )
 
 // conversation is the prompt of a conversation's turn: every turn extends
@@ -34,7 +35,7 @@ func conversation(id, turn int) string {
 // engines are slow enough that they spread by load) and returns the
 // worker each went to.
 func (f *fleet) firstTurns(i, n int) []string {
-	f.t.Helper()
+	f.T.Helper()
 	workers := make([]string, n)
 	var wg sync.WaitGroup
 	for c := range n {
@@ -44,47 +45,47 @@ func (f *fleet) firstTurns(i, n int) []string {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			r := f.complete(ctx, i, conversation(c, 1), 8)
-			if r.err != nil || r.status != 200 {
-				f.t.Errorf("conversation %d turn 1: %d %v %s", c, r.status, r.err, r.body)
+			if r.Err != nil || r.Status != 200 {
+				f.T.Errorf("conversation %d turn 1: %d %v %s", c, r.Status, r.Err, r.Body)
 			}
-			workers[c] = r.route
+			workers[c] = r.Route()
 		}()
 	}
 	wg.Wait()
-	if f.t.Failed() {
-		f.t.FailNow()
+	if f.T.Failed() {
+		f.T.FailNow()
 	}
 	distinct := map[string]bool{}
 	for _, w := range workers {
 		distinct[w] = true
 	}
 	if len(distinct) < 2 {
-		f.t.Fatalf("turn 1 of %d conversations all went to %v: the test cannot tell sync from chance", n, workers)
+		f.T.Fatalf("turn 1 of %d conversations all went to %v: the test cannot tell sync from chance", n, workers)
 	}
 	return workers
 }
 
 // turn sends turn t of conversation c to replica i and returns its worker.
 func (f *fleet) turn(i, c, t int) string {
-	f.t.Helper()
+	f.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	r := f.complete(ctx, i, conversation(c, t), 2)
-	if r.err != nil || r.status != 200 {
-		f.t.Fatalf("conversation %d turn %d on replica %d: %d %v %s", c, t, i, r.status, r.err, r.body)
+	if r.Err != nil || r.Status != 200 {
+		f.T.Fatalf("conversation %d turn %d on replica %d: %d %v %s", c, t, i, r.Status, r.Err, r.Body)
 	}
-	return r.route
+	return r.Route()
 }
 
 func TestSyncSharesPrefixIndex(t *testing.T) {
-	f := newFleet(t, startNATS(t), "cache_aware", 2, engineConfigs(3, 25*time.Millisecond))
+	f := newFleet(t, cluster.StartNATS(t), "cache_aware", 2, engineConfigs(3, 25*time.Millisecond))
 	const convs = 6
 	workers := f.firstTurns(0, convs)
 	picks := float64(convs)
 	for turn := 2; turn <= 4; turn++ {
 		i := (turn - 1) % 2 // turns alternate: B, A, B
 		// B has applied every pick A made (and the other way round).
-		f.waitMetric(i, 5*time.Second, picks, "tlgate_sync_messages_received_total", "kind", "pick")
+		f.WaitMetric(i, 5*time.Second, picks, "tlgate_sync_messages_received_total", "kind", "pick")
 		for c := range convs {
 			if got := f.turn(i, c, turn); got != workers[c] {
 				t.Errorf("conversation %d turn %d on replica %d went to %s, turn 1 to %s", c, turn, i, got, workers[c])
@@ -97,7 +98,7 @@ func TestSyncSharesPrefixIndex(t *testing.T) {
 }
 
 func TestSyncSharesInFlight(t *testing.T) {
-	f := newFleet(t, startNATS(t), "least_outstanding", 2, engineConfigs(3, 20*time.Millisecond))
+	f := newFleet(t, cluster.StartNATS(t), "least_outstanding", 2, engineConfigs(3, 20*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
@@ -108,42 +109,42 @@ func TestSyncSharesInFlight(t *testing.T) {
 			defer wg.Done()
 			// 1,000 tokens at 20 ms: held open until the test ends.
 			r := f.complete(ctx, 0, fmt.Sprintf("held request %d", c), 1000)
-			held <- r.route
+			held <- r.Route()
 		}()
 		// A's least_outstanding puts the second beside the first.
-		f.waitWorker(0, fmt.Sprintf("w%d", c), func(w router.WorkerView) bool { return w.InFlight == 1 }, "one in flight on A")
+		f.WaitWorker(0, fmt.Sprintf("w%d", c), func(w router.WorkerView) bool { return w.InFlight == 1 }, "one in flight on A")
 	}
 	for _, id := range []string{"w0", "w1"} {
-		f.waitWorker(1, id, func(w router.WorkerView) bool { return w.PeerInFlight == 1 }, "one peer request in flight on B")
+		f.WaitWorker(1, id, func(w router.WorkerView) bool { return w.PeerInFlight == 1 }, "one peer request in flight on B")
 	}
 	for range 3 {
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		r := f.complete(rctx, 1, "a short one", 1)
 		rcancel()
-		if r.err != nil || r.status != 200 || r.route != "w2" {
-			t.Fatalf("B routed to %q (%d %v), want w2: w0 and w1 each carry one of A's", r.route, r.status, r.err)
+		if r.Err != nil || r.Status != 200 || r.Route() != "w2" {
+			t.Fatalf("B routed to %q (%d %v), want w2: w0 and w1 each carry one of A's", r.Route(), r.Status, r.Err)
 		}
 	}
 	cancel()
 	wg.Wait()
 	// A's requests ended: B forgets them.
 	for _, id := range []string{"w0", "w1"} {
-		f.waitWorker(1, id, func(w router.WorkerView) bool { return w.PeerInFlight == 0 }, "no peer request left on B")
+		f.WaitWorker(1, id, func(w router.WorkerView) bool { return w.PeerInFlight == 0 }, "no peer request left on B")
 	}
 }
 
 func TestSyncWarmStart(t *testing.T) {
-	ns := startNATS(t)
-	late := freePort(t) // replica B's registry, heartbeated before B runs
+	ns := cluster.StartNATS(t)
+	late := cluster.FreePort(t) // replica B's registry, heartbeated before B runs
 	f := newFleet(t, ns, "cache_aware", 1, engineConfigs(3, 25*time.Millisecond), late)
 	const convs = 6
 	workers := f.firstTurns(0, convs)
-	f.replicas = append(f.replicas, f.startReplica(late))
-	f.waitMetric(1, 5*time.Second, 1, "tlgate_sync_snapshots_total", "outcome", "applied")
-	f.waitRoutable(1)
-	eventually(t, 5*time.Second, func() bool {
+	f.startReplica(late)
+	f.WaitMetric(1, 5*time.Second, 1, "tlgate_sync_snapshots_total", "outcome", "applied")
+	f.WaitRoutable(1)
+	cluster.Eventually(t, 5*time.Second, func() bool {
 		n := 0
-		for _, w := range f.workers(1) {
+		for _, w := range f.Workers(1) {
 			n += w.PrefixIndexChunks
 		}
 		return n > 0
@@ -153,37 +154,37 @@ func TestSyncWarmStart(t *testing.T) {
 			t.Errorf("conversation %d turn 2 on the new replica went to %s, turn 1 to %s", c, got, workers[c])
 		}
 	}
-	if f.metric(0, "tlgate_sync_snapshots_total", "outcome", "served") < 1 {
+	if f.Metric(0, "tlgate_sync_snapshots_total", "outcome", "served") < 1 {
 		t.Error("replica A served no snapshot")
 	}
 }
 
 func TestSyncNATSDownKeepsServing(t *testing.T) {
-	ns := startNATS(t)
+	ns := cluster.StartNATS(t)
 	f := newFleet(t, ns, "cache_aware", 2, engineConfigs(2, 0))
 	stop := f.load(4, func(n int) string { return conversation(n%10, 1+n%3) })
 	defer stop()
-	for i := range f.replicas {
-		f.waitMetric(i, 5*time.Second, 5, "tlgate_sync_messages_received_total", "kind", "batch")
+	for i := range f.Replicas {
+		f.WaitMetric(i, 5*time.Second, 5, "tlgate_sync_messages_received_total", "kind", "batch")
 	}
 	ns.Stop()
-	for i := range f.replicas {
-		eventually(t, 10*time.Second, func() bool { return f.metric(i, "tlgate_sync_up") == 0 }, "replica %d: tlgate_sync_up 0", i)
+	for i := range f.Replicas {
+		cluster.Eventually(t, 10*time.Second, func() bool { return f.Metric(i, "tlgate_sync_up") == 0 }, "replica %d: tlgate_sync_up 0", i)
 	}
 	// Requests keep being answered while NATS is away.
-	for i := range f.replicas {
-		served := f.metric(i, "tlgate_requests_total", "outcome", "ok")
-		f.waitMetric(i, 10*time.Second, served+20, "tlgate_requests_total", "outcome", "ok")
+	for i := range f.Replicas {
+		served := f.Metric(i, "tlgate_requests_total", "outcome", "ok")
+		f.WaitMetric(i, 10*time.Second, served+20, "tlgate_requests_total", "outcome", "ok")
 	}
 	if err := ns.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	for i := range f.replicas {
-		eventually(t, 10*time.Second, func() bool { return f.metric(i, "tlgate_sync_up") == 1 }, "replica %d: tlgate_sync_up 1", i)
+	for i := range f.Replicas {
+		cluster.Eventually(t, 10*time.Second, func() bool { return f.Metric(i, "tlgate_sync_up") == 1 }, "replica %d: tlgate_sync_up 1", i)
 	}
-	for i := range f.replicas {
-		got := f.metric(i, "tlgate_sync_messages_received_total", "kind", "batch")
-		f.waitMetric(i, 10*time.Second, got+5, "tlgate_sync_messages_received_total", "kind", "batch")
+	for i := range f.Replicas {
+		got := f.Metric(i, "tlgate_sync_messages_received_total", "kind", "batch")
+		f.WaitMetric(i, 10*time.Second, got+5, "tlgate_sync_messages_received_total", "kind", "batch")
 	}
 	if failures := stop(); len(failures) > 0 {
 		t.Fatalf("%d requests failed, first: %s", len(failures), failures[0])
@@ -191,30 +192,30 @@ func TestSyncNATSDownKeepsServing(t *testing.T) {
 }
 
 func TestSyncSharesEjection(t *testing.T) {
-	f := newFleet(t, startNATS(t), "least_outstanding", 2, engineConfigs(2, 0))
-	if err := f.engines[0].SetFaults(enginesim.Faults{Refuse: true}); err != nil {
+	f := newFleet(t, cluster.StartNATS(t), "least_outstanding", 2, engineConfigs(2, 0))
+	if err := f.Engines[0].SetFaults(enginesim.Faults{Refuse: true}); err != nil {
 		t.Fatal(err)
 	}
 	// A's first attempt on w0 is refused: A ejects it and fails over.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if r := f.complete(ctx, 0, "hello", 2); r.err != nil || r.status != 200 || r.route != "w1" {
-		t.Fatalf("A: %d %v %q, want 200 from w1", r.status, r.err, r.route)
+	if r := f.complete(ctx, 0, "hello", 2); r.Err != nil || r.Status != 200 || r.Route() != "w1" {
+		t.Fatalf("A: %d %v %q, want 200 from w1", r.Status, r.Err, r.Route())
 	}
-	f.waitWorker(0, "w0", func(w router.WorkerView) bool { return !w.EjectedUntil.IsZero() }, "ejected on A")
-	f.waitWorker(1, "w0", func(w router.WorkerView) bool { return !w.EjectedUntil.IsZero() }, "ejected on B by A's word")
+	f.WaitWorker(0, "w0", func(w router.WorkerView) bool { return !w.EjectedUntil.IsZero() }, "ejected on A")
+	f.WaitWorker(1, "w0", func(w router.WorkerView) bool { return !w.EjectedUntil.IsZero() }, "ejected on B by A's word")
 	for range 4 {
-		if r := f.complete(ctx, 1, "hello", 2); r.err != nil || r.status != 200 || r.route != "w1" {
-			t.Fatalf("B: %d %v %q, want 200 from w1", r.status, r.err, r.route)
+		if r := f.complete(ctx, 1, "hello", 2); r.Err != nil || r.Status != 200 || r.Route() != "w1" {
+			t.Fatalf("B: %d %v %q, want 200 from w1", r.Status, r.Err, r.Route())
 		}
 	}
-	if n := f.metric(1, "tlgate_failovers_total"); n > 0 {
+	if n := f.Metric(1, "tlgate_failovers_total"); n > 0 {
 		t.Fatalf("B failed over %v times: it tried the engine A had ejected", n)
 	}
 }
 
 func TestSyncRejectsMalformed(t *testing.T) {
-	ns := startNATS(t)
+	ns := cluster.StartNATS(t)
 	// Messages above 4 KiB are refused by the replica (NATS takes 1 MiB).
 	f := newTweakedFleet(t, ns, "cache_aware", 1, engineConfigs(2, 0), func(g *config.Gateway) {
 		g.Sync.MaxMessageBytes, g.Sync.MaxBatchBytes = 4096, 4096
@@ -241,7 +242,7 @@ func TestSyncRejectsMalformed(t *testing.T) {
 		{"truncated", batch("liar", now, pick(model, "w0"))[:20], []string{"kind", "batch", "reason", "malformed"}},
 		{"oversized", batch("liar", now, router.PeerEvent{Kind: router.PeerPick, Model: model, Worker: "w0", Hashes: make([]uint64, 1000)}), []string{"kind", "batch", "reason", "oversized"}},
 		{"stale", batch("liar", now.Add(-time.Hour), pick(model, "w0")), []string{"kind", "batch", "reason", "stale"}},
-		{"its own echo", batch(f.replicas[0].gw.SyncID(), now, pick(model, "w0")), []string{"kind", "batch", "reason", "echo"}},
+		{"its own echo", batch(f.Replicas[0].GW.SyncID(), now, pick(model, "w0")), []string{"kind", "batch", "reason", "echo"}},
 		{"a foreign model", batch("liar", now, pick("other-model", "w0")), []string{"kind", "pick", "reason", "other_model"}},
 		{"an unknown worker", batch("liar", now, pick(model, "nobody")), []string{"kind", "pick", "reason", "unknown_worker"}},
 	}
@@ -254,17 +255,17 @@ func TestSyncRejectsMalformed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range msgs {
-		f.waitMetric(0, 5*time.Second, 1, "tlgate_sync_messages_dropped_total", m.metric...)
+		f.WaitMetric(0, 5*time.Second, 1, "tlgate_sync_messages_dropped_total", m.metric...)
 	}
 	// Nothing of it changed the view, and the replica still serves.
-	for _, w := range f.workers(0) {
+	for _, w := range f.Workers(0) {
 		if w.PeerInFlight != 0 || w.PrefixIndexChunks != 0 {
 			t.Errorf("worker %s: peer_in_flight %d, index chunks %d after garbage", w.ID, w.PeerInFlight, w.PrefixIndexChunks)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if r := f.complete(ctx, 0, "still here?", 2); r.err != nil || r.status != 200 {
-		t.Fatalf("after the garbage: %d %v", r.status, r.err)
+	if r := f.complete(ctx, 0, "still here?", 2); r.Err != nil || r.Status != 200 {
+		t.Fatalf("after the garbage: %d %v", r.Status, r.Err)
 	}
 }

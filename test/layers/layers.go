@@ -22,7 +22,8 @@
 //   - runtime (internal/runtime), tool (internal/tool) and cmd: composition
 //     and tools, which may import everything but test kits.
 //   - testkit (internal/testkit): helpers of tests, imported only by test
-//     files.
+//     files. A kit may import every layer but cmd and test (a cluster kit
+//     starts whole gateways).
 //   - test (test/..., deploy): tests only.
 package layers
 
@@ -92,7 +93,7 @@ var mayImport = map[Layer][]Layer{
 	Runtime: {Edge, Guard, Actors, Routing, Wire, Adapter, Engine, Protos},
 	Tool:    {Runtime, Edge, Guard, Actors, Routing, Wire, Adapter, Engine, Protos},
 	Cmd:     {Runtime, Tool, Edge, Guard, Actors, Routing, Wire, Adapter, Engine, Protos},
-	Testkit: {},
+	Testkit: {Runtime, Tool, Edge, Guard, Actors, Routing, Wire, Adapter, Engine, Protos},
 	Test:    {Runtime, Tool, Edge, Guard, Actors, Routing, Wire, Adapter, Engine, Protos, Cmd, Testkit},
 }
 

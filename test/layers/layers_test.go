@@ -95,6 +95,8 @@ func TestCheckFindsEachForbiddenImport(t *testing.T) {
 		{"a pure package imports a test kit", "internal/routing/policy", "internal/testkit/leakcheck", "non-test code imports a test kit"},
 		{"a command imports a test kit", "cmd/tlbench", "internal/testkit/bubble", "non-test code imports a test kit"},
 		{"a command imports another", "cmd/tlctl", "cmd/gateway", "one command imports another"},
+		{"a test kit imports a command", "internal/testkit/cluster", "cmd/gateway", "testkit may import only"},
+		{"a test kit imports a test", "internal/testkit/cluster", "test/replicas", "testkit may import only"},
 		{"a guard imports an edge", "internal/guard/auth", "internal/edge/httpedge", "guard may import only"},
 		{"the engine imports the router", "enginesim", "actors/router", "engine may import only"},
 
@@ -107,6 +109,8 @@ func TestCheckFindsEachForbiddenImport(t *testing.T) {
 		{"edge imports its own subpackage", "internal/edge/registryrpc", "internal/edge/registryrpc/peer", ""},
 		{"composition root imports an edge", "internal/runtime/gateway", "internal/edge/httpedge", ""},
 		{"a test imports a test kit", "test/replicas", "internal/testkit/leakcheck", ""},
+		{"a test kit imports the composition root", "internal/testkit/cluster", "internal/runtime/gateway", ""},
+		{"a test kit imports another", "internal/testkit/cluster", "internal/testkit/leakcheck", ""},
 		{"a command imports its own subpackage", "cmd/gateway", "cmd/gateway/internal/x", ""},
 	}
 	for _, tt := range tests {

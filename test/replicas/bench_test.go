@@ -1,7 +1,6 @@
 package replicas
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,13 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
-
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/adapter/config"
-	"github.com/tlgate/tlgate/internal/runtime/gateway"
+	"github.com/tlgate/tlgate/internal/testkit/cluster"
 )
 
 // BenchmarkPutToRouteChange times 100 route table changes: from sending a
@@ -27,8 +23,8 @@ import (
 //	go test -run '^$' -bench PutToRouteChange -benchtime 1x ./test/replicas/
 func BenchmarkPutToRouteChange(b *testing.B) {
 	const changes = 100
-	f := newFleet(b, startEtcd(b, 1), 2, nil, nil)
-	gwB := f.replicas[1].gw
+	f := newFleet(b, cluster.StartEtcd(b, 1), 2, nil, nil)
+	gwB := f.Replicas[1].GW
 	epochB := func() uint64 {
 		res, err := gwB.System().Root.RequestFuture(gwB.Router, &router.ListWorkers{}, time.Second).Result()
 		if err != nil {
@@ -43,8 +39,8 @@ func BenchmarkPutToRouteChange(b *testing.B) {
 			start := time.Now()
 			r := f.putRoutes(0, `"`+strconv.Itoa(epoch)+`"`, routesBody("m-"+strconv.Itoa(epoch)))
 			answered := time.Now()
-			if r.status != 200 {
-				b.Fatalf("PUT: %d %s", r.status, r.body)
+			if r.Status != 200 {
+				b.Fatalf("PUT: %d %s", r.Status, r.Body)
 			}
 			epoch++
 			deadline := start.Add(5 * time.Second)
@@ -81,44 +77,27 @@ func report(b *testing.B, name string, ds []time.Duration) {
 //
 //	go test -run '^$' -bench RequestPath -benchtime 2000x -count 3 ./test/replicas/
 func BenchmarkRequestPath(b *testing.B) {
-	c := startEtcd(b, 1)
+	c := cluster.StartEtcd(b, 1)
 	for _, kind := range []string{config.StoreFile, config.StoreEtcd} {
 		b.Run(kind, func(b *testing.B) {
 			cfg, err := config.Parse([]byte(baseConfig))
 			if err != nil {
 				b.Fatal(err)
 			}
-			cfg.Gateway.StateDir = b.TempDir()
 			if kind == config.StoreEtcd {
 				cfg.Gateway.Store = config.Store{Kind: config.StoreEtcd, Endpoints: c.Endpoints(), Prefix: "/bench/", DialTimeout: config.D(5 * time.Second)}
 			}
-			reg := prometheus.NewRegistry()
-			gw, err := gateway.Start(context.Background(), cfg, gateway.Options{Logger: zerolog.Nop(), Registry: reg, Gatherer: reg})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = gw.Close(ctx)
-			}()
-			e, err := enginesim.Start(context.Background(), enginesim.Config{ID: "smol-v3-a", Model: "smol-v3", Role: enginesim.RoleUnified,
-				Gateways: []string{gw.RegistryAddr()}, HeartbeatInterval: 100 * time.Millisecond, Logger: zerolog.Nop()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer e.Kill()
-			f := &fleet{t: b, replicas: []*replica{{gw: gw, url: "http://" + gw.HTTPAddr(), reg: reg}}, client: &http.Client{Transport: &http.Transport{}}}
-			defer f.client.CloseIdleConnections()
-			f.waitWorker(0, "smol-v3-a", func(w router.WorkerView) bool { return w.Routable }, "routable")
-			url := f.replicas[0].url + "/v1/completions"
+			f := cluster.New(b, opsKey)
+			f.StartReplica(cfg)
+			f.StartEngines([]enginesim.Config{{ID: "smol-v3-a", Model: "smol-v3", Role: enginesim.RoleUnified}})
+			url := f.Replicas[0].URL + "/v1/completions"
 			body := `{"model":"smol","prompt":"hi","max_tokens":1}`
 			b.ResetTimer()
 			for range b.N {
 				req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 				req.Header.Set("Authorization", "Bearer "+opsKey)
 				req.Header.Set("Content-Type", "application/json")
-				resp, err := f.client.Do(req)
+				resp, err := f.Client.Do(req)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tlgate/tlgate/internal/testkit/cluster"
 )
 
 // drillResult is one request of the drill.
@@ -30,16 +32,16 @@ type drillResult struct {
 // replica when it died, every other request was answered 200, and the
 // survivors keep the shared table and take writes.
 func TestDrillKillReplicaUnderLoad(t *testing.T) {
-	f := newFleet(t, startEtcd(t, 1), 3, nil, engineConfigs(5*time.Millisecond))
-	if r := f.putRoutes(0, `"1"`, routesBody("smol-v4")); r.status != 200 {
-		t.Fatalf("PUT on A: %d %s", r.status, r.body)
+	f := newFleet(t, cluster.StartEtcd(t, 1), 3, nil, engineConfigs(5*time.Millisecond))
+	if r := f.putRoutes(0, `"1"`, routesBody("smol-v4")); r.Status != 200 {
+		t.Fatalf("PUT on A: %d %s", r.Status, r.Body)
 	}
-	for i := range f.replicas {
+	for i := range f.Replicas {
 		f.waitETag(i, `"2"`, 5*time.Second)
 	}
-	urls := make([]string, len(f.replicas))
-	for i, r := range f.replicas {
-		urls[i] = r.url
+	urls := make([]string, len(f.Replicas))
+	for i, r := range f.Replicas {
+		urls[i] = r.URL
 	}
 	const clients = 6
 	const dead = 0
@@ -88,11 +90,11 @@ func TestDrillKillReplicaUnderLoad(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, 10*time.Second, func() bool { return inflight[dead].Load() >= 2 }, "two requests in flight on the replica to kill")
-	f.replicas[dead].kill()
+	cluster.Eventually(t, 10*time.Second, func() bool { return inflight[dead].Load() >= 2 }, "two requests in flight on the replica to kill")
+	f.Replicas[dead].Kill()
 	killedAt := time.Now()
 	killed.Store(true)
-	eventually(t, 20*time.Second, func() bool { return after.Load() >= 5*clients }, "%d requests answered after the kill", 5*clients)
+	cluster.Eventually(t, 20*time.Second, func() bool { return after.Load() >= 5*clients }, "%d requests answered after the kill", 5*clients)
 	close(stop)
 	wg.Wait()
 
@@ -116,7 +118,7 @@ func TestDrillKillReplicaUnderLoad(t *testing.T) {
 		t.Log("no request was cut off in flight this run (the kill landed between requests)")
 	}
 	// The survivors keep the shared table and take writes.
-	for i := range f.replicas {
+	for i := range f.Replicas {
 		if i == dead {
 			continue
 		}
@@ -124,8 +126,8 @@ func TestDrillKillReplicaUnderLoad(t *testing.T) {
 			t.Errorf("replica %d serves ETag %s after the kill, want \"2\"", i, etag)
 		}
 	}
-	if r := f.putRoutes(1, `"2"`, routesBody("smol-v3")); r.status != 200 {
-		t.Fatalf("PUT on B after the kill: %d %s", r.status, r.body)
+	if r := f.putRoutes(1, `"2"`, routesBody("smol-v3")); r.Status != 200 {
+		t.Fatalf("PUT on B after the kill: %d %s", r.Status, r.Body)
 	}
 	f.waitETag(2, `"3"`, 5*time.Second)
 }

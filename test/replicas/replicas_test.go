@@ -2,7 +2,6 @@ package replicas
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,13 +14,14 @@ import (
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/runtime/gateway"
+	"github.com/tlgate/tlgate/internal/testkit/cluster"
 )
 
 // TestReplicasShareRoutes: a PUT on A is served, within 2 s, by B and C
 // with the new ETag, and they route by it.
 func TestReplicasShareRoutes(t *testing.T) {
-	f := newFleet(t, startEtcd(t, 1), 3, nil, engineConfigs(0))
-	for i := range f.replicas {
+	f := newFleet(t, cluster.StartEtcd(t, 1), 3, nil, engineConfigs(0))
+	for i := range f.Replicas {
 		if got := f.routedTo(i, "smol"); got != "smol-v3-a" {
 			t.Fatalf("replica %d routes smol to %q before the PUT, want smol-v3-a", i, got)
 		}
@@ -31,36 +31,36 @@ func TestReplicasShareRoutes(t *testing.T) {
 		t.Fatalf("first ETag %s, want \"1\"", etag)
 	}
 	put := f.putRoutes(0, etag, routesBody("smol-v4"))
-	if put.err != nil || put.status != 200 || put.header.Get("ETag") != `"2"` {
-		t.Fatalf("PUT on A: %d %s %v", put.status, put.body, put.err)
+	if put.Err != nil || put.Status != 200 || put.Header.Get("ETag") != `"2"` {
+		t.Fatalf("PUT on A: %d %s %v", put.Status, put.Body, put.Err)
 	}
 	for i := 1; i < 3; i++ {
 		body := f.waitETag(i, `"2"`, 2*time.Second)
-		if !sameJSON(body, put.body) {
-			t.Fatalf("replica %d serves %s, want %s", i, body, put.body)
+		if !sameJSON(body, put.Body) {
+			t.Fatalf("replica %d serves %s, want %s", i, body, put.Body)
 		}
-		eventually(t, 2*time.Second, func() bool { return f.routedTo(i, "smol") == "smol-v4-a" }, "replica %d to route smol to smol-v4-a", i)
-		if g := f.gauge(i, "tlgate_route_epoch"); g != 2 {
+		cluster.Eventually(t, 2*time.Second, func() bool { return f.routedTo(i, "smol") == "smol-v4-a" }, "replica %d to route smol to smol-v4-a", i)
+		if g := f.Metric(i, "tlgate_route_epoch"); g != 2 {
 			t.Errorf("replica %d tlgate_route_epoch %v, want 2", i, g)
 		}
 	}
 	// A stale ETag is refused on a replica that did not take the write.
-	if r := f.putRoutes(2, `"1"`, routesBody("big")); r.status != http.StatusPreconditionFailed {
-		t.Fatalf("stale PUT on C: %d %s", r.status, r.body)
+	if r := f.putRoutes(2, `"1"`, routesBody("big")); r.Status != http.StatusPreconditionFailed {
+		t.Fatalf("stale PUT on C: %d %s", r.Status, r.Body)
 	}
 }
 
 // TestReplicasRacePut: the same If-Match PUT on A and B at once gives one
 // 200 and one 412, and every replica ends with the winner's table.
 func TestReplicasRacePut(t *testing.T) {
-	f := newFleet(t, startEtcd(t, 1), 3, nil, nil)
+	f := newFleet(t, cluster.StartEtcd(t, 1), 3, nil, nil)
 	for round := 1; round <= 5; round++ {
 		etag := `"` + strconv.Itoa(round) + `"`
-		for i := range f.replicas {
+		for i := range f.Replicas {
 			f.waitETag(i, etag, 5*time.Second)
 		}
 		bodies := []string{routesBody("a-" + strconv.Itoa(round)), routesBody("b-" + strconv.Itoa(round))}
-		replies := make([]reply, 2)
+		replies := make([]cluster.Reply, 2)
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		for i := range 2 {
@@ -74,28 +74,28 @@ func TestReplicasRacePut(t *testing.T) {
 		winner := -1
 		for i, r := range replies {
 			switch {
-			case r.err != nil:
-				t.Fatalf("round %d: PUT on replica %d: %v", round, i, r.err)
-			case r.status == 200:
+			case r.Err != nil:
+				t.Fatalf("round %d: PUT on replica %d: %v", round, i, r.Err)
+			case r.Status == 200:
 				if winner >= 0 {
 					t.Fatalf("round %d: both PUTs answered 200", round)
 				}
 				winner = i
-			case r.status != http.StatusPreconditionFailed:
-				t.Fatalf("round %d: PUT on replica %d: %d %s, want 200 or 412", round, i, r.status, r.body)
+			case r.Status != http.StatusPreconditionFailed:
+				t.Fatalf("round %d: PUT on replica %d: %d %s, want 200 or 412", round, i, r.Status, r.Body)
 			}
 		}
 		if winner < 0 {
-			t.Fatalf("round %d: no PUT answered 200: %d %s / %d %s", round, replies[0].status, replies[0].body, replies[1].status, replies[1].body)
+			t.Fatalf("round %d: no PUT answered 200: %d %s / %d %s", round, replies[0].Status, replies[0].Body, replies[1].Status, replies[1].Body)
 		}
 		next := `"` + strconv.Itoa(round+1) + `"`
-		if loser := replies[1-winner]; loser.header.Get("ETag") != next && loser.header.Get("ETag") != etag {
-			t.Errorf("round %d: the 412 carries ETag %s", round, loser.header.Get("ETag"))
+		if loser := replies[1-winner]; loser.Header.Get("ETag") != next && loser.Header.Get("ETag") != etag {
+			t.Errorf("round %d: the 412 carries ETag %s", round, loser.Header.Get("ETag"))
 		}
-		for i := range f.replicas {
+		for i := range f.Replicas {
 			body := f.waitETag(i, next, 5*time.Second)
-			if !sameJSON(body, replies[winner].body) {
-				t.Fatalf("round %d: replica %d serves %s, want the winner's %s", round, i, body, replies[winner].body)
+			if !sameJSON(body, replies[winner].Body) {
+				t.Fatalf("round %d: replica %d serves %s, want the winner's %s", round, i, body, replies[winner].Body)
 			}
 		}
 	}
@@ -104,37 +104,37 @@ func TestReplicasRacePut(t *testing.T) {
 // TestReplicasShareDrain: a drain on A stops routing on every replica and
 // every replica's heartbeat acks carry it; a resume on C undoes it on all.
 func TestReplicasShareDrain(t *testing.T) {
-	f := newFleet(t, startEtcd(t, 1), 3, nil, engineConfigs(0))
+	f := newFleet(t, cluster.StartEtcd(t, 1), 3, nil, engineConfigs(0))
 	bigAddr := ""
-	for _, w := range f.workers(0) {
+	for _, w := range f.Workers(0) {
 		if w.ID == "big-a" {
 			bigAddr = w.HTTPAddress
 		}
 	}
-	r := f.do("POST", f.replicas[0].url+"/admin/v1/models/big:drain", "")
-	if r.status != http.StatusAccepted {
-		t.Fatalf("drain on A: %d %s", r.status, r.body)
+	r := f.do("POST", f.Replicas[0].URL+"/admin/v1/models/big:drain", "")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("drain on A: %d %s", r.Status, r.Body)
 	}
-	for i := range f.replicas {
-		f.waitWorker(i, "big-a", func(w router.WorkerView) bool { return w.Drained && !w.Routable }, "drained")
-		eventually(t, 5*time.Second, func() bool {
+	for i := range f.Replicas {
+		f.WaitWorker(i, "big-a", func(w router.WorkerView) bool { return w.Drained && !w.Routable }, "drained")
+		cluster.Eventually(t, 5*time.Second, func() bool {
 			drain, err := f.ackDrain(i, "ack-probe-"+strconv.Itoa(i), "big", bigAddr)
 			return err == nil && drain
 		}, "replica %d's acks to carry the drain", i)
-		if got := f.complete(i, "big"); got.status != http.StatusServiceUnavailable {
-			t.Errorf("replica %d answers big with %d while it is drained, want 503", i, got.status)
+		if got := f.complete(i, "big"); got.Status != http.StatusServiceUnavailable {
+			t.Errorf("replica %d answers big with %d while it is drained, want 503", i, got.Status)
 		}
 		if got := f.routedTo(i, "smol"); got != "smol-v3-a" {
 			t.Errorf("replica %d routes smol to %q during the drain, want smol-v3-a", i, got)
 		}
 	}
-	r = f.do("POST", f.replicas[2].url+"/admin/v1/models/big:resume", "")
-	if r.status != http.StatusAccepted {
-		t.Fatalf("resume on C: %d %s", r.status, r.body)
+	r = f.do("POST", f.Replicas[2].URL+"/admin/v1/models/big:resume", "")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("resume on C: %d %s", r.Status, r.Body)
 	}
-	for i := range f.replicas {
-		f.waitWorker(i, "big-a", func(w router.WorkerView) bool { return !w.Drained }, "resumed")
-		eventually(t, 5*time.Second, func() bool { return f.routedTo(i, "big") == "big-a" }, "replica %d to route big again", i)
+	for i := range f.Replicas {
+		f.WaitWorker(i, "big-a", func(w router.WorkerView) bool { return !w.Drained }, "resumed")
+		cluster.Eventually(t, 5*time.Second, func() bool { return f.routedTo(i, "big") == "big-a" }, "replica %d to route big again", i)
 	}
 }
 
@@ -143,43 +143,43 @@ func TestReplicasShareDrain(t *testing.T) {
 // gets 503 store_unavailable with Retry-After. With etcd back, a PUT works
 // and every replica converges.
 func TestStoreOutageKeepsServing(t *testing.T) {
-	c := startEtcd(t, 1)
+	c := cluster.StartEtcd(t, 1)
 	f := newFleet(t, c, 2, nil, engineConfigs(0))
 	c.Stop(0)
-	for i := range f.replicas {
-		eventually(t, 10*time.Second, func() bool { return !f.replicas[i].gw.StoreUp() }, "replica %d to see etcd down", i)
-		if g := f.gauge(i, "tlgate_store_up"); g != 0 {
+	for i := range f.Replicas {
+		cluster.Eventually(t, 10*time.Second, func() bool { return !f.Replicas[i].GW.StoreUp() }, "replica %d to see etcd down", i)
+		if g := f.Metric(i, "tlgate_store_up"); g != 0 {
 			t.Errorf("replica %d tlgate_store_up %v while etcd is down, want 0", i, g)
 		}
 		if got := f.routedTo(i, "smol"); got != "smol-v3-a" {
 			t.Errorf("replica %d: inference during the outage went to %q, want smol-v3-a", i, got)
 		}
-		if r := f.do("GET", f.replicas[i].url+"/readyz", ""); r.status != 200 {
-			t.Errorf("replica %d /readyz %d during the outage, want 200", i, r.status)
+		if r := f.do("GET", f.Replicas[i].URL+"/readyz", ""); r.Status != 200 {
+			t.Errorf("replica %d /readyz %d during the outage, want 200", i, r.Status)
 		}
 		r := f.putRoutes(i, `"1"`, routesBody("smol-v4"))
-		if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" || !contains(r.body, "store_unavailable") {
-			t.Fatalf("replica %d PUT during the outage: %d %v %s, want 503 store_unavailable with Retry-After", i, r.status, r.header, r.body)
+		if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" || !contains(r.Body, "store_unavailable") {
+			t.Fatalf("replica %d PUT during the outage: %d %v %s, want 503 store_unavailable with Retry-After", i, r.Status, r.Header, r.Body)
 		}
-		if d := f.do("POST", f.replicas[i].url+"/admin/v1/models/big:drain", ""); d.status != http.StatusServiceUnavailable {
-			t.Errorf("replica %d drain during the outage: %d %s, want 503", i, d.status, d.body)
+		if d := f.do("POST", f.Replicas[i].URL+"/admin/v1/models/big:drain", ""); d.Status != http.StatusServiceUnavailable {
+			t.Errorf("replica %d drain during the outage: %d %s, want 503", i, d.Status, d.Body)
 		}
 	}
 	if err := c.Restart(0); err != nil {
 		t.Fatal(err)
 	}
-	for i := range f.replicas {
-		eventually(t, 15*time.Second, func() bool { return f.replicas[i].gw.StoreUp() }, "replica %d to see etcd back", i)
+	for i := range f.Replicas {
+		cluster.Eventually(t, 15*time.Second, func() bool { return f.Replicas[i].GW.StoreUp() }, "replica %d to see etcd back", i)
 	}
-	var put reply
-	eventually(t, 10*time.Second, func() bool {
+	var put cluster.Reply
+	cluster.Eventually(t, 10*time.Second, func() bool {
 		put = f.putRoutes(1, `"1"`, routesBody("smol-v4"))
-		return put.status == 200
-	}, "a PUT on B to succeed after the outage (last: %d %s)", put.status, put.body)
-	for i := range f.replicas {
+		return put.Status == 200
+	}, "a PUT on B to succeed after the outage (last: %d %s)", put.Status, put.Body)
+	for i := range f.Replicas {
 		f.waitETag(i, `"2"`, 5*time.Second)
-		eventually(t, 5*time.Second, func() bool { return f.routedTo(i, "smol") == "smol-v4-a" }, "replica %d to route by the new table", i)
-		if g := f.gauge(i, "tlgate_store_up"); g != 1 {
+		cluster.Eventually(t, 5*time.Second, func() bool { return f.routedTo(i, "smol") == "smol-v4-a" }, "replica %d to route by the new table", i)
+		if g := f.Metric(i, "tlgate_store_up"); g != 1 {
 			t.Errorf("replica %d tlgate_store_up %v after the outage, want 1", i, g)
 		}
 	}
@@ -189,7 +189,7 @@ func TestStoreOutageKeepsServing(t *testing.T) {
 // and etcd compacts its history past what B saw; when B is back it reads
 // the store at its current revision and serves the last table.
 func TestStoreCompactionResync(t *testing.T) {
-	c := startEtcd(t, 1)
+	c := cluster.StartEtcd(t, 1)
 	proxy := newCutProxy(t, c.Endpoints()[0])
 	f := newFleet(t, c, 2, func(i int) []string {
 		if i == 1 {
@@ -199,12 +199,12 @@ func TestStoreCompactionResync(t *testing.T) {
 	}, nil)
 	f.waitETag(1, `"1"`, 5*time.Second)
 	proxy.setCut(true)
-	eventually(t, 10*time.Second, func() bool { return !f.replicas[1].gw.StoreUp() }, "B to see etcd down")
-	var last reply
+	cluster.Eventually(t, 10*time.Second, func() bool { return !f.Replicas[1].GW.StoreUp() }, "B to see etcd down")
+	var last cluster.Reply
 	for epoch := 1; epoch <= 5; epoch++ {
 		last = f.putRoutes(0, `"`+strconv.Itoa(epoch)+`"`, routesBody("m-"+strconv.Itoa(epoch)))
-		if last.status != 200 {
-			t.Fatalf("PUT %d on A: %d %s", epoch, last.status, last.body)
+		if last.Status != 200 {
+			t.Fatalf("PUT %d on A: %d %s", epoch, last.Status, last.Body)
 		}
 	}
 	cli := etcdClient(t, c.Endpoints())
@@ -222,12 +222,12 @@ func TestStoreCompactionResync(t *testing.T) {
 	}
 	proxy.setCut(false)
 	body := f.waitETag(1, `"6"`, 20*time.Second)
-	if !sameJSON(body, last.body) {
-		t.Fatalf("B serves %s after the resync, want %s", body, last.body)
+	if !sameJSON(body, last.Body) {
+		t.Fatalf("B serves %s after the resync, want %s", body, last.Body)
 	}
-	eventually(t, 10*time.Second, func() bool { return f.replicas[1].gw.StoreUp() }, "B to see etcd up")
-	if r := f.putRoutes(1, `"6"`, routesBody("after")); r.status != 200 {
-		t.Fatalf("PUT on B after the resync: %d %s", r.status, r.body)
+	cluster.Eventually(t, 10*time.Second, func() bool { return f.Replicas[1].GW.StoreUp() }, "B to see etcd up")
+	if r := f.putRoutes(1, `"6"`, routesBody("after")); r.Status != 200 {
+		t.Fatalf("PUT on B after the resync: %d %s", r.Status, r.Body)
 	}
 	f.waitETag(0, `"7"`, 5*time.Second)
 }
@@ -237,24 +237,24 @@ func TestStoreCompactionResync(t *testing.T) {
 // The members run in child processes and the one that goes down is
 // killed, as a crashed machine would be.
 func TestEtcdThreeMembersOneDown(t *testing.T) {
-	c := startEtcdProcesses(t, 3)
+	c := cluster.StartEtcdProcesses(t, 3)
 	f := newFleet(t, c, 2, nil, engineConfigs(0))
 	// The leader goes down: the other two elect one and go on.
 	leader := etcdLeader(t, c.Endpoints())
 	c.Stop(leader)
-	var put reply
-	eventually(t, 15*time.Second, func() bool {
+	var put cluster.Reply
+	cluster.Eventually(t, 15*time.Second, func() bool {
 		put = f.putRoutes(0, `"1"`, routesBody("smol-v4"))
-		return put.status == 200
-	}, "a PUT with one member down (last: %d %s)", put.status, put.body)
+		return put.Status == 200
+	}, "a PUT with one member down (last: %d %s)", put.Status, put.Body)
 	f.waitETag(1, `"2"`, 5*time.Second)
-	eventually(t, 5*time.Second, func() bool { return f.routedTo(1, "smol") == "smol-v4-a" }, "B to route by the new table")
-	if r := f.do("POST", f.replicas[1].url+"/admin/v1/models/big:drain", ""); r.status != http.StatusAccepted {
-		t.Fatalf("drain on B with one member down: %d %s", r.status, r.body)
+	cluster.Eventually(t, 5*time.Second, func() bool { return f.routedTo(1, "smol") == "smol-v4-a" }, "B to route by the new table")
+	if r := f.do("POST", f.Replicas[1].URL+"/admin/v1/models/big:drain", ""); r.Status != http.StatusAccepted {
+		t.Fatalf("drain on B with one member down: %d %s", r.Status, r.Body)
 	}
-	f.waitWorker(0, "big-a", func(w router.WorkerView) bool { return w.Drained }, "drained on A")
-	for i := range f.replicas {
-		if !f.replicas[i].gw.StoreUp() {
+	f.WaitWorker(0, "big-a", func(w router.WorkerView) bool { return w.Drained }, "drained on A")
+	for i := range f.Replicas {
+		if !f.Replicas[i].GW.StoreUp() {
 			t.Errorf("replica %d sees the store down with 2 of 3 members up", i)
 		}
 	}
@@ -262,8 +262,8 @@ func TestEtcdThreeMembersOneDown(t *testing.T) {
 	if err := c.Restart(leader); err != nil {
 		t.Fatal(err)
 	}
-	if r := f.putRoutes(1, `"2"`, routesBody("smol-v3")); r.status != 200 {
-		t.Fatalf("PUT after the member's return: %d %s", r.status, r.body)
+	if r := f.putRoutes(1, `"2"`, routesBody("smol-v3")); r.Status != 200 {
+		t.Fatalf("PUT after the member's return: %d %s", r.Status, r.Body)
 	}
 	f.waitETag(0, `"3"`, 5*time.Second)
 }
@@ -273,12 +273,7 @@ func contains(b []byte, s string) bool { return strings.Contains(string(b), s) }
 // TestStoreUnreachableAtStart: a gateway whose etcd cannot be reached
 // refuses to start once dial_timeout has passed, naming the endpoints.
 func TestStoreUnreachableAtStart(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	endpoint := "http://" + l.Addr().String()
-	_ = l.Close() // nothing listens there now
+	endpoint := "http://" + cluster.FreePort(t) // nothing listens there
 	cfg, err := config.Parse([]byte(baseConfig))
 	if err != nil {
 		t.Fatal(err)
@@ -305,7 +300,7 @@ func TestStoreUnreachableAtStart(t *testing.T) {
 // does not validate is refused by every replica, which keeps serving and
 // routing by the table in force; a PUT with that table's ETag replaces it.
 func TestStoredInvalidTableRefused(t *testing.T) {
-	c := startEtcd(t, 1)
+	c := cluster.StartEtcd(t, 1)
 	f := newFleet(t, c, 2, nil, engineConfigs(0))
 	cli := etcdClient(t, c.Endpoints())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -316,9 +311,9 @@ func TestStoredInvalidTableRefused(t *testing.T) {
 	// Replica A takes the refused write's revision as seen: a PUT with the
 	// ETag in force goes through once it has. Until then, and after, both
 	// serve and route by the table in force.
-	var r reply
-	eventually(t, 5*time.Second, func() bool {
-		for i := range f.replicas {
+	var r cluster.Reply
+	cluster.Eventually(t, 5*time.Second, func() bool {
+		for i := range f.Replicas {
 			if etag, _ := f.getRoutes(i); etag != `"1"` {
 				t.Fatalf("replica %d serves ETag %s, want the table in force \"1\"", i, etag)
 			}
@@ -327,10 +322,10 @@ func TestStoredInvalidTableRefused(t *testing.T) {
 			}
 		}
 		r = f.putRoutes(0, `"1"`, routesBody("smol-v4"))
-		return r.status == 200
-	}, "a PUT on A over the refused table (last: %d %s)", r.status, r.body)
+		return r.Status == 200
+	}, "a PUT on A over the refused table (last: %d %s)", r.Status, r.Body)
 	f.waitETag(1, `"2"`, 5*time.Second)
-	eventually(t, 5*time.Second, func() bool { return f.routedTo(1, "smol") == "smol-v4-a" }, "B to route by the table that replaced the refused one")
+	cluster.Eventually(t, 5*time.Second, func() bool { return f.routedTo(1, "smol") == "smol-v4-a" }, "B to route by the table that replaced the refused one")
 }
 
 // TestReplicasPutAfterPutElsewhere: the ETag a PUT on one replica
@@ -338,33 +333,33 @@ func TestStoredInvalidTableRefused(t *testing.T) {
 // brought the write: a mismatch rereads the store before it is a 412. A
 // route just added on one replica can be drained on another likewise.
 func TestReplicasPutAfterPutElsewhere(t *testing.T) {
-	f := newFleet(t, startEtcd(t, 1), 2, nil, nil)
+	f := newFleet(t, cluster.StartEtcd(t, 1), 2, nil, nil)
 	etag := `"1"`
 	for i := range 20 {
 		r := f.putRoutes(i%2, etag, routesBody("m-"+strconv.Itoa(i)))
-		if r.status != 200 {
-			t.Fatalf("PUT %d on replica %d with the ETag the other answered (%s): %d %s", i, i%2, etag, r.status, r.body)
+		if r.Status != 200 {
+			t.Fatalf("PUT %d on replica %d with the ETag the other answered (%s): %d %s", i, i%2, etag, r.Status, r.Body)
 		}
-		etag = r.header.Get("ETag")
+		etag = r.Header.Get("ETag")
 	}
 	if etag != `"21"` {
 		t.Fatalf("last ETag %s, want \"21\"", etag)
 	}
 	// A stale ETag is still a 412, naming the stored one.
-	if r := f.putRoutes(0, `"20"`, routesBody("late")); r.status != http.StatusPreconditionFailed || r.header.Get("ETag") != `"21"` {
-		t.Fatalf("stale PUT: %d ETag %s %s", r.status, r.header.Get("ETag"), r.body)
+	if r := f.putRoutes(0, `"20"`, routesBody("late")); r.Status != http.StatusPreconditionFailed || r.Header.Get("ETag") != `"21"` {
+		t.Fatalf("stale PUT: %d ETag %s %s", r.Status, r.Header.Get("ETag"), r.Body)
 	}
 	// A route added on one replica can be drained on another at once.
 	for i := range 10 {
 		route := "fresh-" + strconv.Itoa(i)
 		r := f.putRoutes(i%2, etag, `{"routes":[{"model":"`+route+`","backends":[{"model":"big","weight":1}]}]}`)
-		if r.status != 200 {
-			t.Fatalf("PUT of %s: %d %s", route, r.status, r.body)
+		if r.Status != 200 {
+			t.Fatalf("PUT of %s: %d %s", route, r.Status, r.Body)
 		}
-		etag = r.header.Get("ETag")
-		d := f.do("POST", f.replicas[1-i%2].url+"/admin/v1/models/"+route+":drain", "")
-		if d.status != http.StatusAccepted || !strings.Contains(string(d.body), `"drained":["big"]`) {
-			t.Fatalf("drain of %s on the other replica: %d %s", route, d.status, d.body)
+		etag = r.Header.Get("ETag")
+		d := f.do("POST", f.Replicas[1-i%2].URL+"/admin/v1/models/"+route+":drain", "")
+		if d.Status != http.StatusAccepted || !strings.Contains(string(d.Body), `"drained":["big"]`) {
+			t.Fatalf("drain of %s on the other replica: %d %s", route, d.Status, d.Body)
 		}
 	}
 }
