@@ -182,3 +182,58 @@ func TestAuthorizationAndKeyCase(t *testing.T) {
 		}
 	}
 }
+
+// TestBodyLimitIsInclusive: max_body_bytes is the largest body accepted.
+// A body of exactly that many bytes is read whole and parsed, on the
+// inference and the admin path, whether it comes with its Content-Length
+// or chunked; one byte more is 413 request_too_large either way.
+func TestBodyLimitIsInclusive(t *testing.T) {
+	const limit = 1000 // startHardeningGateway's max_body_bytes
+	gw, _ := startHardeningGateway(t, "")
+	base := "http://" + gw.HTTPAddr()
+	client := &http.Client{Timeout: hardenWait}
+	defer client.CloseIdleConnections()
+	// pad pads a JSON object (ending in "}") with spaces to size bytes.
+	pad := func(doc string, size int) string {
+		return doc[:len(doc)-1] + strings.Repeat(" ", size-len(doc)) + "}"
+	}
+	paths := []struct {
+		name, method, path, key, doc string
+		status                       int    // at the limit: the body was parsed
+		code                         string // ... and judged on what it says
+	}{
+		{"inference", "POST", "/v1/completions", "key-plain", `{"model":"nope","prompt":"hi","max_tokens":1}`, http.StatusNotFound, "model_not_found"},
+		{"admin", "PUT", "/admin/v1/routes", "key-admin", `{"routes":[]}`, http.StatusPreconditionRequired, "if_match_required"},
+	}
+	for _, p := range paths {
+		for _, chunked := range []bool{false, true} {
+			for _, size := range []int{limit, limit + 1} {
+				t.Run(fmt.Sprintf("%s chunked=%v %d bytes", p.name, chunked, size), func(t *testing.T) {
+					var body io.Reader = strings.NewReader(pad(p.doc, size))
+					if chunked {
+						body = io.MultiReader(body) // no length known: sent chunked
+					}
+					req, err := http.NewRequest(p.method, base+p.path, body)
+					if err != nil {
+						t.Fatal(err)
+					}
+					req.Header.Set("Authorization", "Bearer "+p.key)
+					req.Header.Set("Content-Type", "application/json")
+					resp, err := client.Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					status, code := p.status, p.code
+					if size > limit {
+						status, code = http.StatusRequestEntityTooLarge, "request_too_large"
+					}
+					if resp.StatusCode != status || errorCode(t, b) != code {
+						t.Fatalf("status %d %s, want %d %s", resp.StatusCode, b, status, code)
+					}
+				})
+			}
+		}
+	}
+}

@@ -290,3 +290,62 @@ func TestHTTP2KeepsConnection(t *testing.T) {
 		t.Fatalf("%d connections for 4 HTTP/2 requests, want 1", n)
 	}
 }
+
+// TestLimitIsInclusive: a body of exactly MaxBodyBytes is passed to the
+// handler whole, with its Content-Length or chunked; a Content-Length one
+// byte more is 413 before the handler runs. A chunked body has no length
+// to judge: the guard passes it whatever its size, and the handler bounds
+// what it reads.
+func TestLimitIsInclusive(t *testing.T) {
+	const limit = 1000
+	s := httptest.NewServer(Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprint(w, r.ContentLength, " ", len(b)) // -1: chunked
+	}), Options{MaxBodyBytes: limit, Timeout: testWait}))
+	defer s.Close()
+	client := s.Client()
+	defer client.CloseIdleConnections()
+	for _, tc := range []struct {
+		name    string
+		size    int
+		chunked bool
+		status  int
+	}{
+		{"Content-Length one under the limit", limit - 1, false, http.StatusOK},
+		{"Content-Length at the limit", limit, false, http.StatusOK},
+		{"Content-Length one over the limit", limit + 1, false, http.StatusRequestEntityTooLarge},
+		{"chunked at the limit", limit, true, http.StatusOK},
+		{"chunked over the limit, left to the handler", limit + 1, true, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var body io.Reader = strings.NewReader(strings.Repeat("x", tc.size))
+			if tc.chunked {
+				body = io.MultiReader(body) // no length known: sent chunked
+			}
+			req, err := http.NewRequest("POST", s.URL, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("%d bytes: status %d %s, want %d", tc.size, resp.StatusCode, b, tc.status)
+			}
+			length := tc.size
+			if tc.chunked {
+				length = -1
+			}
+			if want := fmt.Sprint(length, " ", tc.size); tc.status == http.StatusOK && string(b) != want {
+				t.Fatalf("the handler saw Content-Length and bytes read %q, want %q", b, want)
+			}
+		})
+	}
+}
