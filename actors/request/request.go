@@ -26,6 +26,7 @@ import (
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/routing/cascade"
+	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 	"github.com/tlgate/tlgate/internal/wire/proxy"
 	"github.com/tlgate/tlgate/internal/wire/usage"
@@ -225,6 +226,9 @@ type requestActor struct {
 	// generations counts the attempts that timed out generating a whole
 	// answer (proxy.IsGenerating).
 	generations int
+	// hashes keeps the prompt's chunk hashes across the request's Routes
+	// (router.Request.Hashes): the router's to fill, never touched here.
+	hashes prefixindex.PromptHashes
 }
 
 // Receive is the actor's switch; each case calls one step of the protocol.
@@ -271,6 +275,7 @@ func (a *requestActor) route(ctx actor.Context) {
 		Model: a.ex.Req.Model, RequestID: a.ex.RequestID, PrefixKey: a.ex.Req.PrefixKey,
 		Stream: a.ex.Req.Stream, Step: step, Exclude: a.exclude, Key: a.ex.KeyName, Prompt: a.ex.Req.Prompt,
 		LeastLoaded: a.ex.Req.Endpoint.Pooling(), AnyRole: a.ex.Req.Endpoint.Tokenizer(), Pin: a.pin, CacheSalt: a.ex.Req.CacheSalt,
+		Hashes: &a.hashes,
 	}})
 	a.routing = true
 }

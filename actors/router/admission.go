@@ -476,7 +476,7 @@ func (s *State) warmChunks(w *Waiter, now time.Time) int {
 	}
 	model, ns := indexKey(base, served, w.Req.CacheSalt)
 	most := 0
-	for _, h := range s.prefix.index.LookupIn(model, ns, w.Req.Prompt).Hits() {
+	for _, h := range s.prefix.index.LookupHashed(model, ns, w.Req.Prompt, w.Req.Hashes).Hits() {
 		wk, c := s.workers[h.ID], s.inflight[h.ID]
 		if h.Chunks <= most || wk == nil || c == nil || !wk.Routable(now) || w.Req.Exclude[h.ID] ||
 			c.ejectedAt(now) || c.atLimit() {

@@ -84,7 +84,7 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request) (int, stri
 		return -1, ""
 	}
 	base, ns := indexKey(s.members[0].Model, model, req.CacheSalt)
-	q := ca.index.LookupIn(base, ns, req.Prompt)
+	q := ca.index.LookupHashed(base, ns, req.Prompt, req.Hashes)
 	tokens := ca.index.Tokens(q.PromptBytes())
 	chunk := ca.index.Config().ChunkBytes
 	ca.prefill = ca.prefill[:0]

@@ -59,6 +59,11 @@ type Request struct {
 	// Prompt is the whole rendered prompt (openai.Request.Prompt), which
 	// the cache_aware policy looks up in its prefix index.
 	Prompt string
+	// Hashes, when set, keeps Prompt's chunk hashes across the request's
+	// Routes (failover retries, cascade steps) and its dispatch scans in
+	// the queue, so that the prefix index hashes the prompt once. The
+	// router alone reads and fills it; nil: hashed on every lookup.
+	Hashes *prefixindex.PromptHashes
 	// Key is the API key's name: the queue's fair shares are per key.
 	Key string
 	// LeastLoaded: the request keeps no KV cache worth routing for

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/policy"
+	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
@@ -147,7 +148,7 @@ func TestPickSkipsExpiredBeforeEviction(t *testing.T) {
 func TestStepRequestKeepsTheRequest(t *testing.T) {
 	req := &Request{Model: "auto", RequestID: "r1", PrefixKey: []byte("p"), Stream: true, Step: 0,
 		Exclude: map[string]bool{"w1": true}, Prompt: "system\nhello\n", Key: "team-a",
-		LeastLoaded: true, AnyRole: true, Pin: "w2", CacheSalt: "s"}
+		LeastLoaded: true, AnyRole: true, Pin: "w2", CacheSalt: "s", Hashes: &prefixindex.PromptHashes{}}
 	got := stepRequest(req, routes.Route{Model: "smol", Cascade: []routes.Step{{Model: "a", AcceptIf: "mean_logprob > -1"}, {Model: "b"}}})
 	if got.Model != "smol" || got.Step != 1 {
 		t.Fatalf("model %q step %d, want smol and 1", got.Model, got.Step)

@@ -329,7 +329,8 @@ type Hit struct {
 type Query struct {
 	model   string
 	bytes   int
-	hashes  []uint64
+	hashes  []uint64 // scratch's, or a memo's
+	scratch PromptHashes
 	entries []*entry // entries of hashes[:len(entries)], present at lookup
 	evicted uint64   // Index.evicted at lookup
 	hits    []Hit
@@ -366,9 +367,46 @@ func (x *Index) Lookup(modelID, prompt string) *Query { return x.LookupIn(modelI
 // recorded in the same namespace match, so two LoRA adapters of one base
 // model, or two cache salts, never share entries.
 func (x *Index) LookupIn(modelID, ns, prompt string) *Query {
+	return x.LookupHashed(modelID, ns, prompt, nil)
+}
+
+// PromptHashes keeps one prompt's chunk hashes between lookups of it, so
+// that a prompt looked up again (a request's failover retries and cascade
+// steps, its turns in a dispatch scan of the queue) is hashed once: per
+// namespace, the last one it was looked up in. The zero value holds none.
+// It belongs to the one prompt it is first used with; it is not safe for
+// concurrent use.
+type PromptHashes struct {
+	ns     string
+	chunk  int // the index's ChunkBytes when hashed; 0: none held
+	hashes []uint64
+	runs   int
+}
+
+// Runs is how many times a prompt was hashed into p.
+func (p *PromptHashes) Runs() int { return p.runs }
+
+// in returns the hashes of prompt in namespace ns, hashing it unless p
+// holds them.
+func (p *PromptHashes) in(x *Index, ns, prompt string) []uint64 {
+	if p.chunk != x.cfg.ChunkBytes || p.ns != ns {
+		p.hashes = x.HashesIn(p.hashes[:0], ns, prompt)
+		p.ns, p.chunk = ns, x.cfg.ChunkBytes
+		p.runs++
+	}
+	return p.hashes
+}
+
+// LookupHashed is LookupIn with prompt's hashes kept in memo (see
+// PromptHashes); a nil memo hashes the prompt again.
+func (x *Index) LookupHashed(modelID, ns, prompt string, memo *PromptHashes) *Query {
 	q := &x.q
 	q.model, q.bytes, q.evicted = modelID, len(prompt), x.evicted
-	q.hashes = x.HashesIn(q.hashes[:0], ns, prompt)
+	if memo == nil {
+		memo = &q.scratch
+		memo.chunk = 0
+	}
+	q.hashes = memo.in(x, ns, prompt)
 	q.entries, q.hits, q.depth = q.entries[:0], q.hits[:0], q.depth[:0]
 	m := x.models[modelID]
 	if m == nil {
