@@ -390,7 +390,7 @@ func (p *PromptHashes) Runs() int { return p.runs }
 // holds them.
 func (p *PromptHashes) in(x *Index, ns, prompt string) []uint64 {
 	if p.chunk != x.cfg.ChunkBytes || p.ns != ns {
-		p.hashes = x.HashesIn(p.hashes[:0], ns, prompt)
+		p.hashes = x.HashesIn(slices.Grow(p.hashes[:0], x.Chunks(len(prompt))), ns, prompt)
 		p.ns, p.chunk = ns, x.cfg.ChunkBytes
 		p.runs++
 	}
