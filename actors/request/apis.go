@@ -40,9 +40,9 @@ type api struct {
 func apiOf(path string) api {
 	switch {
 	case path == PathResponses || strings.HasPrefix(path, PathResponses+"/"):
-		return api{dialect: responsesDialect(), usage: usage.Responses, responses: true}
+		return api{dialect: responsesDialect, usage: usage.Responses, responses: true}
 	case path == PathMessages:
-		return api{dialect: messagesDialect(), usage: usage.Anthropic}
+		return api{dialect: messagesDialect, usage: usage.Anthropic}
 	}
 	return api{}
 }
@@ -52,17 +52,16 @@ func (p api) completions() bool { return p.dialect == nil }
 
 // responsesDialect is OpenAI's Responses API: an answer is an object
 // "response"; a stream ends with response.completed, response.failed,
-// response.incomplete or an error event.
-func responsesDialect() *proxy.Dialect {
-	return &proxy.Dialect{
-		Success:   func(root gjson.Result) bool { return root.Get("object").Str == "response" },
-		EndEvents: []string{"response.completed", "response.failed", "response.incomplete", "error"},
-		DoneAlso:  true,
-		ErrorEvent: func(reason proxy.Failure) []byte {
-			return responsesErrorEvent(openai.CodeUpstreamFailed,
-				"The engine failed after the response started ("+string(reason)+"); the response is incomplete.")
-		},
-	}
+// response.incomplete or an error event. Shared by every exchange: never
+// modified.
+var responsesDialect = &proxy.Dialect{
+	Success:   func(root gjson.Result) bool { return root.Get("object").Str == "response" },
+	EndEvents: []string{"response.completed", "response.failed", "response.incomplete", "error"},
+	DoneAlso:  true,
+	ErrorEvent: func(reason proxy.Failure) []byte {
+		return responsesErrorEvent(openai.CodeUpstreamFailed,
+			"The engine failed after the response started ("+string(reason)+"); the response is incomplete.")
+	},
 }
 
 // responsesErrorEvent is a Responses stream's error event.
@@ -78,19 +77,18 @@ func responsesErrorEvent(code, msg string) []byte {
 
 // messagesDialect is Anthropic's Messages API: an answer is an object of
 // type "message", errors are Anthropic-shaped, a stream ends with
-// message_stop or an error event.
-func messagesDialect() *proxy.Dialect {
-	return &proxy.Dialect{
-		Success: func(root gjson.Result) bool { return root.Get("type").Str == "message" },
-		Error: func(status int, _, msg string, _ *string) []byte {
-			return anthropic.MarshalError(status, msg)
-		},
-		EndEvents: []string{"message_stop", "error"},
-		DoneAlso:  true,
-		ErrorEvent: func(reason proxy.Failure) []byte {
-			return anthropic.SSEError("The engine failed after the response started (" + string(reason) + "); the response is incomplete.")
-		},
-	}
+// message_stop or an error event. Shared by every exchange: never
+// modified.
+var messagesDialect = &proxy.Dialect{
+	Success: func(root gjson.Result) bool { return root.Get("type").Str == "message" },
+	Error: func(status int, _, msg string, _ *string) []byte {
+		return anthropic.MarshalError(status, msg)
+	},
+	EndEvents: []string{"message_stop", "error"},
+	DoneAlso:  true,
+	ErrorEvent: func(reason proxy.Failure) []byte {
+		return anthropic.SSEError("The engine failed after the response started (" + string(reason) + "); the response is incomplete.")
+	},
 }
 
 // pathID returns the {id} of GET or DELETE /v1/responses/{id}.
