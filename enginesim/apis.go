@@ -100,11 +100,7 @@ type sse struct {
 func (s *sse) event(name string, v any) error {
 	if !s.started {
 		s.started = true
-		s.rc = http.NewResponseController(s.w)
-		h := s.w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-		s.w.WriteHeader(http.StatusOK)
+		s.rc = startSSE(s.w)
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -238,6 +238,21 @@ func (e *Engine) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 	return body, true
 }
 
+// readJSON reads the request's body (readBody) and decodes it into v,
+// answering 400 invalid_request itself when it is not JSON of v's shape;
+// it reports whether v holds the request.
+func (e *Engine) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, ok := e.readBody(w, r)
+	if !ok {
+		return false
+	}
+	if err := decodeJSON(body, v); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+		return false
+	}
+	return true
+}
+
 // output writes a generation to the client, streamed or whole.
 type output struct {
 	e        *Engine
@@ -319,14 +334,20 @@ func (o *output) chatLogprob(s *step) chatTokenLogprobJSON {
 	return chatTokenLogprobJSON{Token: s.piece, Logprob: s.logprob, Bytes: byteInts(s.piece), TopLogprobs: top}
 }
 
+// startSSE answers 200 with the headers of an SSE stream and returns the
+// controller that flushes its events.
+func startSSE(w http.ResponseWriter) *http.ResponseController {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return http.NewResponseController(w)
+}
+
 func (o *output) emitChunk(s *step) error {
 	if !o.started {
 		o.started = true
-		o.rc = http.NewResponseController(o.w)
-		h := o.w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-		o.w.WriteHeader(http.StatusOK)
+		o.rc = startSSE(o.w)
 		if o.chat {
 			empty := ""
 			if err := o.writeEvent(o.chatChunk(&chatChoiceJSON{
@@ -432,13 +453,8 @@ func newID(chat bool) string {
 }
 
 func (e *Engine) handleTokenize(w http.ResponseWriter, r *http.Request) {
-	body, ok := e.readBody(w, r)
-	if !ok {
-		return
-	}
 	var req tokenizeRequest
-	if err := decodeJSON(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+	if !e.readJSON(w, r, &req) {
 		return
 	}
 	if req.Model != "" && !e.serves(req.Model) {
@@ -472,16 +488,11 @@ func (e *Engine) handleTokenize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (e *Engine) handleDetokenize(w http.ResponseWriter, r *http.Request) {
-	body, ok := e.readBody(w, r)
-	if !ok {
-		return
-	}
 	var req struct {
 		Model  string   `json:"model"`
 		Tokens []uint32 `json:"tokens"`
 	}
-	if err := decodeJSON(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+	if !e.readJSON(w, r, &req) {
 		return
 	}
 	if req.Model != "" && !e.serves(req.Model) {

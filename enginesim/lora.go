@@ -77,13 +77,8 @@ type loraRequest struct {
 }
 
 func (e *Engine) handleLoadAdapter(w http.ResponseWriter, r *http.Request) {
-	body, ok := e.readBody(w, r)
-	if !ok {
-		return
-	}
 	var req loraRequest
-	if err := decodeJSON(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+	if !e.readJSON(w, r, &req) {
 		return
 	}
 	if err := e.LoadAdapter(req.Name); err != nil {
@@ -95,13 +90,8 @@ func (e *Engine) handleLoadAdapter(w http.ResponseWriter, r *http.Request) {
 }
 
 func (e *Engine) handleUnloadAdapter(w http.ResponseWriter, r *http.Request) {
-	body, ok := e.readBody(w, r)
-	if !ok {
-		return
-	}
 	var req loraRequest
-	if err := decodeJSON(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+	if !e.readJSON(w, r, &req) {
 		return
 	}
 	if !e.UnloadAdapter(req.Name) {

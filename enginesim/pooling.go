@@ -52,17 +52,7 @@ func (m embedder) embed(ids []uint32) []float64 {
 			v[i] += float64(int64(h>>11)-(1<<52)) / (1 << 52)
 		}
 	}
-	var n float64
-	for _, x := range v {
-		n += x * x
-	}
-	if n > 0 {
-		n = math.Sqrt(n)
-		for i := range v {
-			v[i] /= n
-		}
-	}
-	return v
+	return renormalised(v)
 }
 
 func splitmix(x uint64) uint64 {
@@ -97,12 +87,7 @@ func (e *Engine) poolingBody(w http.ResponseWriter, r *http.Request, v any, mode
 	if id := r.Header.Get("X-Request-Id"); id != "" {
 		w.Header().Set("X-Request-Id", id)
 	}
-	body, ok := e.readBody(w, r)
-	if !ok {
-		return false
-	}
-	if err := decodeJSON(body, v); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+	if !e.readJSON(w, r, v) {
 		return false
 	}
 	if m := model(); m != "" && !e.serves(m) {
@@ -212,6 +197,8 @@ func (e *Engine) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// renormalised scales v to unit length in place (a zero vector stays
+// zero) and returns it.
 func renormalised(v []float64) []float64 {
 	var n float64
 	for _, x := range v {

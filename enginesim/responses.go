@@ -157,13 +157,8 @@ func (e *Engine) handleResponses(w http.ResponseWriter, r *http.Request) {
 	if id := r.Header.Get("X-Request-Id"); id != "" {
 		w.Header().Set("X-Request-Id", id)
 	}
-	body, ok := e.readBody(w, r)
-	if !ok {
-		return
-	}
 	var req responsesRequest
-	if err := decodeJSON(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+	if !e.readJSON(w, r, &req) {
 		return
 	}
 	if req.Model != e.cfg.Model {
