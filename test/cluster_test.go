@@ -22,6 +22,7 @@ import (
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/runtime/gateway"
+	testcluster "github.com/tlgate/tlgate/internal/testkit/cluster"
 	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
 )
 
@@ -213,17 +214,8 @@ func progressing(t testing.TB, stall time.Duration, progress func() uint64, cond
 	}
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, cond func() bool, format string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for "+format, args...)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// eventually polls cond until it holds or within passes (the test kit's).
+var eventually = testcluster.Eventually
 
 type reply struct {
 	status int
