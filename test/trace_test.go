@@ -1,13 +1,11 @@
 package test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/adapter/tracing"
 	"github.com/tlgate/tlgate/internal/runtime/gateway"
+	"github.com/tlgate/tlgate/internal/testkit/syncbuf"
 )
 
 // memTracing is a recording provider whose spans land in an in-memory
@@ -236,23 +235,8 @@ func TestTraceDisaggregated(t *testing.T) {
 	}
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink the gateway's goroutines share with the test.
+type syncBuffer = syncbuf.Buffer
 
 // newTracedCluster is a cluster whose gateway gets o (tracing, logger,
 // metrics registry) as given.

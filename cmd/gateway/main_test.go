@@ -23,29 +23,15 @@ import (
 	"time"
 
 	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
+	"github.com/tlgate/tlgate/internal/testkit/syncbuf"
 )
 
 func TestMain(m *testing.M) {
 	leakcheck.VerifyTestMain(m)
 }
 
-// syncBuffer is an io.Writer the gateway's goroutines share with the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink the gateway's goroutines share with the test.
+type syncBuffer = syncbuf.Buffer
 
 // running is run in a goroutine: cancel stops it, stop waits for its error.
 type running struct {
