@@ -2,6 +2,7 @@ package openai
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/tidwall/gjson"
 )
@@ -74,7 +75,7 @@ func renderMessages(r *renderer, msgs gjson.Result, strict bool) *FieldError {
 		default:
 			r.write(role.Str)
 			r.write("\n")
-			bad = renderContent(r, m.Get("content"), i)
+			bad = renderContent(r, m.Get("content"), "messages", i, chatTextParts)
 			r.write("\n")
 		}
 		if bad != nil && err == nil {
@@ -88,9 +89,20 @@ func renderMessages(r *renderer, msgs gjson.Result, strict bool) *FieldError {
 	return err
 }
 
-// renderContent writes a message's content: a string, an array of parts
-// (text parts contribute their text), or nothing for null or absent.
-func renderContent(r *renderer, c gjson.Result, i int) *FieldError {
+// Part types whose text a message's content renders.
+var (
+	chatTextParts      = []string{"text"}
+	responsesTextParts = []string{"input_text", "output_text", "text"}
+)
+
+// renderContent writes the content of message i of the array field (chat's
+// "messages", Responses' "input"): a string, an array of parts, or nothing
+// for null or absent. A part must be an object with a string type; the
+// parts of a type in textParts contribute their text, which must be a
+// string; other parts are skipped. It reports the first malformed part as
+// a *FieldError naming it (field[i].content[k], .type or .text) and
+// renders the others.
+func renderContent(r *renderer, c gjson.Result, field string, i int, textParts []string) *FieldError {
 	switch {
 	case !c.Exists() || c.Type == gjson.Null:
 		return nil
@@ -98,8 +110,8 @@ func renderContent(r *renderer, c gjson.Result, i int) *FieldError {
 		r.write(c.Str)
 		return nil
 	case !c.IsArray():
-		return fieldErr(fmt.Sprintf("messages[%d].content", i),
-			"messages[%d].content must be a string or an array of content parts", i)
+		return fieldErr(fmt.Sprintf("%s[%d].content", field, i),
+			"%s[%d].content must be a string or an array of content parts", field, i)
 	}
 	var err *FieldError
 	c.ForEach(func(k, part gjson.Result) bool {
@@ -110,7 +122,7 @@ func renderContent(r *renderer, c gjson.Result, i int) *FieldError {
 			bad = ""
 		case typ.Type != gjson.String:
 			bad = ".type"
-		case typ.Str != "text":
+		case !slices.Contains(textParts, typ.Str):
 			return true
 		case part.Get("text").Type != gjson.String:
 			bad = ".text"
@@ -119,7 +131,7 @@ func renderContent(r *renderer, c gjson.Result, i int) *FieldError {
 			return true
 		}
 		if err == nil {
-			param := fmt.Sprintf("messages[%d].content[%d]%s", i, int(k.Num), bad)
+			param := fmt.Sprintf("%s[%d].content[%d]%s", field, i, int(k.Num), bad)
 			if bad == "" {
 				err = fieldErr(param, "%s must be an object", param)
 			} else {

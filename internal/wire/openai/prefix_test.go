@@ -86,3 +86,52 @@ func FuzzPrefixKey(f *testing.F) {
 		}
 	})
 }
+
+// TestRenderContent: chat's messages[i].content and Responses'
+// input[i].content read parts by one rule, each with its own field name
+// in errors and its own text part types.
+func TestRenderContent(t *testing.T) {
+	tests := []struct {
+		name, content string
+		field         string
+		textParts     []string
+		want          string // rendered
+		param         string // the error's param; "" for none
+	}{
+		{"a string", `"hi"`, "messages", chatTextParts, "hi", ""},
+		{"null", `null`, "input", responsesTextParts, "", ""},
+		{"absent", ``, "messages", chatTextParts, "", ""},
+		{"a number", `3`, "messages", chatTextParts, "", "messages[2].content"},
+		{"an object", `{}`, "input", responsesTextParts, "", "input[2].content"},
+		{"chat text parts", `[{"type":"text","text":"a"},{"type":"image_url","image_url":{}},{"type":"text","text":"b"}]`, "messages", chatTextParts, "ab", ""},
+		{"chat skips Responses' part types", `[{"type":"input_text","text":"a"},{"type":"text","text":"b"}]`, "messages", chatTextParts, "b", ""},
+		{"Responses' text part types", `[{"type":"input_text","text":"a"},{"type":"output_text","text":"b"},{"type":"text","text":"c"},{"type":"input_image"}]`, "input", responsesTextParts, "abc", ""},
+		{"a part not an object", `["x"]`, "input", responsesTextParts, "", "input[2].content[0]"},
+		{"chat: a part without a type", `[{"text":"x"}]`, "messages", chatTextParts, "", "messages[2].content[0].type"},
+		{"chat: a number type", `[{"type":1,"text":"x"}]`, "messages", chatTextParts, "", "messages[2].content[0].type"},
+		{"Responses: a number type", `[{"type":1,"text":"x"}]`, "input", responsesTextParts, "", "input[2].content[0].type"},
+		{"Responses: a null type", `[{"type":null}]`, "input", responsesTextParts, "", "input[2].content[0].type"},
+		{"Responses: an array type", `[{"type":["input_text"],"text":"x"}]`, "input", responsesTextParts, "", "input[2].content[0].type"},
+		{"a text that is not a string", `[{"type":"output_text","text":1}]`, "input", responsesTextParts, "", "input[2].content[0].text"},
+		{"the first error, the rest rendered", `[{"type":"text","text":"a"},{"type":2},{"type":"text","text":3},{"type":"text","text":"b"}]`, "messages", chatTextParts, "ab", "messages[2].content[1].type"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := renderer{limit: -1}
+			c := gjson.Parse(tt.content)
+			if tt.content == "" {
+				c = gjson.Result{}
+			}
+			err := renderContent(&r, c, tt.field, 2, tt.textParts)
+			if string(r.buf) != tt.want {
+				t.Errorf("rendered %q, want %q", r.buf, tt.want)
+			}
+			switch {
+			case tt.param == "" && err != nil:
+				t.Fatalf("error %v, want none", err)
+			case tt.param != "" && (err == nil || err.Param != tt.param || !strings.HasPrefix(err.Msg, tt.param+" must be")):
+				t.Fatalf("error %+v, want one naming %s", err, tt.param)
+			}
+		})
+	}
+}

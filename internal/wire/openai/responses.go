@@ -142,7 +142,7 @@ func renderResponsesInput(r *renderer, in gjson.Result) *FieldError {
 			}
 			r.write(role.Str)
 			r.write("\n")
-			err = renderItemContent(r, item.Get("content"), i)
+			err = renderContent(r, item.Get("content"), "input", i, responsesTextParts)
 			r.write("\n")
 		case typ.Type == gjson.String && typ.Str != "":
 			r.write(typ.Str)
@@ -157,39 +157,6 @@ func renderResponsesInput(r *renderer, in gjson.Result) *FieldError {
 			err = fieldErr(fmt.Sprintf("input[%d]", i), "input[%d] must have a role or a type", i)
 		}
 		return err == nil
-	})
-	return err
-}
-
-// renderItemContent writes a message item's content: a string or parts.
-func renderItemContent(r *renderer, c gjson.Result, i int) *FieldError {
-	switch {
-	case !c.Exists() || c.Type == gjson.Null:
-		return nil
-	case c.Type == gjson.String:
-		r.write(c.Str)
-		return nil
-	case !c.IsArray():
-		return fieldErr(fmt.Sprintf("input[%d].content", i),
-			"input[%d].content must be a string or an array of content parts", i)
-	}
-	var err *FieldError
-	c.ForEach(func(k, part gjson.Result) bool {
-		param := fmt.Sprintf("input[%d].content[%d]", i, int(k.Num))
-		if !part.IsObject() {
-			err = fieldErr(param, "%s must be an object", param)
-			return false
-		}
-		switch part.Get("type").Str {
-		case "input_text", "output_text", "text":
-			t := part.Get("text")
-			if t.Type != gjson.String {
-				err = fieldErr(param+".text", "%s.text must be a string", param)
-				return false
-			}
-			r.write(t.Str)
-		}
-		return true
 	})
 	return err
 }

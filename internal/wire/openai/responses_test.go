@@ -27,6 +27,7 @@ func TestParseResponses(t *testing.T) {
 		{"input a number", `{"model":"m","input":3}`, "", false, false, "", "input", true},
 		{"item neither role nor type", `{"model":"m","input":[{"content":"x"}]}`, "", false, false, "", "input[0]", true},
 		{"part text not a string", `{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":1}]}]}`, "", false, false, "", "input[0].content[0].text", true},
+		{"part type not a string", `{"model":"m","input":[{"role":"user","content":[{"type":7,"text":"x"}]}]}`, "", false, false, "", "input[0].content[0].type", true},
 		{"empty previous id", `{"model":"m","input":"x","previous_response_id":""}`, "", false, false, "", "previous_response_id", true},
 		{"duplicate model", `{"model":"m","model":"n","input":"x"}`, "", false, false, "", "model", true},
 		{"store not a bool", `{"model":"m","input":"x","store":"yes"}`, "", false, false, "", "store", true},
