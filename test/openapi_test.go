@@ -36,7 +36,8 @@ backends = [{ model = "m", weight = 1 }]
 model = "auto"
 cascade = [{ model = "m", accept_if = "mean_logprob > -1.2" }, { model = "m" }]
 `, []clusterOpt{keys(), withLimitedKey()}, nil, func(o *gateway.Options) { o.Now = newFakeClock().now },
-		enginesim.Config{ID: "w1", Model: "m"}, enginesim.Config{ID: "w2", Model: "m"})
+		enginesim.Config{ID: "w1", Model: "m"}, enginesim.Config{ID: "w2", Model: "m"},
+		enginesim.Config{ID: "w3", Model: "plain", Unserved: []string{"/v1/messages"}})
 
 	served := c.get("/openapi.json", "")
 	if served.status != http.StatusOK {
@@ -92,6 +93,14 @@ cascade = [{ model = "m", accept_if = "mean_logprob > -1.2" }, { model = "m" }]
 		{"responses no input", "POST", "/v1/responses", "key-plain", `{"model":"smol"}`, nil, 400},
 		{"response unknown", "GET", "/v1/responses/resp_nope", "key-plain", "", nil, 404},
 		{"response delete unknown", "DELETE", "/v1/responses/resp_nope", "key-plain", "", nil, 404},
+		{"messages", "POST", "/v1/messages", "key-plain", `{"model":"smol","max_tokens":3,"system":"Be brief.","messages":[{"role":"user","content":"hi"}]}`, nil, 200},
+		{"messages stream, x-api-key", "POST", "/v1/messages", "", `{"model":"smol","max_tokens":3,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"stream":true}`, []string{"X-Api-Key", "key-plain"}, 200},
+		{"messages no messages", "POST", "/v1/messages", "key-plain", `{"model":"smol","max_tokens":3}`, nil, 400},
+		{"messages unknown model", "POST", "/v1/messages", "key-plain", `{"model":"nope","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`, nil, 404},
+		{"messages the engine does not serve", "POST", "/v1/messages", "key-plain", `{"model":"plain","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`, nil, 404},
+		{"messages no key", "POST", "/v1/messages", "", `{"model":"smol","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`, nil, 401},
+		{"messages wrong scope", "POST", "/v1/messages", "key-admin", `{"model":"smol","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`, nil, 403},
+		{"messages rate limited", "POST", "/v1/messages", "key-limited", `{"model":"smol","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`, nil, 429},
 		{"models", "GET", "/v1/models", "key-plain", "", nil, 200},
 		{"two keys", "GET", "/v1/models", "", "", []string{"Authorization", "Bearer key-plain", "Authorization", "Bearer key-admin"}, 400},
 		{"two keys, admin", "GET", "/admin/v1/workers", "", "", []string{"Authorization", "Bearer key-admin", "Authorization", "Bearer key-admin"}, 400},
@@ -105,6 +114,7 @@ cascade = [{ model = "m", accept_if = "mean_logprob > -1.2" }, { model = "m" }]
 		{"put invalid", "PUT", "/admin/v1/routes", "key-admin", `{"routes":[{"model":"x","cascade":[{"model":"m"}]}]}`, []string{"If-Match", etag}, 400},
 		{"put", "PUT", "/admin/v1/routes", "key-admin", `{"routes":[{"model":"smol","backends":[{"model":"m","weight":1}]}]}`, []string{"If-Match", etag}, 200},
 		{"drain", "POST", "/admin/v1/models/m:drain", "key-admin", "", nil, 202},
+		{"drain the other", "POST", "/admin/v1/models/plain:drain", "key-admin", "", nil, 202},
 		{"readyz drained", "GET", "/readyz", "", "", nil, 503},
 		{"resume", "POST", "/admin/v1/models/m:resume", "key-admin", "", nil, 202},
 		{"drain unknown", "POST", "/admin/v1/models/nope:drain", "key-admin", "", nil, 404},
