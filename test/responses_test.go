@@ -269,3 +269,36 @@ func wantNotFound(t *testing.T, err error, what string) {
 		t.Fatalf("%s: %v, want a 404 response_not_found", what, err)
 	}
 }
+
+// TestResponsesStoreMaxEntries: gateway.responses.store_max_entries bounds
+// the gateway's record of stored responses: past it the oldest id is
+// forgotten, and a request naming it is the gateway's own 404, although the
+// engine still holds the response.
+func TestResponsesStoreMaxEntries(t *testing.T) {
+	dbg := config.APIKey{Name: "dbg", Key: "key-dbg", Scopes: []string{"inference", "debug"}}
+	two := func(c *config.Config) { c.Gateway.Responses.StoreMaxEntries = 2 }
+	c := newCluster(t, "", []clusterOpt{withKeys(dbg), two}, enginesim.Config{ID: "w1", Model: "sim"})
+	client := responsesClient(c, "key-dbg")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var ids []string
+	for i := range 3 {
+		resp, err := client.Responses.New(ctx, responses.ResponseNewParams{Model: "sim", MaxOutputTokens: openai.Int(2),
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(fmt.Sprintf("turn %d", i))}})
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		ids = append(ids, resp.ID)
+	}
+	for _, id := range ids[1:] {
+		if got, err := client.Responses.Get(ctx, id, responses.ResponseGetParams{}); err != nil || got.ID != id {
+			t.Fatalf("GET %s, among the newest two: %v", id, err)
+		}
+	}
+	_, err := client.Responses.Get(ctx, ids[0], responses.ResponseGetParams{})
+	wantNotFound(t, err, "GET of the oldest of three")
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr); !strings.Contains(apiErr.Message, "not known to the gateway") {
+		t.Fatalf("the 404 is not the gateway's own: %q", apiErr.Message)
+	}
+}

@@ -130,10 +130,10 @@ func TestSIGHUPNamesRestartKeys(t *testing.T) {
 
 	write(head + "heartbeat_interval = \"3s\"\nmax_attempts = 2\n" +
 		"[[gateway.engines]]\nid = \"e1\"\nhttp_address = \"127.0.0.1:1\"\nmodel = \"m\"\nkind = \"vllm\"\n" +
-		"[gateway.ejection]\nbase_time = \"20s\"\n")
+		"[gateway.ejection]\nbase_time = \"20s\"\n[gateway.responses]\nstore_ttl = \"2h\"\n")
 	r.sendReload()
 	got := r.await(r.stderr, regexp.MustCompile(`"keys":(\[[^\]]*\])[^\n]*"message":"reload: these changed keys take effect only at a restart and were not applied"`))
-	if want := `["gateway.ejection.base_time","gateway.heartbeat_interval","gateway.max_attempts"]`; got != want {
+	if want := `["gateway.ejection.base_time","gateway.heartbeat_interval","gateway.max_attempts","gateway.responses.store_ttl"]`; got != want {
 		t.Fatalf("restart keys %s, want %s", got, want)
 	}
 	if !strings.Contains(r.stderr.String(), `"config":"`+path+`"`) {

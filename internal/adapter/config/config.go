@@ -162,6 +162,9 @@ type Gateway struct {
 	// Sync is the [gateway.sync] table: fleet sync between replicas over
 	// NATS, off (kind = "none") by default.
 	Sync Sync `toml:"sync"`
+	// Responses is the [gateway.responses] table: how long and how many
+	// stored Responses API responses the gateway routes follow-ups of.
+	Responses Responses `toml:"responses"`
 
 	// MaxConnections caps the HTTP listener's open connections; more are
 	// closed as soon as they are accepted (0: no cap).
@@ -344,6 +347,7 @@ func Default() *Config {
 		Admission:               defaultAdmission(),
 		Tracing:                 Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "tlgate"},
 		Sync:                    defaultSync(),
+		Responses:               defaultResponses(),
 
 		MaxConnections:          10000,
 		MaxConnectionsPerClient: 1000,

@@ -66,6 +66,7 @@ func TestConfig(t *testing.T) {
 			MaxQueue: 8192, MaxMessageBytes: 1 << 20, PeerRate: 2000, LoadInterval: D(time.Second), PeerTimeout: D(5 * time.Second),
 			StaleAfter: D(10 * time.Second), MaxPeers: 32, MaxPeerInFlight: 256, SnapshotTimeout: D(2 * time.Second), SnapshotChunks: 16384,
 			ConnectTimeout: D(2 * time.Second), ReconnectWait: D(500 * time.Millisecond)}
+		want.Responses = Responses{StoreTTL: D(time.Hour), StoreMaxEntries: 100_000}
 		if !reflect.DeepEqual(c.Gateway, want) {
 			t.Fatalf("defaults\n got %+v\nwant %+v", c.Gateway, want)
 		}
@@ -461,7 +462,7 @@ func TestEveryKeyDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[Discovery](), reflect.TypeFor[EngineToken](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Ejection](), reflect.TypeFor[Admission](), reflect.TypeFor[Tracing](), reflect.TypeFor[Store](), reflect.TypeFor[Sync]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[Discovery](), reflect.TypeFor[EngineToken](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Ejection](), reflect.TypeFor[Admission](), reflect.TypeFor[Tracing](), reflect.TypeFor[Store](), reflect.TypeFor[Sync](), reflect.TypeFor[Responses]()} {
 		for f := range typ.Fields() {
 			key := f.Tag.Get("toml")
 			if !strings.Contains(string(readme), "`"+key+"`") {

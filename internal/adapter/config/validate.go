@@ -133,6 +133,7 @@ func (c *Config) Validate() error {
 	v.overload(g.Ejection, g.Admission)
 	v.tracing(g.Tracing)
 	v.sync(&g.Sync)
+	v.responses(g.Responses)
 	return errors.Join(v.errs...)
 }
 

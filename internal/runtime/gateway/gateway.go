@@ -297,7 +297,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 
 	// HTTP server.
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme, Dispatcher: pool,
-		Stored: sticky.New(sticky.Config{})}
+		Stored: sticky.New(sticky.Config{TTL: gw.Responses.StoreTTL.Duration, MaxEntries: gw.Responses.StoreMaxEntries})}
 	instrument(rdeps, m)
 	g.Traffic = traffic.New(o.Traffic)
 	feedTraffic(rdeps, g.Traffic)
