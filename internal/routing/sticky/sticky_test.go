@@ -2,6 +2,8 @@ package sticky
 
 import (
 	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +55,65 @@ func TestMap(t *testing.T) {
 			m.Put("", "w1", t0)
 			return m.Worker("", t0)
 		}, "", false},
+		{"a peer's entry is found", func(m *Map) (string, bool) {
+			m.PutPeer("r1", "w1", time.Minute, t0)
+			return m.Worker("r1", t0.Add(59*time.Second))
+		}, "w1", true},
+		{"a peer's entry lives its own ttl", func(m *Map) (string, bool) {
+			m.PutPeer("r1", "w1", time.Minute, t0)
+			return m.Worker("r1", t0.Add(time.Minute))
+		}, "", false},
+		{"a peer's entry lives at most the TTL", func(m *Map) (string, bool) {
+			m.PutPeer("r1", "w1", 24*time.Hour, t0)
+			return m.Worker("r1", t0.Add(10*time.Minute))
+		}, "", false},
+		{"the own entry wins over a peer's", func(m *Map) (string, bool) {
+			m.Put("r1", "w1", t0)
+			m.PutPeer("r1", "liar", time.Minute, t0.Add(time.Second))
+			return m.Worker("r1", t0.Add(2*time.Second))
+		}, "w1", true},
+		{"a peer's forget keeps the own entry", func(m *Map) (string, bool) {
+			m.Put("r1", "w1", t0)
+			m.PutPeer("r1", "w1", time.Minute, t0)
+			m.ForgetPeer("r1")
+			return m.Worker("r1", t0)
+		}, "w1", true},
+		{"a peer's forget drops the peer's entry", func(m *Map) (string, bool) {
+			m.PutPeer("r1", "w1", time.Minute, t0)
+			m.ForgetPeer("r1")
+			return m.Worker("r1", t0)
+		}, "", false},
+		{"the own forget drops a peer's entry too", func(m *Map) (string, bool) {
+			m.PutPeer("r1", "w1", time.Minute, t0)
+			m.Forget("r1")
+			return m.Worker("r1", t0)
+		}, "", false},
+		{"a flood of peers' entries keeps the own ones", func(m *Map) (string, bool) {
+			m.Put("mine", "w1", t0)
+			for i := range 100 {
+				m.PutPeer(fmt.Sprintf("p%d", i), "w2", time.Minute, t0)
+			}
+			return m.Worker("mine", t0)
+		}, "w1", true},
+		{"the oldest peer's entry goes when its share is full", func(m *Map) (string, bool) {
+			for i := range 4 {
+				m.PutPeer(fmt.Sprintf("p%d", i), "w2", time.Minute, t0)
+			}
+			return m.Worker("p0", t0)
+		}, "", false},
+		{"a peer's id too long", func(m *Map) (string, bool) {
+			id := strings.Repeat("x", MaxIDBytes+1)
+			if m.PutPeer(id, "w1", time.Minute, t0) {
+				return "recorded", true
+			}
+			return m.Worker(id, t0)
+		}, "", false},
+		{"a peer's ttl not positive", func(m *Map) (string, bool) {
+			if m.PutPeer("r1", "w1", 0, t0) {
+				return "recorded", true
+			}
+			return m.Worker("r1", t0)
+		}, "", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,9 +122,32 @@ func TestMap(t *testing.T) {
 			if got != tc.want || ok != tc.ok {
 				t.Fatalf("got %q, %v; want %q, %v", got, ok, tc.want, tc.ok)
 			}
-			if m.Len() > 3 {
-				t.Fatalf("Len %d over MaxEntries", m.Len())
+			if own, peer := m.Len(); own > 3 || peer > 3 {
+				t.Fatalf("Len %d, %d over MaxEntries", own, peer)
 			}
 		})
+	}
+}
+
+func TestExport(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	m := New(Config{TTL: 10 * time.Minute, MaxEntries: 3})
+	m.Put("old", "w1", t0)
+	m.Put("mine", "w1", t0.Add(6*time.Minute))
+	m.Put("both", "w2", t0.Add(7*time.Minute))
+	m.PutPeer("both", "liar", time.Hour, t0.Add(7*time.Minute))
+	m.PutPeer("theirs", "w3", 5*time.Minute, t0.Add(7*time.Minute))
+	m.PutPeer("gone", "w3", time.Minute, t0.Add(7*time.Minute))
+	now := t0.Add(10 * time.Minute) // "old" and "gone" have lived their time
+	var got []Entry
+	m.Export(10, now, func(e Entry) { got = append(got, e) })
+	want := []Entry{{"both", "w2", 7 * time.Minute}, {"mine", "w1", 6 * time.Minute}, {"theirs", "w3", 2 * time.Minute}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Export\n got %+v\nwant %+v", got, want)
+	}
+	got = nil
+	m.Export(1, now, func(e Entry) { got = append(got, e) })
+	if len(got) != 1 || got[0].ID != "both" {
+		t.Fatalf("Export(1) = %+v, want the newest", got)
 	}
 }
