@@ -154,6 +154,7 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		if st.ExpirePeers(time.Now()) {
 			a.dispatch(ctx)
 		}
+		st.expirePendingStored(time.Now())
 		if st.syncing() {
 			st.cfg.Sync.Syncer.Load(st.OwnLoad())
 		}

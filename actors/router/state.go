@@ -158,6 +158,9 @@ type State struct {
 	syncHashes   []uint64
 	syncOn       string
 	pendingIndex map[string]pendingEntry
+	// pendingStored are a snapshot's stored responses waiting for their
+	// workers (stored.go), by worker.
+	pendingStored map[string][]pendingStored
 }
 
 // NewState returns a router state with the given table and epoch.
@@ -198,6 +201,9 @@ func (s *State) SetWorker(w fleet.Worker) {
 	}
 	if len(s.pendingIndex) > 0 {
 		s.applyPending(&cp)
+	}
+	if len(s.pendingStored) > 0 {
+		s.applyPendingStored(&cp)
 	}
 }
 

@@ -41,6 +41,9 @@ type SyncConfig struct {
 	// PeerTimeout forgets a replica's in-flight requests when nothing was
 	// heard from it for that long (its load reports come every second or so).
 	PeerTimeout time.Duration
+	// Stored is the peers' share of the record of stored responses
+	// (stored.go); nil: peers' stored responses are dropped.
+	Stored StoredShare
 }
 
 func (c SyncConfig) maxPeers() int {
@@ -111,6 +114,10 @@ func (k PeerEventKind) String() string {
 		return "load"
 	case PeerEject:
 		return "eject"
+	case PeerStored:
+		return "stored"
+	case PeerForget:
+		return "forget"
 	}
 	return "unknown"
 }
@@ -124,6 +131,7 @@ type PeerEvent struct {
 	Loads  []WorkerLoad // PeerLoad
 	Reason string       // PeerEject
 	For    time.Duration
+	ID     string // PeerStored, PeerForget: the stored response's id
 }
 
 // PeerBatch is a decoded batch of another replica's events.
@@ -150,12 +158,14 @@ type SyncTick struct{}
 type SyncSnapshot struct{ MaxChunks int }
 
 // Snapshot is the view a starting replica warms up with: the prefix index,
-// this replica's in-flight counts and the ejections in force.
+// this replica's in-flight counts, the ejections in force and the stored
+// responses' workers.
 type Snapshot struct {
 	ChunkBytes int
 	Index      []SnapshotEntry
 	InFlight   []WorkerLoad
 	Ejections  []SnapshotEjection
+	Stored     []SnapshotStored
 }
 
 // SnapshotEntry is one worker's indexed chunk hashes, most recent first.
@@ -297,6 +307,8 @@ func (s *State) ApplyPeer(b *PeerBatch, now time.Time) PeerApplied {
 			}
 			r.Ejected = append(r.Ejected, until)
 			r.applied(ev.Kind)
+		case PeerStored, PeerForget:
+			s.applyPeerStored(ev, now, &r)
 		default:
 			r.drop(ev.Kind, DropUnknownKind)
 		}
@@ -457,7 +469,8 @@ func (s *State) applyPeerEjection(id, model, reason string, d time.Duration, now
 }
 
 // MakeSnapshot is the router's view at now for a peer's warm start, with
-// at most maxChunks hashes per worker.
+// at most maxChunks hashes per worker and MaxSnapshotStored stored
+// responses.
 func (s *State) MakeSnapshot(maxChunks int, now time.Time) *Snapshot {
 	snap := &Snapshot{InFlight: s.OwnLoad()}
 	if s.prefix != nil {
@@ -470,12 +483,13 @@ func (s *State) MakeSnapshot(maxChunks int, now time.Time) *Snapshot {
 	for _, e := range s.EjectedAt(now) {
 		snap.Ejections = append(snap.Ejections, SnapshotEjection{Worker: e.ID, Model: e.Model, Reason: e.Reason, For: e.Until.Sub(now)})
 	}
+	s.snapshotStored(snap, now)
 	return snap
 }
 
 // ApplySnapshot applies replica's snapshot at now: its index as its
 // picks' prompts, its in-flight counts as its load report, its ejections
-// as its ejections. The index entries of workers not known yet (a
+// as its ejections, its stored responses as its reports of them. The index entries of workers not known yet (a
 // starting replica hears the engines' first heartbeats within an
 // interval) wait for them, for PeerTimeout at most.
 func (s *State) ApplySnapshot(replica string, snap *Snapshot, now time.Time) PeerApplied {
@@ -485,6 +499,7 @@ func (s *State) ApplySnapshot(replica string, snap *Snapshot, now time.Time) Pee
 		b.Events = append(b.Events, PeerEvent{Kind: PeerEject, Worker: e.Worker, Model: e.Model, Reason: e.Reason, For: e.For})
 	}
 	r := s.ApplyPeer(&b, now)
+	s.applySnapshotStored(snap.Stored, now, &r)
 	if s.prefix == nil || len(snap.Index) == 0 {
 		return r
 	}

@@ -38,12 +38,6 @@ type Map struct {
 	own, peer share
 }
 
-// Entry is one live entry, with the time it has left.
-type Entry struct {
-	ID, Worker string
-	TTL        time.Duration
-}
-
 // New returns an empty Map bounded by cfg (zero fields take the defaults).
 func New(cfg Config) *Map {
 	if cfg.TTL <= 0 {
@@ -110,10 +104,10 @@ func (m *Map) ForgetPeer(id string) {
 	m.peer.forget(id)
 }
 
-// Export calls fn for at most limit live entries as of now, the most
-// recently recorded first, the replica's own before the peers' (an id in
-// both once, as its own).
-func (m *Map) Export(limit int, now time.Time, fn func(Entry)) {
+// Export calls fn for at most limit live entries as of now, with the time
+// each has left: the most recently recorded first, the replica's own
+// before the peers' (an id in both once, as its own).
+func (m *Map) Export(limit int, now time.Time, fn func(id, worker string, ttl time.Duration)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := 0
@@ -123,7 +117,7 @@ func (m *Map) Export(limit int, now time.Time, fn func(Entry)) {
 			if !e.until.After(now) || (s == &m.peer && m.own.get(e.id, now) != nil) {
 				continue
 			}
-			fn(Entry{ID: e.id, Worker: e.worker, TTL: e.until.Sub(now)})
+			fn(e.id, e.worker, e.until.Sub(now))
 			n++
 		}
 	}

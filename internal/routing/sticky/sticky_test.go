@@ -139,15 +139,20 @@ func TestExport(t *testing.T) {
 	m.PutPeer("theirs", "w3", 5*time.Minute, t0.Add(7*time.Minute))
 	m.PutPeer("gone", "w3", time.Minute, t0.Add(7*time.Minute))
 	now := t0.Add(10 * time.Minute) // "old" and "gone" have lived their time
-	var got []Entry
-	m.Export(10, now, func(e Entry) { got = append(got, e) })
-	want := []Entry{{"both", "w2", 7 * time.Minute}, {"mine", "w1", 6 * time.Minute}, {"theirs", "w3", 2 * time.Minute}}
+	type entry struct {
+		id, worker string
+		ttl        time.Duration
+	}
+	var got []entry
+	export := func(id, worker string, ttl time.Duration) { got = append(got, entry{id, worker, ttl}) }
+	m.Export(10, now, export)
+	want := []entry{{"both", "w2", 7 * time.Minute}, {"mine", "w1", 6 * time.Minute}, {"theirs", "w3", 2 * time.Minute}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Export\n got %+v\nwant %+v", got, want)
 	}
 	got = nil
-	m.Export(1, now, func(e Entry) { got = append(got, e) })
-	if len(got) != 1 || got[0].ID != "both" {
+	m.Export(1, now, export)
+	if len(got) != 1 || got[0].id != "both" {
 		t.Fatalf("Export(1) = %+v, want the newest", got)
 	}
 }
