@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/adapter/config"
 )
 
 // The wire format is compact binary, little-endian, every count and length
@@ -19,10 +20,13 @@ import (
 //	release  = worker:str
 //	load     = n:uvarint (worker:str count:uvarint)*n
 //	eject    = model:str worker:str reason:str for_ms:uvarint
+//	stored   = id:str worker:str ttl_ms:uvarint
+//	forget   = id:str
 //	snapshot = 'S' version replica:str chunk_bytes:uvarint
 //	           n:uvarint (model:str worker:str m:uvarint hash:u64*m)*n
 //	           n:uvarint (worker:str count:uvarint)*n
 //	           n:uvarint (worker:str model:str reason:str for_ms:uvarint)*n
+//	           n:uvarint (id:str worker:str ttl_ms:uvarint)*n
 //	str      = len:uvarint byte*len (len <= MaxString)
 //
 // Anything else, or bytes left over, is malformed.
@@ -35,7 +39,8 @@ const (
 
 // Bounds of a decoded message.
 const (
-	// MaxString bounds a replica id, model, worker id or reason.
+	// MaxString bounds a replica id, model, worker id, reason or stored
+	// response id.
 	MaxString = 256
 	// MaxHashes bounds the chunk hashes of one pick (a 1 MiB prompt at
 	// 128-byte chunks) or one snapshot entry.
@@ -46,6 +51,9 @@ const (
 	MaxLoads  = 1 << 14
 	// MaxFor bounds an ejection's duration.
 	MaxFor = 24 * time.Hour
+	// MaxStoredFor bounds a stored response's time left (the longest
+	// gateway.responses.store_ttl).
+	MaxStoredFor = config.MaxResponsesStoreTTL
 )
 
 // ErrMalformed is wrapped by every decoding error.
@@ -90,13 +98,19 @@ func appendEvent(w *writer, ev *router.PeerEvent) {
 		w.str(ev.Worker)
 		w.str(ev.Reason)
 		w.uvarint(uint64(max(0, ev.For.Milliseconds())))
+	case router.PeerStored:
+		w.str(ev.ID)
+		w.str(ev.Worker)
+		w.uvarint(uint64(max(0, ev.For.Milliseconds())))
+	case router.PeerForget:
+		w.str(ev.ID)
 	}
 }
 
 // eventSize is an upper bound of an event's encoded size.
 func eventSize(ev *router.PeerEvent) int {
 	n := 1 + 5*binary.MaxVarintLen64 // kind, string lengths, counts
-	n += len(ev.Model) + len(ev.Worker) + len(ev.Reason) + 8*len(ev.Hashes) + binary.MaxVarintLen64
+	n += len(ev.Model) + len(ev.Worker) + len(ev.Reason) + len(ev.ID) + 8*len(ev.Hashes) + binary.MaxVarintLen64
 	for _, l := range ev.Loads {
 		n += len(l.Worker) + 2*binary.MaxVarintLen64
 	}
@@ -137,6 +151,12 @@ func EncodeSnapshot(dst []byte, replica string, s *router.Snapshot) []byte {
 		w.str(e.Worker)
 		w.str(e.Model)
 		w.str(e.Reason)
+		w.uvarint(uint64(max(0, e.For.Milliseconds())))
+	}
+	w.uvarint(uint64(len(s.Stored)))
+	for _, e := range s.Stored {
+		w.str(e.ID)
+		w.str(e.Worker)
 		w.uvarint(uint64(max(0, e.For.Milliseconds())))
 	}
 	return w.b
@@ -230,6 +250,10 @@ func (r *reader) forMs() time.Duration {
 	return time.Duration(r.uvarint(uint64(MaxFor.Milliseconds()), "ejection ms")) * time.Millisecond
 }
 
+func (r *reader) ttlMs() time.Duration {
+	return time.Duration(r.uvarint(uint64(MaxStoredFor.Milliseconds()), "stored ms")) * time.Millisecond
+}
+
 func (r *reader) header(magic byte) {
 	if m := r.byte(); r.err == nil && m != magic {
 		r.fail("not a %q message (%q)", magic, m)
@@ -274,6 +298,11 @@ func DecodeBatch(data []byte) (*router.PeerBatch, error) {
 		case router.PeerEject:
 			ev.Model, ev.Worker, ev.Reason = r.str("model"), r.str("worker"), r.str("reason")
 			ev.For = r.forMs()
+		case router.PeerStored:
+			ev.ID, ev.Worker = r.str("id"), r.str("worker")
+			ev.For = r.ttlMs()
+		case router.PeerForget:
+			ev.ID = r.str("id")
 		default:
 			r.fail("unknown event kind %d", ev.Kind)
 		}
@@ -309,6 +338,12 @@ func DecodeSnapshot(data []byte) (string, *router.Snapshot, error) {
 		e := router.SnapshotEjection{Worker: r.str("worker"), Model: r.str("model"), Reason: r.str("reason")}
 		e.For = r.forMs()
 		s.Ejections = append(s.Ejections, e)
+	}
+	n = r.count(router.MaxSnapshotStored, 3, "stored")
+	for i := 0; i < n && r.err == nil; i++ {
+		e := router.SnapshotStored{ID: r.str("id"), Worker: r.str("worker")}
+		e.For = r.ttlMs()
+		s.Stored = append(s.Stored, e)
 	}
 	if err := r.done(); err != nil {
 		return "", nil, err

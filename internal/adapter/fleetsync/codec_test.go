@@ -19,6 +19,8 @@ func sampleBatch() *router.PeerBatch {
 		{Kind: router.PeerRelease, Worker: "a"},
 		{Kind: router.PeerLoad, Loads: []router.WorkerLoad{{Worker: "a", N: 3}, {Worker: "b", N: 1}}},
 		{Kind: router.PeerEject, Model: "smol-v3", Worker: "b", Reason: "refused", For: 10 * time.Second},
+		{Kind: router.PeerStored, ID: "resp_0123456789abcdef", Worker: "a", For: time.Hour},
+		{Kind: router.PeerForget, ID: "resp_fedcba9876543210"},
 	}}
 }
 
@@ -27,6 +29,7 @@ func sampleSnapshot() *router.Snapshot {
 		Index:     []router.SnapshotEntry{{Model: "m", Worker: "a", Hashes: []uint64{7, 8}}, {Model: "m", Worker: "b", Hashes: []uint64{9}}},
 		InFlight:  []router.WorkerLoad{{Worker: "a", N: 2}},
 		Ejections: []router.SnapshotEjection{{Worker: "b", Model: "m", Reason: "reset", For: 1500 * time.Millisecond}},
+		Stored:    []router.SnapshotStored{{ID: "resp_1", Worker: "a", For: 59 * time.Minute}, {ID: "resp_2", Worker: "b", For: 1234 * time.Millisecond}},
 	}
 }
 
@@ -69,6 +72,10 @@ func TestCodecRejects(t *testing.T) {
 		{"no replica", EncodeBatch(nil, &router.PeerBatch{})},
 		{"unknown kind", append(EncodeBatch(nil, &router.PeerBatch{Replica: "r"})[:len(EncodeBatch(nil, &router.PeerBatch{Replica: "r"}))-1], 1, 42)},
 		{"a count longer than the message", lying},
+		{"a stored response's time above the bound", EncodeBatch(nil, &router.PeerBatch{Replica: "r", Events: []router.PeerEvent{
+			{Kind: router.PeerStored, ID: "resp_1", Worker: "a", For: MaxStoredFor + time.Millisecond}}})},
+		{"a forget cut short", EncodeBatch(nil, &router.PeerBatch{Replica: "r", Events: []router.PeerEvent{
+			{Kind: router.PeerForget, ID: "resp_1"}}})[:20]},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,6 +99,8 @@ func FuzzDecodeSync(f *testing.F) {
 	f.Add(EncodeBatch(nil, sampleBatch()))
 	f.Add(EncodeSnapshot(nil, "gw", sampleSnapshot()))
 	f.Add([]byte("B\x01\x01r\x00\x00\x01\x01\x01m\x01a\xff\xff\x03"))
+	f.Add([]byte("B\x01\x01r\x00\x00\x01\x05\x06resp_1\x01a\xff\xff\xff\xff\x0f"))                                                        // a stored ttl far above the bound
+	f.Add(append(EncodeSnapshot(nil, "gw", &router.Snapshot{})[:len(EncodeSnapshot(nil, "gw", &router.Snapshot{}))-1], 0xff, 0xff, 0x03)) // a lying stored count
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if b, err := DecodeBatch(data); err == nil {

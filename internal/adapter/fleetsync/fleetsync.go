@@ -1,6 +1,7 @@
 // Package fleetsync shares the router's view between gateway replicas over
-// NATS: each replica publishes its routing decisions, releases, ejections
-// and in-flight counts in small batches on <prefix>.events, applies its
+// NATS: each replica publishes its routing decisions, releases, ejections,
+// in-flight counts and the workers of the Responses API responses it
+// relays (stored and deleted) in small batches on <prefix>.events, applies its
 // peers' through the router actor (router.SyncBatch), and answers and asks
 // warm-start snapshots on <prefix>.snapshot (NATS request-reply).
 //
@@ -120,6 +121,25 @@ func (c *Client) Released(worker string) {
 // Ejected implements router.Syncer.
 func (c *Client) Ejected(worker, model, reason string, until time.Time) {
 	c.enqueue(router.PeerEvent{Kind: router.PeerEject, Worker: worker, Model: model, Reason: reason, For: time.Until(until)})
+}
+
+// Stored tells the peers that worker stores the Responses API response
+// id, for ttl from now. An id over MaxString is not told (counted as
+// dropped, oversized): a peer would refuse it.
+func (c *Client) Stored(id, worker string, ttl time.Duration) {
+	if len(id) > MaxString {
+		c.m.Dropped(metrics.SyncStored, metrics.SyncDropOversized, 1)
+		return
+	}
+	c.enqueue(router.PeerEvent{Kind: router.PeerStored, ID: id, Worker: worker, For: ttl})
+}
+
+// Forgot tells the peers that the response id was deleted.
+func (c *Client) Forgot(id string) {
+	if len(id) > MaxString {
+		return
+	}
+	c.enqueue(router.PeerEvent{Kind: router.PeerForget, ID: id})
 }
 
 // Load implements router.Syncer.
@@ -465,6 +485,12 @@ func (c *Client) onSnapshotRequest(msg *nats.Msg) {
 		snap.Index = nil
 		data = EncodeSnapshot(data[:0], c.ID(), snap)
 	}
+	// The stored responses, newest first, go last: without them a
+	// follow-up through the new replica is a 404, not a slower answer.
+	for len(data) > limit && len(snap.Stored) > 0 {
+		snap.Stored = snap.Stored[:len(snap.Stored)/2]
+		data = EncodeSnapshot(data[:0], c.ID(), snap)
+	}
 	if err := msg.Respond(data); err != nil {
 		return
 	}
@@ -511,7 +537,8 @@ func (c *Client) warmStart() {
 	c.o.Root.Send(c.router, &router.ApplySnapshot{Replica: peer, Snapshot: snap})
 	c.m.Received(metrics.SyncSnapshot, 1)
 	c.m.Snapshot(metrics.SnapshotApplied, len(msg.Data), time.Since(start))
-	c.log.Info().Str("peer", peer).Int("bytes", len(msg.Data)).Int("workers", len(snap.Index)).Dur("took", time.Since(start)).Msg("fleet sync: warm start from a peer's snapshot")
+	c.log.Info().Str("peer", peer).Int("bytes", len(msg.Data)).Int("workers", len(snap.Index)).Int("stored_responses", len(snap.Stored)).
+		Dur("took", time.Since(start)).Msg("fleet sync: warm start from a peer's snapshot")
 }
 
 // DefaultID is a replica's id when the configuration names none: the host

@@ -15,6 +15,8 @@ const (
 	SyncRelease  = "release"
 	SyncLoad     = "load"
 	SyncEject    = "eject"
+	SyncStored   = "stored"
+	SyncForget   = "forget"
 	SyncBatch    = "batch"
 	SyncSnapshot = "snapshot"
 )
@@ -37,6 +39,7 @@ const (
 	SyncDropChunkBytes    = "chunk_bytes"
 	SyncDropUnknownKind   = "unknown_kind"
 	SyncDropEjection      = "ejection_refused"
+	SyncDropInvalid       = "invalid"
 )
 
 // Outcomes of a warm start's snapshot request: the outcome label of
@@ -49,10 +52,10 @@ const (
 )
 
 var (
-	syncKinds       = fixedSet{SyncPick, SyncRelease, SyncLoad, SyncEject, SyncBatch, SyncSnapshot}
+	syncKinds       = fixedSet{SyncPick, SyncRelease, SyncLoad, SyncEject, SyncStored, SyncForget, SyncBatch, SyncSnapshot}
 	syncDropReasons = fixedSet{SyncDropMalformed, SyncDropOversized, SyncDropStale, SyncDropEcho, SyncDropRate, SyncDropQueueFull,
 		SyncDropDisconnected, SyncDropSlowConsumer, SyncDropUnknownWorker, SyncDropOtherModel, SyncDropTooManyPeers, SyncDropCapped,
-		SyncDropChunkBytes, SyncDropUnknownKind, SyncDropEjection}
+		SyncDropChunkBytes, SyncDropUnknownKind, SyncDropEjection, SyncDropInvalid}
 	snapshotOutcomes = fixedSet{SnapshotApplied, SnapshotNone, SnapshotFailed, SnapshotServed}
 )
 

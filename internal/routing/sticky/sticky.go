@@ -49,6 +49,9 @@ func New(cfg Config) *Map {
 	return &Map{cfg: cfg, own: newShare(), peer: newShare()}
 }
 
+// TTL is how long an entry lives.
+func (m *Map) TTL() time.Duration { return m.cfg.TTL }
+
 // Put records that worker holds id, as of now, for the TTL; a known id
 // moves to now.
 func (m *Map) Put(id, worker string, now time.Time) {
@@ -106,7 +109,8 @@ func (m *Map) ForgetPeer(id string) {
 
 // Export calls fn for at most limit live entries as of now, with the time
 // each has left: the most recently recorded first, the replica's own
-// before the peers' (an id in both once, as its own).
+// before the peers' (an id in both once, as its own), leaving out ids over
+// MaxIDBytes, which a peer would refuse.
 func (m *Map) Export(limit int, now time.Time, fn func(id, worker string, ttl time.Duration)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -114,7 +118,7 @@ func (m *Map) Export(limit int, now time.Time, fn func(id, worker string, ttl ti
 	for _, s := range []*share{&m.own, &m.peer} {
 		for el := s.order.Back(); el != nil && n < limit; el = el.Prev() {
 			e := el.Value.(*entry)
-			if !e.until.After(now) || (s == &m.peer && m.own.get(e.id, now) != nil) {
+			if !e.until.After(now) || len(e.id) > MaxIDBytes || (s == &m.peer && m.own.get(e.id, now) != nil) {
 				continue
 			}
 			fn(e.id, e.worker, e.until.Sub(now))

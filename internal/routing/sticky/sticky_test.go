@@ -138,7 +138,10 @@ func TestExport(t *testing.T) {
 	m.PutPeer("both", "liar", time.Hour, t0.Add(7*time.Minute))
 	m.PutPeer("theirs", "w3", 5*time.Minute, t0.Add(7*time.Minute))
 	m.PutPeer("gone", "w3", time.Minute, t0.Add(7*time.Minute))
-	now := t0.Add(10 * time.Minute) // "old" and "gone" have lived their time
+	// Too long to share:
+	m.Put(strings.Repeat("x", MaxIDBytes+1), "w1", t0.Add(7*time.Minute))
+	// "old" and "gone" have lived their time:
+	now := t0.Add(10 * time.Minute)
 	type entry struct {
 		id, worker string
 		ttl        time.Duration
