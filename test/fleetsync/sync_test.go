@@ -245,6 +245,8 @@ func TestSyncRejectsMalformed(t *testing.T) {
 		{"its own echo", batch(f.Replicas[0].GW.SyncID(), now, pick(model, "w0")), []string{"kind", "batch", "reason", "echo"}},
 		{"a foreign model", batch("liar", now, pick("other-model", "w0")), []string{"kind", "pick", "reason", "other_model"}},
 		{"an unknown worker", batch("liar", now, pick(model, "nobody")), []string{"kind", "pick", "reason", "unknown_worker"}},
+		{"a stored response on an unknown worker", batch("liar", now, router.PeerEvent{Kind: router.PeerStored, ID: "resp_lie", Worker: "nobody", For: time.Hour}),
+			[]string{"kind", "stored", "reason", "unknown_worker"}},
 	}
 	for _, m := range msgs {
 		if err := nc.Publish(subject, m.data); err != nil {
@@ -265,6 +267,9 @@ func TestSyncRejectsMalformed(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if r := f.Do(ctx, "GET", f.Replicas[0].URL+"/v1/responses/resp_lie", ""); r.Status != 404 {
+		t.Fatalf("a lie's stored response: %d %s, want the gateway's 404", r.Status, r.Body)
+	}
 	if r := f.complete(ctx, 0, "still here?", 2); r.Err != nil || r.Status != 200 {
 		t.Fatalf("after the garbage: %d %v", r.Status, r.Err)
 	}

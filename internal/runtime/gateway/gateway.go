@@ -209,7 +209,8 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.stops = append(g.stops, g.stopActor(g.Registry))
 	rcfg := routerConfig(pol, &gw)
 	overloadConfig(&rcfg, gw, m, o.Logger)
-	if err := g.newSync(&gw, o.Registry, o.Logger, &rcfg); err != nil {
+	stored := sticky.New(sticky.Config{TTL: gw.Responses.StoreTTL.Duration, MaxEntries: gw.Responses.StoreMaxEntries})
+	if err := g.newSync(&gw, o.Registry, o.Logger, &rcfg, stored); err != nil {
 		return fmt.Errorf("gateway.%w", err)
 	}
 	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(rcfg, table, epoch), g.Registry).Configure(actor.WithDispatcher(pool)))
@@ -297,7 +298,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 
 	// HTTP server.
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme, Dispatcher: pool,
-		Stored: sticky.New(sticky.Config{TTL: gw.Responses.StoreTTL.Duration, MaxEntries: gw.Responses.StoreMaxEntries})}
+		Stored: g.storedResponses(stored)}
 	instrument(rdeps, m)
 	g.Traffic = traffic.New(o.Traffic)
 	feedTraffic(rdeps, g.Traffic)

@@ -3,21 +3,25 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/tlgate/tlgate/actors/request"
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/adapter/fleetsync"
 	"github.com/tlgate/tlgate/internal/adapter/metrics"
+	"github.com/tlgate/tlgate/internal/routing/sticky"
 )
 
 // newSync builds the fleet-sync client of [gateway.sync] (nil with kind =
-// "none") and gives the router config its Syncer and bounds. The client
+// "none") and gives the router config its Syncer, its bounds and the
+// record of stored responses the peers' reports go to. The client
 // connects in startSync, once the HTTP listener (and so the default
 // replica id) is known.
-func (g *Gateway) newSync(gw *config.Gateway, reg prometheus.Registerer, log zerolog.Logger, rcfg *router.Config) error {
+func (g *Gateway) newSync(gw *config.Gateway, reg prometheus.Registerer, log zerolog.Logger, rcfg *router.Config, stored *sticky.Map) error {
 	s := gw.Sync
 	if s.Kind != config.SyncNATS {
 		return nil
@@ -35,6 +39,7 @@ func (g *Gateway) newSync(gw *config.Gateway, reg prometheus.Registerer, log zer
 	})
 	rcfg.Sync = router.SyncConfig{
 		Syncer: g.sync, MaxPeers: s.MaxPeers, MaxPeerInFlight: s.MaxPeerInFlight, PeerTimeout: s.PeerTimeout.Duration,
+		Stored: stored,
 	}
 	// Stopped after the HTTP server's drain (stops run in reverse), so the
 	// releases of the requests it lets finish are told.
@@ -64,4 +69,32 @@ func (g *Gateway) SyncID() string {
 		return ""
 	}
 	return g.sync.ID()
+}
+
+// storedResponses is the record of stored responses the request actors
+// use: with fleet sync, one that also tells the peers what it records and
+// forgets.
+func (g *Gateway) storedResponses(m *sticky.Map) request.StoredResponses {
+	if g.sync == nil {
+		return m
+	}
+	return sharedStored{Map: m, sync: g.sync}
+}
+
+// sharedStored is a record of stored responses shared through fleet sync.
+type sharedStored struct {
+	*sticky.Map
+	sync *fleetsync.Client
+}
+
+// Put records id on worker and tells the peers.
+func (s sharedStored) Put(id, worker string, now time.Time) {
+	s.Map.Put(id, worker, now)
+	s.sync.Stored(id, worker, s.TTL())
+}
+
+// Forget drops id (deleted through this replica) and tells the peers.
+func (s sharedStored) Forget(id string) {
+	s.Map.Forget(id)
+	s.sync.Forgot(id)
 }
