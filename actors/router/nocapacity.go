@@ -58,6 +58,7 @@ const (
 	stateDraining
 	stateDrained
 	stateStale
+	stateNoKVHandles
 	numStates
 )
 
@@ -70,11 +71,17 @@ var verbs = [numStates][2]string{
 	stateDraining: {"is draining", "are draining"},
 	stateDrained:  {"is drained by an operator", "are drained by an operator"},
 	stateStale:    {"missed its heartbeats", "missed their heartbeats"},
+	stateNoKVHandles: {"is a probed engine, which cannot take KV handles (tl.engine.v1 Prefill)",
+		"are probed engines, which cannot take KV handles (tl.engine.v1 Prefill)"},
 }
 
-func (s *State) stateOf(w *fleet.Worker, req *Request, now time.Time) workerState {
+// stateOf is w's state for req; pair: the route is disaggregated, so a
+// prefill or decode worker must take KV handles (KVHandles).
+func (s *State) stateOf(w *fleet.Worker, req *Request, now time.Time, pair bool) workerState {
 	c := s.inflight[w.ID]
 	switch {
+	case pair && w.Role != fleet.RoleUnified && !KVHandles(w):
+		return stateNoKVHandles
 	case !w.Live(now):
 		return stateStale
 	case w.Drained:
@@ -115,7 +122,7 @@ func (s *State) whyNoCapacity(r routes.Route, req *Request, now time.Time) strin
 				if counts[w.Role] == nil {
 					counts[w.Role] = &[numStates]int{}
 				}
-				counts[w.Role][s.stateOf(w, req, now)]++
+				counts[w.Role][s.stateOf(w, req, now, r.IsDisaggregated())]++
 			}
 		}
 	}

@@ -552,7 +552,7 @@ func (s *State) pickOne(t *Target, model string, role fleet.Role, req *Request, 
 	if req.LeastLoaded {
 		pol = policy.NameLeastOutstanding
 	}
-	return s.pickOneBy(pol, t, model, role, req, now)
+	return s.pickOneBy(pol, t, model, role, req, now, nil)
 }
 
 // pickAnyRole picks the least loaded worker serving model, whatever its
@@ -562,7 +562,7 @@ func (s *State) pickAnyRole(t *Target, model string, req *Request, now time.Time
 	bestLoad := 0
 	for _, role := range []fleet.Role{fleet.RoleUnified, fleet.RolePrefill, fleet.RoleDecode} {
 		c := *t
-		if err := s.pickOneBy(policy.NameLeastOutstanding, &c, model, role, req, now); err != nil {
+		if err := s.pickOneBy(policy.NameLeastOutstanding, &c, model, role, req, now, nil); err != nil {
 			continue
 		}
 		if load := s.Load(&c.Worker); !found || load < bestLoad {
@@ -576,9 +576,10 @@ func (s *State) pickAnyRole(t *Target, model string, req *Request, now time.Time
 	return nil
 }
 
-// pickOneBy picks a worker of the pool (model, role) by policy pol.
-func (s *State) pickOneBy(pol policy.Name, t *Target, model string, role fleet.Role, req *Request, now time.Time) error {
-	p, ok := s.candidates(model, role, req, now, nil)
+// pickOneBy picks a worker of the pool (model, role) by policy pol,
+// among those keep accepts (nil: all).
+func (s *State) pickOneBy(pol policy.Name, t *Target, model string, role fleet.Role, req *Request, now time.Time, keep func(*fleet.Worker) bool) error {
+	p, ok := s.candidates(model, role, req, now, keep)
 	if !ok {
 		return ErrNoCapacity
 	}
@@ -605,7 +606,8 @@ func (s *State) pickOneBy(pol policy.Name, t *Target, model string, role fleet.R
 // prefill worker of the same model and kv_format. Under cache_aware the
 // prompt's KV is computed, and cached, on the prefill worker: that one is
 // picked by cache_aware (and the prompt indexed there), the decode worker
-// by least_outstanding.
+// by least_outstanding. Only workers that speak the KV-handle contract
+// (KVHandles) are paired: a probed engine's Prefill call would fail.
 func (s *State) pickPair(t *Target, model string, req *Request, now time.Time) error {
 	decodeBy := s.cfg.Policy
 	if decodeBy == policy.NameCacheAware {
@@ -629,11 +631,11 @@ func (s *State) pickPair(t *Target, model string, req *Request, now time.Time) e
 			}
 			return m
 		}()
-		if err := s.pickOneBy(decodeBy, t, model, fleet.RoleDecode, &r2, now); err != nil {
+		if err := s.pickOneBy(decodeBy, t, model, fleet.RoleDecode, &r2, now, KVHandles); err != nil {
 			return err
 		}
 		d := t.Worker
-		if _, ok := s.candidates(model, fleet.RolePrefill, req, now, func(w *fleet.Worker) bool { return w.KVFormat == d.KVFormat }); ok {
+		if _, ok := s.candidates(model, fleet.RolePrefill, req, now, func(w *fleet.Worker) bool { return KVHandles(w) && w.KVFormat == d.KVFormat }); ok {
 			var i int
 			if s.cfg.Policy == policy.NameCacheAware {
 				i, t.Reason = s.pickCacheAware(t, model, req)
@@ -649,6 +651,13 @@ func (s *State) pickPair(t *Target, model string, req *Request, now time.Time) e
 	}
 	return ErrNoCapacity
 }
+
+// KVHandles reports whether w can take part in a disaggregated pair: a
+// worker that registers by heartbeat speaks tlgate's contracts (tl.engine.v1
+// Prefill, tl.kv.v1 and X-TL-KV-Handle); a probed engine (vLLM, SGLang,
+// llama.cpp, any OpenAI server) speaks none of them, whatever role its
+// discovery labels give it.
+func KVHandles(w *fleet.Worker) bool { return w.Source != fleet.SourceProbe }
 
 // WorkerView is one worker as the admin API lists it.
 type WorkerView struct {

@@ -112,6 +112,45 @@ func TestPickDisaggregatedPair(t *testing.T) {
 	}
 }
 
+// probed is w as the probe manager reports it (a stock engine).
+func probed(x fleet.Worker) fleet.Worker {
+	x.Source, x.Kind = fleet.SourceProbe, "vllm"
+	return x
+}
+
+// A disaggregated route pairs only workers that speak the KV-handle
+// contract: probed prefill or decode engines are passed over, whatever
+// their load, and a route with only those is no_capacity.
+func TestPickDisaggregatedRefusesProbedWorkers(t *testing.T) {
+	rs := []routes.Route{{Model: "big-pd", Backends: []routes.Backend{{Model: "big", Weight: 1}}, Targets: []string{"disaggregated"}}}
+	s := state(t, policy.NameLeastOutstanding, rs,
+		probed(w("d0", "big", fleet.RoleDecode, 0, 1)),
+		w("d1", "big", fleet.RoleDecode, 5, 1),
+		probed(w("p0", "big", fleet.RolePrefill, 0, 1)),
+		w("p1", "big", fleet.RolePrefill, 5, 1))
+	for i := range 3 {
+		tg, err := s.Pick(&Request{Model: "big-pd", RequestID: "x"}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tg.Worker.ID != "d1" || tg.Prefill == nil || tg.Prefill.ID != "p1" {
+			t.Fatalf("pick %d: pair %s/%v, want d1 with p1 (the probed ones take no KV handles)", i, tg.Worker.ID, tg.Prefill)
+		}
+	}
+	for _, pol := range []policy.Name{policy.NameLeastOutstanding, policy.NameCacheAware, policy.NameWeighted, policy.NameAffinity} {
+		s := state(t, pol, rs, probed(w("d0", "big", fleet.RoleDecode, 0, 1)), probed(w("p0", "big", fleet.RolePrefill, 0, 1)))
+		if _, err := s.Pick(&Request{Model: "big-pd", RequestID: "x", Prompt: "hello"}, now); !errors.Is(err, ErrNoCapacity) {
+			t.Fatalf("%s: only probed workers: %v, want ErrNoCapacity", pol, err)
+		}
+	}
+	// A pooling request on that route still goes to a unified worker,
+	// probed or not.
+	s = state(t, policy.NameLeastOutstanding, rs, probed(w("u0", "big", fleet.RoleUnified, 0, 1)))
+	if tg, err := s.Pick(&Request{Model: "big-pd", RequestID: "x", LeastLoaded: true}, now); err != nil || tg.Worker.ID != "u0" {
+		t.Fatalf("pooling request: %+v %v, want u0", tg.Worker.ID, err)
+	}
+}
+
 func TestReleaseIsHarmless(t *testing.T) {
 	s := state(t, policy.NameLeastOutstanding, nil, w("a", "m", fleet.RoleUnified, 0, 0))
 	if _, err := s.Pick(&Request{Model: "m", RequestID: "1"}, now); err != nil {
@@ -239,6 +278,10 @@ func TestPickSaysWhyNoCapacity(t *testing.T) {
 		{"failed this request", []fleet.Worker{w("a", "m", fleet.RoleUnified, 0, 0), w("b", "m", fleet.RoleUnified, 0, 0)}, "m", map[string]bool{"a": true, "b": true},
 			"model m needs unified workers of m; 2 unified workers failed this request"},
 		{"cascade: both steps empty", nil, "auto", nil, "model big needs unified workers of big; no worker of big is registered"},
+		{"probed prefill and decode", []fleet.Worker{probed(w("p", "big", fleet.RolePrefill, 0, 0)), probed(w("d1", "big", fleet.RoleDecode, 0, 0)), probed(w("d2", "big", fleet.RoleDecode, 0, 0))}, "big-pd", nil,
+			"route big-pd needs prefill and decode workers of big; 1 prefill worker is a probed engine, which cannot take KV handles (tl.engine.v1 Prefill); 2 decode workers are probed engines, which cannot take KV handles (tl.engine.v1 Prefill)"},
+		{"probed decode beside a heartbeat prefill", []fleet.Worker{w("p", "big", fleet.RolePrefill, 0, 0), probed(w("d", "big", fleet.RoleDecode, 0, 0))}, "big-pd", nil,
+			"route big-pd needs prefill and decode workers of big; 1 prefill worker is routable; 1 decode worker is a probed engine, which cannot take KV handles (tl.engine.v1 Prefill)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
