@@ -27,4 +27,7 @@ func validateCacheAware(v *checker, g *Gateway) {
 	if !finite(g.CacheAwareBytesPerToken) || g.CacheAwareBytesPerToken <= 0 || g.CacheAwareBytesPerToken > 64 {
 		v.add("gateway.cache_aware_bytes_per_token", "must be > 0 and <= 64, got %v", g.CacheAwareBytesPerToken)
 	}
+	if !(g.CacheAwareMaxRequestShare > 0 && g.CacheAwareMaxRequestShare <= 1) {
+		v.add("gateway.cache_aware_max_request_share", "must be > 0 and <= 1, got %v", g.CacheAwareMaxRequestShare)
+	}
 }

@@ -148,6 +148,9 @@ type Gateway struct {
 	// (> 0, <= 64).
 	CacheAwareChunkBytes    int     `toml:"cache_aware_chunk_bytes"`
 	CacheAwareBytesPerToken float64 `toml:"cache_aware_bytes_per_token"`
+	// CacheAwareMaxRequestShare is the share of a worker's prefix index
+	// one prompt may take (in (0, 1]).
+	CacheAwareMaxRequestShare float64 `toml:"cache_aware_max_request_share"`
 	// Store is where the route table and the drains are kept: state_dir
 	// (one replica) or etcd (several replicas as one).
 	Store Store `toml:"store"`
@@ -329,25 +332,26 @@ func Default() *Config {
 		LogFormat:          LogJSON,
 		Console:            true,
 
-		CacheAwarePrefillWeight: 1,
-		CacheAwareLoadWeight:    64,
-		CacheAwareBalanceAbs:    64,
-		CacheAwareBalanceRel:    1.5,
-		CacheAwareChunkBytes:    128,
-		CacheAwareBytesPerToken: 4,
-		MaxWorkers:              1024,
-		RegistryPeerRate:        200,
-		RegistryPeerBurst:       400,
-		TokensAdmission:         TokensRefuse,
-		MaxRoutes:               4096,
-		MaxTableBytes:           1 << 20,
-		TokensDefaultMaxTokens:  4096,
-		Store:                   Store{Kind: StoreFile, Prefix: DefaultStorePrefix, DialTimeout: D(DefaultStoreDialTimeout)},
-		Ejection:                defaultEjection(),
-		Admission:               defaultAdmission(),
-		Tracing:                 Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "tlgate"},
-		Sync:                    defaultSync(),
-		Responses:               defaultResponses(),
+		CacheAwarePrefillWeight:   1,
+		CacheAwareLoadWeight:      64,
+		CacheAwareBalanceAbs:      64,
+		CacheAwareBalanceRel:      1.5,
+		CacheAwareChunkBytes:      128,
+		CacheAwareBytesPerToken:   4,
+		CacheAwareMaxRequestShare: 0.5,
+		MaxWorkers:                1024,
+		RegistryPeerRate:          200,
+		RegistryPeerBurst:         400,
+		TokensAdmission:           TokensRefuse,
+		MaxRoutes:                 4096,
+		MaxTableBytes:             1 << 20,
+		TokensDefaultMaxTokens:    4096,
+		Store:                     Store{Kind: StoreFile, Prefix: DefaultStorePrefix, DialTimeout: D(DefaultStoreDialTimeout)},
+		Ejection:                  defaultEjection(),
+		Admission:                 defaultAdmission(),
+		Tracing:                   Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "tlgate"},
+		Sync:                      defaultSync(),
+		Responses:                 defaultResponses(),
 
 		MaxConnections:          10000,
 		MaxConnectionsPerClient: 1000,

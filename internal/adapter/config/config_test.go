@@ -52,7 +52,7 @@ func TestConfig(t *testing.T) {
 			ServerIdleTimeout: D(120 * time.Second), ShutdownDelay: D(5 * time.Second), ShutdownTimeout: D(10 * time.Second),
 			LogFormat: "json", Console: true,
 			CacheAwarePrefillWeight: 1, CacheAwareLoadWeight: 64, CacheAwareBalanceAbs: 64, CacheAwareBalanceRel: 1.5,
-			CacheAwareChunkBytes: 128, CacheAwareBytesPerToken: 4,
+			CacheAwareChunkBytes: 128, CacheAwareBytesPerToken: 4, CacheAwareMaxRequestShare: 0.5,
 			Store:    Store{Kind: "file", Prefix: "/tlgate/", DialTimeout: D(5 * time.Second)},
 			Ejection: Ejection{ConsecutiveFailures: 3, ConsecutiveRefused: 1, BaseTime: D(10 * time.Second), MaxTime: D(5 * time.Minute), MaxPercent: 50},
 			Admission: Admission{Enabled: false, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{},
@@ -203,6 +203,8 @@ func TestConfigValidation(t *testing.T) {
 			"gateway.cache_aware_balance_abs: must be >= 0, got -1", "gateway.cache_aware_balance_rel: must be >= 1, got 0.5"}},
 		{"cache_aware chunking", "cache_aware_chunk_bytes = 8\ncache_aware_bytes_per_token = 0.0", []string{
 			"gateway.cache_aware_chunk_bytes: must be in 16..4096, got 8", "gateway.cache_aware_bytes_per_token: must be > 0 and <= 64, got 0"}},
+		{"cache_aware request share", "cache_aware_max_request_share = 1.5", []string{"gateway.cache_aware_max_request_share: must be > 0 and <= 1, got 1.5"}},
+		{"cache_aware request share zero", "cache_aware_max_request_share = 0.0", []string{"gateway.cache_aware_max_request_share: must be > 0 and <= 1, got 0"}},
 		{"affinity_load_factor", `affinity_load_factor = 0.8`, []string{"gateway.affinity_load_factor: must be > 1, got 0.8"}},
 		{"affinity_load_factor one", `affinity_load_factor = 1.0`, []string{"gateway.affinity_load_factor: must be > 1, got 1"}},
 		{"affinity_load_factor nan", `affinity_load_factor = nan`, []string{"gateway.affinity_load_factor: must be > 1, got NaN"}},

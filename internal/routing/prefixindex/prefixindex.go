@@ -1,6 +1,6 @@
 // Package prefixindex is the gateway's approximate picture of what each
 // engine holds in its prefix (KV) cache, built from the prompts the gateway
-// sent it. A rendered prompt is cut into fixed-size chunks of bytes, each
+// sent it and it began to answer. A rendered prompt is cut into fixed-size chunks of bytes, each
 // named by the hash of the whole prompt up to its end (a chained hash: two
 // prompts share a chunk hash only if they share everything before it). Per
 // model it records which workers were recently sent which chunks; each
@@ -47,6 +47,10 @@ const (
 	// (about 8 million tokens of KV at the default chunking; some 44 MiB
 	// of index at BytesPerChunk).
 	MaxCapacityChunks = 1 << 18
+	// DefaultMaxRequestShare is the share of a worker's index one prompt
+	// may take: half, so that no one request, however long, pushes out
+	// everything the others left there.
+	DefaultMaxRequestShare = 0.5
 	// defaultBlockTokens is assumed when a worker reports kv_total_blocks
 	// but no kv_block_tokens (the reference engine's and vLLM's default).
 	defaultBlockTokens = 16
@@ -62,6 +66,10 @@ type Config struct {
 	// BytesPerToken converts bytes to tokens (> 0): prompt and matched
 	// lengths in tokens, and KV capacity in bytes.
 	BytesPerToken float64
+	// MaxRequestShare is the share of a worker's capacity one recorded
+	// prompt may take (in (0, 1]): a longer prompt is recorded up to that
+	// many leading chunks, the ones a later prompt can match.
+	MaxRequestShare float64
 }
 
 // Validate reports a config that cannot be used, naming the field.
@@ -72,6 +80,9 @@ func (c Config) Validate() error {
 	if !(c.BytesPerToken > 0) || math.IsInf(c.BytesPerToken, 0) {
 		return fmt.Errorf("%w: bytes per token %v must be positive", ErrConfig, c.BytesPerToken)
 	}
+	if !(c.MaxRequestShare > 0 && c.MaxRequestShare <= 1) {
+		return fmt.Errorf("%w: max request share %v must be in (0, 1]", ErrConfig, c.MaxRequestShare)
+	}
 	return nil
 }
 
@@ -80,9 +91,8 @@ type Index struct {
 	cfg     Config
 	models  map[string]*model
 	workers map[string]*worker
-	free    *node  // recycled nodes, linked through next
-	q       Query  // scratch of the last lookup
-	evicted uint64 // pairs evicted so far: a query's entries are stale once it moves
+	free    *node // recycled nodes, linked through next
+	q       Query // scratch of the last lookup
 }
 
 // New returns an empty index; an invalid cfg is replaced field by field
@@ -93,6 +103,9 @@ func New(cfg Config) *Index {
 	}
 	if !(cfg.BytesPerToken > 0) || math.IsInf(cfg.BytesPerToken, 0) {
 		cfg.BytesPerToken = DefaultBytesPerToken
+	}
+	if !(cfg.MaxRequestShare > 0 && cfg.MaxRequestShare <= 1) {
+		cfg.MaxRequestShare = DefaultMaxRequestShare
 	}
 	return &Index{cfg: cfg, models: map[string]*model{}, workers: map[string]*worker{}}
 }
@@ -332,7 +345,6 @@ type Query struct {
 	hashes  []uint64 // scratch's, or a memo's
 	scratch PromptHashes
 	entries []*entry // entries of hashes[:len(entries)], present at lookup
-	evicted uint64   // Index.evicted at lookup
 	hits    []Hit
 	seen    []uint64
 	depth   []int // by slot: the hits
@@ -401,7 +413,7 @@ func (p *PromptHashes) in(x *Index, ns, prompt string) []uint64 {
 // PromptHashes); a nil memo hashes the prompt again.
 func (x *Index) LookupHashed(modelID, ns, prompt string, memo *PromptHashes) *Query {
 	q := &x.q
-	q.model, q.bytes, q.evicted = modelID, len(prompt), x.evicted
+	q.model, q.bytes = modelID, len(prompt)
 	if memo == nil {
 		memo = &q.scratch
 		memo.chunk = 0
@@ -441,34 +453,7 @@ func (x *Index) LookupHashed(modelID, ns, prompt string, memo *PromptHashes) *Qu
 	return q
 }
 
-// Record notes that the prompt of q, the last lookup, was sent to worker
-// id: every chunk of it becomes that worker's most recent, the first chunk
-// most recent of all (so a prefix outlives its continuations), and the
-// worker's least recent chunks beyond its capacity are dropped. A worker
-// not observed, or not of the query's model, is ignored.
-func (x *Index) Record(q *Query, id string) {
-	w := x.workers[id]
-	if w == nil || w.model != q.model || len(q.hashes) == 0 {
-		return
-	}
-	m := x.models[q.model]
-	if q.evicted != x.evicted {
-		q.entries = q.entries[:0] // an entry found may be gone since
-	}
-	for i := len(q.hashes) - 1; i >= 0; i-- {
-		var e *entry
-		if i < len(q.entries) {
-			e = q.entries[i]
-		} else if e = m.chunks[q.hashes[i]]; e == nil {
-			e = &entry{hash: q.hashes[i]}
-			m.chunks[e.hash] = e
-		}
-		x.touch(e, w, false)
-	}
-	x.trim(w)
-}
-
-// Errors of RecordPeer: the report is dropped.
+// Errors of RecordHashes and RecordPeer: the prompt is not recorded.
 var (
 	// ErrUnknownWorker: the worker is not observed.
 	ErrUnknownWorker = errors.New("prefixindex: unknown worker")
@@ -476,14 +461,33 @@ var (
 	ErrOtherModel = errors.New("prefixindex: the worker serves another model")
 )
 
-// RecordPeer notes that another replica sent a prompt with the chained
-// chunk hashes hashes (Hashes' form, first chunk first) to worker id of
-// model, as Record does but in the worker's peer share: the first chunk
-// becomes the most recent, and beyond the worker's capacity the peers'
-// least recent chunks are dropped, never the gateway's own. A chunk the
-// gateway recorded itself stays in its own share where it was. It fails,
-// recording nothing, for a worker not observed or of another model.
+// Record notes that the prompt of q, the last lookup, was sent to worker
+// id: RecordHashes of its hashes under its model, the error dropped.
+func (x *Index) Record(q *Query, id string) {
+	_ = x.RecordHashes(q.model, id, q.hashes)
+}
+
+// RecordHashes notes that a prompt with the chained chunk hashes hashes
+// (Hashes' form, first chunk first) was sent to worker id of model, and
+// the worker began to answer it: every chunk of it becomes the worker's
+// most recent, the first chunk most recent of all (so a prefix outlives
+// its continuations), and the worker's least recent chunks beyond its
+// capacity are dropped. Only the leading MaxRequestShare of the worker's
+// capacity is recorded. It fails, recording nothing, for a worker not
+// observed or of another model.
+func (x *Index) RecordHashes(modelID, id string, hashes []uint64) error {
+	return x.record(modelID, id, hashes, false)
+}
+
+// RecordPeer is RecordHashes for a prompt another replica sent, in the
+// worker's peer share: beyond the worker's capacity the peers' least
+// recent chunks are dropped, never the gateway's own, and a chunk the
+// gateway recorded itself stays in its own share where it was.
 func (x *Index) RecordPeer(modelID, id string, hashes []uint64) error {
+	return x.record(modelID, id, hashes, true)
+}
+
+func (x *Index) record(modelID, id string, hashes []uint64, peer bool) error {
 	w := x.workers[id]
 	switch {
 	case w == nil:
@@ -493,6 +497,7 @@ func (x *Index) RecordPeer(modelID, id string, hashes []uint64) error {
 	case len(hashes) == 0:
 		return nil
 	}
+	hashes = hashes[:min(len(hashes), x.requestShare(w))]
 	m := x.models[modelID]
 	for i := len(hashes) - 1; i >= 0; i-- {
 		e := m.chunks[hashes[i]]
@@ -500,10 +505,24 @@ func (x *Index) RecordPeer(modelID, id string, hashes []uint64) error {
 			e = &entry{hash: hashes[i]}
 			m.chunks[e.hash] = e
 		}
-		x.touch(e, w, true)
+		x.touch(e, w, peer)
 	}
 	x.trim(w)
 	return nil
+}
+
+// requestShare is the most chunks one prompt may take of w's share.
+func (x *Index) requestShare(w *worker) int {
+	return max(1, int(float64(w.capacity)*x.cfg.MaxRequestShare))
+}
+
+// RequestShare is the most chunks RecordHashes records of one prompt on
+// worker id (0 for a worker not observed).
+func (x *Index) RequestShare(id string) int {
+	if w := x.workers[id]; w != nil {
+		return x.requestShare(w)
+	}
+	return 0
 }
 
 // touch makes (e, w) w's most recent pair in its own share (peer false)
@@ -587,7 +606,6 @@ func (x *Index) evict(m *model, n *node) {
 	} else {
 		w.n--
 	}
-	x.evicted++
 	if len(e.nodes) == 0 {
 		delete(m.chunks, e.hash)
 	}

@@ -1,6 +1,7 @@
 package prefixindex
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -102,7 +103,7 @@ func TestPrefixIndexLongestMatch(t *testing.T) {
 }
 
 func TestPrefixIndexBoundedPerWorker(t *testing.T) {
-	x := New(Config{ChunkBytes: 64, BytesPerToken: 4})
+	x := New(Config{ChunkBytes: 64, BytesPerToken: 4, MaxRequestShare: 1})
 	// 10 blocks × 16 tokens × 4 bytes / 64 = 10 chunks.
 	x.Observe(fw("small", 10))
 	x.Observe(fw("big", 1000))
@@ -299,9 +300,12 @@ func TestConfigValidate(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{ChunkBytes: 64, BytesPerToken: 4}, ""},
-		{Config{ChunkBytes: 0, BytesPerToken: 4}, "chunk bytes"},
-		{Config{ChunkBytes: 64, BytesPerToken: 0}, "bytes per token"},
+		{Config{ChunkBytes: 64, BytesPerToken: 4, MaxRequestShare: 0.5}, ""},
+		{Config{ChunkBytes: 64, BytesPerToken: 4, MaxRequestShare: 1}, ""},
+		{Config{ChunkBytes: 0, BytesPerToken: 4, MaxRequestShare: 1}, "chunk bytes"},
+		{Config{ChunkBytes: 64, BytesPerToken: 0, MaxRequestShare: 1}, "bytes per token"},
+		{Config{ChunkBytes: 64, BytesPerToken: 4}, "max request share"},
+		{Config{ChunkBytes: 64, BytesPerToken: 4, MaxRequestShare: 1.5}, "max request share"},
 	}
 	for _, tt := range tests {
 		err := tt.cfg.Validate()
@@ -309,7 +313,7 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%+v: %v, want %q", tt.cfg, err, tt.want)
 		}
 	}
-	if c := New(Config{}).Config(); c.ChunkBytes != DefaultChunkBytes || c.BytesPerToken != DefaultBytesPerToken {
+	if c := New(Config{}).Config(); c.ChunkBytes != DefaultChunkBytes || c.BytesPerToken != DefaultBytesPerToken || c.MaxRequestShare != DefaultMaxRequestShare {
 		t.Fatalf("defaults %+v", c)
 	}
 }
@@ -345,5 +349,55 @@ func BenchmarkHashes(b *testing.B) {
 	b.SetBytes(int64(len(p)))
 	for b.Loop() {
 		dst = x.Hashes(dst[:0], p)
+	}
+}
+
+// One prompt takes at most MaxRequestShare of a worker's share, in its
+// leading chunks, in the worker's own share and in its peers' alike: a
+// long prompt recorded after a short one leaves the short one's prefix
+// where it was.
+func TestRecordCapsOnePromptsShare(t *testing.T) {
+	for _, peer := range []bool{false, true} {
+		t.Run(fmt.Sprintf("peer=%v", peer), func(t *testing.T) {
+			x := New(Config{ChunkBytes: 64, BytesPerToken: 4, MaxRequestShare: 0.5})
+			x.Observe(fw("a", 10)) // 10 chunks
+			record := func(prompt string) {
+				t.Helper()
+				hs := x.Hashes(nil, prompt)
+				var err error
+				if peer {
+					err = x.RecordPeer("m", "a", hs)
+				} else {
+					err = x.RecordHashes("m", "a", hs)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			victim, long := text("victim", 4*64), text("long", 40*64)
+			record(victim)
+			record(long)
+			if s, _ := x.Stats("a"); s.Chunks != 9 {
+				t.Fatalf("a holds %d chunks, want 4 + 5 (half of 10 for the long prompt)", s.Chunks)
+			}
+			if got := hitsOf(x.Lookup("m", victim)); got["a"] != 4 {
+				t.Fatalf("victim hits %v, want a 4: the long prompt pushed it out", got)
+			}
+			if got := hitsOf(x.Lookup("m", long)); got["a"] != 5 {
+				t.Fatalf("long prompt hits %v, want its 5 leading chunks", got)
+			}
+		})
+	}
+	x := New(Config{ChunkBytes: 64, BytesPerToken: 4, MaxRequestShare: 1})
+	x.Observe(fw("a", 10))
+	hs := x.Hashes(nil, text("p", 3*64))
+	if err := x.RecordHashes("m", "nobody", hs); !errors.Is(err, ErrUnknownWorker) {
+		t.Fatalf("unknown worker: %v", err)
+	}
+	if err := x.RecordHashes("n", "a", hs); !errors.Is(err, ErrOtherModel) {
+		t.Fatalf("other model: %v", err)
+	}
+	if x.Len("m") != 0 || x.Len("n") != 0 {
+		t.Fatal("a refused record left chunks")
 	}
 }

@@ -15,7 +15,7 @@ func routerConfig(pol policy.Name, gw *config.Gateway) router.Config {
 			PrefillWeight: gw.CacheAwarePrefillWeight, LoadWeight: gw.CacheAwareLoadWeight,
 			BalanceAbs: gw.CacheAwareBalanceAbs, BalanceRel: gw.CacheAwareBalanceRel,
 		},
-		PrefixIndex: prefixindex.Config{ChunkBytes: gw.CacheAwareChunkBytes, BytesPerToken: gw.CacheAwareBytesPerToken},
+		PrefixIndex: prefixindex.Config{ChunkBytes: gw.CacheAwareChunkBytes, BytesPerToken: gw.CacheAwareBytesPerToken, MaxRequestShare: gw.CacheAwareMaxRequestShare},
 		// A worker that registers or comes back is routable after its
 		// next heartbeat.
 		NoCapacityRetryAfter: gw.HeartbeatInterval.Duration,
