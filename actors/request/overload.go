@@ -81,16 +81,24 @@ func (a *requestActor) reportFailure(ctx actor.Context, worker, reason string, g
 	ctx.Send(a.d.Router, &router.AttemptFailed{WorkerID: worker, Reason: reason, Generating: generating})
 }
 
-// reportFetched reports a non-streamed attempt's answer (once per attempt).
-func (a *requestActor) reportFetched(ctx actor.Context) {
+// reportFetched reports a non-streamed attempt's answer, of status (once
+// per attempt).
+func (a *requestActor) reportFetched(ctx actor.Context, status int) {
 	a.reported = a.attempts
-	reportAnswer(ctx.Send, a.d.Router, a.target.Worker.ID)
+	reportAnswer(ctx.Send, a.d.Router, a.target, status)
 }
 
-// reportAnswer tells the router that an attempt on worker got an answer.
-// Every answer that reaches here is a success for passive health: the
-// proxy turns a 5xx or a malformed answer into an attempt failure, which
-// reportFailure reports.
-func reportAnswer(send func(pid *actor.PID, msg any), routerPID *actor.PID, worker string) {
-	send(routerPID, &router.AttemptSucceeded{WorkerID: worker})
+// reportAnswer tells the router that an attempt on t's worker got an
+// answer of status. Every answer that reaches here is a success for
+// passive health: the proxy turns a 5xx or a malformed answer into an
+// attempt failure, which reportFailure reports. A 2xx also has the router
+// record the prompt in its prefix index (t.Indexing): the engine computed
+// its KV. An error answer (a 4xx: a prompt too long, a bad field) leaves
+// the index as it was.
+func reportAnswer(send func(pid *actor.PID, msg any), routerPID *actor.PID, t router.Target, status int) {
+	m := &router.AttemptSucceeded{WorkerID: t.Worker.ID}
+	if status >= 200 && status < 300 {
+		m.Indexing = t.Indexing
+	}
+	send(routerPID, m)
 }

@@ -394,13 +394,14 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 		}()
 		return
 	}
-	debug, worker, step, rt := ex.Debug, a.target.Worker.ID, a.target.CascadeStep, a.d.Router
+	debug, target, step, rt := ex.Debug, a.target, a.target.CascadeStep, a.d.Router
+	worker := target.Worker.ID
 	sw := a.streamWriter()
 	go func() {
 		defer ex.wg.Done()
 		res := p.Stream(actx, att, sw, func(status int, uh http.Header) {
 			ex.committed.Store(true)
-			reportAnswer(root.Send, rt, worker)
+			reportAnswer(root.Send, rt, target, status)
 			responseHeaders(ex.W.Header(), ex.RequestID, debug, worker, step)
 		})
 		root.Send(self, &streamed{res: res})
@@ -420,7 +421,7 @@ func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 // answered handles an engine's whole answer: judged by a cascade step, or
 // relayed.
 func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
-	a.reportFetched(ctx)
+	a.reportFetched(ctx, resp.Status)
 	a.blameDoubted(ctx, resp.Status)
 	a.countFetched(resp)
 	if a.target.CascadeStep < a.target.CascadeSteps-1 && resp.Status == http.StatusOK {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
@@ -67,4 +69,25 @@ func fmtSampling(temp, topP float32, topK, max uint32, seed uint64, stop []strin
 		stop = []string{}
 	}
 	return fmt.Sprintf("temp=%g top_p=%g top_k=%d max=%d seed=%d stop=%v pres=%g freq=%g lp=%v top_lp=%d", temp, topP, topK, max, seed, stop, pres, freq, lp, topLP)
+}
+
+// An answer tells the router the attempt succeeded; only a 2xx hands back
+// the pick's prefix-index record (the engine computed the prompt's KV),
+// so a prompt an engine refused is never indexed.
+func TestReportAnswerIndexesOnlyA2xx(t *testing.T) {
+	tg := router.Target{Worker: fleet.Worker{ID: "w"}, Indexing: router.Indexing{Worker: "w", Model: "m", Hashes: []uint64{1, 2}}}
+	for _, tc := range []struct {
+		status  int
+		indexed bool
+	}{{200, true}, {201, true}, {400, false}, {404, false}, {413, false}, {429, false}} {
+		var got []any
+		reportAnswer(func(_ *actor.PID, m any) { got = append(got, m) }, nil, tg, tc.status)
+		m, ok := got[0].(*router.AttemptSucceeded)
+		if len(got) != 1 || !ok || m.WorkerID != "w" {
+			t.Fatalf("status %d: sent %+v, want one AttemptSucceeded for w", tc.status, got)
+		}
+		if indexed := len(m.Indexing.Hashes) > 0; indexed != tc.indexed {
+			t.Errorf("status %d: indexing %+v, want indexed %v", tc.status, m.Indexing, tc.indexed)
+		}
+	}
 }

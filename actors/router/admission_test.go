@@ -199,9 +199,13 @@ func TestDispatchPrefersWarmWaiter(t *testing.T) {
 		s := warmAdmitState(t, 8)
 		if ad := admit(s, sysA+"first", "k"); ad.Target.Worker.ID != "a" {
 			t.Fatalf("first request on %q, want a", ad.Target.Worker.ID)
+		} else {
+			answered(s, ad.Target)
 		}
 		if ad := admit(s, sysB+"second", "k"); ad.Target.Worker.ID != "b" {
 			t.Fatalf("second request on %q, want b", ad.Target.Worker.ID)
+		} else {
+			answered(s, ad.Target)
 		}
 		coldOnA := admit(s, sysB+"wants b", "k").Queued
 		warmOnA := admit(s, sysA+"wants a", "k").Queued
@@ -232,8 +236,8 @@ func TestDispatchPrefersWarmWaiter(t *testing.T) {
 	})
 	t.Run("head passed over at most WarmWindow times", func(t *testing.T) {
 		s := warmAdmitState(t, 4*WarmWindow)
-		admit(s, sysA+"first", "k")
-		admit(s, sysB+"second", "k")
+		answered(s, admit(s, sysA+"first", "k").Target)
+		answered(s, admit(s, sysB+"second", "k").Target)
 		head := admit(s, "cold prompt held by no worker", "k").Queued
 		for i := range 2 * WarmWindow {
 			if admit(s, sysA+fmt.Sprint("warm ", i), "k").Queued == nil {

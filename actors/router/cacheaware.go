@@ -1,6 +1,8 @@
 package router
 
 import (
+	"slices"
+
 	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/policy"
 	"github.com/tlgate/tlgate/internal/routing/prefixindex"
@@ -76,8 +78,9 @@ func slotLoad(c *counter) int {
 	return c.n + c.peer + max(0, c.foreign)
 }
 
-// pickCacheAware picks among s.cands by policy.CacheAware and records the
-// prompt as sent to the pick. It returns the pick's index and reason.
+// pickCacheAware picks among s.cands by policy.CacheAware. The prompt is
+// not recorded yet: t.Indexing says what to record once the pick's answer
+// begins (Indexed). It returns the pick's index and reason.
 func (s *State) pickCacheAware(t *Target, model string, req *Request) (int, string) {
 	ca := s.prefix
 	if ca == nil || len(s.cands) == 0 {
@@ -101,10 +104,11 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request) (int, stri
 	if i < 0 {
 		return -1, ""
 	}
-	ca.index.Record(q, s.cands[i].ID)
-	if s.syncing() {
-		s.syncHashes, s.syncOn = append(s.syncHashes[:0], q.Hashes()...), s.cands[i].ID
+	hs := q.Hashes() // the request's memo's: stable until its next Route
+	if req.Hashes == nil {
+		hs = slices.Clone(hs) // the index's scratch
 	}
+	t.Indexing = Indexing{Worker: s.cands[i].ID, Model: base, Hashes: hs}
 	t.MatchedTokens, t.PromptTokens = tokens-ca.prefill[i], tokens
 	return i, reason
 }
@@ -132,11 +136,35 @@ func (s *State) indexChunks(id string) int {
 	return st.Chunks
 }
 
-// hashesOn returns the chunk hashes the last pick recorded on worker id
-// (none when it recorded nothing there).
-func (s *State) hashesOn(id string) []uint64 {
-	if s.syncOn != id {
-		return nil
+// Indexing is the prefix-index record of a cache_aware pick, made only
+// once the picked worker began to answer (Indexed): a prompt the engines
+// refuse, or an attempt that fails before its first byte, leaves the index
+// as it was. The zero value records nothing.
+type Indexing struct {
+	// Worker is the worker that computes the prompt's KV: the pick, or
+	// the prefill worker of a disaggregated pair.
+	Worker string
+	// Model is the index's model, the worker's base model.
+	Model string
+	// Hashes are the prompt's chunk hashes in its namespace (adapter,
+	// cache salt). They may be the request's PromptHashes memo's, valid
+	// until the request's next Route: Indexed must come before it.
+	Hashes []uint64
+}
+
+// Indexed records ix, a pick's prompt whose answer began, in the prefix
+// index (at most the worker's per-request share of it) and tells the
+// Syncer. A worker that is gone, or now serves another model, records
+// nothing.
+func (s *State) Indexed(ix Indexing) {
+	if s.prefix == nil || len(ix.Hashes) == 0 {
+		return
 	}
-	return s.syncHashes
+	x := s.prefix.index
+	if err := x.RecordHashes(ix.Model, ix.Worker, ix.Hashes); err != nil {
+		return
+	}
+	if s.syncing() {
+		s.cfg.Sync.Syncer.Indexed(ix.Model, ix.Worker, ix.Hashes[:min(len(ix.Hashes), x.RequestShare(ix.Worker))])
+	}
 }

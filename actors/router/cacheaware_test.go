@@ -26,6 +26,13 @@ func caState(t testing.TB, ca policy.CacheAwareConfig, ids ...string) *State {
 	return s
 }
 
+// answered is what the router does when the attempt of pick tg answers
+// with a 2xx (AttemptSucceeded with tg's Indexing): its prompt is recorded.
+func answered(s *State, tg Target) {
+	s.AttemptSucceeded(tg.Worker.ID)
+	s.Indexed(tg.Indexing)
+}
+
 // words returns n bytes of text distinct for every seed.
 func words(seed string, n int) string {
 	var b strings.Builder
@@ -50,6 +57,13 @@ func TestCacheAwarePickState(t *testing.T) {
 	if first.Worker.ID != "a" || first.Reason != policy.ReasonLoad || first.MatchedTokens != 0 {
 		t.Fatalf("cold pick: %s %s matched %d, want a (load) matched 0", first.Worker.ID, first.Reason, first.MatchedTokens)
 	}
+	// Nothing is recorded before a's answer begins: the same prompt again
+	// goes by load, to b.
+	if tg := pick(sys + "user\nbefore the answer\n"); tg.Worker.ID != "b" || tg.MatchedTokens != 0 || s.indexChunks("a") != 0 {
+		t.Fatalf("before the answer: %s %s matched %d (a holds %d chunks), want b (load) and nothing indexed", tg.Worker.ID, tg.Reason, tg.MatchedTokens, s.indexChunks("a"))
+	}
+	s.Release("b")
+	answered(s, first)
 	// a now has one in flight; the shared system prompt still wins.
 	second := pick(sys + "user\nanother question\n")
 	if second.Worker.ID != "a" || second.Reason != policy.ReasonCache || second.MatchedTokens != 15*128/4 { // the common 2,013 bytes hold 15 chunks
@@ -162,6 +176,7 @@ func TestCacheAwareFollowsConversation(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				answered(s, tg)
 				switch {
 				case turn == 0:
 					home[c] = tg.Worker.ID
@@ -239,6 +254,10 @@ func TestCacheAwareDisaggregatedPrefill(t *testing.T) {
 	if err != nil || first.Prefill == nil {
 		t.Fatalf("first pick: %+v, %v", first, err)
 	}
+	if first.Indexing.Worker != first.Prefill.ID {
+		t.Fatalf("first pick indexes on %q, want its prefill worker %s", first.Indexing.Worker, first.Prefill.ID)
+	}
+	answered(s, first)
 	// The same prefix again, with the first request still in flight: its
 	// prefill worker holds the prompt, the other decode worker is idle.
 	second, err := s.Pick(&Request{Model: "big-pd", RequestID: "2", Prompt: sys + "second"}, now)

@@ -32,6 +32,7 @@ func TestRequestHashesPromptOnce(t *testing.T) {
 			if err != nil || tg.Worker.ID != warm.worker {
 				t.Fatalf("warming %s: %+v %v", warm.worker, tg, err)
 			}
+			answered(s, tg)
 			s.Release(tg.Worker.ID)
 		}
 		return s

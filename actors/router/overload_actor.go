@@ -21,8 +21,12 @@ type AttemptFailed struct {
 
 // AttemptSucceeded reports an attempt on a worker that reached its first
 // byte (or a whole answer) that is not a 5xx: the worker's failure count
-// starts again.
-type AttemptSucceeded struct{ WorkerID string }
+// starts again. Indexing is the pick's Target.Indexing when the answer is
+// a 2xx (the worker computed the prompt's KV): it is recorded then.
+type AttemptSucceeded struct {
+	WorkerID string
+	Indexing Indexing
+}
 
 // Leave takes the Route request asked by PID out of its queue: its client
 // went away. When it was waiting, the router answers it with ErrLeft; when

@@ -109,6 +109,7 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		a.dispatch(ctx)
 	case *AttemptSucceeded:
 		st.AttemptSucceeded(m.WorkerID)
+		st.Indexed(m.Indexing)
 	case *Leave:
 		a.leave(ctx, m)
 	case *queueDeadline:

@@ -99,6 +99,10 @@ type Target struct {
 	AcceptIf     string
 	Rule         cascade.Accept // AcceptIf parsed (zero on the last step)
 	Epoch        uint64
+	// Indexing is what a cache_aware pick records in the prefix index once
+	// the attempt's answer begins: the request hands it back with
+	// AttemptSucceeded.
+	Indexing Indexing
 	// MatchedTokens is, for a cache_aware pick, the estimated prompt tokens
 	// the worker holds cached (0 for other policies); PromptTokens is the
 	// prompt's estimated length in tokens (cache_aware picks only).
@@ -152,11 +156,8 @@ type State struct {
 	seq     uint64
 	full    bool // the last pick passed over a worker at its limit
 
-	// Fleet sync (sync.go): the other replicas' claims, and the chunk
-	// hashes the last cache_aware pick recorded (and on which worker).
+	// Fleet sync (sync.go): the other replicas' claims.
 	peers        map[string]*peerState
-	syncHashes   []uint64
-	syncOn       string
 	pendingIndex map[string]pendingEntry
 	// pendingStored are a snapshot's stored responses waiting for their
 	// workers (stored.go), by worker.
@@ -381,7 +382,6 @@ func (s *State) Pick(req *Request, now time.Time) (Target, error) {
 		r = routes.Route{Model: req.Model}
 	}
 	t := Target{Route: r.Model, CascadeSteps: 1, Epoch: s.epoch}
-	s.syncOn = ""
 	if !r.IsCascade() {
 		return s.pickRoute(t, r, req, req.Model, now)
 	}
@@ -467,6 +467,7 @@ func stepRequest(req *Request, r routes.Route) *Request {
 // pickServed picks workers serving served for route r and counts them in
 // flight; it reports whether it found any.
 func (s *State) pickServed(t *Target, r routes.Route, served string, req *Request, now time.Time) bool {
+	t.Indexing = Indexing{}
 	var err error
 	switch {
 	case req.AnyRole:
@@ -485,9 +486,9 @@ func (s *State) pickServed(t *Target, r routes.Route, served string, req *Reques
 		s.sent(t.Prefill.ID)
 	}
 	if s.syncing() {
-		s.syncPicked(served, t.Worker.ID, s.hashesOn(t.Worker.ID))
+		s.syncPicked(served, t.Worker.ID)
 		if t.Prefill != nil {
-			s.syncPicked(served, t.Prefill.ID, s.hashesOn(t.Prefill.ID))
+			s.syncPicked(served, t.Prefill.ID)
 		}
 	}
 	return true

@@ -330,6 +330,7 @@ func TestPickAdapters(t *testing.T) {
 		if err != nil || tc.worker != "" && tg.Worker.ID != tc.worker || (tg.MatchedTokens > 0) != tc.matched {
 			t.Fatalf("%s salt %q: %s matched %d, %v; want %s matched %v", tc.model, tc.salt, tg.Worker.ID, tg.MatchedTokens, err, tc.worker, tc.matched)
 		}
+		answered(s, tg)
 		s.Release(tg.Worker.ID)
 	}
 	if _, err := s.Pick(&Request{Model: "l3", RequestID: "r"}, now); !errors.Is(err, ErrModelNotFound) {

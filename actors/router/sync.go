@@ -71,10 +71,12 @@ func (c SyncConfig) peerTimeout() time.Duration {
 // router actor: they must not block (queue, or drop) and must copy what
 // they keep (hashes is the router's scratch).
 type Syncer interface {
-	// Picked: a request was sent to worker of model; hashes are the
-	// prompt's prefix-index chunk hashes recorded on worker (none unless
-	// cache_aware indexed it there).
-	Picked(model, worker string, hashes []uint64)
+	// Picked: a request was sent to worker of model (the served id).
+	Picked(model, worker string)
+	// Indexed: worker, of base model model, began to answer a prompt with
+	// these prefix-index chunk hashes (cache_aware), and the router
+	// recorded them.
+	Indexed(model, worker string, hashes []uint64)
 	// Released: one of this replica's requests on worker ended.
 	Released(worker string)
 	// Ejected: worker of model was ejected until until after reason.
@@ -97,11 +99,15 @@ type PeerEventKind uint8
 
 // Kinds of peer event.
 const (
-	PeerPick    PeerEventKind = iota + 1 // a request sent: +1 in flight, Hashes indexed
+	PeerPick    PeerEventKind = iota + 1 // a request sent: +1 in flight (Hashes, if any, indexed)
 	PeerRelease                          // a request ended: -1 in flight
 	PeerLoad                             // the replica's whole in-flight count (Loads)
 	PeerEject                            // Worker ejected for For, after Reason
 )
+
+// PeerIndex is a prompt Worker began to answer: its Hashes are indexed
+// there (the request's in-flight count came with its PeerPick).
+const PeerIndex PeerEventKind = 7
 
 // String is the kind's name in metrics.
 func (k PeerEventKind) String() string {
@@ -118,6 +124,8 @@ func (k PeerEventKind) String() string {
 		return "stored"
 	case PeerForget:
 		return "forget"
+	case PeerIndex:
+		return "index"
 	}
 	return "unknown"
 }
@@ -125,9 +133,9 @@ func (k PeerEventKind) String() string {
 // PeerEvent is one thing another replica reports.
 type PeerEvent struct {
 	Kind   PeerEventKind
-	Model  string // PeerPick, PeerEject: the served model
+	Model  string // PeerPick, PeerEject: the served model; PeerIndex: the base model
 	Worker string
-	Hashes []uint64     // PeerPick
+	Hashes []uint64     // PeerIndex (and PeerPick)
 	Loads  []WorkerLoad // PeerLoad
 	Reason string       // PeerEject
 	For    time.Duration
@@ -239,11 +247,10 @@ type peerState struct {
 // syncing reports whether fleet sync is on.
 func (s *State) syncing() bool { return s.cfg.Sync.Syncer != nil }
 
-// syncPicked tells the Syncer of a request sent to worker of model, with
-// the chunk hashes recorded on it.
-func (s *State) syncPicked(model, worker string, hashes []uint64) {
+// syncPicked tells the Syncer of a request sent to worker of model.
+func (s *State) syncPicked(model, worker string) {
 	if s.syncing() {
-		s.cfg.Sync.Syncer.Picked(model, worker, hashes)
+		s.cfg.Sync.Syncer.Picked(model, worker)
 	}
 }
 
@@ -268,7 +275,7 @@ func (s *State) ApplyPeer(b *PeerBatch, now time.Time) PeerApplied {
 			case !ok:
 				r.drop(ev.Kind, DropUnknownWorker)
 				continue
-			case w.Model != ev.Model:
+			case !w.Serves(ev.Model):
 				r.drop(ev.Kind, DropOtherModel)
 				continue
 			}
@@ -277,17 +284,14 @@ func (s *State) ApplyPeer(b *PeerBatch, now time.Time) PeerApplied {
 			} else {
 				s.setPeer(p, ev.Worker, p.n[ev.Worker]+1)
 			}
-			if len(ev.Hashes) > 0 && s.prefix != nil {
-				if !hashesOK {
-					r.drop(ev.Kind, DropChunkBytes)
-					continue
-				}
-				if err := s.prefix.index.RecordPeer(ev.Model, ev.Worker, ev.Hashes); err != nil {
-					r.drop(ev.Kind, dropReason(err))
-					continue
-				}
+			if len(ev.Hashes) > 0 && !s.applyPeerHashes(ev, hashesOK, &r) {
+				continue
 			}
 			r.applied(ev.Kind)
+		case PeerIndex:
+			if s.applyPeerHashes(ev, hashesOK, &r) {
+				r.applied(ev.Kind)
+			}
 		case PeerRelease:
 			if n := p.n[ev.Worker]; n > 0 {
 				s.setPeer(p, ev.Worker, n-1)
@@ -314,6 +318,24 @@ func (s *State) ApplyPeer(b *PeerBatch, now time.Time) PeerApplied {
 		}
 	}
 	return r
+}
+
+// applyPeerHashes records a peer's prompt (ev.Hashes on ev.Worker of base
+// model ev.Model) in the prefix index's peer share; hashesOK: its chunking
+// is the router's. It reports whether it did, counting the drop if not.
+func (s *State) applyPeerHashes(ev *PeerEvent, hashesOK bool, r *PeerApplied) bool {
+	switch {
+	case s.prefix == nil:
+		return true // nothing is indexed here: nothing to refuse
+	case !hashesOK:
+		r.drop(ev.Kind, DropChunkBytes)
+		return false
+	}
+	if err := s.prefix.index.RecordPeer(ev.Model, ev.Worker, ev.Hashes); err != nil {
+		r.drop(ev.Kind, dropReason(err))
+		return false
+	}
+	return true
 }
 
 func dropReason(err error) string {

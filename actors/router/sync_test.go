@@ -15,8 +15,11 @@ type recorder struct {
 	applied []PeerApplied
 }
 
-func (r *recorder) Picked(model, worker string, hashes []uint64) {
-	r.events = append(r.events, fmt.Sprintf("pick %s %s %d", model, worker, len(hashes)))
+func (r *recorder) Picked(model, worker string) {
+	r.events = append(r.events, fmt.Sprintf("pick %s %s", model, worker))
+}
+func (r *recorder) Indexed(model, worker string, hashes []uint64) {
+	r.events = append(r.events, fmt.Sprintf("index %s %s %d", model, worker, len(hashes)))
 }
 func (r *recorder) Released(worker string) { r.events = append(r.events, "release "+worker) }
 func (r *recorder) Ejected(worker, model, reason string, until time.Time) {
@@ -156,15 +159,16 @@ func TestSyncPeerPrefixIndex(t *testing.T) {
 		dropped    map[PeerDrop]int
 	}{
 		{"a peer's prompt on b draws its next turn to b", 128, "b", "b", nil},
-		{"another chunking's hashes are dropped", 64, "b", "a", map[PeerDrop]int{{PeerPick, DropChunkBytes}: 1}},
-		{"an unknown worker's are dropped", 128, "zz", "a", map[PeerDrop]int{{PeerPick, DropUnknownWorker}: 1}},
+		{"another chunking's hashes are dropped", 64, "b", "a", map[PeerDrop]int{{PeerIndex, DropChunkBytes}: 1}},
+		{"an unknown worker's are dropped", 128, "zz", "a", map[PeerDrop]int{{PeerPick, DropUnknownWorker}: 1, {PeerIndex, DropUnknownWorker}: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, _ := syncState(t, policy.NameCacheAware, SyncConfig{}, "a", "b")
 			hs := s.prefix.index.Hashes(nil, prompt)
 			r := s.ApplyPeer(&PeerBatch{Replica: "r2", ChunkBytes: tt.chunkBytes, Events: []PeerEvent{
-				{Kind: PeerPick, Model: "m", Worker: tt.worker, Hashes: hs},
+				{Kind: PeerPick, Model: "m", Worker: tt.worker},
+				{Kind: PeerIndex, Model: "m", Worker: tt.worker, Hashes: hs},
 				{Kind: PeerRelease, Worker: tt.worker},
 			}}, now)
 			if fmt.Sprint(r.Dropped) != fmt.Sprint(tt.dropped) && (len(r.Dropped) > 0 || len(tt.dropped) > 0) {
@@ -178,18 +182,53 @@ func TestSyncPeerPrefixIndex(t *testing.T) {
 	}
 }
 
+// A peer's pick for a LoRA adapter counts on the worker that serves it
+// (the adapter is not the worker's base model), and its prompt is indexed
+// under the base model, where the router looks it up.
+func TestSyncPeerPickOfAnAdapter(t *testing.T) {
+	s, _ := syncState(t, policy.NameCacheAware, SyncConfig{})
+	for _, id := range []string{"a", "b"} {
+		x := caWorker(id)
+		x.Adapters = []string{"l1"}
+		x.LastHeartbeat, x.Deadline = now, now.Add(time.Hour)
+		s.SetWorker(x)
+	}
+	prompt := words("sys", 3000)
+	base, ns := indexKey("m", "l1", "")
+	r := s.ApplyPeer(&PeerBatch{Replica: "r2", ChunkBytes: 128, Events: []PeerEvent{
+		{Kind: PeerPick, Model: "l1", Worker: "b"},
+		{Kind: PeerIndex, Model: base, Worker: "b", Hashes: s.prefix.index.HashesIn(nil, ns, prompt)},
+		{Kind: PeerPick, Model: "nope", Worker: "b"},
+	}}, now)
+	if s.PeerInFlight("b") != 1 || r.Applied[PeerPick] != 1 || r.Applied[PeerIndex] != 1 || r.Dropped[PeerDrop{PeerPick, DropOtherModel}] != 1 {
+		t.Fatalf("peer in flight on b %d, applied %v, dropped %v", s.PeerInFlight("b"), r.Applied, r.Dropped)
+	}
+	s.ApplyPeer(&PeerBatch{Replica: "r2", Events: []PeerEvent{{Kind: PeerRelease, Worker: "b"}}}, now)
+	if tg, err := s.Pick(&Request{Model: "l1", Prompt: prompt + "next"}, now); err != nil || tg.Worker.ID != "b" || tg.MatchedTokens == 0 {
+		t.Fatalf("pick %s matched %d %v, want b by the peer's prompt", tg.Worker.ID, tg.MatchedTokens, err)
+	}
+}
+
 func TestSyncTellsOwnDecisions(t *testing.T) {
 	s, rec := syncState(t, policy.NameCacheAware, SyncConfig{}, "a", "b")
 	prompt := words("p", 300) // two whole chunks
-	if _, err := s.Pick(&Request{Model: "m", Prompt: prompt}, now); err != nil {
+	tg, err := s.Pick(&Request{Model: "m", Prompt: prompt}, now)
+	if err != nil {
 		t.Fatal(err)
 	}
+	// The prompt is told once it is indexed: when its answer began.
+	answered(s, tg)
 	s.Release("a")
 	s.Release("a") // one more than acquired: not told
 	for range 3 {
 		s.AttemptFailed("b", "reset", now)
 	}
-	want := []string{"pick m a 2", "release a", "eject b m reset 10s"}
+	// A pick whose answer never began tells no prompt.
+	if tg, err = s.Pick(&Request{Model: "m", Prompt: words("q", 300)}, now); err != nil || tg.Worker.ID != "a" {
+		t.Fatalf("pick %s %v, want a", tg.Worker.ID, err)
+	}
+	s.Release("a")
+	want := []string{"pick m a", "index m a 2", "release a", "eject b m reset 10s", "pick m a", "release a"}
 	if !slices.Equal(rec.events, want) {
 		t.Fatalf("told %q, want %q", rec.events, want)
 	}
@@ -239,6 +278,8 @@ func TestSyncSnapshotWarmsAReplica(t *testing.T) {
 	src.ApplyPeer(&PeerBatch{Replica: "r3", Events: picks(1, "b")}, now) // b busier: the pick goes to a
 	if tg, _ := src.Pick(&Request{Model: "m", Prompt: prompt}, now); tg.Worker.ID != "a" {
 		t.Fatalf("source pick %s, want a", tg.Worker.ID)
+	} else {
+		answered(src, tg)
 	}
 	for range 3 {
 		src.AttemptFailed("b", "reset", now)
@@ -273,8 +314,10 @@ func TestSyncOwnLoad(t *testing.T) {
 func TestSyncSnapshotWaitsForUnknownWorkers(t *testing.T) {
 	src, _ := syncState(t, policy.NameCacheAware, SyncConfig{}, "a")
 	prompt := words("sys", 3000)
-	if _, err := src.Pick(&Request{Model: "m", Prompt: prompt}, now); err != nil {
+	if tg, err := src.Pick(&Request{Model: "m", Prompt: prompt}, now); err != nil {
 		t.Fatal(err)
+	} else {
+		answered(src, tg)
 	}
 	snap := src.MakeSnapshot(1<<16, now)
 	for _, tt := range []struct {

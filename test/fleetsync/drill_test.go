@@ -1,6 +1,9 @@
 package fleetsync
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,16 +58,32 @@ func TestDrillKillNATSUnderLoad(t *testing.T) {
 		cluster.Eventually(t, 10*time.Second, func() bool { return f.Metric(i, "tlgate_sync_up") == 1 }, "replica %d: tlgate_sync_up 1", i)
 	}
 	// Agreement: a conversation begun on replica 0 now is known to the
-	// other two, which route its next turns to the same worker.
-	const conv = 999
-	before := []float64{-1, f.Metric(1, "tlgate_sync_messages_received_total", "kind", "pick"), f.Metric(2, "tlgate_sync_messages_received_total", "kind", "pick")}
-	first := f.turn(0, conv, 1)
+	// other two, which route its next turns to the same worker. Its first
+	// prompt is long and new (64 chunks): the other two know it once their
+	// index of its worker grew by that much (the load's prompts, all known
+	// by now, add nothing).
+	opening := strings.Repeat("a new conversation begun after NATS came back; ", 180)[:64*128]
+	chunks := func(i int) (n int) {
+		for _, w := range f.Workers(i) {
+			n += w.PrefixIndexChunks
+		}
+		return n
+	}
+	held := []int{0, chunks(1), chunks(2)}
+	r := f.complete(context.Background(), 0, opening, 2)
+	if r.Err != nil || r.Status != 200 {
+		t.Fatalf("the new conversation's first turn: %d %v %s", r.Status, r.Err, r.Body)
+	}
+	first := r.Route()
 	for i := 1; i < 3; i++ {
-		f.WaitMetric(i, 10*time.Second, before[i]+1, "tlgate_sync_messages_received_total", "kind", "pick")
+		cluster.Eventually(t, 10*time.Second, func() bool { return chunks(i) >= held[i]+64 }, "replica %d: the new conversation's prompt indexed", i)
 	}
 	agreed := time.Since(back)
 	for i := 1; i < 3; i++ {
-		if got := f.turn(i, conv, 1+i); got != first {
+		next := opening + fmt.Sprintf(" user: turn %d? assistant: an answer.", 1+i)
+		if r := f.complete(context.Background(), i, next, 2); r.Err != nil || r.Status != 200 {
+			t.Fatalf("turn %d on replica %d: %d %v %s", 1+i, i, r.Status, r.Err, r.Body)
+		} else if got := r.Route(); got != first {
 			t.Errorf("after NATS's return, turn %d on replica %d went to %s, turn 1 on replica 0 to %s", 1+i, i, got, first)
 		}
 	}

@@ -81,18 +81,18 @@ func TestSyncSharesPrefixIndex(t *testing.T) {
 	f := newFleet(t, cluster.StartNATS(t), "cache_aware", 2, engineConfigs(3, 25*time.Millisecond))
 	const convs = 6
 	workers := f.firstTurns(0, convs)
-	picks := float64(convs)
+	indexed := float64(convs)
 	for turn := 2; turn <= 4; turn++ {
 		i := (turn - 1) % 2 // turns alternate: B, A, B
-		// B has applied every pick A made (and the other way round).
-		f.WaitMetric(i, 5*time.Second, picks, "tlgate_sync_messages_received_total", "kind", "pick")
+		// B has applied every prompt A indexed (and the other way round).
+		f.WaitMetric(i, 5*time.Second, indexed, "tlgate_sync_messages_received_total", "kind", "index")
 		for c := range convs {
 			if got := f.turn(i, c, turn); got != workers[c] {
 				t.Errorf("conversation %d turn %d on replica %d went to %s, turn 1 to %s", c, turn, i, got, workers[c])
 			}
 		}
 		if turn >= 3 {
-			picks += convs
+			indexed += convs
 		}
 	}
 }

@@ -17,6 +17,10 @@ import (
 //	           n:uvarint event*n
 //	event    = kind:byte body
 //	pick     = model:str worker:str n:uvarint hash:u64*n
+//	index    = model:str worker:str n:uvarint hash:u64*n
+//
+// A replica sends a pick's hashes in an index event, once the answer
+// began (n is 0 in its picks); a pick with hashes is indexed alike.
 //	release  = worker:str
 //	load     = n:uvarint (worker:str count:uvarint)*n
 //	eject    = model:str worker:str reason:str for_ms:uvarint
@@ -81,7 +85,7 @@ func (w *writer) hashes(hs []uint64) {
 func appendEvent(w *writer, ev *router.PeerEvent) {
 	w.b = append(w.b, byte(ev.Kind))
 	switch ev.Kind {
-	case router.PeerPick:
+	case router.PeerPick, router.PeerIndex:
 		w.str(ev.Model)
 		w.str(ev.Worker)
 		w.hashes(ev.Hashes)
@@ -285,7 +289,7 @@ func DecodeBatch(data []byte) (*router.PeerBatch, error) {
 	for i := 0; i < n && r.err == nil; i++ {
 		ev := router.PeerEvent{Kind: router.PeerEventKind(r.byte())}
 		switch ev.Kind {
-		case router.PeerPick:
+		case router.PeerPick, router.PeerIndex:
 			ev.Model, ev.Worker = r.str("model"), r.str("worker")
 			ev.Hashes = r.hashes()
 		case router.PeerRelease:

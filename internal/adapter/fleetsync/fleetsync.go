@@ -105,12 +105,17 @@ func (c *Client) enqueue(ev router.PeerEvent) {
 }
 
 // Picked implements router.Syncer.
-func (c *Client) Picked(model, worker string, hashes []uint64) {
-	var hs []uint64
-	if len(hashes) > 0 {
-		hs = append([]uint64(nil), hashes[:min(len(hashes), c.maxHash)]...)
+func (c *Client) Picked(model, worker string) {
+	c.enqueue(router.PeerEvent{Kind: router.PeerPick, Model: model, Worker: worker})
+}
+
+// Indexed implements router.Syncer.
+func (c *Client) Indexed(model, worker string, hashes []uint64) {
+	if len(hashes) == 0 {
+		return
 	}
-	c.enqueue(router.PeerEvent{Kind: router.PeerPick, Model: model, Worker: worker, Hashes: hs})
+	hs := append([]uint64(nil), hashes[:min(len(hashes), c.maxHash)]...)
+	c.enqueue(router.PeerEvent{Kind: router.PeerIndex, Model: model, Worker: worker, Hashes: hs})
 }
 
 // Released implements router.Syncer.

@@ -17,6 +17,7 @@ const (
 	SyncEject    = "eject"
 	SyncStored   = "stored"
 	SyncForget   = "forget"
+	SyncIndex    = "index"
 	SyncBatch    = "batch"
 	SyncSnapshot = "snapshot"
 )
@@ -52,7 +53,7 @@ const (
 )
 
 var (
-	syncKinds       = fixedSet{SyncPick, SyncRelease, SyncLoad, SyncEject, SyncStored, SyncForget, SyncBatch, SyncSnapshot}
+	syncKinds       = fixedSet{SyncPick, SyncRelease, SyncLoad, SyncEject, SyncStored, SyncForget, SyncIndex, SyncBatch, SyncSnapshot}
 	syncDropReasons = fixedSet{SyncDropMalformed, SyncDropOversized, SyncDropStale, SyncDropEcho, SyncDropRate, SyncDropQueueFull,
 		SyncDropDisconnected, SyncDropSlowConsumer, SyncDropUnknownWorker, SyncDropOtherModel, SyncDropTooManyPeers, SyncDropCapped,
 		SyncDropChunkBytes, SyncDropUnknownKind, SyncDropEjection, SyncDropInvalid}
