@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -162,10 +163,13 @@ type drainOutcome struct {
 }
 
 // drainStored writes a drain (or resume) to the store, then applies it
-// here; the other replicas apply it from their watch.
+// here; the other replicas apply it from their watch. A drain whose
+// answer was lost is checked by reading the store back: when every served
+// model is drained (resumed) there, it holds and is applied; else its
+// outcome stays unknown (it may still be written), and the answer says so.
 func (a *adminActor) drainStored(ctx actor.Context, m *Drain, served []string) {
 	if !a.deps.Store.Up() {
-		ctx.Respond(&DrainResult{Models: served, Err: drainErr(store.ErrUnavailable)})
+		a.drainFailed(ctx, m, served, store.ErrUnavailable)
 		return
 	}
 	s, on := a.deps.Store, m.On
@@ -178,15 +182,62 @@ func (a *adminActor) drainStored(ctx actor.Context, m *Drain, served []string) {
 			err, _ := res.(error)
 			out.err = &store.UnknownOutcomeError{Err: err}
 		}
-		if out.err != nil {
-			err := drainErr(out.err)
-			a.deps.Logger.Warn().Str("key", m.KeyName).Str("model", m.Model).Bool("drain", m.On).Err(err).Msg("admin: drain not written")
-			ctx.Respond(&DrainResult{Models: served, Err: err})
-			return
+		r, reads := s.(store.Reader)
+		switch {
+		case out.err == nil:
+			a.drainWritten(ctx, m, served, out.rev)
+		case !errors.Is(out.err, store.ErrOutcomeUnknown) || !reads:
+			a.drainFailed(ctx, m, served, out.err)
+		default:
+			a.deps.Logger.Warn().Str("key", m.KeyName).Str("model", m.Model).Bool("drain", on).Err(out.err).Msg("admin: the store's answer to the drain was lost; reading the store back")
+			a.storeIO(ctx, func(c context.Context) any {
+				snap, err := r.Current(c)
+				return readOutcome{snap: snap, err: err}
+			}, func(res any) {
+				rd, ok := res.(readOutcome)
+				if !ok {
+					rd.err, _ = res.(error)
+				}
+				switch {
+				case rd.err != nil:
+					a.drainFailed(ctx, m, served, fmt.Errorf("%w; reading the store back: %w", out.err, rd.err))
+				case !drainsHold(rd.snap.Drained, served, on):
+					a.drainFailed(ctx, m, served, fmt.Errorf("%w; the store, read back, does not hold it", out.err))
+				default:
+					a.drainWritten(ctx, m, served, rd.snap.Rev)
+				}
+			})
 		}
-		a.st.DrainWritten(out.rev)
-		a.applyLocal(ctx, m, served)
 	})
+}
+
+// drainsHold reports whether every served model is drained (on) or not
+// (!on) in drained, a store's drained models.
+func drainsHold(drained, served []string, on bool) bool {
+	for _, s := range served {
+		if slices.Contains(drained, s) != on {
+			return false
+		}
+	}
+	return true
+}
+
+// drainWritten applies a drain the store holds as of revision rev.
+func (a *adminActor) drainWritten(ctx actor.Context, m *Drain, served []string, rev int64) {
+	a.st.DrainWritten(rev)
+	a.applyLocal(ctx, m, served)
+}
+
+// drainFailed answers a drain the store did not take, or whose outcome is
+// unknown.
+func (a *adminActor) drainFailed(ctx actor.Context, m *Drain, served []string, cause error) {
+	err := drainErr(cause)
+	msg := "admin: drain not written"
+	if errors.Is(cause, store.ErrOutcomeUnknown) {
+		msg = "admin: drain's outcome unknown"
+	}
+	a.deps.Logger.Warn().Str("key", m.KeyName).Str("model", m.Model).Bool("drain", m.On).Err(err).Msg(msg)
+	ctx.Respond(&DrainResult{Models: served, Err: err})
 }
 
 // snapshot installs what a shared store's watch read: the plan is State's

@@ -68,6 +68,18 @@ func (f *fakeStore) Up() bool {
 	return !f.down
 }
 
+// readingStore is a fakeStore that can be read back (a store.Reader, as
+// the etcd store is): Current answers snap, or fails with readErr.
+type readingStore struct {
+	*fakeStore
+	snap    store.Snapshot
+	readErr error
+}
+
+func (r *readingStore) Current(context.Context) (store.Snapshot, error) {
+	return r.snap, r.readErr
+}
+
 // errLost is the client's error of a write whose answer was lost.
 var errLost = errors.New("connection reset")
 
@@ -152,6 +164,41 @@ func TestPutThroughStore(t *testing.T) {
 				}
 				if w := e.ask(e.router, &router.ListWorkers{}).(*router.WorkersResult); w.Epoch != wantInForce {
 					t.Fatalf("router epoch %d, want %d", w.Epoch, wantInForce)
+				}
+			})
+		})
+	}
+}
+
+// TestDrainAnswerLost: a drain whose answer from the store was lost is
+// read back: applied when the store holds it, else answered 503 saying
+// the outcome is unknown (never that it was not written).
+func TestDrainAnswerLost(t *testing.T) {
+	cases := []struct {
+		name    string
+		snap    store.Snapshot
+		readErr error
+		applied bool
+	}{
+		{name: "the store holds the drain", snap: store.Snapshot{Rev: 9, Drained: []string{"smol-v3"}}, applied: true},
+		{name: "the store does not hold it", snap: store.Snapshot{Rev: 9}},
+		{name: "the store cannot be read back", readErr: store.ErrUnavailable},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rs := &readingStore{fakeStore: &fakeStore{failWith: &store.UnknownOutcomeError{Err: errLost}}, snap: c.snap, readErr: c.readErr}
+				e := newStoreEnv(t, rs)
+				res := e.ask(e.admin, &admin.Drain{Model: "smol", On: true}).(*admin.DrainResult)
+				if c.applied {
+					if res.Err != nil {
+						t.Fatalf("drain: %v, want it applied", res.Err)
+					}
+				} else if !errors.Is(res.Err, admin.ErrStoreUnavailable) || !strings.Contains(res.Err.Error(), "outcome unknown") || strings.Contains(res.Err.Error(), "not written") {
+					t.Fatalf("drain: %v, want store unavailable, outcome unknown", res.Err)
+				}
+				if ack := e.beat("w1", "smol-v3"); ack.GetDrain() != c.applied {
+					t.Fatalf("ack drain %v, want %v", ack.GetDrain(), c.applied)
 				}
 			})
 		})
