@@ -52,8 +52,9 @@ type PutRoutes struct {
 
 // PutResult is the answer to PutRoutes. On success Epoch is the new epoch
 // and Routes the installed table; on failure Err wraps ErrIfMatchRequired,
-// ErrETagMismatch or ErrInvalidRoutes (or is a persistence error), and
-// Epoch and Routes are the current, unchanged ones.
+// ErrETagMismatch, ErrInvalidRoutes or ErrStoreUnavailable (the table not
+// written, or the outcome unknown: the message says which), or is a
+// persistence error, and Epoch and Routes are the ones in force here.
 type PutResult struct {
 	Epoch  uint64
 	Routes []routes.Route
@@ -110,7 +111,8 @@ type Deps struct {
 	Store store.Store
 	// Rev is the store revision of Table (0 for the file store).
 	Rev int64
-	// StoreTimeout bounds each store write; 0 means DefaultStoreTimeout.
+	// StoreTimeout bounds each store write, and the read back of one whose
+	// answer was lost; 0 means DefaultStoreTimeout.
 	StoreTimeout time.Duration
 	// Bounds limit the tables PUT and read from the store.
 	Bounds Bounds

@@ -55,18 +55,31 @@ type Bounds struct {
 // SetBounds sets the bounds stored tables (and PUTs) are held to.
 func (s *State) SetBounds(b Bounds) { s.bounds = b }
 
+// Check refuses a stored table of size bytes with epoch and n routes that
+// breaks the bounds or whose epoch is within EpochMargin of the largest:
+// the checks of a stored table that need no table in force, as at start.
+// The error wraps ErrTableTooBig or ErrEpochTooHigh and names the figures
+// (and the configuration key of a bound).
+func (b Bounds) Check(size int, epoch uint64, n int) error {
+	switch {
+	case b.MaxTableBytes > 0 && size > b.MaxTableBytes:
+		return fmt.Errorf("%w: %d bytes, at most %d (gateway.max_table_bytes)", ErrTableTooBig, size, b.MaxTableBytes)
+	case b.MaxRoutes > 0 && n > b.MaxRoutes:
+		return fmt.Errorf("%w: %d routes, at most %d (gateway.max_routes)", ErrTableTooBig, n, b.MaxRoutes)
+	case epoch > math.MaxUint64-EpochMargin:
+		return fmt.Errorf("%w: epoch %d, at most %d (2^64 − 1 − 2^32)", ErrEpochTooHigh, epoch, uint64(math.MaxUint64-EpochMargin))
+	}
+	return nil
+}
+
 // checkStored refuses a stored table of size bytes with epoch and n routes
 // that breaks the bounds or would take the epoch back or to its end.
 func (s *State) checkStored(size int, epoch uint64, n int) error {
-	switch {
-	case s.bounds.MaxTableBytes > 0 && size > s.bounds.MaxTableBytes:
-		return fmt.Errorf("%w: %d bytes, at most %d (gateway.max_table_bytes)", ErrTableTooBig, size, s.bounds.MaxTableBytes)
-	case s.bounds.MaxRoutes > 0 && n > s.bounds.MaxRoutes:
-		return fmt.Errorf("%w: %d routes, at most %d (gateway.max_routes)", ErrTableTooBig, n, s.bounds.MaxRoutes)
-	case epoch < s.epoch:
+	if err := s.bounds.Check(size, epoch, n); err != nil {
+		return err
+	}
+	if epoch < s.epoch {
 		return fmt.Errorf("%w: stored %d, in force %d", ErrEpochBack, epoch, s.epoch)
-	case epoch > math.MaxUint64-EpochMargin:
-		return fmt.Errorf("%w: %d", ErrEpochTooHigh, epoch)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tlgate/tlgate/internal/adapter/store"
@@ -164,10 +165,43 @@ func TestStoredEpochNeverGoesBack(t *testing.T) {
 		})
 	}
 
-	// A PUT over max_routes is refused as invalid routes.
-	s := NewState(nil, 1)
-	s.SetBounds(Bounds{MaxRoutes: 2})
-	if _, _, err := s.Prepare(&PutRoutes{IfMatch: ETag(1), Routes: []routes.Route{{Model: "a"}, {Model: "b"}, {Model: "c"}}}); !errors.Is(err, ErrInvalidRoutes) {
-		t.Fatalf("a PUT of 3 routes over max_routes 2: %v", err)
+}
+
+// TestPutBounds: a PUT is held to the bounds a stored table is read with:
+// over max_routes, or over max_table_bytes as it will be stored (at the
+// next epoch), it is refused as invalid routes naming the key; at the
+// bounds it is accepted.
+func TestPutBounds(t *testing.T) {
+	rs := []routes.Route{{Model: "a"}, {Model: "b"}, {Model: "c"}}
+	stored, err := store.EncodeTable(2, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		bounds Bounds
+		says   string // "": accepted
+	}{
+		{"no bounds", Bounds{}, ""},
+		{"at max_routes", Bounds{MaxRoutes: 3}, ""},
+		{"over max_routes", Bounds{MaxRoutes: 2}, "3 routes, at most 2 (gateway.max_routes)"},
+		{"at max_table_bytes", Bounds{MaxTableBytes: len(stored)}, ""},
+		{"over max_table_bytes", Bounds{MaxTableBytes: len(stored) - 1}, fmt.Sprintf("%d bytes stored, at most %d (gateway.max_table_bytes)", len(stored), len(stored)-1)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := NewState(nil, 1)
+			s.SetBounds(c.bounds)
+			_, epoch, err := s.Prepare(&PutRoutes{IfMatch: ETag(1), Routes: rs})
+			if c.says == "" {
+				if err != nil || epoch != 2 {
+					t.Fatalf("Prepare: epoch %d, %v; want epoch 2", epoch, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidRoutes) || !strings.Contains(err.Error(), c.says) {
+				t.Fatalf("Prepare: %v, want invalid routes saying %q", err, c.says)
+			}
+		})
 	}
 }

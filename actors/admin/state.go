@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tlgate/tlgate/internal/adapter/store"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
@@ -176,8 +177,9 @@ func (s *State) Routes() *RoutesResult {
 }
 
 // Prepare checks a PUT against the state without changing it: If-Match
-// first (a stale writer learns that before anything else), then the body.
-// It returns the new table and the epoch it will have.
+// first (a stale writer learns that before anything else), then the body
+// and the bounds (gateway.max_routes, gateway.max_table_bytes). It returns
+// the new table and the epoch it will have.
 func (s *State) Prepare(m *PutRoutes) (*routes.Table, uint64, error) {
 	if err := CheckIfMatch(m.IfMatch, s.epoch); err != nil {
 		return nil, 0, err
@@ -191,6 +193,18 @@ func (s *State) Prepare(m *PutRoutes) (*routes.Table, uint64, error) {
 	}
 	if s.epoch == math.MaxUint64 {
 		return nil, 0, fmt.Errorf("%w: epoch %d is the largest; a new epoch would wrap to 0", ErrEpochExhausted, s.epoch)
+	}
+	// The table as it will be stored is held to the bound a stored table
+	// is read with (at start, over the watch): a gateway never writes one
+	// that it, or another replica, would refuse.
+	if s.bounds.MaxTableBytes > 0 {
+		body, err := store.EncodeTable(s.epoch+1, t.Routes())
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: %w", ErrInvalidRoutes, err)
+		}
+		if len(body) > s.bounds.MaxTableBytes {
+			return nil, 0, fmt.Errorf("%w: routes: the table is %d bytes stored, at most %d (gateway.max_table_bytes)", ErrInvalidRoutes, len(body), s.bounds.MaxTableBytes)
+		}
 	}
 	return t, s.epoch + 1, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -14,14 +15,16 @@ import (
 )
 
 // ErrStoreUnavailable: the store (etcd) cannot be reached, so the write
-// was not made (503 store_unavailable with Retry-After). Routing goes on
-// with the table in force.
+// was not made, or its outcome is unknown (503 store_unavailable with
+// Retry-After; the message says which). Routing goes on with the table in
+// force.
 var ErrStoreUnavailable = errors.New("route store unavailable")
 
-// DefaultStoreTimeout bounds a store write when Deps.StoreTimeout is zero;
-// it is shorter than the admin API's own timeout, so a store that does not
+// DefaultStoreTimeout bounds a store write, and the read back of one whose
+// answer was lost, when Deps.StoreTimeout is zero; the two together are
+// shorter than the admin API's own timeout (5 s), so a store that does not
 // answer is reported as store_unavailable, not as a timeout.
-const DefaultStoreTimeout = 3 * time.Second
+const DefaultStoreTimeout = 2 * time.Second
 
 // StoreSnapshot carries a shared store's state, as its watch read it, to
 // the admin: a new table is validated and installed, an invalid one is
@@ -51,17 +54,33 @@ func (a *adminActor) storeIO(ctx actor.Context, op func(context.Context) any, th
 	})
 }
 
-// storeErr turns a store write's error into the admin's: a conflict is an
-// ETag mismatch, an unreachable store ErrStoreUnavailable.
-func storeErr(err error) error {
+// putErr turns a table write's error into the admin's; epoch is the one
+// in force here. A conflict is an ETag mismatch. A write the store did
+// not make (the store was seen down before it was sent, or reading it
+// back showed it not written) keeps the table in force; one whose outcome
+// is unknown says so, and never that the table was kept.
+func putErr(err error, epoch uint64) error {
 	var ce *store.ConflictError
 	switch {
 	case errors.As(err, &ce):
 		return fmt.Errorf("%w: another write changed the table (now ETag %s); GET /admin/v1/routes and apply the change again", ErrETagMismatch, ETag(ce.Epoch))
+	case errors.Is(err, store.ErrOutcomeUnknown):
+		return fmt.Errorf("%w: %w; outcome unknown; GET /admin/v1/routes and retry", ErrStoreUnavailable, err)
 	case errors.Is(err, store.ErrUnavailable):
-		return fmt.Errorf("%w: %w; the table in force is kept, try again", ErrStoreUnavailable, err)
+		return fmt.Errorf("%w: %w; the table in force (ETag %s) is kept, try again", ErrStoreUnavailable, err, ETag(epoch))
 	}
 	return fmt.Errorf("admin: keep the old table: %w", err)
+}
+
+// drainErr is putErr for a drain (or resume).
+func drainErr(err error) error {
+	switch {
+	case errors.Is(err, store.ErrOutcomeUnknown):
+		return fmt.Errorf("%w: %w; outcome unknown; GET /admin/v1/workers and retry", ErrStoreUnavailable, err)
+	case errors.Is(err, store.ErrUnavailable):
+		return fmt.Errorf("%w: %w; the drain was not written, try again", ErrStoreUnavailable, err)
+	}
+	return fmt.Errorf("admin: the drain was not written: %w", err)
 }
 
 type putOutcome struct {
@@ -69,43 +88,73 @@ type putOutcome struct {
 	err error
 }
 
+// putOutcomeOf is what storeIO brought back from a table write: the
+// store's outcome or, when the store did not answer within its bound, an
+// unknown one (the write may still be under way).
+func putOutcomeOf(res any) putOutcome {
+	if out, ok := res.(putOutcome); ok {
+		return out
+	}
+	err, _ := res.(error)
+	return putOutcome{err: &store.UnknownOutcomeError{Err: err}}
+}
+
 // putStored writes a prepared table to the store (a compare-and-swap on
-// the version in force) and installs it once the store holds it.
+// the version in force) and installs it once the store holds it. A write
+// whose answer was lost is settled first (store.UnknownOutcomeError): the
+// store, read back, says whether it committed (200), another write moved
+// the table on (412) or it was not written (503, the table in force
+// kept); when it cannot be read back either, the answer says the outcome
+// is unknown.
 func (a *adminActor) putStored(ctx actor.Context, m *PutRoutes, t *routes.Table, epoch uint64) {
-	st := a.st
 	if !a.deps.Store.Up() {
-		err := storeErr(store.ErrUnavailable)
-		a.deps.Logger.Warn().Str("key", m.KeyName).Err(err).Msg("admin: route table not written")
-		a.answerPut(ctx, &PutResult{Epoch: st.epoch, Routes: st.table.Routes(), Err: err})
+		a.putDone(ctx, m, t, epoch, putOutcome{err: store.ErrUnavailable}, false)
 		return
 	}
-	prev, rs, s := st.Version(), t.Routes(), a.deps.Store
+	prev, rs, s := a.st.Version(), t.Routes(), a.deps.Store
 	a.storeIO(ctx, func(c context.Context) any {
 		v, err := s.PutRoutes(c, prev, epoch, rs)
 		return putOutcome{v: v, err: err}
 	}, func(res any) {
-		out, ok := res.(putOutcome)
-		if !ok {
-			out.err, _ = res.(error)
-		}
-		if out.err != nil {
-			err := storeErr(out.err)
-			cur := st.epoch
-			var ce *store.ConflictError
-			if errors.As(out.err, &ce) {
-				cur = ce.Epoch
-			}
-			a.deps.Logger.Warn().Str("key", m.KeyName).Uint64("epoch", st.epoch).Err(err).Msg("admin: route table not written; old table kept")
-			a.answerPut(ctx, &PutResult{Epoch: cur, Routes: st.table.Routes(), Err: err})
+		out := putOutcomeOf(res)
+		var uo *store.UnknownOutcomeError
+		if !errors.As(out.err, &uo) || uo.Settle == nil {
+			a.putDone(ctx, m, t, epoch, out, false)
 			return
 		}
-		// The watch may have installed the write already.
-		if st.Installs(out.v) {
-			a.install(ctx, t, out.v)
-		}
-		a.deps.Logger.Info().Str("key", m.KeyName).Uint64("epoch", epoch).Int64("rev", out.v.Rev).Int("routes", t.Len()).Msg("admin: route table replaced")
-		a.answerPut(ctx, &PutResult{Epoch: epoch, Routes: t.Routes()})
+		a.deps.Logger.Warn().Str("key", m.KeyName).Uint64("epoch", epoch).Err(out.err).Msg("admin: the store's answer to the route table write was lost; reading the store back")
+		a.storeIO(ctx, func(c context.Context) any {
+			v, err := uo.Settle(c)
+			return putOutcome{v: v, err: err}
+		}, func(res any) { a.putDone(ctx, m, t, epoch, putOutcomeOf(res), true) })
 	})
+}
+
+// putDone installs and answers a written table, or answers the failure;
+// readBack says the outcome was read back after a lost answer.
+func (a *adminActor) putDone(ctx actor.Context, m *PutRoutes, t *routes.Table, epoch uint64, out putOutcome, readBack bool) {
+	st := a.st
+	if out.err != nil {
+		err := putErr(out.err, st.epoch)
+		cur := st.epoch
+		var ce *store.ConflictError
+		if errors.As(out.err, &ce) {
+			cur = ce.Epoch
+		}
+		msg := "admin: route table not written; old table kept"
+		if errors.Is(out.err, store.ErrOutcomeUnknown) {
+			msg = "admin: route table write's outcome unknown"
+		}
+		a.deps.Logger.Warn().Str("key", m.KeyName).Uint64("epoch", st.epoch).Err(err).Msg(msg)
+		a.answerPut(ctx, &PutResult{Epoch: cur, Routes: st.table.Routes(), Err: err})
+		return
+	}
+	// The watch may have installed the write already.
+	if st.Installs(out.v) {
+		a.install(ctx, t, out.v)
+	}
+	a.deps.Logger.Info().Str("key", m.KeyName).Uint64("epoch", epoch).Int64("rev", out.v.Rev).Int("routes", t.Len()).Bool("read_back", readBack).Msg("admin: route table replaced")
+	a.answerPut(ctx, &PutResult{Epoch: epoch, Routes: t.Routes()})
 }
 
 type drainOutcome struct {
@@ -114,10 +163,13 @@ type drainOutcome struct {
 }
 
 // drainStored writes a drain (or resume) to the store, then applies it
-// here; the other replicas apply it from their watch.
+// here; the other replicas apply it from their watch. A drain whose
+// answer was lost is checked by reading the store back: when every served
+// model is drained (resumed) there, it holds and is applied; else its
+// outcome stays unknown (it may still be written), and the answer says so.
 func (a *adminActor) drainStored(ctx actor.Context, m *Drain, served []string) {
 	if !a.deps.Store.Up() {
-		ctx.Respond(&DrainResult{Models: served, Err: storeErr(store.ErrUnavailable)})
+		a.drainFailed(ctx, m, served, store.ErrUnavailable)
 		return
 	}
 	s, on := a.deps.Store, m.On
@@ -127,17 +179,65 @@ func (a *adminActor) drainStored(ctx actor.Context, m *Drain, served []string) {
 	}, func(res any) {
 		out, ok := res.(drainOutcome)
 		if !ok {
-			out.err, _ = res.(error)
+			err, _ := res.(error)
+			out.err = &store.UnknownOutcomeError{Err: err}
 		}
-		if out.err != nil {
-			err := storeErr(out.err)
-			a.deps.Logger.Warn().Str("key", m.KeyName).Str("model", m.Model).Bool("drain", m.On).Err(err).Msg("admin: drain not written")
-			ctx.Respond(&DrainResult{Models: served, Err: err})
-			return
+		r, reads := s.(store.Reader)
+		switch {
+		case out.err == nil:
+			a.drainWritten(ctx, m, served, out.rev)
+		case !errors.Is(out.err, store.ErrOutcomeUnknown) || !reads:
+			a.drainFailed(ctx, m, served, out.err)
+		default:
+			a.deps.Logger.Warn().Str("key", m.KeyName).Str("model", m.Model).Bool("drain", on).Err(out.err).Msg("admin: the store's answer to the drain was lost; reading the store back")
+			a.storeIO(ctx, func(c context.Context) any {
+				snap, err := r.Current(c)
+				return readOutcome{snap: snap, err: err}
+			}, func(res any) {
+				rd, ok := res.(readOutcome)
+				if !ok {
+					rd.err, _ = res.(error)
+				}
+				switch {
+				case rd.err != nil:
+					a.drainFailed(ctx, m, served, fmt.Errorf("%w; reading the store back: %w", out.err, rd.err))
+				case !drainsHold(rd.snap.Drained, served, on):
+					a.drainFailed(ctx, m, served, fmt.Errorf("%w; the store, read back, does not hold it", out.err))
+				default:
+					a.drainWritten(ctx, m, served, rd.snap.Rev)
+				}
+			})
 		}
-		a.st.DrainWritten(out.rev)
-		a.applyLocal(ctx, m, served)
 	})
+}
+
+// drainsHold reports whether every served model is drained (on) or not
+// (!on) in drained, a store's drained models.
+func drainsHold(drained, served []string, on bool) bool {
+	for _, s := range served {
+		if slices.Contains(drained, s) != on {
+			return false
+		}
+	}
+	return true
+}
+
+// drainWritten applies a drain the store holds as of revision rev.
+func (a *adminActor) drainWritten(ctx actor.Context, m *Drain, served []string, rev int64) {
+	a.st.DrainWritten(rev)
+	a.applyLocal(ctx, m, served)
+}
+
+// drainFailed answers a drain the store did not take, or whose outcome is
+// unknown.
+func (a *adminActor) drainFailed(ctx actor.Context, m *Drain, served []string, cause error) {
+	err := drainErr(cause)
+	msg := "admin: drain not written"
+	if errors.Is(cause, store.ErrOutcomeUnknown) {
+		msg = "admin: drain's outcome unknown"
+	}
+	a.deps.Logger.Warn().Str("key", m.KeyName).Str("model", m.Model).Bool("drain", m.On).Err(err).Msg(msg)
+	ctx.Respond(&DrainResult{Models: served, Err: err})
 }
 
 // snapshot installs what a shared store's watch read: the plan is State's

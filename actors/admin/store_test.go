@@ -3,7 +3,9 @@ package admin_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -66,7 +68,28 @@ func (f *fakeStore) Up() bool {
 	return !f.down
 }
 
-func newStoreEnv(t *testing.T, fs *fakeStore) *env {
+// readingStore is a fakeStore that can be read back (a store.Reader, as
+// the etcd store is): Current answers snap, or fails with readErr.
+type readingStore struct {
+	*fakeStore
+	snap    store.Snapshot
+	readErr error
+}
+
+func (r *readingStore) Current(context.Context) (store.Snapshot, error) {
+	return r.snap, r.readErr
+}
+
+// errLost is the client's error of a write whose answer was lost.
+var errLost = errors.New("connection reset")
+
+// lost is the error of a table write whose answer was lost and whose
+// settling answers v, err.
+func lost(v store.Version, err error) error {
+	return &store.UnknownOutcomeError{Err: errLost, Settle: func(context.Context) (store.Version, error) { return v, err }}
+}
+
+func newStoreEnv(t *testing.T, fs store.Store) *env {
 	t.Helper()
 	sys := actorsys.New(zerolog.Nop())
 	reg := sys.Root.Spawn(registry.Props(registry.NewState(registry.Config{Interval: 2 * time.Second, MissLimit: 3, Epoch: 1})))
@@ -88,15 +111,30 @@ func newStoreEnv(t *testing.T, fs *fakeStore) *env {
 
 func TestPutThroughStore(t *testing.T) {
 	cases := []struct {
-		name      string
-		store     *fakeStore
-		want      error
-		wantEpoch uint64
+		name          string
+		store         *fakeStore
+		want          error
+		wantEpoch     uint64
+		says, saysNot []string // in the error's message
 	}{
 		{name: "written", store: &fakeStore{}, wantEpoch: 2},
-		{name: "store down", store: &fakeStore{down: true}, want: admin.ErrStoreUnavailable, wantEpoch: 1},
-		{name: "store lost during the write", store: &fakeStore{failWith: store.ErrUnavailable}, want: admin.ErrStoreUnavailable, wantEpoch: 1},
+		{name: "store down", store: &fakeStore{down: true}, want: admin.ErrStoreUnavailable, wantEpoch: 1, says: []string{`the table in force (ETag "1") is kept`}},
+		{name: "store lost before the write was sent", store: &fakeStore{failWith: store.ErrUnavailable}, want: admin.ErrStoreUnavailable, wantEpoch: 1, says: []string{"kept"}},
 		{name: "another replica won", store: &fakeStore{conflict: 7}, want: admin.ErrETagMismatch, wantEpoch: 7},
+		{name: "answer lost, the write committed", store: &fakeStore{failWith: lost(store.Version{Epoch: 2, Rev: 5}, nil)}, wantEpoch: 2},
+		{
+			name: "answer lost, not written", store: &fakeStore{failWith: lost(store.Version{}, fmt.Errorf("%w (%w)", store.ErrNotWritten, store.ErrUnavailable))},
+			want: admin.ErrStoreUnavailable, wantEpoch: 1, says: []string{"not written", `the table in force (ETag "1") is kept`}, saysNot: []string{"unknown"},
+		},
+		{name: "answer lost, another write moved the table on", store: &fakeStore{failWith: lost(store.Version{}, &store.ConflictError{Epoch: 7})}, want: admin.ErrETagMismatch, wantEpoch: 7},
+		{
+			name: "answer lost, the store cannot be read back", store: &fakeStore{failWith: lost(store.Version{}, &store.UnknownOutcomeError{Err: errors.New("deadline")})},
+			want: admin.ErrStoreUnavailable, wantEpoch: 1, says: []string{"outcome unknown; GET /admin/v1/routes and retry"}, saysNot: []string{"kept"},
+		},
+		{
+			name: "answer lost, nothing to settle it with", store: &fakeStore{failWith: &store.UnknownOutcomeError{Err: errLost}},
+			want: admin.ErrStoreUnavailable, wantEpoch: 1, says: []string{"outcome unknown"}, saysNot: []string{"kept"},
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -105,6 +143,16 @@ func TestPutThroughStore(t *testing.T) {
 				res := e.put(`{"routes":[{"model":"smol","backends":[{"model":"smol-v4","weight":1}]}]}`, `"1"`)
 				if c.want == nil && res.Err != nil || c.want != nil && !errors.Is(res.Err, c.want) || res.Epoch != c.wantEpoch {
 					t.Fatalf("PUT: epoch %d err %v, want epoch %d err %v", res.Epoch, res.Err, c.wantEpoch, c.want)
+				}
+				for _, w := range c.says {
+					if !strings.Contains(res.Err.Error(), w) {
+						t.Errorf("PUT: %v, want it to say %q", res.Err, w)
+					}
+				}
+				for _, w := range c.saysNot {
+					if strings.Contains(res.Err.Error(), w) {
+						t.Errorf("PUT: %v, want it not to say %q", res.Err, w)
+					}
 				}
 				got := e.ask(e.admin, &admin.GetRoutes{}).(*admin.RoutesResult)
 				wantInForce := uint64(1)
@@ -116,6 +164,41 @@ func TestPutThroughStore(t *testing.T) {
 				}
 				if w := e.ask(e.router, &router.ListWorkers{}).(*router.WorkersResult); w.Epoch != wantInForce {
 					t.Fatalf("router epoch %d, want %d", w.Epoch, wantInForce)
+				}
+			})
+		})
+	}
+}
+
+// TestDrainAnswerLost: a drain whose answer from the store was lost is
+// read back: applied when the store holds it, else answered 503 saying
+// the outcome is unknown (never that it was not written).
+func TestDrainAnswerLost(t *testing.T) {
+	cases := []struct {
+		name    string
+		snap    store.Snapshot
+		readErr error
+		applied bool
+	}{
+		{name: "the store holds the drain", snap: store.Snapshot{Rev: 9, Drained: []string{"smol-v3"}}, applied: true},
+		{name: "the store does not hold it", snap: store.Snapshot{Rev: 9}},
+		{name: "the store cannot be read back", readErr: store.ErrUnavailable},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rs := &readingStore{fakeStore: &fakeStore{failWith: &store.UnknownOutcomeError{Err: errLost}}, snap: c.snap, readErr: c.readErr}
+				e := newStoreEnv(t, rs)
+				res := e.ask(e.admin, &admin.Drain{Model: "smol", On: true}).(*admin.DrainResult)
+				if c.applied {
+					if res.Err != nil {
+						t.Fatalf("drain: %v, want it applied", res.Err)
+					}
+				} else if !errors.Is(res.Err, admin.ErrStoreUnavailable) || !strings.Contains(res.Err.Error(), "outcome unknown") || strings.Contains(res.Err.Error(), "not written") {
+					t.Fatalf("drain: %v, want store unavailable, outcome unknown", res.Err)
+				}
+				if ack := e.beat("w1", "smol-v3"); ack.GetDrain() != c.applied {
+					t.Fatalf("ack drain %v, want %v", ack.GetDrain(), c.applied)
 				}
 			})
 		})
@@ -137,8 +220,8 @@ func TestDrainThroughStore(t *testing.T) {
 		fs.down = true
 		fs.mu.Unlock()
 		res = e.ask(e.admin, &admin.Drain{Model: "smol", On: false}).(*admin.DrainResult)
-		if !errors.Is(res.Err, admin.ErrStoreUnavailable) {
-			t.Fatalf("resume with the store down: %v, want ErrStoreUnavailable", res.Err)
+		if !errors.Is(res.Err, admin.ErrStoreUnavailable) || !strings.Contains(res.Err.Error(), "the drain was not written") {
+			t.Fatalf("resume with the store down: %v, want ErrStoreUnavailable, the drain not written", res.Err)
 		}
 		if ack := e.beat("w1", "smol-v3"); !ack.GetDrain() {
 			t.Fatal("a resume the store did not take was applied")

@@ -146,6 +146,34 @@ func Load(dir string) (epoch uint64, rs []routes.Route, found bool, err error) {
 	return *doc.Epoch, rs, true, nil
 }
 
+// BodySize is the size in bytes of the table body in dir/routes.json: the
+// file's, less the newline Save ends it with, so that it is the size of
+// the body Save was given to write (routes.EncodeJSON's).
+func BodySize(dir string) (int64, error) {
+	path := Path(dir)
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("statefile: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("statefile: %w", err)
+	}
+	n := fi.Size()
+	if n == 0 {
+		return 0, nil
+	}
+	var last [1]byte
+	if _, err := f.ReadAt(last[:], n-1); err != nil {
+		return 0, fmt.Errorf("statefile: read %s: %w", path, err)
+	}
+	if last[0] == '\n' {
+		n--
+	}
+	return n, nil
+}
+
 // removeStale deletes the temporary files of Saves that a crash (kill -9)
 // interrupted before their rename: they are never read, and would pile up.
 // Load runs it at start, when no Save of this process is under way.

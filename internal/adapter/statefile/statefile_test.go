@@ -219,3 +219,38 @@ func TestLoadRemovesStaleTempFiles(t *testing.T) {
 		t.Fatalf("after Load the state dir holds %v, want %v", left, want)
 	}
 }
+
+// TestBodySize: the size of the table body in routes.json is the file's
+// less the newline Save ends it with: the size of the body Save was
+// given.
+func TestBodySize(t *testing.T) {
+	rs := []routes.Route{{Model: "a"}, {Model: "b"}}
+	body, err := routes.EncodeJSON(7, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		write func(dir string) error
+		want  int64
+	}{
+		{"written by Save", func(dir string) error { return statefile.Save(dir, 7, rs) }, int64(len(body))},
+		{"without a final newline", func(dir string) error { return os.WriteFile(statefile.Path(dir), body, 0o600) }, int64(len(body))},
+		{"with two", func(dir string) error { return os.WriteFile(statefile.Path(dir), append(body, '\n', '\n'), 0o600) }, int64(len(body)) + 1},
+		{"empty", func(dir string) error { return os.WriteFile(statefile.Path(dir), nil, 0o600) }, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := c.write(dir); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := statefile.BodySize(dir); err != nil || got != c.want {
+				t.Fatalf("BodySize = %d, %v; want %d", got, err, c.want)
+			}
+		})
+	}
+	if _, err := statefile.BodySize(t.TempDir()); err == nil {
+		t.Fatal("BodySize of a state_dir without routes.json: no error")
+	}
+}

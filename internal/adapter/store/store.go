@@ -8,8 +8,11 @@
 // A write is a compare-and-swap: PutRoutes names the version (epoch and
 // store revision) the writer read, and fails with ErrConflict when the
 // stored table has moved on, so two replicas racing on one ETag get one
-// success and one conflict. Liveness (which workers are up) is not stored:
-// every replica keeps its own registry and timers.
+// success and one conflict. A write whose answer was lost (a shared
+// store's connection dropped, its deadline passed) may have committed:
+// it fails with an *UnknownOutcomeError, whose Settle tells which it was.
+// Liveness (which workers are up) is not stored: every replica keeps its
+// own registry and timers.
 package store
 
 import (
@@ -27,9 +30,17 @@ var (
 	// ErrConflict: the stored table is not the version the writer read
 	// (a *ConflictError carries the stored epoch).
 	ErrConflict = errors.New("store: the stored route table has changed")
-	// ErrUnavailable: the store could not be reached; nothing was written
-	// (or, for a write that timed out, the caller cannot know).
+	// ErrUnavailable: the store could not be reached. A write failing so
+	// was not made, unless its error also wraps ErrOutcomeUnknown.
 	ErrUnavailable = errors.New("store: unavailable")
+	// ErrOutcomeUnknown: a write was sent and its answer lost (the
+	// connection dropped, the deadline passed): the store may have
+	// committed it, or may still (an *UnknownOutcomeError).
+	ErrOutcomeUnknown = errors.New("store: the write's answer was lost")
+	// ErrNotWritten: a write whose answer was lost is known, read back,
+	// not to have committed, and can no longer: the stored table is still
+	// the one it was to replace.
+	ErrNotWritten = errors.New("store: not written")
 	// ErrInvalidTable: a stored table that is not a valid route table.
 	ErrInvalidTable = errors.New("store: invalid stored route table")
 )
@@ -52,15 +63,40 @@ func (e *ConflictError) Error() string {
 // Unwrap lets errors.Is(err, ErrConflict) match.
 func (e *ConflictError) Unwrap() error { return ErrConflict }
 
+// UnknownOutcomeError is the error of a write whose answer was lost. It
+// wraps ErrOutcomeUnknown, ErrUnavailable and the client's error.
+type UnknownOutcomeError struct {
+	Err error
+	// Settle, when not nil, finds out what became of a PutRoutes: it makes
+	// the write unable to commit from then on and reads the store back. It
+	// returns the version written when the write committed; a
+	// *ConflictError when another write moved the table on; an error
+	// wrapping ErrNotWritten when the stored table is still the one the
+	// write was to replace; else (the store cannot be read) an
+	// *UnknownOutcomeError again. A drain's has none: a drain sets a state,
+	// which reading the store shows.
+	Settle func(ctx context.Context) (Version, error)
+}
+
+func (e *UnknownOutcomeError) Error() string { return fmt.Sprintf("%v: %v", ErrOutcomeUnknown, e.Err) }
+
+// Unwrap lets errors.Is match ErrOutcomeUnknown, ErrUnavailable and the
+// client's error.
+func (e *UnknownOutcomeError) Unwrap() []error {
+	return []error{ErrOutcomeUnknown, ErrUnavailable, e.Err}
+}
+
 // Store is a place for the route table and the drains.
 type Store interface {
 	// PutRoutes stores rs at epoch next if the stored table is still prev,
 	// and returns the version written. It fails with a *ConflictError when
 	// the stored table changed, with ErrUnavailable when the store is out
-	// of reach.
+	// of reach, and with an *UnknownOutcomeError when the write was sent
+	// and its answer lost.
 	PutRoutes(ctx context.Context, prev Version, next uint64, rs []routes.Route) (Version, error)
 	// SetDrained records served models as drained (on) or resumed, and
 	// returns the store revision of the write (0 when the store has none).
+	// It fails as PutRoutes does, never with a conflict.
 	SetDrained(ctx context.Context, models []string, on bool) (int64, error)
 	// Up reports whether the store can be reached now; a store that is
 	// down answers writes with ErrUnavailable.

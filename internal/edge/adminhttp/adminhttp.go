@@ -14,8 +14,9 @@
 // or not_found, 405 method_not_allowed, 412 etag_mismatch, 413
 // request_too_large, 428 if_match_required, 500 internal_error, 503
 // unavailable (an actor did not answer in time), 503 store_unavailable
-// with Retry-After (the shared route store cannot be reached; a write was
-// not made, routing goes on with the table in force).
+// with Retry-After (the shared route store cannot be reached; routing goes
+// on with the table in force, and the message says whether the write was
+// not made or its outcome is unknown).
 package adminhttp
 
 import (

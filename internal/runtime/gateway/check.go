@@ -14,7 +14,8 @@ import (
 // anything, without starting: the API keys and tokens (their environment
 // variables read), the route policy, the TLS files, the configuration's
 // routes and, for the file store, that state_dir is writable and its
-// route table loads; for etcd, the client's settings (etcd is not dialed).
+// route table loads within the bounds (gateway.max_routes,
+// gateway.max_table_bytes, the epoch margin); for etcd, the client's settings (etcd is not dialed).
 // cfg has passed Validate (config.Load). It returns every problem found,
 // each naming its key, joined.
 func Check(cfg *config.Config) error {
@@ -54,11 +55,12 @@ func Check(cfg *config.Config) error {
 	} else {
 		if err := statefile.CheckWritable(gw.StateDir); err != nil {
 			wrap("gateway.state_dir", err)
-		} else if _, rs, found, err := statefile.Load(gw.StateDir); err != nil {
+		} else if epoch, rs, found, err := statefile.Load(gw.StateDir); err != nil {
 			wrap("gateway.state_dir", err)
 		} else if found {
 			_, err := routes.NewTable(rs)
 			wrap("gateway.state_dir: "+statefile.Path(gw.StateDir), err)
+			add(checkStateFile(gw.StateDir, boundsOf(gw), epoch, rs))
 		}
 	}
 	if gw.Tracing.Endpoint != "" {

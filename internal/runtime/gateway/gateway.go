@@ -218,7 +218,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.Admin = g.sys.Root.Spawn(admin.Props(admin.Deps{
 		Router: g.Router, Registry: g.Registry, StateDir: gw.StateDir, Logger: o.Logger,
 		Table: table, Epoch: epoch, OnWrite: m.AdminWrite, OnEpoch: m.Epoch, OnDrain: m.Drain,
-		Store: ss.store, Rev: ss.rev, Bounds: admin.Bounds{MaxRoutes: gw.MaxRoutes, MaxTableBytes: gw.MaxTableBytes},
+		Store: ss.store, Rev: ss.rev, Bounds: boundsOf(&gw),
 	}))
 	g.stops = append(g.stops, g.stopActor(g.Admin))
 	g.followStore(ss)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -30,7 +31,7 @@ type startStore struct {
 // The etcd client's Close is added to the gateway's stops.
 func (g *Gateway) openStore(gw *config.Gateway, log zerolog.Logger) (*startStore, error) {
 	if gw.Store.Kind != config.StoreEtcd {
-		epoch, rs, err := loadRoutes(gw.StateDir, gw.Routes, log)
+		epoch, rs, err := loadRoutes(gw.StateDir, gw.Routes, boundsOf(gw), log)
 		if err != nil {
 			return nil, err
 		}
@@ -50,6 +51,12 @@ func (g *Gateway) openStore(gw *config.Gateway, log zerolog.Logger) (*startStore
 	epoch, rs, err := store.DecodeTable(snap.Table)
 	if err != nil {
 		return nil, fmt.Errorf("gateway.store: %w", err)
+	}
+	// The table of the first read is held to the bounds of those the watch
+	// brings.
+	if err := boundsOf(gw).Check(len(snap.Table), epoch, len(rs)); err != nil {
+		return nil, fmt.Errorf("gateway.store: etcd at %s, key %s: %w; %s", strings.Join(gw.Store.Endpoints, ","), es.Key(), err,
+			startFix(err, "replace the table: PUT /admin/v1/routes on a replica that runs, or gateway -seed-from FILE -seed-force"))
 	}
 	if len(gw.Routes) > 0 && !sameRoutes(gw.Routes, rs) {
 		log.Warn().Strs("endpoints", gw.Store.Endpoints).Str("key", gw.Store.Prefix+"routes").Uint64("epoch", epoch).Int("routes", len(rs)).Int("config_routes", len(gw.Routes)).

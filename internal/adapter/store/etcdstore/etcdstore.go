@@ -6,10 +6,19 @@
 //
 //	<prefix>routes            {"epoch":N,"routes":[...]}, the table and its epoch under one key
 //	<prefix>drained/<model>   present while an operator drains that served model
+//	<prefix>fence/<id>        a fence: table write <id> lost its answer and must not commit any more
 //
 // A table write is one transaction: put the new body if the key's
 // ModRevision is still the one the writer read, else read the key back
-// (the loser learns the stored epoch). Run watches the prefix and hands
+// (the loser learns the stored epoch). A write whose answer is lost (the
+// connection dropped, the deadline passed) may still be committed later,
+// by an etcd that had it or a request still on its way; each write
+// therefore also requires that its own fence key does not exist, and
+// settling it creates the fence if the table is still the one it was to
+// replace: from then on the write cannot commit, and "not written" stays
+// true. The next table write deletes every fence: none is needed once the
+// table's ModRevision has moved on, since a write's compare can never
+// match again. Run watches the prefix and hands
 // every change to the gateway as a whole store.Snapshot, read at one
 // revision; after a lost connection or a compacted watch it reads the
 // store again at its current revision and watches from there, so a
@@ -18,7 +27,9 @@
 package etcdstore
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -51,6 +62,7 @@ const (
 const (
 	routesKey     = "routes"
 	drainedPrefix = "drained/"
+	fencePrefix   = "fence/"
 )
 
 // Errors of Open and Seed.
@@ -88,6 +100,7 @@ type Store struct {
 	cli     *clientv3.Client
 	routes  string // full key of the table
 	drained string // full prefix of the drains
+	fences  string // full prefix of the fences
 	up      atomic.Bool
 	resync  chan struct{}
 }
@@ -147,7 +160,7 @@ func Connect(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: etcd at %s (dial_timeout %s): %w%s", strings.Join(cfg.Endpoints, ","), cfg.DialTimeout, err, diagnose(cfg))
 	}
-	return &Store{cfg: cfg, cli: cli, routes: cfg.Prefix + routesKey, drained: cfg.Prefix + drainedPrefix, resync: make(chan struct{}, 1)}, nil
+	return &Store{cfg: cfg, cli: cli, routes: cfg.Prefix + routesKey, drained: cfg.Prefix + drainedPrefix, fences: cfg.Prefix + fencePrefix, resync: make(chan struct{}, 1)}, nil
 }
 
 // start seeds the table if none is stored and reads the store, within
@@ -209,18 +222,28 @@ func (s *Store) unavailable(err error) error {
 }
 
 // PutRoutes stores rs at epoch next if the table key was last written at
-// prev.Rev; else it reads the stored epoch back for the *ConflictError.
+// prev.Rev; else it reads the stored epoch back for the *ConflictError. A
+// write whose answer is lost fails with an *store.UnknownOutcomeError
+// whose Settle is settle's.
 func (s *Store) PutRoutes(ctx context.Context, prev store.Version, next uint64, rs []routes.Route) (store.Version, error) {
 	body, err := store.EncodeTable(next, rs)
 	if err != nil {
 		return store.Version{}, err
 	}
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(s.routes), "=", prev.Rev)).
-		Then(clientv3.OpPut(s.routes, string(body))).
-		Else(clientv3.OpGet(s.routes)).Commit()
+	fence := s.fences + rand.Text()
+	resp, err := s.putTxn(ctx, prev, body, fence)
 	if err != nil {
-		return store.Version{}, s.unavailable(err)
+		lost := s.unavailable(err)
+		var settle func(context.Context) (store.Version, error)
+		settle = func(c context.Context) (store.Version, error) {
+			v, err := s.settle(c, prev, body, fence, lost)
+			var uo *store.UnknownOutcomeError
+			if errors.As(err, &uo) {
+				uo.Settle = settle // it may be settled again later
+			}
+			return v, err
+		}
+		return store.Version{}, &store.UnknownOutcomeError{Err: lost, Settle: settle}
 	}
 	if !resp.Succeeded {
 		ce := &store.ConflictError{}
@@ -232,8 +255,54 @@ func (s *Store) PutRoutes(ctx context.Context, prev store.Version, next uint64, 
 	return store.Version{Epoch: next, Rev: resp.Header.Revision}, nil
 }
 
+// putTxn is a table write: body is put if the table is still prev and
+// fence does not exist, and every fence is deleted; else the table is
+// read.
+func (s *Store) putTxn(ctx context.Context, prev store.Version, body []byte, fence string) (*clientv3.TxnResponse, error) {
+	return s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(s.routes), "=", prev.Rev),
+			clientv3.Compare(clientv3.CreateRevision(fence), "=", 0)).
+		Then(clientv3.OpPut(s.routes, string(body)), clientv3.OpDelete(s.fences, clientv3.WithPrefix())).
+		Else(clientv3.OpGet(s.routes)).Commit()
+}
+
+// settle finds out what became of the table write of body, at the epoch
+// after prev, whose answer was lost (lost is its error). In one
+// transaction: if the table is still prev, its fence is created (the
+// write cannot commit from then on) and it was not written; else the
+// table is read. A stored body equal to the write's is the write's: the
+// same routes at the same epoch, from prev (only a write from prev can
+// take that epoch). Another replica writing the same table from the same
+// ETag at once is the same outcome to the client, whose table is in
+// force at the ETag it would have had. Any other body is another write's.
+func (s *Store) settle(ctx context.Context, prev store.Version, body []byte, fence string, lost error) (store.Version, error) {
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(s.routes), "=", prev.Rev)).
+		Then(clientv3.OpPut(fence, "")).
+		Else(clientv3.OpGet(s.routes)).Commit()
+	if err != nil {
+		return store.Version{}, &store.UnknownOutcomeError{Err: fmt.Errorf("%w; reading the store back: %w", lost, s.unavailable(err))}
+	}
+	s.setUp(true)
+	if resp.Succeeded {
+		return store.Version{}, fmt.Errorf("%w (%w)", store.ErrNotWritten, lost)
+	}
+	ce := &store.ConflictError{}
+	if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) == 1 {
+		kv := rr.Kvs[0]
+		if bytes.Equal(kv.Value, body) {
+			epoch, _, _ := store.DecodeTable(body)
+			return store.Version{Epoch: epoch, Rev: kv.ModRevision}, nil
+		}
+		ce.Epoch, _, _ = store.DecodeTable(kv.Value)
+	}
+	return store.Version{}, ce
+}
+
 // SetDrained puts (on) or deletes the drain keys of models in one
-// transaction.
+// transaction. A drain whose answer is lost fails with an
+// *store.UnknownOutcomeError without Settle: reading the store shows
+// whether the drain holds.
 func (s *Store) SetDrained(ctx context.Context, models []string, on bool) (int64, error) {
 	ops := make([]clientv3.Op, 0, len(models))
 	for _, m := range models {
@@ -245,7 +314,7 @@ func (s *Store) SetDrained(ctx context.Context, models []string, on bool) (int64
 	}
 	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return 0, s.unavailable(err)
+		return 0, &store.UnknownOutcomeError{Err: s.unavailable(err)}
 	}
 	return resp.Header.Revision, nil
 }
@@ -256,6 +325,7 @@ func (s *Store) Current(ctx context.Context) (store.Snapshot, error) {
 	if err != nil {
 		return store.Snapshot{}, s.unavailable(err)
 	}
+	s.setUp(true)
 	return snap, nil
 }
 
