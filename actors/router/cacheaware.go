@@ -153,18 +153,22 @@ type Indexing struct {
 }
 
 // Indexed records ix, a pick's prompt whose answer began, in the prefix
-// index (at most the worker's per-request share of it) and tells the
-// Syncer. A worker that is gone, or now serves another model, records
-// nothing.
+// index (at most the worker's per-request share of it). A worker that is
+// gone, or now serves another model, records nothing.
 func (s *State) Indexed(ix Indexing) {
 	if s.prefix == nil || len(ix.Hashes) == 0 {
 		return
 	}
-	x := s.prefix.index
-	if err := x.RecordHashes(ix.Model, ix.Worker, ix.Hashes); err != nil {
+	_ = s.prefix.index.RecordHashes(ix.Model, ix.Worker, ix.Hashes)
+}
+
+// syncIndexing tells the Syncer, at pick time, the prompt a pick will
+// record once its answer begins (see Syncer.Indexed for why peers are
+// told at once).
+func (s *State) syncIndexing(ix Indexing) {
+	if !s.syncing() || s.prefix == nil || len(ix.Hashes) == 0 {
 		return
 	}
-	if s.syncing() {
-		s.cfg.Sync.Syncer.Indexed(ix.Model, ix.Worker, ix.Hashes[:min(len(ix.Hashes), x.RequestShare(ix.Worker))])
-	}
+	n := s.prefix.index.RequestShare(ix.Worker)
+	s.cfg.Sync.Syncer.Indexed(ix.Model, ix.Worker, ix.Hashes[:min(len(ix.Hashes), n)])
 }

@@ -490,6 +490,7 @@ func (s *State) pickServed(t *Target, r routes.Route, served string, req *Reques
 		if t.Prefill != nil {
 			s.syncPicked(served, t.Prefill.ID)
 		}
+		s.syncIndexing(t.Indexing)
 	}
 	return true
 }

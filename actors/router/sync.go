@@ -73,9 +73,14 @@ func (c SyncConfig) peerTimeout() time.Duration {
 type Syncer interface {
 	// Picked: a request was sent to worker of model (the served id).
 	Picked(model, worker string)
-	// Indexed: worker, of base model model, began to answer a prompt with
-	// these prefix-index chunk hashes (cache_aware), and the router
-	// recorded them.
+	// Indexed: a request with a prompt of these prefix-index chunk hashes
+	// (cache_aware) was sent to worker, of base model model. Peers are told
+	// at the pick, not when the answer begins as the router's own index
+	// is: the prefill hides the sync lag, so a peer's next request with
+	// the same prefix finds it; and peers keep it in their peer share,
+	// which never evicts what they learnt themselves, so a prompt the
+	// engines refuse can push out only other peers' reports, at most a
+	// request's share of them.
 	Indexed(model, worker string, hashes []uint64)
 	// Released: one of this replica's requests on worker ended.
 	Released(worker string)
@@ -105,8 +110,8 @@ const (
 	PeerEject                            // Worker ejected for For, after Reason
 )
 
-// PeerIndex is a prompt Worker began to answer: its Hashes are indexed
-// there (the request's in-flight count came with its PeerPick).
+// PeerIndex is a prompt sent to Worker: its Hashes are indexed there, in
+// the peer share (the request's in-flight count comes with its PeerPick).
 const PeerIndex PeerEventKind = 7
 
 // String is the kind's name in metrics.

@@ -216,19 +216,20 @@ func TestSyncTellsOwnDecisions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The prompt is told once it is indexed: when its answer began.
+	// The prompt is told with the pick, before its answer began.
 	answered(s, tg)
 	s.Release("a")
 	s.Release("a") // one more than acquired: not told
 	for range 3 {
 		s.AttemptFailed("b", "reset", now)
 	}
-	// A pick whose answer never began tells no prompt.
+	// A pick whose answer never began tells its prompt too (peers keep it
+	// in their peer share), though the router does not record it.
 	if tg, err = s.Pick(&Request{Model: "m", Prompt: words("q", 300)}, now); err != nil || tg.Worker.ID != "a" {
 		t.Fatalf("pick %s %v, want a", tg.Worker.ID, err)
 	}
 	s.Release("a")
-	want := []string{"pick m a", "index m a 2", "release a", "eject b m reset 10s", "pick m a", "release a"}
+	want := []string{"pick m a", "index m a 2", "release a", "eject b m reset 10s", "pick m a", "index m a 2", "release a"}
 	if !slices.Equal(rec.events, want) {
 		t.Fatalf("told %q, want %q", rec.events, want)
 	}

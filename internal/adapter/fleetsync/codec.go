@@ -19,8 +19,8 @@ import (
 //	pick     = model:str worker:str n:uvarint hash:u64*n
 //	index    = model:str worker:str n:uvarint hash:u64*n
 //
-// A replica sends a pick's hashes in an index event, once the answer
-// began (n is 0 in its picks); a pick with hashes is indexed alike.
+// A replica sends a pick's hashes in an index event beside it (n is 0 in
+// its picks); a pick with hashes is indexed alike.
 //	release  = worker:str
 //	load     = n:uvarint (worker:str count:uvarint)*n
 //	eject    = model:str worker:str reason:str for_ms:uvarint
