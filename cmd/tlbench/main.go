@@ -63,6 +63,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	nginx := fs.String("nginx", "", "nginx binary for the overhead comparison (default: nginx on PATH; missing: skipped)")
 	timeout := fs.Duration("timeout", 0, "bound on the whole run (default 15m, 2m with -quick; with openloop 2h, 10m with -quick)")
 	openRates := fs.String("open-rates", "", "openloop: arrival rates in percent of least_outstanding's single-replica capacity (default 50,70,90,110; 70 with -quick)")
+	openGoodputRates := fs.String("open-goodput-rates", "", "openloop: rates beyond -open-rates, in percent, run through the most replicas only to find where each policy's goodput ends (default 130,160,200; none with -quick; \"none\" for none)")
 	openReplicas := fs.String("open-replicas", "", "openloop: gateway replica counts (default 1,2,3; 1,3 with -quick)")
 	openSync := fs.String("open-sync", "", "openloop: fleet sync settings to compare, off and/or on (default off,on)")
 	openRepeats := fs.Int("open-repeats", 0, "openloop: runs of every configuration (default 3, 1 with -quick)")
@@ -180,14 +181,14 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 			return tlbench.Config{}, fmt.Errorf("-streams: %w", err)
 		}
 	}
-	if err := parseOpenLoop(&c, *openRates, *openReplicas, *openSync, *openWorkloads, *openRepeats, *openDuration); err != nil {
+	if err := parseOpenLoop(&c, *openRates, *openGoodputRates, *openReplicas, *openSync, *openWorkloads, *openRepeats, *openDuration); err != nil {
 		return tlbench.Config{}, err
 	}
 	return c, nil
 }
 
 // parseOpenLoop applies the openloop experiment's flags to c.
-func parseOpenLoop(c *tlbench.Config, rates, replicas, sync, workloads string, repeats int, duration time.Duration) error {
+func parseOpenLoop(c *tlbench.Config, rates, goodputRates, replicas, sync, workloads string, repeats int, duration time.Duration) error {
 	if rates != "" {
 		ps, err := parseInts(rates)
 		if err != nil {
@@ -196,6 +197,20 @@ func parseOpenLoop(c *tlbench.Config, rates, replicas, sync, workloads string, r
 		c.OpenFractions = nil
 		for _, p := range ps {
 			c.OpenFractions = append(c.OpenFractions, float64(p)/100)
+		}
+	}
+	switch goodputRates {
+	case "":
+	case "none":
+		c.OpenGoodputFractions = nil
+	default:
+		ps, err := parseInts(goodputRates)
+		if err != nil {
+			return fmt.Errorf("-open-goodput-rates: %w", err)
+		}
+		c.OpenGoodputFractions = nil
+		for _, p := range ps {
+			c.OpenGoodputFractions = append(c.OpenGoodputFractions, float64(p)/100)
 		}
 	}
 	if replicas != "" {

@@ -2,6 +2,7 @@ package tlbench
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,22 +57,29 @@ func TestSpreadOf(t *testing.T) {
 
 func TestOpenTargets(t *testing.T) {
 	lo, ca := config.PolicyLeastOutstanding, config.PolicyCacheAware
-	g := func(frac float64, replicas int, sync bool, p string, p50, p99, hit, good float64) openGroup {
-		return openGroup{openKey: openKey{loadgen.RAG, frac, replicas, sync, p}, n: 3,
-			p50: spread{med: p50}, p99: spread{med: p99}, hit: spread{med: hit}, good: spread{med: good}}
+	// rate: frac × 100 req/s; att: the share of requests within the SLO.
+	g := func(frac float64, replicas int, sync bool, p string, p50, p99, hit, att float64) openGroup {
+		return openGroup{openKey: openKey{loadgen.RAG, frac, replicas, sync, p}, n: 3, rate: 100 * frac,
+			p50: spread{med: p50}, p99: spread{med: p99}, hit: spread{med: hit}, att: spread{med: att}}
 	}
-	c := Config{OpenWorkloads: []loadgen.Kind{loadgen.RAG}, OpenFractions: []float64{0.5, 0.9, 1.1}}
+	c := Config{OpenWorkloads: []loadgen.Kind{loadgen.RAG}, OpenReplicas: []int{1, 3}, OpenFractions: []float64{0.5, 0.9, 1.1},
+		OpenGoodputFractions: []float64{1.6}, OpenAttainment: 0.9}
 	groups := []openGroup{
-		g(0.5, 1, false, ca, 10, 50, 0.60, 50), g(0.5, 1, false, lo, 30, 60, 0.30, 50),
-		g(0.9, 1, false, ca, 10, 50, 0.60, 90), g(0.9, 1, false, lo, 30, 60, 0.30, 60),
-		g(1.1, 1, false, ca, 10, 50, 0.60, 99), g(1.1, 1, false, lo, 90, 900, 0.30, 10),
+		g(0.5, 1, false, ca, 10, 50, 0.60, 1), g(0.5, 1, false, lo, 30, 60, 0.30, 1),
+		g(0.9, 1, false, ca, 10, 50, 0.60, 1), g(0.9, 1, false, lo, 30, 60, 0.30, 1),
+		g(1.1, 1, false, ca, 10, 50, 0.60, 1), g(1.1, 1, false, lo, 90, 900, 0.30, 0.5),
 		// Sync on, 3 replicas: cache_aware within bounds at 50% and 90%
 		// (1.1 is not held to it); least_outstanding's p99 21% over at 90%.
-		g(0.5, 3, true, ca, 11, 57, 0.58, 50), g(0.5, 3, true, lo, 30, 70, 0.30, 50),
-		g(0.9, 3, true, ca, 11.4, 57.4, 0.575, 90), g(0.9, 3, true, lo, 30, 72.6, 0.30, 60),
-		g(1.1, 3, true, ca, 99, 990, 0.1, 80), g(1.1, 3, true, lo, 90, 900, 0.30, 10),
-		// Sync off, 3 replicas: cache_aware's hit rate 4 points down at 50%.
-		g(0.5, 3, false, ca, 10, 50, 0.56, 50), g(0.5, 3, false, lo, 30, 60, 0.30, 50),
+		// cache_aware holds 110% (95% within the SLO, not 160%), least_outstanding
+		// 90% (89% within it at 110% is not enough).
+		g(0.5, 3, true, ca, 11, 57, 0.58, 1), g(0.5, 3, true, lo, 30, 70, 0.30, 1),
+		g(0.9, 3, true, ca, 11.4, 57.4, 0.575, 1), g(0.9, 3, true, lo, 30, 72.6, 0.30, 0.95),
+		g(1.1, 3, true, ca, 99, 990, 0.1, 0.95), g(1.1, 3, true, lo, 90, 900, 0.30, 0.89),
+		g(1.6, 3, true, ca, 99, 990, 0.1, 0.6), g(1.6, 3, true, lo, 90, 900, 0.30, 0.1),
+		// Sync off, 3 replicas: cache_aware's hit rate 4 points down at 50%;
+		// both hold 50% and nothing more.
+		g(0.5, 3, false, ca, 10, 50, 0.56, 1), g(0.5, 3, false, lo, 30, 60, 0.30, 1),
+		g(1.6, 3, false, ca, 99, 990, 0.1, 0.5), g(1.6, 3, false, lo, 90, 900, 0.30, 0.1),
 	}
 	type key struct {
 		check string
@@ -91,10 +99,10 @@ func TestOpenTargets(t *testing.T) {
 	}{
 		{key{targetCALatency, true}, true, true, "90%: p50 1.14×, p99 1.15×, hit -2.5 pt"},
 		{key{targetLOP99, true}, true, false, "90%: p99 1.21× (missed)"},
-		{key{targetGoodput, true}, true, true, "90.0 against 60.0 req/s: 1.50×"},
+		{key{targetGoodput, true}, true, false, "110% (110.0 req/s) against 90% (90.0 req/s): 1.22×"},
 		{key{targetCALatency, false}, true, false, "50%: p50 1.00×, p99 1.00×, hit -4.0 pt (missed)"},
 		{key{targetLOP99, false}, true, true, "50%: p99 1.00×"},
-		{key{targetGoodput, false}, true, false, "50.0 against 50.0 req/s: 1.00×"},
+		{key{targetGoodput, false}, true, false, "50% (50.0 req/s) against 50% (50.0 req/s): 1.00×"},
 	} {
 		x, ok := got[tc.key]
 		if !ok {
@@ -102,6 +110,15 @@ func TestOpenTargets(t *testing.T) {
 		}
 		if x.measured != tc.measured || x.met != tc.met || !strings.Contains(x.result, tc.resultContains) {
 			t.Errorf("%v: measured %v, met %v, %q; want %v, %v, containing %q", tc.key, x.measured, x.met, x.result, tc.measured, tc.met, tc.resultContains)
+		}
+	}
+	// A cache_aware that holds the sweep's highest rate is said to hold at
+	// least that.
+	held := append(slices.Clone(groups), g(1.6, 3, true, ca, 99, 990, 0.1, 0.99))
+	held = slices.DeleteFunc(held, func(x openGroup) bool { return x.fraction == 1.6 && x.sync && x.policy == ca && x.att.med < 0.9 })
+	for _, x := range openTargets(c, held) {
+		if x.check == targetGoodput && x.sync && (!x.met || !strings.Contains(x.result, "160% (160.0 req/s) against 90% (90.0 req/s): 1.78× (cache_aware held the sweep's highest rate: at least that)")) {
+			t.Errorf("held the highest rate: met %v, %q", x.met, x.result)
 		}
 	}
 	// Without any 3-replica run nothing is measured.

@@ -113,8 +113,15 @@ type Config struct {
 	OpenReplicas  []int
 	OpenSync      []bool    // sync off (false) and on (true)
 	OpenFractions []float64 // rates, as shares of least_outstanding's single-replica capacity
-	OpenRepeats   int       // runs of every configuration
-	OpenTurns     int       // turns of a multi-turn conversation
+	// OpenGoodputFractions are the rates beyond OpenFractions run only
+	// through the most replicas, with each sync setting: where each
+	// policy's goodput ends (OpenAttainment).
+	OpenGoodputFractions []float64
+	// OpenAttainment is the share of requests within OpenSLO a rate must
+	// keep to count as held (DistServe's SLO attainment goal).
+	OpenAttainment float64
+	OpenRepeats    int // runs of every configuration
+	OpenTurns      int // turns of a multi-turn conversation
 	// OpenMaxTokens and OpenDecode are every request's max_tokens and the
 	// engines' decode time per token: fewer, longer steps than the routing
 	// runs', so that timer delays on a busy machine and the gateway's
@@ -158,7 +165,8 @@ func Preset(quick bool) Config {
 		OpenWorkloads: []loadgen.Kind{loadgen.MultiTurn, loadgen.RAG},
 		OpenPolicies:  []string{config.PolicyLeastOutstanding, config.PolicyCacheAware},
 		OpenReplicas:  []int{1, 2, 3}, OpenSync: []bool{false, true},
-		OpenFractions: []float64{0.5, 0.7, 0.9, 1.1}, OpenRepeats: 3, OpenTurns: 6,
+		OpenFractions: []float64{0.5, 0.7, 0.9, 1.1}, OpenGoodputFractions: []float64{1.3, 1.6, 2.0}, OpenAttainment: 0.9,
+		OpenRepeats: 3, OpenTurns: 6,
 		OpenMaxTokens: 8, OpenDecode: 9 * time.Millisecond,
 		OpenDuration: 8 * time.Second, OpenWarmup: 2 * time.Second, OpenSLO: 250 * time.Millisecond,
 	}
@@ -171,7 +179,7 @@ func Preset(quick bool) Config {
 		c.PickBudget, c.PickMinOps = 100*time.Millisecond, 500
 		c.Streams = []int{1000}
 		c.OverloadDuration, c.OverloadClientTimeout = 2*time.Second, 5*time.Second
-		c.OpenReplicas, c.OpenFractions, c.OpenRepeats = []int{1, 3}, []float64{0.7}, 1
+		c.OpenReplicas, c.OpenFractions, c.OpenGoodputFractions, c.OpenRepeats = []int{1, 3}, []float64{0.7}, nil, 1
 		c.OpenDuration, c.OpenWarmup = 4*time.Second, time.Second
 	}
 	return c
