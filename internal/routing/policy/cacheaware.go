@@ -85,9 +85,10 @@ func (c CacheAwareConfig) Overloaded(load, least int) bool {
 // engine slots, given prefill[i], the prompt tokens candidate i would have
 // to prefill (the prompt minus its cached prefix). The cost of a candidate
 // is PrefillWeight × prefill + LoadWeight × Load; the cheapest wins, ties
-// to the lower load, then the smallest ID. When the cheapest is overloaded
-// against the least loaded candidate (Overloaded) the least loaded wins
-// instead (ties to the fewer tokens to prefill, then the smallest ID).
+// to the lower load, then the smallest Tie and ID. When the cheapest is
+// overloaded against the least loaded candidate (Overloaded) the least
+// loaded wins instead (ties to the fewer tokens to prefill, then the
+// smallest Tie and ID).
 //
 // It returns the pick's index and ReasonCache when the pick is the
 // cheapest and prefills less than the most any candidate would (it holds
@@ -103,10 +104,10 @@ func CacheAware(cands []Candidate, prefill []int, c CacheAwareConfig) (idx int, 
 	for i := 1; i < len(cands); i++ {
 		ci, cb, cl := &cands[i], &cands[best], &cands[least]
 		cost := c.PrefillWeight*float64(prefill[i]) + c.LoadWeight*float64(ci.Load)
-		if cost < bestCost || cost == bestCost && (ci.Load < cb.Load || ci.Load == cb.Load && ci.ID < cb.ID) {
+		if cost < bestCost || cost == bestCost && (ci.Load < cb.Load || ci.Load == cb.Load && ci.before(cb)) {
 			best, bestCost = i, cost
 		}
-		if ci.Load < cl.Load || ci.Load == cl.Load && (prefill[i] < prefill[least] || prefill[i] == prefill[least] && ci.ID < cl.ID) {
+		if ci.Load < cl.Load || ci.Load == cl.Load && (prefill[i] < prefill[least] || prefill[i] == prefill[least] && ci.before(cl)) {
 			least = i
 		}
 		most = max(most, prefill[i])

@@ -74,6 +74,38 @@ func TestCacheAwareSpillsWhenOverloaded(t *testing.T) {
 	}
 }
 
+// TestCacheAwareTies: candidates the cost and the guard find equal go to
+// the smallest Tie, then the smallest ID, on both the cheapest's and the
+// guard's side.
+func TestCacheAwareTies(t *testing.T) {
+	guard := CacheAwareConfig{PrefillWeight: 1, LoadWeight: 0.001, BalanceAbs: 64, BalanceRel: 1.5}
+	tests := []struct {
+		name    string
+		c       CacheAwareConfig
+		loads   []int
+		prefill []int
+		ties    []uint64
+		want    string
+	}{
+		{"cost tie: smallest Tie", DefaultCacheAware(), []int{1, 1, 1}, []int{1000, 1000, 1000}, []uint64{7, 2, 5}, "b"},
+		{"cost tie, equal Ties: smallest id", DefaultCacheAware(), []int{1, 1, 1}, []int{1000, 1000, 1000}, []uint64{4, 4, 4}, "a"},
+		{"Tie never beats a cheaper cost", DefaultCacheAware(), []int{1, 1, 1}, []int{1000, 100, 1000}, []uint64{1, 9, 2}, "b"},
+		{"guard's tie: smallest Tie", guard, []int{200, 0, 0}, []int{10, 1000, 1000}, []uint64{0, 8, 3}, "c"},
+		{"guard's tie, equal Ties: smallest id", guard, []int{200, 0, 0}, []int{10, 1000, 1000}, []uint64{0, 3, 3}, "b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cands := make([]Candidate, len(tt.loads))
+			for i, l := range tt.loads {
+				cands[i] = Candidate{ID: string(rune('a' + i)), Load: l, Tie: tt.ties[i]}
+			}
+			if i, _ := CacheAware(cands, tt.prefill, tt.c); i < 0 || cands[i].ID != tt.want {
+				t.Fatalf("picked %d, want %s", i, tt.want)
+			}
+		})
+	}
+}
+
 // TestCacheAwareNeverPassesThresholds is the guard's property: whatever the
 // loads and the cached prefixes, the pick is never overloaded against the
 // least loaded candidate; so a fleet fed only by the policy, starting

@@ -12,8 +12,15 @@ import (
 
 // Candidate is one worker a policy may pick.
 type Candidate struct {
-	// ID is the worker id; ties are broken towards the smallest.
+	// ID is the worker id; ties are broken towards the smallest Tie, then
+	// the smallest ID.
 	ID string
+	// Tie orders candidates the policy finds equal before their ID. 0 for
+	// every candidate (a single gateway) leaves ties to the smallest ID;
+	// replicas that share one view of the fleet (fleet sync) each set it
+	// from a salt of their own, so that they do not all break a tie
+	// towards the same worker at once.
+	Tie uint64
 	// Load is the gateway's in-flight count for the worker plus the queue
 	// depth the worker last reported.
 	Load int
@@ -57,13 +64,20 @@ func ParsePolicy(s string) (Name, error) {
 		NameLeastOutstanding, NameWeighted, NameAffinity, NameCacheAware)
 }
 
+// before reports whether c goes before o when a policy finds them equal:
+// the smaller Tie, then the smaller ID.
+func (c *Candidate) before(o *Candidate) bool {
+	return c.Tie < o.Tie || c.Tie == o.Tie && c.ID < o.ID
+}
+
 // LeastOutstanding returns the index of the candidate with the smallest
-// Load, ties going to the smallest ID, or -1 when cands is empty.
+// Load, ties going to the smallest Tie, then ID, or -1 when cands is
+// empty.
 func LeastOutstanding(cands []Candidate) int {
 	best := -1
 	for i := range cands {
 		c := &cands[i]
-		if best < 0 || c.Load < cands[best].Load || (c.Load == cands[best].Load && c.ID < cands[best].ID) {
+		if best < 0 || c.Load < cands[best].Load || (c.Load == cands[best].Load && c.before(&cands[best])) {
 			best = i
 		}
 	}

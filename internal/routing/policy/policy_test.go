@@ -62,6 +62,9 @@ func TestLeastOutstanding(t *testing.T) {
 		{"tie to smallest id", []Candidate{{ID: "c", Load: 1}, {ID: "b", Load: 1}, {ID: "d", Load: 1}}, "b"},
 		{"tie to smallest id, first in list", []Candidate{{ID: "a", Load: 0}, {ID: "b", Load: 0}}, "a"},
 		{"weight ignored", []Candidate{{ID: "a", Load: 2, Weight: 100}, {ID: "b", Load: 1, Weight: 1}}, "b"},
+		{"tie to smallest Tie", []Candidate{{ID: "a", Load: 1, Tie: 9}, {ID: "b", Load: 1, Tie: 3}, {ID: "c", Load: 1, Tie: 5}}, "b"},
+		{"Tie only among equals", []Candidate{{ID: "a", Load: 0, Tie: 9}, {ID: "b", Load: 1, Tie: 3}}, "a"},
+		{"equal Tie to smallest id", []Candidate{{ID: "c", Load: 1, Tie: 3}, {ID: "b", Load: 1, Tie: 3}, {ID: "a", Load: 1, Tie: 4}}, "b"},
 		// Design section 3: queue depths a=2, b=0, c=1 give b (r1); with two
 		// requests in flight on b the loads are 2, 2, 1 and r2 goes to c.
 		{"design section 3, r1", []Candidate{{ID: "a", Load: 2}, {ID: "b", Load: 0}, {ID: "c", Load: 1}}, "b"},
