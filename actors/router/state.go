@@ -1,11 +1,14 @@
 package router
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/tlgate/tlgate/internal/routing/cascade"
 	"github.com/tlgate/tlgate/internal/routing/fleet"
@@ -285,6 +288,8 @@ type counter struct {
 	// heartbeats show beyond both.
 	peer int
 	slot int // the worker's prefix index slot (cache_aware)
+	// tie is the worker's policy.Candidate.Tie (tieRank).
+	tie uint64
 	// limit and until are the worker's admission limit (0: none) and the
 	// end of its ejection, copied here so a pick reads no map (admission.go).
 	limit int
@@ -304,10 +309,24 @@ func (c *counter) atLimit() bool                { return c.limit > 0 && c.n+c.pe
 func (s *State) counter(id string) *counter {
 	c := s.inflight[id]
 	if c == nil {
-		c = &counter{}
+		c = &counter{tie: tieRank(s.cfg.Sync.TieSalt, id)}
 		s.inflight[id] = c
 	}
 	return c
+}
+
+// tieRank is the rank of worker id among equals under salt: 0 for salt 0
+// (ties then go to the smallest id), else a hash of both.
+func tieRank(salt uint64, id string) uint64 {
+	if salt == 0 {
+		return 0
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], salt)
+	d := xxhash.New()
+	_, _ = d.Write(b[:])
+	_, _ = d.WriteString(id)
+	return d.Sum64()
 }
 
 // sent counts a request routed to worker id: in flight, and a trial when
@@ -542,7 +561,7 @@ func (s *State) collect(p *pool, req *Request, now time.Time, keep func(*fleet.W
 			passed++
 			continue
 		}
-		s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: c.n + c.peer + w.QueueDepth, Weight: w.KVTotalBlocks})
+		s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: c.n + c.peer + w.QueueDepth, Weight: w.KVTotalBlocks, Tie: c.tie})
 		s.members = append(s.members, w)
 		s.ctrs = append(s.ctrs, c)
 	}

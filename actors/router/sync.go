@@ -44,6 +44,12 @@ type SyncConfig struct {
 	// Stored is the peers' share of the record of stored responses
 	// (stored.go); nil: peers' stored responses are dropped.
 	Stored StoredShare
+	// TieSalt, when not 0, breaks ties between workers a policy finds
+	// equal by a hash of the salt and the worker id before the id. Each
+	// replica draws its own: replicas that share one view of the loads
+	// would otherwise all send their next requests to the same worker
+	// (the smallest id) until the others' picks reach them.
+	TieSalt uint64
 }
 
 func (c SyncConfig) maxPeers() int {

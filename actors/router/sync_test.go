@@ -341,3 +341,39 @@ func TestSyncSnapshotWaitsForUnknownWorkers(t *testing.T) {
 		})
 	}
 }
+
+// TestSyncTieSaltSpreadsTies: replicas that see the same equal loads break
+// the tie by their own salt, so not all of them send their next request to
+// the same worker; each keeps to its own order, and without a salt the tie
+// goes to the smallest id as on a single gateway.
+func TestSyncTieSaltSpreadsTies(t *testing.T) {
+	ids := []string{"a", "b", "c", "d"}
+	first := func(pol policy.Name, salt uint64) string {
+		t.Helper()
+		s, _ := syncState(t, pol, SyncConfig{TieSalt: salt}, ids...)
+		tg, err := s.Pick(&Request{Model: "m", RequestID: "x", Prompt: words("p", 300)}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Release(tg.Worker.ID)
+		again, err := s.Pick(&Request{Model: "m", RequestID: "y", Prompt: words("q", 300)}, now)
+		if err != nil || again.Worker.ID != tg.Worker.ID {
+			t.Fatalf("salt %d: the same tie went to %s, then %s (%v)", salt, tg.Worker.ID, again.Worker.ID, err)
+		}
+		return tg.Worker.ID
+	}
+	for _, pol := range []policy.Name{policy.NameLeastOutstanding, policy.NameCacheAware} {
+		t.Run(string(pol), func(t *testing.T) {
+			if got := first(pol, 0); got != "a" {
+				t.Fatalf("no salt: tie went to %s, want a (the smallest id)", got)
+			}
+			seen := map[string]bool{}
+			for salt := uint64(1); salt <= 16; salt++ {
+				seen[first(pol, salt*0x9e3779b97f4a7c15)] = true
+			}
+			if len(seen) < 3 {
+				t.Fatalf("16 salts broke the tie towards only %v, want most of %v", seen, ids)
+			}
+		})
+	}
+}

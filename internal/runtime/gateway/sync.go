@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,7 +40,7 @@ func (g *Gateway) newSync(gw *config.Gateway, reg prometheus.Registerer, log zer
 	})
 	rcfg.Sync = router.SyncConfig{
 		Syncer: g.sync, MaxPeers: s.MaxPeers, MaxPeerInFlight: s.MaxPeerInFlight, PeerTimeout: s.PeerTimeout.Duration,
-		Stored: stored,
+		Stored: stored, TieSalt: tieSalt(),
 	}
 	// Stopped after the HTTP server's drain (stops run in reverse), so the
 	// releases of the requests it lets finish are told.
@@ -97,4 +98,13 @@ func (s sharedStored) Put(id, worker string, now time.Time) {
 func (s sharedStored) Forget(id string) {
 	s.Map.Forget(id)
 	s.sync.Forgot(id)
+}
+
+// tieSalt is this replica's router.SyncConfig.TieSalt: random, never 0.
+func tieSalt() uint64 {
+	for {
+		if v := rand.Uint64(); v != 0 {
+			return v
+		}
+	}
 }
