@@ -3,6 +3,7 @@ package fleetsync
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -103,6 +104,15 @@ func TestSyncSharesInFlight(t *testing.T) {
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	held := make(chan string, 2)
+	busy := func() []string { // the workers with one of A's requests
+		var ids []string
+		for _, w := range f.Workers(0) {
+			if w.InFlight == 1 {
+				ids = append(ids, w.ID)
+			}
+		}
+		return ids
+	}
 	for c := range 2 {
 		wg.Add(1)
 		go func() {
@@ -112,23 +122,30 @@ func TestSyncSharesInFlight(t *testing.T) {
 			held <- r.Route()
 		}()
 		// A's least_outstanding puts the second beside the first.
-		f.WaitWorker(0, fmt.Sprintf("w%d", c), func(w router.WorkerView) bool { return w.InFlight == 1 }, "one in flight on A")
+		cluster.Eventually(t, 10*time.Second, func() bool { return len(busy()) == c+1 }, "%d workers with one of A's requests each", c+1)
 	}
-	for _, id := range []string{"w0", "w1"} {
+	ids := busy()
+	free := ""
+	for _, id := range []string{"w0", "w1", "w2"} {
+		if !slices.Contains(ids, id) {
+			free = id
+		}
+	}
+	for _, id := range ids {
 		f.WaitWorker(1, id, func(w router.WorkerView) bool { return w.PeerInFlight == 1 }, "one peer request in flight on B")
 	}
 	for range 3 {
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		r := f.complete(rctx, 1, "a short one", 1)
 		rcancel()
-		if r.Err != nil || r.Status != 200 || r.Route() != "w2" {
-			t.Fatalf("B routed to %q (%d %v), want w2: w0 and w1 each carry one of A's", r.Route(), r.Status, r.Err)
+		if r.Err != nil || r.Status != 200 || r.Route() != free {
+			t.Fatalf("B routed to %q (%d %v), want %s: %v each carry one of A's", r.Route(), r.Status, r.Err, free, ids)
 		}
 	}
 	cancel()
 	wg.Wait()
 	// A's requests ended: B forgets them.
-	for _, id := range []string{"w0", "w1"} {
+	for _, id := range ids {
 		f.WaitWorker(1, id, func(w router.WorkerView) bool { return w.PeerInFlight == 0 }, "no peer request left on B")
 	}
 }
