@@ -1,7 +1,6 @@
 package router
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -316,15 +315,12 @@ func (s *State) counter(id string) *counter {
 }
 
 // tieRank is the rank of worker id among equals under salt: 0 for salt 0
-// (ties then go to the smallest id), else a hash of both.
+// (ties then go to the smallest id), else the id's hash seeded by salt.
 func tieRank(salt uint64, id string) uint64 {
 	if salt == 0 {
 		return 0
 	}
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], salt)
-	d := xxhash.New()
-	_, _ = d.Write(b[:])
+	d := xxhash.NewWithSeed(salt)
 	_, _ = d.WriteString(id)
 	return d.Sum64()
 }

@@ -100,11 +100,6 @@ func (s sharedStored) Forget(id string) {
 	s.sync.Forgot(id)
 }
 
-// tieSalt is this replica's router.SyncConfig.TieSalt: random, never 0.
-func tieSalt() uint64 {
-	for {
-		if v := rand.Uint64(); v != 0 {
-			return v
-		}
-	}
-}
+// tieSalt is this replica's router.SyncConfig.TieSalt: random, never 0
+// (0 would mean no salt).
+func tieSalt() uint64 { return rand.Uint64() | 1 }
