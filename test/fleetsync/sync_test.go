@@ -209,15 +209,32 @@ func TestSyncNATSDownKeepsServing(t *testing.T) {
 }
 
 func TestSyncSharesEjection(t *testing.T) {
-	f := newFleet(t, cluster.StartNATS(t), "least_outstanding", 2, engineConfigs(2, 0))
+	// Ejections last a minute, so a slow machine cannot see one expire
+	// before B is asked.
+	f := newTweakedFleet(t, cluster.StartNATS(t), "least_outstanding", 2, engineConfigs(2, 0), func(g *config.Gateway) {
+		g.Ejection.BaseTime = config.D(time.Minute)
+	})
 	if err := f.Engines[0].SetFaults(enginesim.Faults{Refuse: true}); err != nil {
 		t.Fatal(err)
 	}
-	// A's first attempt on w0 is refused: A ejects it and fails over.
+	// w1 holds its answers for a while, so A's second request finds it
+	// busy and tries w0, whichever worker A's tie-break put first: w0
+	// refuses, A ejects it and fails over to w1.
+	if err := f.Engines[1].SetFaults(enginesim.Faults{StallMS: 500}); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if r := f.complete(ctx, 0, "hello", 2); r.Err != nil || r.Status != 200 || r.Route() != "w1" {
-		t.Fatalf("A: %d %v %q, want 200 from w1", r.Status, r.Err, r.Route())
+	first := make(chan cluster.Reply, 1)
+	go func() { first <- f.complete(ctx, 0, "hello", 2) }()
+	f.WaitWorker(0, "w1", func(w router.WorkerView) bool { return w.InFlight > 0 }, "busy on A")
+	for _, r := range []cluster.Reply{f.complete(ctx, 0, "hello", 2), <-first} {
+		if r.Err != nil || r.Status != 200 || r.Route() != "w1" {
+			t.Fatalf("A: %d %v %q, want 200 from w1", r.Status, r.Err, r.Route())
+		}
+	}
+	if err := f.Engines[1].SetFaults(enginesim.Faults{}); err != nil {
+		t.Fatal(err)
 	}
 	f.WaitWorker(0, "w0", func(w router.WorkerView) bool { return !w.EjectedUntil.IsZero() }, "ejected on A")
 	f.WaitWorker(1, "w0", func(w router.WorkerView) bool { return !w.EjectedUntil.IsZero() }, "ejected on B by A's word")
