@@ -69,6 +69,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	openRepeats := fs.Int("open-repeats", 0, "openloop: runs of every configuration (default 3, 1 with -quick)")
 	openDuration := fs.Duration("open-duration", 0, "openloop: how long each run sends, its warmup included (default 8s, 4s with -quick)")
 	openWorkloads := fs.String("open-workloads", "", "openloop: workloads (default multi-turn,rag)")
+	openSyncBatch := fs.Duration("open-sync-batch", 0, "openloop: the replicas' [gateway.sync] batch_interval (default: the gateway's)")
 	requests := fs.Int("requests", 0, "requests per routing run (default 600, 160 with -quick)")
 	concurrency := fs.Int("concurrency", 0, "concurrent clients of a routing run (default 48, 32 with -quick)")
 	kvBlocks := fs.Int("kv-blocks", 0, "KV blocks of 16 tokens per routing engine (default 160)")
@@ -184,6 +185,10 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	if err := parseOpenLoop(&c, *openRates, *openGoodputRates, *openReplicas, *openSync, *openWorkloads, *openRepeats, *openDuration); err != nil {
 		return tlbench.Config{}, err
 	}
+	if *openSyncBatch < 0 {
+		return tlbench.Config{}, fmt.Errorf("-open-sync-batch: must not be negative, got %v", *openSyncBatch)
+	}
+	c.OpenSyncBatch = *openSyncBatch
 	return c, nil
 }
 

@@ -257,7 +257,7 @@ func openLoopExperiment(ctx context.Context, c Config, logOut io.Writer) (sectio
 	spec := func(replicas int, sync bool, policy string) replicaSpec {
 		s := replicaSpec{bin: bin, replicas: replicas, policy: policy, heartbeat: c.Heartbeat}
 		if sync {
-			s.syncURL, s.syncToken = nats.url(), nats.token
+			s.syncURL, s.syncToken, s.syncBatch = nats.url(), nats.token, c.OpenSyncBatch
 		}
 		return s
 	}

@@ -162,6 +162,13 @@ func TestReplicaTOML(t *testing.T) {
 			t.Errorf("sync-on config lacks %s:\n%s", want, text)
 		}
 	}
+	if strings.Contains(text, "batch_interval") {
+		t.Errorf("sync-on config sets batch_interval without -open-sync-batch:\n%s", text)
+	}
+	s.syncBatch = 2 * time.Millisecond
+	if text := replicaTOML(s, 1, "127.0.0.1:1", "127.0.0.1:2", "/tmp/x"); !strings.Contains(text, `batch_interval = "2ms"`) {
+		t.Errorf("config with syncBatch 2ms:\n%s", text)
+	}
 }
 
 // TestOpenLoopRun runs the open-loop experiment at its smallest: one

@@ -25,6 +25,8 @@ type replicaSpec struct {
 	// syncURL, when set, turns fleet sync on: every replica connects to
 	// this NATS server with syncToken.
 	syncURL, syncToken string
+	// syncBatch is [gateway.sync] batch_interval (0: the default).
+	syncBatch time.Duration
 }
 
 // replicaFleet is N gateway processes (the real gateway binary, each its
@@ -48,6 +50,9 @@ func replicaTOML(s replicaSpec, i int, listen, registry, stateDir string) string
 		listen, registry, s.heartbeat.String(), stateDir, s.policy)
 	if s.syncURL != "" {
 		fmt.Fprintf(&b, "\n[gateway.sync]\nkind = \"nats\"\nurl = %q\nreplica_id = \"replica-%d\"\ntoken_env = %q\n", s.syncURL, i, syncTokenEnv)
+		if s.syncBatch > 0 {
+			fmt.Fprintf(&b, "batch_interval = %q\n", s.syncBatch.String())
+		}
 	}
 	return b.String()
 }

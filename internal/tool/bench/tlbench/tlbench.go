@@ -111,7 +111,10 @@ type Config struct {
 	OpenWorkloads []loadgen.Kind
 	OpenPolicies  []string
 	OpenReplicas  []int
-	OpenSync      []bool    // sync off (false) and on (true)
+	OpenSync      []bool // sync off (false) and on (true)
+	// OpenSyncBatch is the replicas' [gateway.sync] batch_interval (0:
+	// the gateway's default).
+	OpenSyncBatch time.Duration
 	OpenFractions []float64 // rates, as shares of least_outstanding's single-replica capacity
 	// OpenGoodputFractions are the rates beyond OpenFractions run only
 	// through the most replicas, with each sync setting: where each
