@@ -14,7 +14,6 @@ import (
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
-	"github.com/tlgate/tlgate/internal/tool/bench/procs"
 )
 
 // openRun is one open-loop run: a workload at a rate, through some
@@ -236,18 +235,12 @@ func metricSum(exposition []byte, name, filter string) float64 {
 // openLoopExperiment measures least_outstanding's single-replica capacity
 // on each workload, then sweeps Poisson arrivals from OpenFractions of it
 // through 1, 2 and 3 replicas with sync off and on, under each policy.
-func openLoopExperiment(ctx context.Context, c Config, logOut io.Writer) (section, []plotFile, error) {
-	dir, err := os.MkdirTemp("", "tlbench-openloop-")
-	if err != nil {
-		return section{}, nil, err
-	}
-	defer os.RemoveAll(dir)
-	fmt.Fprintln(logOut, "tlbench:   building the gateway binary")
-	bin, err := procs.Build(ctx, dir, "./cmd/gateway")
-	if err != nil {
-		return section{}, nil, err
-	}
-	var nats *natsServer
+func openLoopExperiment(ctx context.Context, c Config, bins binaries, logOut io.Writer) (section, []plotFile, error) {
+	bin := bins.gateway
+	var (
+		nats *natsServer
+		err  error
+	)
 	if slices.Contains(c.OpenSync, true) {
 		if nats, err = startNATS(); err != nil {
 			return section{}, nil, fmt.Errorf("sync on: %w", err)

@@ -92,9 +92,9 @@ func (f *overheadFleet) close() {
 	_ = os.RemoveAll(f.dir)
 }
 
-// startOverheadFleet builds the gateway and engine binaries and starts
-// every process, waiting until the gateway routes to the engine.
-func startOverheadFleet(ctx context.Context, c Config, logOut io.Writer) (_ *overheadFleet, err error) {
+// startOverheadFleet starts every process, waiting until the gateway
+// routes to the engine.
+func startOverheadFleet(ctx context.Context, c Config, bins binaries, logOut io.Writer) (_ *overheadFleet, err error) {
 	dir, err := os.MkdirTemp("", "tlbench-procs-")
 	if err != nil {
 		return nil, err
@@ -105,15 +105,7 @@ func startOverheadFleet(ctx context.Context, c Config, logOut io.Writer) (_ *ove
 			f.close()
 		}
 	}()
-	fmt.Fprintln(logOut, "tlbench:   building the gateway and engine binaries")
-	gwBin, err := procs.Build(ctx, dir, "./cmd/gateway")
-	if err != nil {
-		return nil, err
-	}
-	engBin, err := procs.Build(ctx, dir, "./cmd/enginesim")
-	if err != nil {
-		return nil, err
-	}
+	gwBin, engBin := bins.gateway, bins.engine
 	addrs, err := procs.FreeAddrs(4)
 	if err != nil {
 		return nil, err
@@ -237,8 +229,8 @@ func fetch(ctx context.Context, url string) ([]byte, error) {
 // the maximum throughput straight to a zero-cost engine, through a bare Go
 // httputil.ReverseProxy, through the gateway binary and through nginx, in
 // the same run, each proxy a process of its own.
-func overheadExperiment(ctx context.Context, c Config, logOut io.Writer) (section, []plotFile, error) {
-	f, err := startOverheadFleet(ctx, c, logOut)
+func overheadExperiment(ctx context.Context, c Config, bins binaries, logOut io.Writer) (section, []plotFile, error) {
+	f, err := startOverheadFleet(ctx, c, bins, logOut)
 	if err != nil {
 		return section{}, nil, err
 	}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
+	"github.com/tlgate/tlgate/internal/tool/bench/procs"
 )
 
 // The experiments, as Config.Only names them.
@@ -54,10 +55,12 @@ var Optional = []string{ExpOpenLoop}
 // Config is everything a run needs; Preset gives the full and quick ones
 // and cmd/tlbench's flags override parts.
 type Config struct {
-	Only    []string      // experiments to run, in order
-	Out     string        // directory for results.md and plots; "" writes none
-	Nginx   string        // nginx binary; "" looks it up on PATH
-	Timeout time.Duration // bounds the whole run
+	Only  []string // experiments to run, in order
+	Out   string   // directory for results.md and plots; "" writes none
+	Nginx string   // nginx binary; "" looks it up on PATH
+	// Timeout bounds the run's experiments; building the binaries they
+	// start as processes comes before it and is not counted.
+	Timeout time.Duration
 	Seed    uint64
 	Model   string
 
@@ -115,6 +118,10 @@ type Config struct {
 	// OpenSyncBatch is the replicas' [gateway.sync] batch_interval (0:
 	// the gateway's default).
 	OpenSyncBatch time.Duration
+	// OpenOneEntry sends every request to the first replica, the others
+	// only heartbeating and syncing: a control that shows what running N
+	// gateway processes costs apart from routing on partial views.
+	OpenOneEntry  bool
 	OpenFractions []float64 // rates, as shares of least_outstanding's single-replica capacity
 	// OpenGoodputFractions are the rates beyond OpenFractions run only
 	// through the most replicas, with each sync setting: where each
@@ -188,9 +195,60 @@ func Preset(quick bool) Config {
 	return c
 }
 
+// binaries are the programs the experiments start as processes of their
+// own, built once before the run's timeout starts: a cold build cache can
+// take minutes, which no experiment should count.
+type binaries struct {
+	dir             string
+	gateway, engine string // empty when no experiment of the run needs it
+}
+
+// buildBinaries builds the gateway for the overhead and open-loop
+// experiments and the reference engine for the overhead one, when c runs
+// them.
+func buildBinaries(ctx context.Context, c Config, logOut io.Writer) (_ binaries, err error) {
+	gateway := slices.Contains(c.Only, ExpOverhead) || slices.Contains(c.Only, ExpOpenLoop)
+	engine := slices.Contains(c.Only, ExpOverhead)
+	if !gateway && !engine {
+		return binaries{}, nil
+	}
+	b := binaries{}
+	if b.dir, err = os.MkdirTemp("", "tlbench-bin-"); err != nil {
+		return binaries{}, err
+	}
+	defer func() {
+		if err != nil {
+			b.remove()
+		}
+	}()
+	fmt.Fprintln(logOut, "tlbench: building the binaries")
+	if gateway {
+		if b.gateway, err = procs.Build(ctx, b.dir, "./cmd/gateway"); err != nil {
+			return binaries{}, err
+		}
+	}
+	if engine {
+		if b.engine, err = procs.Build(ctx, b.dir, "./cmd/enginesim"); err != nil {
+			return binaries{}, err
+		}
+	}
+	return b, nil
+}
+
+func (b binaries) remove() {
+	if b.dir != "" {
+		_ = os.RemoveAll(b.dir)
+	}
+}
+
 // Run runs the configured experiments in order, printing each section to
 // out as it completes; progress goes to logOut.
 func Run(ctx context.Context, c Config, out, logOut io.Writer) error {
+	bins, err := buildBinaries(ctx, c, logOut)
+	if err != nil {
+		return err
+	}
+	defer bins.remove()
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	if c.CPUProfile != "" {
@@ -217,7 +275,7 @@ func Run(ctx context.Context, c Config, out, logOut io.Writer) error {
 		case ExpRouting:
 			sec, ps, err = routingExperiment(ctx, c, logOut)
 		case ExpOverhead:
-			sec, ps, err = overheadExperiment(ctx, c, logOut)
+			sec, ps, err = overheadExperiment(ctx, c, bins, logOut)
 		case ExpScale:
 			sec, ps, err = scaleExperiment(ctx, c)
 		case ExpMemory:
@@ -225,7 +283,7 @@ func Run(ctx context.Context, c Config, out, logOut io.Writer) error {
 		case ExpOverload:
 			sec, ps, err = overloadExperiment(ctx, c, logOut)
 		case ExpOpenLoop:
-			sec, ps, err = openLoopExperiment(ctx, c, logOut)
+			sec, ps, err = openLoopExperiment(ctx, c, bins, logOut)
 		default:
 			err = fmt.Errorf("unknown experiment %q", e)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -215,5 +216,19 @@ func TestCacheAwareTargetsAgainstRoutePolicies(t *testing.T) {
 	tb, _ = cacheAwareTargets(rows, nil)
 	if verdict := tb.rows[0][len(tb.rows[0])-2]; verdict != "MISSED: TTFT p50" {
 		t.Fatalf("verdict %q, want MISSED: TTFT p50", verdict)
+	}
+}
+
+// TestBuildBinariesOnlyWhatTheRunStarts: experiments that run in this
+// process build nothing (and leave no directory to remove).
+func TestBuildBinariesOnlyWhatTheRunStarts(t *testing.T) {
+	c := smallest("")
+	c.Only = []string{ExpRouting, ExpScale, ExpMemory, ExpOverload}
+	b, err := buildBinaries(context.Background(), c, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b != (binaries{}) {
+		t.Errorf("built %+v for experiments that start no process", b)
 	}
 }
