@@ -69,6 +69,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	openRepeats := fs.Int("open-repeats", 0, "openloop: runs of every configuration (default 3, 1 with -quick)")
 	openDuration := fs.Duration("open-duration", 0, "openloop: how long each run sends, its warmup included (default 8s, 4s with -quick)")
 	openWorkloads := fs.String("open-workloads", "", "openloop: workloads (default multi-turn,rag)")
+	openOneEntry := fs.Bool("open-one-entry", false, "openloop: send every request to the first replica, the others only heartbeating and syncing (a control)")
 	openSyncBatch := fs.Duration("open-sync-batch", 0, "openloop: the replicas' [gateway.sync] batch_interval (default: the gateway's)")
 	requests := fs.Int("requests", 0, "requests per routing run (default 600, 160 with -quick)")
 	concurrency := fs.Int("concurrency", 0, "concurrent clients of a routing run (default 48, 32 with -quick)")
@@ -189,6 +190,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 		return tlbench.Config{}, fmt.Errorf("-open-sync-batch: must not be negative, got %v", *openSyncBatch)
 	}
 	c.OpenSyncBatch = *openSyncBatch
+	c.OpenOneEntry = *openOneEntry
 	return c, nil
 }
 

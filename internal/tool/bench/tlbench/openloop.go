@@ -178,7 +178,11 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 	} else {
 		close(duringDone)
 	}
-	res := loadgen.RunSessions(ctx, client, loadgen.Random(f.urls, o.seed), run)
+	entries := f.urls
+	if c.OpenOneEntry {
+		entries = entries[:1]
+	}
+	res := loadgen.RunSessions(ctx, client, loadgen.Random(entries, o.seed), run)
 	stopDuring()
 	<-duringDone
 	timer.Stop()
@@ -604,6 +608,9 @@ func openSection(c Config, capacity map[loadgen.Kind]float64, capRuns []openRun,
 		c.OpenTurns, c.Think, c.Documents, c.OpenMaxTokens, capacityUsers(c), c.OpenDuration, c.OpenWarmup, c.OpenSLO,
 		100*c.OpenAttainment, percents(c.OpenGoodputFractions), mostReplicas(c), c.OpenRepeats, loLoad, hiLoad)
 	var notes []string
+	if c.OpenOneEntry {
+		notes = append(notes, "Every request went to the first replica (-open-one-entry); the other replicas only heartbeated and synced. This is a control: it shows what running several gateway processes costs, apart from routing on partial views.")
+	}
 	if !slices.Contains(c.OpenSync, true) {
 		notes = append(notes, "Sync was off in every run (-open-sync off): the sync-on rows and targets are not measured.")
 	}
