@@ -33,14 +33,16 @@ var (
 )
 
 // Build compiles the main package pkg (a path relative to the module root,
-// like "./cmd/gateway") into dir and returns the binary's path.
-func Build(ctx context.Context, dir, pkg string) (string, error) {
+// like "./cmd/gateway") into dir, with flags given to go build before the
+// package, and returns the binary's path.
+func Build(ctx context.Context, dir, pkg string, flags ...string) (string, error) {
 	root, err := moduleRoot(ctx)
 	if err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	args := append([]string{"build", "-o", out}, flags...)
+	cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("procs: go build %s: %w\n%s", pkg, err, b)

@@ -27,8 +27,13 @@ type openRun struct {
 	policy   string
 	repeat   int
 
-	ttft, e2e           loadgen.Summary
-	hitRate             float64
+	ttft, e2e loadgen.Summary
+	hitRate   float64
+	// predicted is the share of prompt tokens the replicas' prefix
+	// indexes expected to be cached where they sent them (cache_aware
+	// only): above hitRate, the indexes believe in prefixes the engines
+	// no longer hold.
+	predicted           float64
 	goodput             float64 // requests per second answered with TTFT within the SLO
 	attained            float64 // share of the window's requests answered within the SLO
 	ok, failed, dropped int
@@ -155,6 +160,7 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 		stats            []uint64
 		cpu              time.Duration
 		syncMsgs, syncBy float64
+		matched, prompt  float64
 	}
 	read := func() (m mark) {
 		for _, s := range f.stats() {
@@ -165,6 +171,8 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 			if b, err := fetch(ctx, u+"/metrics"); err == nil {
 				m.syncMsgs += metricSum(b, "tlgate_sync_messages_sent_total", `kind="batch"`)
 				m.syncBy += metricSum(b, "tlgate_sync_sent_bytes_total", "")
+				m.matched += metricSum(b, "tlgate_cache_aware_matched_tokens_total", "")
+				m.prompt += metricSum(b, "tlgate_cache_aware_prompt_tokens_total", "")
 			}
 		}
 		return m
@@ -209,6 +217,9 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 	}
 	if queries > 0 {
 		r.hitRate = float64(hits) / float64(queries)
+	}
+	if p := after.prompt - before.prompt; p > 0 {
+		r.predicted = (after.matched - before.matched) / p
 	}
 	if n := res.OK + res.Failed; n > 0 {
 		r.cpuPerRequest = (after.cpu - before.cpu) / time.Duration(n)
@@ -380,8 +391,8 @@ func onOff(b bool) string {
 }
 
 func logOpen(w io.Writer, r openRun) {
-	fmt.Fprintf(w, "tlbench:   %-10s %3.0f%% %6.1f req/s %d replica(s) sync %-3s %-17s hit %5.1f%% ttft p50 %6s p99 %6s ms goodput %6.1f/s failed %d load %.1f\n",
-		r.workload, 100*r.fraction, r.rate, r.replicas, onOff(r.sync), r.policy, 100*r.hitRate, ms(r.ttft.P50), ms(r.ttft.P99), r.goodput, r.failed+r.dropped, r.load)
+	fmt.Fprintf(w, "tlbench:   %-10s %3.0f%% %6.1f req/s %d replica(s) sync %-3s %-17s hit %5.1f%% (index %5.1f%%) ttft p50 %6s p99 %6s ms goodput %6.1f/s failed %d load %.1f\n",
+		r.workload, 100*r.fraction, r.rate, r.replicas, onOff(r.sync), r.policy, 100*r.hitRate, 100*r.predicted, ms(r.ttft.P50), ms(r.ttft.P99), r.goodput, r.failed+r.dropped, r.load)
 }
 
 // spread is the median of vs and their range.

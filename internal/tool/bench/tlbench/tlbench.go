@@ -58,6 +58,9 @@ type Config struct {
 	Only  []string // experiments to run, in order
 	Out   string   // directory for results.md and plots; "" writes none
 	Nginx string   // nginx binary; "" looks it up on PATH
+	// BuildFlags go to go build for the binaries the experiments start
+	// (the tests give -race when they run with it, to reuse their build).
+	BuildFlags []string
 	// Timeout bounds the run's experiments; building the binaries they
 	// start as processes comes before it and is not counted.
 	Timeout time.Duration
@@ -223,12 +226,12 @@ func buildBinaries(ctx context.Context, c Config, logOut io.Writer) (_ binaries,
 	}()
 	fmt.Fprintln(logOut, "tlbench: building the binaries")
 	if gateway {
-		if b.gateway, err = procs.Build(ctx, b.dir, "./cmd/gateway"); err != nil {
+		if b.gateway, err = procs.Build(ctx, b.dir, "./cmd/gateway", c.BuildFlags...); err != nil {
 			return binaries{}, err
 		}
 	}
 	if engine {
-		if b.engine, err = procs.Build(ctx, b.dir, "./cmd/enginesim"); err != nil {
+		if b.engine, err = procs.Build(ctx, b.dir, "./cmd/enginesim", c.BuildFlags...); err != nil {
 			return binaries{}, err
 		}
 	}

@@ -36,6 +36,7 @@ func smallest(out string) Config {
 	c := Preset(true)
 	c.Out = out
 	c.Timeout = time.Minute
+	c.BuildFlags = raceBuildFlags
 	c.Engines, c.Requests, c.Concurrency = 2, 12, 4
 	c.Prefill, c.Decode, c.MaxTokens = 10*time.Microsecond, 200*time.Microsecond, 4
 	c.SystemPrompts, c.SystemBytes, c.UserBytes = 2, 200, 40
