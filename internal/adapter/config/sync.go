@@ -16,7 +16,7 @@ const (
 // Defaults of [gateway.sync].
 const (
 	DefaultSyncSubjectPrefix   = "tlgate.sync"
-	DefaultSyncBatchInterval   = 5 * time.Millisecond
+	DefaultSyncBatchInterval   = time.Millisecond
 	DefaultSyncMaxBatchBytes   = 64 << 10
 	DefaultSyncMaxQueue        = 8192
 	DefaultSyncMaxMessageBytes = 1 << 20
