@@ -126,6 +126,9 @@ func (c *Config) Validate() error {
 	if err := routes.Validate(g.Routes); err != nil {
 		v.routeErrors(err)
 	}
+	if g.MaxRoutes > 0 && len(g.Routes) > g.MaxRoutes {
+		v.add("gateway.routes", "%d routes, more than gateway.max_routes (%d): the store would refuse the table", len(g.Routes), g.MaxRoutes)
+	}
 	v.engines(g.Engines)
 	v.discovery(g.Discovery)
 	v.registryLimits(g)
