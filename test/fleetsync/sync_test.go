@@ -276,7 +276,7 @@ func TestSyncRejectsMalformed(t *testing.T) {
 		{"truncated", batch("liar", now, pick(model, "w0"))[:20], []string{"kind", "batch", "reason", "malformed"}},
 		{"oversized", batch("liar", now, router.PeerEvent{Kind: router.PeerPick, Model: model, Worker: "w0", Hashes: make([]uint64, 1000)}), []string{"kind", "batch", "reason", "oversized"}},
 		{"stale", batch("liar", now.Add(-time.Hour), pick(model, "w0")), []string{"kind", "batch", "reason", "stale"}},
-		{"its own echo", batch(f.Replicas[0].GW.SyncID(), now, pick(model, "w0")), []string{"kind", "batch", "reason", "echo"}},
+		{"its own id", batch(f.Replicas[0].GW.SyncID(), now, pick(model, "w0")), []string{"kind", "batch", "reason", "duplicate_id"}},
 		{"a foreign model", batch("liar", now, pick("other-model", "w0")), []string{"kind", "pick", "reason", "other_model"}},
 		{"an unknown worker", batch("liar", now, pick(model, "nobody")), []string{"kind", "pick", "reason", "unknown_worker"}},
 		{"a stored response on an unknown worker", batch("liar", now, router.PeerEvent{Kind: router.PeerStored, ID: "resp_lie", Worker: "nobody", For: time.Hour}),
@@ -306,5 +306,25 @@ func TestSyncRejectsMalformed(t *testing.T) {
 	}
 	if r := f.complete(ctx, 0, "still here?", 2); r.Err != nil || r.Status != 200 {
 		t.Fatalf("after the garbage: %d %v", r.Status, r.Err)
+	}
+}
+
+// TestSyncDuplicateReplicaIDCounted: two replicas given one replica_id
+// drop each other's messages as their own, and say so in a metric rather
+// than silently routing as if alone.
+func TestSyncDuplicateReplicaIDCounted(t *testing.T) {
+	ns := cluster.StartNATS(t)
+	f := newTweakedFleet(t, ns, "cache_aware", 2, engineConfigs(2, 0), func(g *config.Gateway) { g.Sync.ReplicaID = "twin" })
+	f.WaitRoutable(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if r := f.complete(ctx, 0, "who am I?", 2); r.Err != nil || r.Status != 200 {
+		t.Fatalf("A: %d %v", r.Status, r.Err)
+	}
+	f.WaitMetric(1, 5*time.Second, 1, "tlgate_sync_messages_dropped_total", "kind", "batch", "reason", "duplicate_id")
+	for _, w := range f.Workers(1) {
+		if w.PeerInFlight != 0 || w.PrefixIndexChunks != 0 {
+			t.Errorf("worker %s on B: peer_in_flight %d, index chunks %d from its twin", w.ID, w.PeerInFlight, w.PrefixIndexChunks)
+		}
 	}
 }

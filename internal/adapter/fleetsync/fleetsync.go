@@ -74,6 +74,8 @@ type Client struct {
 	done    chan struct{}
 	started bool
 	warming atomic.Bool // a warm start is running
+	// dupWarned is when a duplicate replica id was last logged (unix ns).
+	dupWarned atomic.Int64
 }
 
 // New returns a Client for cfg, not yet connected: the router may be given
@@ -429,7 +431,8 @@ func (c *Client) accept(data []byte) (b *router.PeerBatch, reason string) {
 		return nil, metrics.SyncDropMalformed
 	}
 	if b.Replica == c.ID() {
-		return nil, metrics.SyncDropEcho
+		c.warnDuplicateID()
+		return nil, metrics.SyncDropDuplicateID
 	}
 	if age := time.Since(b.Sent); age > c.cfg.StaleAfter.Duration || -age > c.cfg.StaleAfter.Duration {
 		return nil, metrics.SyncDropStale
@@ -438,6 +441,20 @@ func (c *Client) accept(data []byte) (b *router.PeerBatch, reason string) {
 		return nil, metrics.SyncDropRate
 	}
 	return b, ""
+}
+
+// warnDuplicateID logs, at most once a minute, that another process
+// publishes under this replica's id: the connection asks NATS for no
+// echoes, so the message is not this replica's own. The two replicas then
+// ignore each other's picks, load and ejections.
+func (c *Client) warnDuplicateID() {
+	now := time.Now().UnixNano()
+	last := c.dupWarned.Load()
+	if last != 0 && now-last < int64(time.Minute) || !c.dupWarned.CompareAndSwap(last, now) {
+		return
+	}
+	c.log.Warn().Str("replica", c.ID()).Msg("fleet sync: another process publishes under this replica's id; " +
+		"give every replica its own [gateway.sync] replica_id, or the two ignore each other's picks, load and ejections")
 }
 
 // allow takes one message of replica from its rate limit. Limits are kept
@@ -460,7 +477,11 @@ func (c *Client) allow(replica string) bool {
 // onSnapshotRequest answers a peer's warm start with the router's view,
 // shrunk to fit one message.
 func (c *Client) onSnapshotRequest(msg *nats.Msg) {
-	if msg.Reply == "" || string(msg.Data) == c.ID() || c.cfg.SnapshotChunks == 0 {
+	if string(msg.Data) == c.ID() {
+		c.warnDuplicateID()
+		return
+	}
+	if msg.Reply == "" || c.cfg.SnapshotChunks == 0 {
 		return
 	}
 	res, err := c.o.Root.RequestFuture(c.router, &router.SyncSnapshot{MaxChunks: c.cfg.SnapshotChunks}, c.cfg.SnapshotTimeout.Duration).Result()

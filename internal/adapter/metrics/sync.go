@@ -25,10 +25,13 @@ const (
 // Reasons a fleet-sync message is dropped: the reason label of
 // tlgate_sync_messages_dropped_total.
 const (
-	SyncDropMalformed     = "malformed"
-	SyncDropOversized     = "oversized"
-	SyncDropStale         = "stale"
-	SyncDropEcho          = "echo"
+	SyncDropMalformed = "malformed"
+	SyncDropOversized = "oversized"
+	SyncDropStale     = "stale"
+	// SyncDropDuplicateID: a message under this replica's own id. The
+	// connection asks NATS for no echoes, so another process publishes
+	// under the id: two replicas share a replica_id (or one forges it).
+	SyncDropDuplicateID   = "duplicate_id"
 	SyncDropRate          = "rate"
 	SyncDropQueueFull     = "queue_full"
 	SyncDropDisconnected  = "disconnected"
@@ -54,7 +57,7 @@ const (
 
 var (
 	syncKinds       = fixedSet{SyncPick, SyncRelease, SyncLoad, SyncEject, SyncStored, SyncForget, SyncIndex, SyncBatch, SyncSnapshot}
-	syncDropReasons = fixedSet{SyncDropMalformed, SyncDropOversized, SyncDropStale, SyncDropEcho, SyncDropRate, SyncDropQueueFull,
+	syncDropReasons = fixedSet{SyncDropMalformed, SyncDropOversized, SyncDropStale, SyncDropDuplicateID, SyncDropRate, SyncDropQueueFull,
 		SyncDropDisconnected, SyncDropSlowConsumer, SyncDropUnknownWorker, SyncDropOtherModel, SyncDropTooManyPeers, SyncDropCapped,
 		SyncDropChunkBytes, SyncDropUnknownKind, SyncDropEjection, SyncDropInvalid}
 	snapshotOutcomes = fixedSet{SnapshotApplied, SnapshotNone, SnapshotFailed, SnapshotServed}
