@@ -63,8 +63,9 @@ type Sync struct {
 	CertFile string `toml:"cert_file"`
 	KeyFile  string `toml:"key_file"`
 
-	// BatchInterval is how long events wait to be sent together;
-	// MaxBatchBytes bounds one batch; MaxQueue bounds the events waiting
+	// BatchInterval is the least time between two batches (an event
+	// after a quiet interval goes at once, later ones wait for the
+	// interval's end and go together); MaxBatchBytes bounds one batch; MaxQueue bounds the events waiting
 	// (more are dropped and counted: a pick never waits on NATS).
 	BatchInterval Duration `toml:"batch_interval"`
 	MaxBatchBytes int      `toml:"max_batch_bytes"`

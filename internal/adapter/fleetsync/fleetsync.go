@@ -327,8 +327,8 @@ func (c *Client) Close() {
 	c.m.Up(false)
 }
 
-// run is the batcher: it gathers queued events for BatchInterval (or
-// until MaxBatchBytes) and publishes them as one batch, and asks the
+// run is the batcher: it publishes queued events in batches at most
+// BatchInterval apart (pacer), each at most MaxBatchBytes, and asks the
 // router for its load every LoadInterval.
 func (c *Client) run(ctx context.Context) {
 	defer close(c.done)
@@ -336,10 +336,11 @@ func (c *Client) run(ctx context.Context) {
 	defer load.Stop()
 	flush := time.NewTimer(time.Hour)
 	flush.Stop()
+	pace := pacer{interval: c.cfg.BatchInterval.Duration}
 	var (
 		batch   []router.PeerEvent
 		size    int
-		pending bool
+		pending bool // flush is set for the batch
 		buf     []byte
 	)
 	send := func() {
@@ -347,36 +348,53 @@ func (c *Client) run(ctx context.Context) {
 			return
 		}
 		buf = c.publish(buf[:0], batch)
+		pace.sent(time.Now())
 		clear(batch)
-		batch, size, pending = batch[:0], 0, false
+		batch, size = batch[:0], 0
+	}
+	add := func(ev router.PeerEvent) {
+		n := eventSize(&ev)
+		if size+n > c.cfg.MaxBatchBytes && len(batch) > 0 {
+			send()
+		}
+		batch = append(batch, ev)
+		size += n
+	}
+	// gather adds the events queued already: those the router handed over
+	// with the first (a pick comes with its prompt's hashes).
+	gather := func() {
+		for {
+			select {
+			case ev := <-c.queue:
+				add(ev)
+			default:
+				return
+			}
+		}
 	}
 	for {
 		select {
 		case <-ctx.Done():
-			for {
-				select {
-				case ev := <-c.queue:
-					batch = append(batch, ev)
-				default:
-					send()
-					return
-				}
-			}
+			gather()
+			send()
+			return
 		case <-load.C:
 			c.o.Root.Send(c.router, &router.SyncTick{})
 		case <-flush.C:
+			pending = false
 			send()
 		case ev := <-c.queue:
-			n := eventSize(&ev)
-			if size+n > c.cfg.MaxBatchBytes && len(batch) > 0 {
-				send()
+			add(ev)
+			if pending {
+				continue
 			}
-			batch = append(batch, ev)
-			size += n
-			if !pending {
+			if d := pace.wait(time.Now()); d > 0 {
 				pending = true
-				flush.Reset(c.cfg.BatchInterval.Duration)
+				flush.Reset(d)
+				continue
 			}
+			gather()
+			send()
 		}
 	}
 }
