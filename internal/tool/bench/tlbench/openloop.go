@@ -42,6 +42,9 @@ type openRun struct {
 	// The NATS messages (batches) and bytes all replicas published over
 	// the window, per request.
 	syncMsgsPerRequest, syncBytesPerRequest float64
+	// lag is the mean sync lag over the window: a peer's batch published
+	// to applied here (tlgate_sync_lag_seconds), across the replicas.
+	lag time.Duration
 }
 
 // openKey groups the repeats of one configuration.
@@ -161,6 +164,7 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 		cpu              time.Duration
 		syncMsgs, syncBy float64
 		matched, prompt  float64
+		lagSum, lagN     float64
 	}
 	read := func() (m mark) {
 		for _, s := range f.stats() {
@@ -173,6 +177,8 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 				m.syncBy += metricSum(b, "tlgate_sync_sent_bytes_total", "")
 				m.matched += metricSum(b, "tlgate_cache_aware_matched_tokens_total", "")
 				m.prompt += metricSum(b, "tlgate_cache_aware_prompt_tokens_total", "")
+				m.lagSum += metricSum(b, "tlgate_sync_lag_seconds_sum", "")
+				m.lagN += metricSum(b, "tlgate_sync_lag_seconds_count", "")
 			}
 		}
 		return m
@@ -221,6 +227,9 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 	if p := after.prompt - before.prompt; p > 0 {
 		r.predicted = (after.matched - before.matched) / p
 	}
+	if n := after.lagN - before.lagN; n > 0 {
+		r.lag = time.Duration((after.lagSum - before.lagSum) / n * float64(time.Second))
+	}
 	if n := res.OK + res.Failed; n > 0 {
 		r.cpuPerRequest = (after.cpu - before.cpu) / time.Duration(n)
 		r.syncMsgsPerRequest = (after.syncMsgs - before.syncMsgs) / float64(n)
@@ -257,7 +266,7 @@ func openLoopExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 		err  error
 	)
 	if slices.Contains(c.OpenSync, true) {
-		if nats, err = startNATS(); err != nil {
+		if nats, err = startNATS(ctx, bins.nats); err != nil {
 			return section{}, nil, fmt.Errorf("sync on: %w", err)
 		}
 		defer nats.close()
@@ -391,8 +400,8 @@ func onOff(b bool) string {
 }
 
 func logOpen(w io.Writer, r openRun) {
-	fmt.Fprintf(w, "tlbench:   %-10s %3.0f%% %6.1f req/s %d replica(s) sync %-3s %-17s hit %5.1f%% (index %5.1f%%) ttft p50 %6s p99 %6s ms goodput %6.1f/s failed %d load %.1f\n",
-		r.workload, 100*r.fraction, r.rate, r.replicas, onOff(r.sync), r.policy, 100*r.hitRate, 100*r.predicted, ms(r.ttft.P50), ms(r.ttft.P99), r.goodput, r.failed+r.dropped, r.load)
+	fmt.Fprintf(w, "tlbench:   %-10s %3.0f%% %6.1f req/s %d replica(s) sync %-3s %-17s hit %5.1f%% (index %5.1f%%) ttft p50 %6s p99 %6s ms goodput %6.1f/s failed %d lag %v load %.1f\n",
+		r.workload, 100*r.fraction, r.rate, r.replicas, onOff(r.sync), r.policy, 100*r.hitRate, 100*r.predicted, ms(r.ttft.P50), ms(r.ttft.P99), r.goodput, r.failed+r.dropped, r.lag.Round(10*time.Microsecond), r.load)
 }
 
 // spread is the median of vs and their range.

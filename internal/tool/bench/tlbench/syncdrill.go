@@ -121,7 +121,7 @@ func natsDrill(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpe
 				base[i] = metricSum(b, "tlgate_sync_messages_received_total", `kind="load"`)
 			}
 		}
-		if err := nats.start(); err != nil {
+		if err := nats.start(ctx); err != nil {
 			drillErr = err
 			return
 		}

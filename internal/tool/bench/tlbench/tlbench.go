@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"time"
@@ -202,16 +203,17 @@ func Preset(quick bool) Config {
 // own, built once before the run's timeout starts: a cold build cache can
 // take minutes, which no experiment should count.
 type binaries struct {
-	dir             string
-	gateway, engine string // empty when no experiment of the run needs it
+	dir                   string
+	gateway, engine, nats string // empty when no experiment of the run needs it
 }
 
 // buildBinaries builds the gateway for the overhead and open-loop
-// experiments and the reference engine for the overhead one, when c runs
-// them.
+// experiments, the reference engine for the overhead one and the NATS
+// server for an open loop with sync on, when c runs them.
 func buildBinaries(ctx context.Context, c Config, logOut io.Writer) (_ binaries, err error) {
 	gateway := slices.Contains(c.Only, ExpOverhead) || slices.Contains(c.Only, ExpOpenLoop)
 	engine := slices.Contains(c.Only, ExpOverhead)
+	nats := slices.Contains(c.Only, ExpOpenLoop) && slices.Contains(c.OpenSync, true)
 	if !gateway && !engine {
 		return binaries{}, nil
 	}
@@ -232,6 +234,17 @@ func buildBinaries(ctx context.Context, c Config, logOut io.Writer) (_ binaries,
 	}
 	if engine {
 		if b.engine, err = procs.Build(ctx, b.dir, "./cmd/enginesim", c.BuildFlags...); err != nil {
+			return binaries{}, err
+		}
+	}
+	if nats {
+		// Not c.BuildFlags: the race detector is for tlgate's code.
+		out, err := procs.Build(ctx, b.dir, natsServerPkg)
+		if err != nil {
+			return binaries{}, err
+		}
+		b.nats = filepath.Join(b.dir, "nats-server")
+		if err := os.Rename(out, b.nats); err != nil {
 			return binaries{}, err
 		}
 	}
