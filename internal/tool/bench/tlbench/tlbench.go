@@ -238,8 +238,7 @@ func buildBinaries(ctx context.Context, c Config, logOut io.Writer) (_ binaries,
 		}
 	}
 	if nats {
-		// Not c.BuildFlags: the race detector is for tlgate's code.
-		out, err := procs.Build(ctx, b.dir, natsServerPkg)
+		out, err := procs.Build(ctx, b.dir, natsServerPkg, c.BuildFlags...)
 		if err != nil {
 			return binaries{}, err
 		}
