@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
 	"github.com/tlgate/tlgate/internal/tool/bench/tlbench"
 )
@@ -70,6 +71,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	openDuration := fs.Duration("open-duration", 0, "openloop: how long each run sends, its warmup included (default 8s, 4s with -quick)")
 	openWorkloads := fs.String("open-workloads", "", "openloop: workloads (default multi-turn,rag)")
 	openOneEntry := fs.Bool("open-one-entry", false, "openloop: send every request to the first replica, the others only heartbeating and syncing (a control)")
+	openPolicies := fs.String("open-policies", "", "openloop: routing policies to compare, least_outstanding and/or cache_aware (default both)")
 	openSyncBatch := fs.Duration("open-sync-batch", 0, "openloop: the replicas' [gateway.sync] batch_interval (default: the gateway's)")
 	requests := fs.Int("requests", 0, "requests per routing run (default 600, 160 with -quick)")
 	concurrency := fs.Int("concurrency", 0, "concurrent clients of a routing run (default 48, 32 with -quick)")
@@ -185,6 +187,19 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	}
 	if err := parseOpenLoop(&c, *openRates, *openGoodputRates, *openReplicas, *openSync, *openWorkloads, *openRepeats, *openDuration); err != nil {
 		return tlbench.Config{}, err
+	}
+	if *openPolicies != "" {
+		c.OpenPolicies = nil
+		for _, p := range strings.Split(*openPolicies, ",") {
+			switch p = strings.TrimSpace(p); p {
+			case config.PolicyLeastOutstanding, config.PolicyCacheAware:
+				if !slices.Contains(c.OpenPolicies, p) {
+					c.OpenPolicies = append(c.OpenPolicies, p)
+				}
+			default:
+				return tlbench.Config{}, fmt.Errorf("-open-policies: %q is not %s or %s", p, config.PolicyLeastOutstanding, config.PolicyCacheAware)
+			}
+		}
 	}
 	if *openSyncBatch < 0 {
 		return tlbench.Config{}, fmt.Errorf("-open-sync-batch: must not be negative, got %v", *openSyncBatch)

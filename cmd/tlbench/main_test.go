@@ -66,13 +66,15 @@ func TestParseFlags(t *testing.T) {
 
 func TestParseOpenLoopFlags(t *testing.T) {
 	c, err := parseFlags([]string{"-only", "openloop", "-open-rates", "50,90", "-open-replicas", "1,3", "-open-sync", "off",
-		"-open-repeats", "2", "-open-duration", "10s", "-open-workloads", "rag", "-open-one-entry", "-open-sync-batch", "1ms"}, io.Discard)
+		"-open-repeats", "2", "-open-duration", "10s", "-open-workloads", "rag", "-open-one-entry", "-open-sync-batch", "1ms",
+		"-open-policies", "least_outstanding"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(c.Only, []string{tlbench.ExpOpenLoop}) || !slices.Equal(c.OpenFractions, []float64{0.5, 0.9}) || !slices.Equal(c.OpenReplicas, []int{1, 3}) ||
 		!slices.Equal(c.OpenSync, []bool{false}) || c.OpenRepeats != 2 || c.OpenDuration != 10*time.Second ||
-		!slices.Equal(c.OpenWorkloads, []loadgen.Kind{loadgen.RAG}) || c.Timeout != 2*time.Hour || !c.OpenOneEntry || c.OpenSyncBatch != time.Millisecond {
+		!slices.Equal(c.OpenWorkloads, []loadgen.Kind{loadgen.RAG}) || c.Timeout != 2*time.Hour || !c.OpenOneEntry || c.OpenSyncBatch != time.Millisecond ||
+		!slices.Equal(c.OpenPolicies, []string{"least_outstanding"}) {
 		t.Errorf("parsed %+v", c)
 	}
 	full, err := parseFlags(nil, io.Discard)
@@ -93,6 +95,7 @@ func TestParseOpenLoopFlags(t *testing.T) {
 		{[]string{"-open-replicas", "0"}, `-open-replicas: not a positive integer: "0"`},
 		{[]string{"-open-sync", "off,maybe"}, `-open-sync: "maybe" is not off or on`},
 		{[]string{"-open-workloads", "shared"}, `-open-workloads: "shared" is not multi-turn or rag`},
+		{[]string{"-open-policies", "cache_aware,random"}, `-open-policies: "random" is not least_outstanding or cache_aware`},
 		{[]string{"-open-repeats", "-1"}, "-open-repeats: must be positive, got -1"},
 		{[]string{"-open-duration", "-1s"}, "-open-duration: must be positive, got -1s"},
 		{[]string{"-open-duration", "2s"}, "-open-duration: 2s is not longer than the warmup of 2s"},

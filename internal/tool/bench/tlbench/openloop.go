@@ -616,6 +616,7 @@ func openSection(c Config, capacity map[loadgen.Kind]float64, capRuns []openRun,
 	lead := fmt.Sprintf("Open loop: sessions arrive as a Poisson process and every request goes to one of the gateway replicas drawn at random "+
 		"(a load balancer spreading requests), each replica the gateway binary in a process of its own, the %d in-process reference engines "+
 		"(prefill %v per uncached prompt token, decode %v per token, %d running sequences, %d KV blocks for multi-turn and %d for rag) heartbeating to all of them every %v. "+
+		"With sync on, the replicas share one nats-server, also a process of its own. "+
 		"multi-turn: each new conversation sends %d turns, every turn a think time (%v on average, evenly from half to one and a half times) after the previous answer, "+
 		"its prompt the previous prompt, the answer and a new user message; rag: each arrival is one question over one of %d documents. "+
 		"Every request is streamed (max_tokens %d). The rates are shares of least_outstanding's capacity through one replica on the same workload, "+
