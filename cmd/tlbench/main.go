@@ -62,7 +62,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	out := fs.String("out", "", "write results.md and the plots (SVG, and PNG with rsvg-convert) into this directory")
 	only := fs.String("only", "", "comma-separated experiments to run (default "+strings.Join(tlbench.Experiments, ",")+"; also "+strings.Join(tlbench.Optional, ",")+")")
 	nginx := fs.String("nginx", "", "nginx binary for the overhead comparison (default: nginx on PATH; missing: skipped)")
-	timeout := fs.Duration("timeout", 0, "bound on the whole run (default 15m, 2m with -quick; with openloop 2h, 10m with -quick)")
+	timeout := fs.Duration("timeout", 0, "bound on the whole run (default 15m, 2m with -quick; with openloop 4h, 10m with -quick)")
 	openRates := fs.String("open-rates", "", "openloop: arrival rates in percent of least_outstanding's single-replica capacity (default 50,70,90,110; 70 with -quick)")
 	openGoodputRates := fs.String("open-goodput-rates", "", "openloop: rates beyond -open-rates, in percent, run through the most replicas only to find where each policy's goodput ends (default 130,160,200; none with -quick; \"none\" for none)")
 	openReplicas := fs.String("open-replicas", "", "openloop: gateway replica counts (default 1,2,3; 1,3 with -quick)")
@@ -138,7 +138,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 		return tlbench.Config{}, errors.New("-timeout and -rate must not be negative")
 	}
 	if slices.Contains(c.Only, tlbench.ExpOpenLoop) {
-		c.Timeout = 2 * time.Hour
+		c.Timeout = 4 * time.Hour // the default sweep runs about two hours on 2 cores
 		if *quick {
 			c.Timeout = 10 * time.Minute
 		}

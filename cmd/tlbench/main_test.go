@@ -73,7 +73,7 @@ func TestParseOpenLoopFlags(t *testing.T) {
 	}
 	if !slices.Equal(c.Only, []string{tlbench.ExpOpenLoop}) || !slices.Equal(c.OpenFractions, []float64{0.5, 0.9}) || !slices.Equal(c.OpenReplicas, []int{1, 3}) ||
 		!slices.Equal(c.OpenSync, []bool{false}) || c.OpenRepeats != 2 || c.OpenDuration != 10*time.Second ||
-		!slices.Equal(c.OpenWorkloads, []loadgen.Kind{loadgen.RAG}) || c.Timeout != 2*time.Hour || !c.OpenOneEntry || c.OpenSyncBatch != time.Millisecond ||
+		!slices.Equal(c.OpenWorkloads, []loadgen.Kind{loadgen.RAG}) || c.Timeout != 4*time.Hour || !c.OpenOneEntry || c.OpenSyncBatch != time.Millisecond ||
 		!slices.Equal(c.OpenPolicies, []string{"least_outstanding"}) {
 		t.Errorf("parsed %+v", c)
 	}

@@ -613,6 +613,10 @@ func openSection(c Config, capacity map[loadgen.Kind]float64, capRuns []openRun,
 		}
 		tt.add(x.what, x.result, verdict)
 	}
+	past := ""
+	if len(c.OpenGoodputFractions) > 0 {
+		past = fmt.Sprintf("; the rates past the last of the sweep (%s) run through %d replicas only, to find it", percents(c.OpenGoodputFractions), mostReplicas(c))
+	}
 	lead := fmt.Sprintf("Open loop: sessions arrive as a Poisson process and every request goes to one of the gateway replicas drawn at random "+
 		"(a load balancer spreading requests), each replica the gateway binary in a process of its own, the %d in-process reference engines "+
 		"(prefill %v per uncached prompt token, decode %v per token, %d running sequences, %d KV blocks for multi-turn and %d for rag) heartbeating to all of them every %v. "+
@@ -622,12 +626,12 @@ func openSection(c Config, capacity map[loadgen.Kind]float64, capRuns []openRun,
 		"Every request is streamed (max_tokens %d). The rates are shares of least_outstanding's capacity through one replica on the same workload, "+
 		"measured first in the same run with %s closed-loop users. Each run starts fresh engines and gateways, sends for %v and records the requests sent after the first %v. "+
 		"The goodput column: requests per second answered with a TTFT within %v; within SLO is their share of every request of the window (failed ones count against it). "+
-		"A policy's goodput (DistServe's) is the highest rate of the sweep it holds with at least %.0f%% of its requests within the SLO; the rates past the last of the sweep (%s) run through %d replicas only, to find it. "+
+		"A policy's goodput (DistServe's) is the highest rate of the sweep it holds with at least %.0f%% of its requests within the SLO%s. "+
 		"Hit rate: the engines' prefix-cache hits over queries, in tokens. Gateway CPU: all replicas' user+system time over the window per request. "+
 		"Figures are the median of %d runs with their range; the machine's 1-minute load average during the runs was %.1f–%.1f (2 cores, shared).",
 		c.Engines, c.Prefill, c.OpenDecode, c.MaxRunning, c.KVBlocksTurns, c.KVBlocksLong, c.Heartbeat,
 		c.OpenTurns, c.Think, c.Documents, c.OpenMaxTokens, capacityUsers(c), c.OpenDuration, c.OpenWarmup, c.OpenSLO,
-		100*c.OpenAttainment, percents(c.OpenGoodputFractions), mostReplicas(c), c.OpenRepeats, loLoad, hiLoad)
+		100*c.OpenAttainment, past, c.OpenRepeats, loLoad, hiLoad)
 	var notes []string
 	if c.OpenOneEntry {
 		notes = append(notes, "Every request went to the first replica (-open-one-entry); the other replicas only heartbeated and synced. This is a control: it shows what running several gateway processes costs, apart from routing on partial views.")
