@@ -127,8 +127,12 @@ func TestDrillKillDecodeUnderLoad(t *testing.T) {
 // committed streams end with upstream_failed; none hangs.
 func TestDrillKillUnifiedUnderMixedLoad(t *testing.T) {
 	const tokens, perToken = 25, 20 * time.Millisecond
+	// least_outstanding spreads the 8 clients over the three engines, so
+	// u1 always runs some of them; cache_aware would send the one prompt
+	// to its owner and give u1 only what the balance guard spills.
 	c := newCluster(t, "", []clusterOpt{keys(), drillGateway(func(g *config.Gateway) {
 		g.IdleTimeout = config.D(30 * time.Second)
+		g.RoutePolicy = config.PolicyLeastOutstanding
 	})},
 		enginesim.Config{ID: "u1", Model: "m", DecodePerToken: perToken},
 		enginesim.Config{ID: "u2", Model: "m", DecodePerToken: perToken},
