@@ -25,7 +25,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
 	"github.com/tlgate/tlgate/internal/tool/bench/tlbench"
 )
@@ -185,21 +184,8 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 			return tlbench.Config{}, fmt.Errorf("-streams: %w", err)
 		}
 	}
-	if err := parseOpenLoop(&c, *openRates, *openGoodputRates, *openReplicas, *openSync, *openWorkloads, *openRepeats, *openDuration); err != nil {
+	if err := parseOpenLoop(&c, *openRates, *openGoodputRates, *openReplicas, *openSync, *openWorkloads, *openPolicies, *openRepeats, *openDuration); err != nil {
 		return tlbench.Config{}, err
-	}
-	if *openPolicies != "" {
-		c.OpenPolicies = nil
-		for _, p := range strings.Split(*openPolicies, ",") {
-			switch p = strings.TrimSpace(p); p {
-			case config.PolicyLeastOutstanding, config.PolicyCacheAware:
-				if !slices.Contains(c.OpenPolicies, p) {
-					c.OpenPolicies = append(c.OpenPolicies, p)
-				}
-			default:
-				return tlbench.Config{}, fmt.Errorf("-open-policies: %q is not %s or %s", p, config.PolicyLeastOutstanding, config.PolicyCacheAware)
-			}
-		}
 	}
 	if *openSyncBatch < 0 {
 		return tlbench.Config{}, fmt.Errorf("-open-sync-batch: must not be negative, got %v", *openSyncBatch)
@@ -210,7 +196,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 }
 
 // parseOpenLoop applies the openloop experiment's flags to c.
-func parseOpenLoop(c *tlbench.Config, rates, goodputRates, replicas, sync, workloads string, repeats int, duration time.Duration) error {
+func parseOpenLoop(c *tlbench.Config, rates, goodputRates, replicas, sync, workloads, policies string, repeats int, duration time.Duration) error {
 	if rates != "" {
 		ps, err := parseInts(rates)
 		if err != nil {
@@ -263,6 +249,20 @@ func parseOpenLoop(c *tlbench.Config, rates, goodputRates, replicas, sync, workl
 				return fmt.Errorf("-open-workloads: %q is not multi-turn or rag", w)
 			}
 			c.OpenWorkloads = append(c.OpenWorkloads, k)
+		}
+	}
+	if policies != "" {
+		// The preset compares every policy the open loop knows.
+		known := c.OpenPolicies
+		c.OpenPolicies = nil
+		for _, p := range strings.Split(policies, ",") {
+			p = strings.TrimSpace(p)
+			if !slices.Contains(known, p) {
+				return fmt.Errorf("-open-policies: %q is not %s", p, strings.Join(known, " or "))
+			}
+			if !slices.Contains(c.OpenPolicies, p) {
+				c.OpenPolicies = append(c.OpenPolicies, p)
+			}
 		}
 	}
 	switch {
