@@ -17,6 +17,7 @@ const (
 const (
 	DefaultSyncSubjectPrefix   = "tlgate.sync"
 	DefaultSyncBatchInterval   = time.Millisecond
+	DefaultSyncReleaseHold     = 5 * time.Millisecond
 	DefaultSyncMaxBatchBytes   = 64 << 10
 	DefaultSyncMaxQueue        = 8192
 	DefaultSyncMaxMessageBytes = 1 << 20
@@ -68,6 +69,10 @@ type Sync struct {
 	// interval's end and go together); MaxBatchBytes bounds one batch; MaxQueue bounds the events waiting
 	// (more are dropped and counted: a pick never waits on NATS).
 	BatchInterval Duration `toml:"batch_interval"`
+	// ReleaseHold is how long a release or a load report may wait for
+	// another event to ride with (0: it goes like a pick). Peers see a
+	// request end up to this much late, for fewer messages.
+	ReleaseHold   Duration `toml:"release_hold"`
 	MaxBatchBytes int      `toml:"max_batch_bytes"`
 	MaxQueue      int      `toml:"max_queue"`
 	// MaxMessageBytes bounds a received message; PeerRate bounds the
@@ -122,7 +127,7 @@ func (l *StringList) UnmarshalTOML(v any) error {
 func defaultSync() Sync {
 	return Sync{
 		Kind: SyncNone, SubjectPrefix: DefaultSyncSubjectPrefix,
-		BatchInterval: D(DefaultSyncBatchInterval), MaxBatchBytes: DefaultSyncMaxBatchBytes, MaxQueue: DefaultSyncMaxQueue,
+		BatchInterval: D(DefaultSyncBatchInterval), ReleaseHold: D(DefaultSyncReleaseHold), MaxBatchBytes: DefaultSyncMaxBatchBytes, MaxQueue: DefaultSyncMaxQueue,
 		MaxMessageBytes: DefaultSyncMaxMessageBytes, PeerRate: DefaultSyncPeerRate,
 		LoadInterval: D(DefaultSyncLoadInterval), PeerTimeout: D(DefaultSyncPeerTimeout), StaleAfter: D(DefaultSyncStaleAfter),
 		MaxPeers: DefaultSyncMaxPeers, MaxPeerInFlight: DefaultSyncMaxPeerInFlight,
@@ -182,6 +187,12 @@ func (v *checker) sync(s *Sync) {
 	}
 	if s.BatchInterval.Duration > time.Second {
 		v.add(p+"batch_interval", "must be at most 1s (events wait that long), got %s", s.BatchInterval.Duration)
+	}
+	switch h := s.ReleaseHold.Duration; {
+	case h < 0:
+		v.add(p+"release_hold", "must be 0 or more, got %s", h)
+	case h > time.Second:
+		v.add(p+"release_hold", "must be at most 1s (releases wait that long), got %s", h)
 	}
 	if s.PeerTimeout.Duration > 0 && s.PeerTimeout.Duration <= s.LoadInterval.Duration {
 		v.add(p+"peer_timeout", "must be longer than load_interval (%s), got %s", s.LoadInterval.Duration, s.PeerTimeout.Duration)

@@ -328,22 +328,23 @@ func (c *Client) Close() {
 }
 
 // run is the batcher: it publishes queued events in batches at most
-// BatchInterval apart (pacer), each at most MaxBatchBytes, and asks the
-// router for its load every LoadInterval.
+// BatchInterval apart, releases and load reports waiting up to
+// ReleaseHold to ride with another event (pacer), each batch at most
+// MaxBatchBytes, and asks the router for its load every LoadInterval.
 func (c *Client) run(ctx context.Context) {
 	defer close(c.done)
 	load := time.NewTicker(c.cfg.LoadInterval.Duration)
 	defer load.Stop()
 	flush := time.NewTimer(time.Hour)
 	flush.Stop()
-	pace := pacer{interval: c.cfg.BatchInterval.Duration}
+	pace := pacer{interval: c.cfg.BatchInterval.Duration, hold: c.cfg.ReleaseHold.Duration}
 	var (
-		batch   []router.PeerEvent
-		size    int
-		pending bool // flush is set for the batch
-		buf     []byte
+		batch []router.PeerEvent
+		size  int
+		buf   []byte
 	)
 	send := func() {
+		flush.Stop()
 		if len(batch) == 0 {
 			return
 		}
@@ -381,22 +382,26 @@ func (c *Client) run(ctx context.Context) {
 		case <-load.C:
 			c.o.Root.Send(c.router, &router.SyncTick{})
 		case <-flush.C:
-			pending = false
 			send()
 		case ev := <-c.queue:
 			add(ev)
-			if pending {
-				continue
-			}
-			if d := pace.wait(time.Now()); d > 0 {
-				pending = true
+			d, reset := pace.add(time.Now(), lazyEvent(ev.Kind))
+			switch {
+			case !reset:
+			case d > 0:
 				flush.Reset(d)
-				continue
+			default:
+				gather()
+				send()
 			}
-			gather()
-			send()
 		}
 	}
+}
+
+// lazyEvent reports whether an event of kind k may wait ReleaseHold for
+// another to ride with: it only ends or restates what peers count.
+func lazyEvent(k router.PeerEventKind) bool {
+	return k == router.PeerRelease || k == router.PeerLoad
 }
 
 // publish encodes and publishes one batch; with NATS away its events are
