@@ -72,6 +72,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	openOneEntry := fs.Bool("open-one-entry", false, "openloop: send every request to the first replica, the others only heartbeating and syncing (a control)")
 	openPolicies := fs.String("open-policies", "", "openloop: routing policies to compare, least_outstanding and/or cache_aware (default both)")
 	openSyncBatch := fs.Duration("open-sync-batch", 0, "openloop: the replicas' [gateway.sync] batch_interval (default: the gateway's)")
+	openReleaseHold := fs.String("open-release-hold", "", "openloop: the replicas' [gateway.sync] release_hold, 0 included (default: the gateway's)")
 	requests := fs.Int("requests", 0, "requests per routing run (default 600, 160 with -quick)")
 	concurrency := fs.Int("concurrency", 0, "concurrent clients of a routing run (default 48, 32 with -quick)")
 	kvBlocks := fs.Int("kv-blocks", 0, "KV blocks of 16 tokens per routing engine (default 160)")
@@ -191,6 +192,13 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 		return tlbench.Config{}, fmt.Errorf("-open-sync-batch: must not be negative, got %v", *openSyncBatch)
 	}
 	c.OpenSyncBatch = *openSyncBatch
+	if *openReleaseHold != "" {
+		d, err := time.ParseDuration(*openReleaseHold)
+		if err != nil || d < 0 {
+			return tlbench.Config{}, fmt.Errorf("-open-release-hold: want a duration of 0 or more, got %q", *openReleaseHold)
+		}
+		c.OpenReleaseHold = &d
+	}
 	c.OpenOneEntry = *openOneEntry
 	return c, nil
 }

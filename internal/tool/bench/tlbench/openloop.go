@@ -274,7 +274,7 @@ func openLoopExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 	spec := func(replicas int, sync bool, policy string) replicaSpec {
 		s := replicaSpec{bin: bin, replicas: replicas, policy: policy, heartbeat: c.Heartbeat}
 		if sync {
-			s.syncURL, s.syncToken, s.syncBatch = nats.url(), nats.token, c.OpenSyncBatch
+			s.syncURL, s.syncToken, s.syncBatch, s.syncHold = nats.url(), nats.token, c.OpenSyncBatch, c.OpenReleaseHold
 		}
 		return s
 	}

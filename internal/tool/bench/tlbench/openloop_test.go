@@ -169,6 +169,19 @@ func TestReplicaTOML(t *testing.T) {
 	if text := replicaTOML(s, 1, "127.0.0.1:1", "127.0.0.1:2", "/tmp/x"); !strings.Contains(text, `batch_interval = "2ms"`) {
 		t.Errorf("config with syncBatch 2ms:\n%s", text)
 	}
+	if strings.Contains(text, "release_hold") {
+		t.Errorf("sync-on config sets release_hold without -open-release-hold:\n%s", text)
+	}
+	var zero time.Duration
+	s.syncHold = &zero
+	t.Setenv(syncTokenEnv, "token")
+	cfg, err = config.Parse([]byte(replicaTOML(s, 1, "127.0.0.1:1", "127.0.0.1:2", t.TempDir())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := cfg.Gateway.Sync.ReleaseHold.Duration; h != 0 {
+		t.Errorf("config with syncHold 0 parses to release_hold %v", h)
+	}
 }
 
 // TestOpenLoopRun runs the open-loop experiment at its smallest: one

@@ -27,6 +27,8 @@ type replicaSpec struct {
 	syncURL, syncToken string
 	// syncBatch is [gateway.sync] batch_interval (0: the default).
 	syncBatch time.Duration
+	// syncHold is [gateway.sync] release_hold (nil: the default).
+	syncHold *time.Duration
 }
 
 // replicaFleet is N gateway processes (the real gateway binary, each its
@@ -52,6 +54,9 @@ func replicaTOML(s replicaSpec, i int, listen, registry, stateDir string) string
 		fmt.Fprintf(&b, "\n[gateway.sync]\nkind = \"nats\"\nurl = %q\nreplica_id = \"replica-%d\"\ntoken_env = %q\n", s.syncURL, i, syncTokenEnv)
 		if s.syncBatch > 0 {
 			fmt.Fprintf(&b, "batch_interval = %q\n", s.syncBatch.String())
+		}
+		if s.syncHold != nil {
+			fmt.Fprintf(&b, "release_hold = %q\n", s.syncHold.String())
 		}
 	}
 	return b.String()

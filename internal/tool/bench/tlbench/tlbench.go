@@ -122,6 +122,9 @@ type Config struct {
 	// OpenSyncBatch is the replicas' [gateway.sync] batch_interval (0:
 	// the gateway's default).
 	OpenSyncBatch time.Duration
+	// OpenReleaseHold is the replicas' [gateway.sync] release_hold (nil:
+	// the gateway's default).
+	OpenReleaseHold *time.Duration
 	// OpenOneEntry sends every request to the first replica, the others
 	// only heartbeating and syncing: a control that shows what running N
 	// gateway processes costs apart from routing on partial views.
