@@ -79,6 +79,9 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	kvBlocksLong := fs.Int("kv-blocks-long", 0, "KV blocks of 16 tokens per engine of the rag runs (default 512)")
 	kvBlocksTurns := fs.Int("kv-blocks-turns", 0, "KV blocks of 16 tokens per engine of the multi-turn runs (default 1024)")
 	turnRequests := fs.Int("turn-requests", 0, "turns per multi-turn run, all conversations together (default 1200, 320 with -quick)")
+	turnSystemBytes := fs.Int("turn-system-bytes", 0, "bytes of a multi-turn conversation's system prompt (default 256)")
+	turnUserBytes := fs.Int("turn-user-bytes", 0, "bytes of each multi-turn user message (default 128)")
+	answerBytes := fs.Int("answer-bytes", 0, "bytes of each answer a multi-turn prompt carries into the next turn (default 96)")
 	rate := fs.Float64("rate", 0, "requests per second of the overhead latency runs (default 1000)")
 	workers := fs.String("workers", "", "fleet sizes of the route decision timing (default 4,64,1024)")
 	streams := fs.String("streams", "", "open-stream counts of the memory measurement (default 1000,10000; 1000 with -quick)")
@@ -120,7 +123,8 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 		v    *int
 		dst  *int
 	}{{"requests", requests, &c.Requests}, {"concurrency", concurrency, &c.Concurrency}, {"kv-blocks", kvBlocks, &c.KVBlocks}, {"kv-blocks-long", kvBlocksLong, &c.KVBlocksLong},
-		{"kv-blocks-turns", kvBlocksTurns, &c.KVBlocksTurns}, {"turn-requests", turnRequests, &c.TurnRequests}}
+		{"kv-blocks-turns", kvBlocksTurns, &c.KVBlocksTurns}, {"turn-requests", turnRequests, &c.TurnRequests},
+		{"turn-system-bytes", turnSystemBytes, &c.TurnSystemBytes}, {"turn-user-bytes", turnUserBytes, &c.TurnUserBytes}, {"answer-bytes", answerBytes, &c.AnswerBytes}}
 	for _, p := range positive {
 		if *p.v < 0 {
 			return tlbench.Config{}, fmt.Errorf("-%s: must be positive, got %d", p.name, *p.v)

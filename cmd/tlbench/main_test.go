@@ -26,11 +26,13 @@ func TestParseFlags(t *testing.T) {
 		c.Requests != 5 || !slices.Equal(c.Workloads, []loadgen.Kind{loadgen.Distinct}) || c.Out != "x" || c.Rate != 50 || c.Timeout != 30*time.Second {
 		t.Errorf("parsed %+v", c)
 	}
-	ca, err := parseFlags([]string{"-policies", "cache_aware, least_outstanding", "-sweep", "8,64", "-cache-load-weight", "200"}, io.Discard)
+	ca, err := parseFlags([]string{"-policies", "cache_aware, least_outstanding", "-sweep", "8,64", "-cache-load-weight", "200",
+		"-turn-system-bytes", "1024", "-turn-user-bytes", "384", "-answer-bytes", "1536"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(ca.RoutePolicies, []string{"cache_aware", "least_outstanding"}) || !slices.Equal(ca.SweepPrompts, []int{8, 64}) || ca.CacheLoadWeight != 200 {
+	if !slices.Equal(ca.RoutePolicies, []string{"cache_aware", "least_outstanding"}) || !slices.Equal(ca.SweepPrompts, []int{8, 64}) || ca.CacheLoadWeight != 200 ||
+		ca.TurnSystemBytes != 1024 || ca.TurnUserBytes != 384 || ca.AnswerBytes != 1536 {
 		t.Errorf("parsed %+v", ca)
 	}
 	full, err := parseFlags(nil, io.Discard)
@@ -48,6 +50,7 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-workers", "4,x"}, `-workers: not a positive integer: "x"`},
 		{[]string{"-streams", "0"}, `-streams: not a positive integer: "0"`},
 		{[]string{"-requests", "-1"}, "-requests: must be positive, got -1"},
+		{[]string{"-answer-bytes", "-1"}, "-answer-bytes: must be positive, got -1"},
 		{[]string{"-workloads", "burst"}, `-workloads: unknown workload "burst"`},
 		{[]string{"-rate", "-5"}, "-timeout and -rate must not be negative"},
 		{[]string{"extra"}, `unexpected arguments ["extra"]`},

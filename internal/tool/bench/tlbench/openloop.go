@@ -363,7 +363,7 @@ func openLoopExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 	t, verdict := costTable(cost)
 	sec.tables = append(sec.tables, t)
 	sec.notes = append(sec.notes, fmt.Sprintf("Sync cost: rag questions at %.0f req/s (open loop) through 3 replicas under cache_aware, on %d engines that answer at once (max_tokens %d), sync off and on in turn, %d runs each; "+
-		"NATS messages and bytes are the batches all replicas published over the window, per request. %s.", c.Rate, c.Engines, c.OpenMaxTokens, c.OpenRepeats, verdict))
+		"NATS messages and bytes are the batches all replicas published over the window, per request; not sent: arrivals the load generator skipped at its bound on outstanding requests. %s.", c.Rate, c.Engines, c.OpenMaxTokens, c.OpenRepeats, verdict))
 	return sec, nil, nil
 }
 
@@ -400,8 +400,8 @@ func onOff(b bool) string {
 }
 
 func logOpen(w io.Writer, r openRun) {
-	fmt.Fprintf(w, "tlbench:   %-10s %3.0f%% %6.1f req/s %d replica(s) sync %-3s %-17s hit %5.1f%% (index %5.1f%%) ttft p50 %6s p99 %6s ms goodput %6.1f/s failed %d lag %v load %.1f\n",
-		r.workload, 100*r.fraction, r.rate, r.replicas, onOff(r.sync), r.policy, 100*r.hitRate, 100*r.predicted, ms(r.ttft.P50), ms(r.ttft.P99), r.goodput, r.failed+r.dropped, r.lag.Round(10*time.Microsecond), r.load)
+	fmt.Fprintf(w, "tlbench:   %-10s %3.0f%% %6.1f req/s %d replica(s) sync %-3s %-17s hit %5.1f%% (index %5.1f%%) ttft p50 %6s p99 %6s ms goodput %6.1f/s failed %d not sent %d lag %v load %.1f\n",
+		r.workload, 100*r.fraction, r.rate, r.replicas, onOff(r.sync), r.policy, 100*r.hitRate, 100*r.predicted, ms(r.ttft.P50), ms(r.ttft.P99), r.goodput, r.failed, r.dropped, r.lag.Round(10*time.Microsecond), r.load)
 }
 
 // spread is the median of vs and their range.
@@ -622,7 +622,7 @@ func openSection(c Config, capacity map[loadgen.Kind]float64, capRuns []openRun,
 		"(prefill %v per uncached prompt token, decode %v per token, %d running sequences, %d KV blocks for multi-turn and %d for rag) heartbeating to all of them every %v. "+
 		"With sync on, the replicas share one nats-server, also a process of its own. "+
 		"multi-turn: each new conversation sends %d turns, every turn a think time (%v on average, evenly from half to one and a half times) after the previous answer, "+
-		"its prompt the previous prompt, the answer and a new user message; rag: each arrival is one question over one of %d documents. "+
+		"its prompt the previous prompt, the answer (%d bytes) and a new user message (%d bytes) after a %d-byte system prompt; rag: each arrival is one question over one of %d documents. "+
 		"Every request is streamed (max_tokens %d). The rates are shares of least_outstanding's capacity through one replica on the same workload, "+
 		"measured first in the same run with %s closed-loop users. Each run starts fresh engines and gateways, sends for %v and records the requests sent after the first %v. "+
 		"The goodput column: requests per second answered with a TTFT within %v; within SLO is their share of every request of the window (failed ones count against it). "+
@@ -630,7 +630,7 @@ func openSection(c Config, capacity map[loadgen.Kind]float64, capRuns []openRun,
 		"Hit rate: the engines' prefix-cache hits over queries, in tokens. Gateway CPU: all replicas' user+system time over the window per request. "+
 		"Figures are the median of %d runs with their range; the machine's 1-minute load average during the runs was %.1f–%.1f (2 cores, shared).",
 		c.Engines, c.Prefill, c.OpenDecode, c.MaxRunning, c.KVBlocksTurns, c.KVBlocksLong, c.Heartbeat,
-		c.OpenTurns, c.Think, c.Documents, c.OpenMaxTokens, capacityUsers(c), c.OpenDuration, c.OpenWarmup, c.OpenSLO,
+		c.OpenTurns, c.Think, c.AnswerBytes, c.TurnUserBytes, c.TurnSystemBytes, c.Documents, c.OpenMaxTokens, capacityUsers(c), c.OpenDuration, c.OpenWarmup, c.OpenSLO,
 		100*c.OpenAttainment, past, c.OpenRepeats, loLoad, hiLoad)
 	var notes []string
 	if c.OpenOneEntry {

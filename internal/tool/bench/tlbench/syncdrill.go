@@ -214,8 +214,8 @@ func syncCost(ctx context.Context, c Config, spec func(replicas int, sync bool, 
 				return nil, fmt.Errorf("sync cost, sync %s: %w", onOff(sync), err)
 			}
 			r.rate = c.Rate
-			fmt.Fprintf(logOut, "tlbench:   cost at %.0f req/s, 3 replicas, sync %-3s: %v CPU per request, %.2f messages and %.0f bytes per request, failed %d, load %.1f\n",
-				c.Rate, onOff(sync), r.cpuPerRequest, r.syncMsgsPerRequest, r.syncBytesPerRequest, r.failed+r.dropped, r.load)
+			fmt.Fprintf(logOut, "tlbench:   cost at %.0f req/s, 3 replicas, sync %-3s: %v CPU per request, %.2f messages and %.0f bytes per request, ttft p50 %s p99 %s ms, failed %d, not sent (load generator at its in-flight bound) %d, load %.1f\n",
+				c.Rate, onOff(sync), r.cpuPerRequest, r.syncMsgsPerRequest, r.syncBytesPerRequest, ms(r.ttft.P50), ms(r.ttft.P99), r.failed, r.dropped, r.load)
 			out = append(out, costRun{sync, r})
 		}
 	}
@@ -223,11 +223,11 @@ func syncCost(ctx context.Context, c Config, spec func(replicas int, sync bool, 
 }
 
 func costTable(runs []costRun) (*table, string) {
-	t := &table{header: []string{"sync", "runs", "gateway CPU µs/req", "NATS messages/req", "NATS bytes/req", "TTFT p50 ms", "TTFT p99 ms", "failed", "load avg"}}
+	t := &table{header: []string{"sync", "runs", "gateway CPU µs/req", "NATS messages/req", "NATS bytes/req", "TTFT p50 ms", "TTFT p99 ms", "failed", "not sent", "load avg"}}
 	var cpu [2]spread
 	for i, on := range []bool{false, true} {
 		var c, m, b, p50, p99 []float64
-		failed, lo, hi := 0, math.Inf(1), 0.0
+		failed, notSent, lo, hi := 0, 0, math.Inf(1), 0.0
 		for _, r := range runs {
 			if r.sync != on {
 				continue
@@ -236,7 +236,7 @@ func costTable(runs []costRun) (*table, string) {
 			m = append(m, r.r.syncMsgsPerRequest)
 			b = append(b, r.r.syncBytesPerRequest)
 			p50, p99 = append(p50, msf(r.r.ttft.P50)), append(p99, msf(r.r.ttft.P99))
-			failed += r.r.failed + r.r.dropped
+			failed, notSent = failed+r.r.failed, notSent+r.r.dropped
 			lo, hi = math.Min(lo, r.r.load), math.Max(hi, r.r.load)
 		}
 		if len(c) == 0 {
@@ -245,7 +245,7 @@ func costTable(runs []costRun) (*table, string) {
 		cpu[i] = spreadOf(c)
 		us := func(v float64) string { return fmt.Sprintf("%.0f", v) }
 		t.add(onOff(on), strconv.Itoa(len(c)), cpu[i].format(us, len(c)), spreadOf(m).format(f2, len(c)), spreadOf(b).format(us, len(c)),
-			spreadOf(p50).format(f1, len(c)), spreadOf(p99).format(f1, len(c)), strconv.Itoa(failed), fmt.Sprintf("%.1f–%.1f", lo, hi))
+			spreadOf(p50).format(f1, len(c)), spreadOf(p99).format(f1, len(c)), strconv.Itoa(failed), strconv.Itoa(notSent), fmt.Sprintf("%.1f–%.1f", lo, hi))
 	}
 	verdict := "not measured"
 	if cpu[0].med > 0 && cpu[1].med > 0 {
