@@ -37,6 +37,7 @@ type openRun struct {
 	goodput             float64 // requests per second answered with TTFT within the SLO
 	attained            float64 // share of the window's requests answered within the SLO
 	ok, failed, dropped int
+	topError            string        // the most frequent failure (loadgen.Result.FirstError), "" when none failed
 	cpuPerRequest       time.Duration // the gateways' CPU over the window, per request
 	load                float64       // the machine's 1-minute load average at the end
 	// The NATS messages (batches) and bytes all replicas published over
@@ -216,6 +217,9 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 	r := openRun{workload: kind, replicas: spec.replicas, sync: spec.syncURL != "", policy: spec.policy,
 		ttft: loadgen.Summarize(res.TTFT), e2e: loadgen.Summarize(res.Latency),
 		ok: res.OK, failed: res.Failed, dropped: res.Dropped, load: loadAverage()}
+	if res.Failed > 0 {
+		r.topError = res.FirstError()
+	}
 	var hits, queries uint64
 	for i := 0; i < len(after.stats); i += 2 {
 		hits += after.stats[i] - before.stats[i]
@@ -402,6 +406,9 @@ func onOff(b bool) string {
 func logOpen(w io.Writer, r openRun) {
 	fmt.Fprintf(w, "tlbench:   %-10s %3.0f%% %6.1f req/s %d replica(s) sync %-3s %-17s hit %5.1f%% (index %5.1f%%) ttft p50 %6s p99 %6s ms goodput %6.1f/s failed %d not sent %d lag %v load %.1f\n",
 		r.workload, 100*r.fraction, r.rate, r.replicas, onOff(r.sync), r.policy, 100*r.hitRate, 100*r.predicted, ms(r.ttft.P50), ms(r.ttft.P99), r.goodput, r.failed, r.dropped, r.lag.Round(10*time.Microsecond), r.load)
+	if r.topError != "" {
+		fmt.Fprintf(w, "tlbench:     most frequent failure: %s\n", r.topError)
+	}
 }
 
 // spread is the median of vs and their range.

@@ -216,6 +216,9 @@ func syncCost(ctx context.Context, c Config, spec func(replicas int, sync bool, 
 			r.rate = c.Rate
 			fmt.Fprintf(logOut, "tlbench:   cost at %.0f req/s, 3 replicas, sync %-3s: %v CPU per request, %.2f messages and %.0f bytes per request, ttft p50 %s p99 %s ms, failed %d, not sent (load generator at its in-flight bound) %d, load %.1f\n",
 				c.Rate, onOff(sync), r.cpuPerRequest, r.syncMsgsPerRequest, r.syncBytesPerRequest, ms(r.ttft.P50), ms(r.ttft.P99), r.failed, r.dropped, r.load)
+			if r.topError != "" {
+				fmt.Fprintf(logOut, "tlbench:     most frequent failure: %s\n", r.topError)
+			}
 			out = append(out, costRun{sync, r})
 		}
 	}
