@@ -37,7 +37,7 @@ type openRun struct {
 	goodput             float64 // requests per second answered with TTFT within the SLO
 	attained            float64 // share of the window's requests answered within the SLO
 	ok, failed, dropped int
-	topError            string        // the most frequent failure (loadgen.Result.FirstError), "" when none failed
+	topError            string        // the most frequent failure's error ("" when none failed)
 	cpuPerRequest       time.Duration // the gateways' CPU over the window, per request
 	load                float64       // the machine's 1-minute load average at the end
 	// The NATS messages (batches) and bytes all replicas published over
@@ -216,10 +216,7 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 	}
 	r := openRun{workload: kind, replicas: spec.replicas, sync: spec.syncURL != "", policy: spec.policy,
 		ttft: loadgen.Summarize(res.TTFT), e2e: loadgen.Summarize(res.Latency),
-		ok: res.OK, failed: res.Failed, dropped: res.Dropped, load: loadAverage()}
-	if res.Failed > 0 {
-		r.topError = res.FirstError()
-	}
+		ok: res.OK, failed: res.Failed, dropped: res.Dropped, topError: res.FirstError(), load: loadAverage()}
 	var hits, queries uint64
 	for i := 0; i < len(after.stats); i += 2 {
 		hits += after.stats[i] - before.stats[i]
