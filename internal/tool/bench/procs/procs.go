@@ -248,3 +248,49 @@ func Counter(exposition []byte, name string) (float64, bool) {
 	}
 	return 0, false
 }
+
+// Switches returns the context switches, voluntary and not, that the
+// threads of process pid have made so far: each time one went to sleep
+// or was preempted. Threads that have exited are not counted.
+func Switches(pid int) (int64, error) {
+	dirs, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, fmt.Errorf("procs: %w", err)
+	}
+	var sum int64
+	for _, d := range dirs {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, d.Name()))
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		n, err := ParseSwitches(b)
+		if err != nil {
+			return 0, err
+		}
+		sum += n
+	}
+	return sum, nil
+}
+
+// ParseSwitches sums voluntary_ctxt_switches and nonvoluntary_ctxt_switches
+// in the text of /proc/PID/task/TID/status.
+func ParseSwitches(b []byte) (int64, error) {
+	var sum int64
+	found := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, ok := strings.Cut(line, ":")
+		if !ok || name != "voluntary_ctxt_switches" && name != "nonvoluntary_ctxt_switches" {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("procs: malformed /proc status: %s: %w", name, err)
+		}
+		sum += n
+		found++
+	}
+	if found != 2 {
+		return 0, errors.New("procs: malformed /proc status: no context switch counts")
+	}
+	return sum, nil
+}

@@ -31,6 +31,39 @@ func TestParseStat(t *testing.T) {
 	}
 }
 
+func TestParseSwitches(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    int64
+		wantErr bool
+	}{
+		{"Name:\tgateway\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n", 127, false},
+		{"voluntary_ctxt_switches:\t3\n", 0, true},
+		{"voluntary_ctxt_switches:\tx\nnonvoluntary_ctxt_switches:\t7\n", 0, true},
+		{"", 0, true},
+	} {
+		got, err := ParseSwitches([]byte(tc.in))
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("ParseSwitches(%q) = %d, %v; want %d, error %v", tc.in, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+// TestSwitchesOfSelfGrow sleeps and checks /proc counts the switches.
+func TestSwitchesOfSelfGrow(t *testing.T) {
+	before, err := Switches(os.Getpid())
+	if err != nil {
+		t.Skip(err)
+	}
+	for range 5 {
+		time.Sleep(time.Millisecond)
+	}
+	after, err := Switches(os.Getpid())
+	if err != nil || after <= before {
+		t.Fatalf("switches %d → %d (%v)", before, after, err)
+	}
+}
+
 // TestCPUOfSelfGrows burns CPU and checks /proc accounts for it.
 func TestCPUOfSelfGrows(t *testing.T) {
 	before, err := SelfCPU()
