@@ -39,10 +39,11 @@ type openRun struct {
 	ok, failed, dropped int
 	topError            string        // the most frequent failure's error ("" when none failed)
 	cpuPerRequest       time.Duration // the gateways' CPU over the window, per request
+	switchesPerRequest  float64       // the gateways' context switches over the window, per request
 	load                float64       // the machine's 1-minute load average at the end
 	// The NATS messages (batches) and bytes all replicas published over
-	// the window, per request.
-	syncMsgsPerRequest, syncBytesPerRequest float64
+	// the window, and the messages they received, per request.
+	syncMsgsPerRequest, syncBytesPerRequest, syncRecvPerRequest float64
 	// lag is the mean sync lag over the window: a peer's batch published
 	// to applied here (tlgate_sync_lag_seconds), across the replicas.
 	lag time.Duration
@@ -141,6 +142,10 @@ type openOpts struct {
 	observe func(at, ttft time.Duration, err error)
 	// during, when set, runs beside the load, from its start.
 	during func(ctx context.Context, f *replicaFleet)
+	// mirror, when set, answers for replicas beyond the fleet's own
+	// (syncshare.go): its peers are entries too, and the per-request
+	// figures count only the requests sent to the fleet's replicas.
+	mirror *mirrorTransport
 }
 
 // openOne runs the sessions through a fresh fleet of spec's replicas.
@@ -156,6 +161,9 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 	defer f.close()
 	client := loadgen.NewClient(512)
 	defer client.CloseIdleConnections()
+	if o.mirror != nil {
+		o.mirror.next, client.Transport = client.Transport, o.mirror
+	}
 	run := loadgen.Sessions{Rate: o.sessionRate, Users: o.users, Duration: c.OpenDuration, Warmup: c.OpenWarmup,
 		Think: c.Think, Sessions: sessions, Seed: o.seed, Observe: o.observe}
 	// The engines' and the gateways' counters are read when the warmup
@@ -163,7 +171,10 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 	type mark struct {
 		stats            []uint64
 		cpu              time.Duration
+		switches         int64
+		own              int64 // requests sent to the fleet's replicas (with a mirror)
 		syncMsgs, syncBy float64
+		syncRecv         float64
 		matched, prompt  float64
 		lagSum, lagN     float64
 	}
@@ -172,9 +183,14 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 			m.stats = append(m.stats, s.PrefixHits, s.PrefixQueries)
 		}
 		m.cpu, _ = f.cpu()
+		m.switches, _ = f.switches()
+		if o.mirror != nil {
+			m.own = o.mirror.own.Load()
+		}
 		for _, u := range f.urls {
 			if b, err := fetch(ctx, u+"/metrics"); err == nil {
 				m.syncMsgs += metricSum(b, "tlgate_sync_messages_sent_total", `kind="batch"`)
+				m.syncRecv += metricSum(b, "tlgate_sync_messages_received_total", `kind="batch"`)
 				m.syncBy += metricSum(b, "tlgate_sync_sent_bytes_total", "")
 				m.matched += metricSum(b, "tlgate_cache_aware_matched_tokens_total", "")
 				m.prompt += metricSum(b, "tlgate_cache_aware_prompt_tokens_total", "")
@@ -196,6 +212,9 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 	entries := f.urls
 	if c.OpenOneEntry {
 		entries = entries[:1]
+	}
+	if o.mirror != nil {
+		entries = append(slices.Clone(entries), o.mirror.urls()...)
 	}
 	res := loadgen.RunSessions(ctx, client, loadgen.Random(entries, o.seed), run)
 	stopDuring()
@@ -231,9 +250,15 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 	if n := after.lagN - before.lagN; n > 0 {
 		r.lag = time.Duration((after.lagSum - before.lagSum) / n * float64(time.Second))
 	}
-	if n := res.OK + res.Failed; n > 0 {
+	n := res.OK + res.Failed
+	if o.mirror != nil {
+		n = int(after.own - before.own)
+	}
+	if n > 0 {
 		r.cpuPerRequest = (after.cpu - before.cpu) / time.Duration(n)
+		r.switchesPerRequest = float64(after.switches-before.switches) / float64(n)
 		r.syncMsgsPerRequest = (after.syncMsgs - before.syncMsgs) / float64(n)
+		r.syncRecvPerRequest = (after.syncRecv - before.syncRecv) / float64(n)
 		r.syncBytesPerRequest = (after.syncBy - before.syncBy) / float64(n)
 	}
 	r.goodput, r.attained = goodputOf(res, c.OpenSLO)
@@ -272,13 +297,7 @@ func openLoopExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 		}
 		defer nats.close()
 	}
-	spec := func(replicas int, sync bool, policy string) replicaSpec {
-		s := replicaSpec{bin: bin, replicas: replicas, policy: policy, heartbeat: c.Heartbeat}
-		if sync {
-			s.syncURL, s.syncToken, s.syncBatch, s.syncHold = nats.url(), nats.token, c.OpenSyncBatch, c.OpenReleaseHold
-		}
-		return s
-	}
+	spec := fleetSpec(c, bin, nats)
 	capacity := map[loadgen.Kind]float64{}
 	var capRuns []openRun
 	var runs []openRun
@@ -356,16 +375,24 @@ func openLoopExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 			"%d requests failed; the replicas agreed again (each connected, with a load report from each peer applied) %s after NATS was back (target: within 2 s: %s).",
 			kind, 100*drillFraction, rate, c.OpenDuration, 2*c.OpenDuration, d.failed, agree, metOrMissed(d.agree >= 0 && d.agree <= 2*time.Second)))
 	}
-	fmt.Fprintf(logOut, "tlbench:   sync cost at %.0f req/s\n", c.Rate)
-	cost, err := syncCost(ctx, c, spec, logOut)
+	tables, notes, err := syncCostReport(ctx, c, spec, logOut)
 	if err != nil {
 		return section{}, nil, err
 	}
-	t, verdict := costTable(cost)
-	sec.tables = append(sec.tables, t)
-	sec.notes = append(sec.notes, fmt.Sprintf("Sync cost: rag questions at %.0f req/s (open loop) through 3 replicas under cache_aware, on %d engines that answer at once (max_tokens %d), sync off and on in turn, %d runs each; "+
-		"NATS messages and bytes are the batches all replicas published over the window, per request; not sent: arrivals the load generator skipped at its bound on outstanding requests. %s.", c.Rate, c.Engines, c.OpenMaxTokens, c.OpenRepeats, verdict))
+	sec.tables, sec.notes = append(sec.tables, tables...), append(sec.notes, notes...)
 	return sec, nil, nil
+}
+
+// fleetSpec returns the replica fleets' specs: the gateway binary bin,
+// synced over nats when asked.
+func fleetSpec(c Config, bin string, nats *natsServer) func(replicas int, sync bool, policy string) replicaSpec {
+	return func(replicas int, sync bool, policy string) replicaSpec {
+		s := replicaSpec{bin: bin, replicas: replicas, policy: policy, heartbeat: c.Heartbeat}
+		if sync {
+			s.syncURL, s.syncToken, s.syncBatch, s.syncHold = nats.url(), nats.token, c.OpenSyncBatch, c.OpenReleaseHold
+		}
+		return s
+	}
 }
 
 // sweepStep is one rate of the sweep and the replica counts run at it.

@@ -161,13 +161,22 @@ func routableWorkers(exposition []byte) int {
 
 // cpu is the gateways' CPU time so far, all replicas together.
 func (f *replicaFleet) cpu() (time.Duration, error) {
-	var sum time.Duration
+	return sumOver(f, func(pid int) (time.Duration, error) { return procs.CPU(pid, false) })
+}
+
+// switches are the gateways' context switches so far, all replicas
+// together.
+func (f *replicaFleet) switches() (int64, error) { return sumOver(f, procs.Switches) }
+
+// sumOver sums read over the gateways' processes.
+func sumOver[T time.Duration | int64](f *replicaFleet, read func(pid int) (T, error)) (T, error) {
+	var sum T
 	for _, p := range f.gateways {
-		d, err := procs.CPU(p.Pid(), false)
+		v, err := read(p.Pid())
 		if err != nil {
 			return 0, err
 		}
-		sum += d
+		sum += v
 	}
 	return sum, nil
 }

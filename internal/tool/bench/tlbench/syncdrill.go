@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -197,10 +198,7 @@ type costRun struct {
 // second through 3 replicas (cache_aware, rag questions on engines that
 // answer at once), sync off and on in turn, OpenRepeats times each.
 func syncCost(ctx context.Context, c Config, spec func(replicas int, sync bool, policy string) replicaSpec, logOut io.Writer) ([]costRun, error) {
-	engines := make([]enginesim.Config, c.Engines)
-	for i := range engines {
-		engines[i] = enginesim.Config{ID: fmt.Sprintf("engine-%d", i), Model: c.Model, KVBlocks: c.KVBlocksLong, MaxRunning: 256, HeartbeatInterval: c.Heartbeat}
-	}
+	engines := costEngines(c)
 	var out []costRun
 	for rep := range c.OpenRepeats {
 		seed := c.Seed + uint64(5000+rep)
@@ -225,18 +223,36 @@ func syncCost(ctx context.Context, c Config, spec func(replicas int, sync bool, 
 	return out, nil
 }
 
-func costTable(runs []costRun) (*table, string) {
-	t := &table{header: []string{"sync", "runs", "gateway CPU µs/req", "NATS messages/req", "NATS bytes/req", "TTFT p50 ms", "TTFT p99 ms", "failed", "not sent", "load avg"}}
-	var cpu [2]spread
+// costEngines are the sync cost measurements' engines: they answer at
+// once, so that the gateways' work is all there is to measure.
+func costEngines(c Config) []enginesim.Config {
+	engines := make([]enginesim.Config, c.Engines)
+	for i := range engines {
+		engines[i] = enginesim.Config{ID: fmt.Sprintf("engine-%d", i), Model: c.Model, KVBlocks: c.KVBlocksLong, MaxRunning: 256, HeartbeatInterval: c.Heartbeat}
+	}
+	return engines
+}
+
+// costTable tabulates sync cost runs, off then on, with the verdict on
+// the CPU target. share says the runs are syncShare's: their TTFTs
+// include the mirror peers' instant answers and are left out.
+func costTable(runs []costRun, share bool) (*table, string) {
+	header := []string{"sync", "runs", "gateway CPU µs/req", "context switches/req", "NATS messages sent/req", "NATS messages received/req", "NATS bytes sent/req", "TTFT p50 ms", "TTFT p99 ms", "failed", "not sent", "load avg"}
+	if share {
+		header = slices.Delete(header, 7, 9)
+	}
+	t := &table{header: header}
+	var cpu, sws [2]spread
 	for i, on := range []bool{false, true} {
-		var c, m, b, p50, p99 []float64
+		var c, sw, m, recv, b, p50, p99 []float64
 		failed, notSent, lo, hi := 0, 0, math.Inf(1), 0.0
 		for _, r := range runs {
 			if r.sync != on {
 				continue
 			}
 			c = append(c, float64(r.r.cpuPerRequest)/float64(time.Microsecond))
-			m = append(m, r.r.syncMsgsPerRequest)
+			sw = append(sw, r.r.switchesPerRequest)
+			m, recv = append(m, r.r.syncMsgsPerRequest), append(recv, r.r.syncRecvPerRequest)
 			b = append(b, r.r.syncBytesPerRequest)
 			p50, p99 = append(p50, msf(r.r.ttft.P50)), append(p99, msf(r.r.ttft.P99))
 			failed, notSent = failed+r.r.failed, notSent+r.r.dropped
@@ -245,15 +261,71 @@ func costTable(runs []costRun) (*table, string) {
 		if len(c) == 0 {
 			continue
 		}
-		cpu[i] = spreadOf(c)
+		cpu[i], sws[i] = spreadOf(c), spreadOf(sw)
 		us := func(v float64) string { return fmt.Sprintf("%.0f", v) }
-		t.add(onOff(on), strconv.Itoa(len(c)), cpu[i].format(us, len(c)), spreadOf(m).format(f2, len(c)), spreadOf(b).format(us, len(c)),
-			spreadOf(p50).format(f1, len(c)), spreadOf(p99).format(f1, len(c)), strconv.Itoa(failed), strconv.Itoa(notSent), fmt.Sprintf("%.1f–%.1f", lo, hi))
+		row := []string{onOff(on), strconv.Itoa(len(c)), cpu[i].format(us, len(c)), sws[i].format(f1, len(c)), spreadOf(m).format(f2, len(c)), spreadOf(recv).format(f2, len(c)), spreadOf(b).format(us, len(c))}
+		if !share {
+			row = append(row, spreadOf(p50).format(f1, len(c)), spreadOf(p99).format(f1, len(c)))
+		}
+		t.add(append(row, strconv.Itoa(failed), strconv.Itoa(notSent), fmt.Sprintf("%.1f–%.1f", lo, hi))...)
 	}
 	verdict := "not measured"
 	if cpu[0].med > 0 && cpu[1].med > 0 {
 		x := cpu[1].med / cpu[0].med
 		verdict = fmt.Sprintf("sync on costs %+.1f%% gateway CPU per request (medians); target ≤ +5%%: %s", 100*(x-1), metOrMissed(x <= 1.05))
+		if d := sws[1].med - sws[0].med; d > 0 {
+			verdict += fmt.Sprintf(". It adds %.1f context switches per request, %.0f µs of CPU for each", d, (cpu[1].med-cpu[0].med)/d)
+		}
 	}
 	return t, verdict
+}
+
+// syncCostReport measures what sync costs at c.Rate, through the whole
+// fleet (syncCost) and for one replica's share (syncShare), and returns
+// their tables and notes.
+func syncCostReport(ctx context.Context, c Config, spec func(replicas int, sync bool, policy string) replicaSpec, logOut io.Writer) ([]*table, []string, error) {
+	wake, err := wakeCost(ctx, wakeSleeps)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(logOut, "tlbench:   an idle Go process here spends %v of CPU per timer wakeup\n", wake)
+	fmt.Fprintf(logOut, "tlbench:   sync cost at %.0f req/s\n", c.Rate)
+	cost, err := syncCost(ctx, c, spec, logOut)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(logOut, "tlbench:   one replica's share of the sync cost at %.0f req/s\n", c.Rate)
+	share, err := syncShare(ctx, c, spec, logOut)
+	if err != nil {
+		return nil, nil, err
+	}
+	ct, verdict := costTable(cost, false)
+	st, shareVerdict := costTable(share, true)
+	notes := []string{
+		fmt.Sprintf("Sync cost, whole fleet (the first of these two tables): rag questions at %.0f req/s (open loop) through 3 replicas under cache_aware, on %d engines that answer at once (max_tokens %d), sync off and on in turn, %d runs each; "+
+			"NATS messages and bytes are the batches all replicas published (and received) over the window, per request; not sent: arrivals the load generator skipped at its bound on outstanding requests. %s.", c.Rate, c.Engines, c.OpenMaxTokens, c.OpenRepeats, verdict),
+		fmt.Sprintf("Sync cost, one replica's share (the second): the same sessions, each request sent at random to one gateway or to one of %d mirror peers in tlbench's process. The peers stand in for the fleet's other replicas: they answer at once without engines "+
+			"and, with sync on, publish through fleet sync's own client what a replica's router would (each pick with its prompt's chunk hashes, the release, their in-flight counts). The gateway so serves a third of %.0f req/s and applies the other two thirds' events, as a replica of 3 does, "+
+			"while the machine runs one gateway instead of three. CPU, messages and bytes are the gateway's, per request it served. %s.", mirrorPeers, c.Rate, shareVerdict),
+		fmt.Sprintf("What a wakeup costs here: an idle Go process on this machine spends %.0f µs of CPU each time a timer wakes it (%d sleeps of 1 ms in tlbench's process before these runs). "+
+			"Each sync message wakes the goroutines that send or receive it.", float64(wake)/float64(time.Microsecond), wakeSleeps),
+	}
+	return []*table{ct, st}, notes, nil
+}
+
+// syncCostExperiment measures what fleet sync costs (syncCostReport)
+// without the open loop's sweep and drills.
+func syncCostExperiment(ctx context.Context, c Config, bins binaries, logOut io.Writer) (section, error) {
+	nats, err := startNATS(ctx, bins.nats)
+	if err != nil {
+		return section{}, err
+	}
+	defer nats.close()
+	tables, notes, err := syncCostReport(ctx, c, fleetSpec(c, bins.gateway, nats), logOut)
+	if err != nil {
+		return section{}, err
+	}
+	lead := fmt.Sprintf("What fleet sync costs in gateway CPU at %.0f req/s, measured two ways. Each run starts fresh engines and gateways (each gateway the gateway binary in a process of its own, sharing one nats-server), "+
+		"sends for %v and records the requests sent after the first %v. Figures are the median of %d runs with their range.", c.Rate, c.OpenDuration, c.OpenWarmup, c.OpenRepeats)
+	return section{title: "Fleet sync cost", lead: lead, tables: tables, notes: notes}, nil
 }

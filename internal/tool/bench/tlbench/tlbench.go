@@ -43,6 +43,7 @@ const (
 	ExpMemory   = "memory"
 	ExpOverload = "overload"
 	ExpOpenLoop = "openloop"
+	ExpSyncCost = "synccost"
 )
 
 // Experiments are the experiments a run runs unless told otherwise, in
@@ -50,8 +51,9 @@ const (
 var Experiments = []string{ExpRouting, ExpOverhead, ExpScale, ExpMemory, ExpOverload}
 
 // Optional are the experiments run only when named: the open-loop sweep
-// takes half an hour.
-var Optional = []string{ExpOpenLoop}
+// takes an hour or more; the sync cost measurement, which ends it, can
+// also run alone.
+var Optional = []string{ExpOpenLoop, ExpSyncCost}
 
 // Config is everything a run needs; Preset gives the full and quick ones
 // and cmd/tlbench's flags override parts.
@@ -210,13 +212,15 @@ type binaries struct {
 	gateway, engine, nats string // empty when no experiment of the run needs it
 }
 
-// buildBinaries builds the gateway for the overhead and open-loop
-// experiments, the reference engine for the overhead one and the NATS
-// server for an open loop with sync on, when c runs them.
+// buildBinaries builds the gateway for the overhead, open-loop and sync
+// cost experiments, the reference engine for the overhead one and the
+// NATS server for an open loop with sync on and the sync cost, when c runs
+// them.
 func buildBinaries(ctx context.Context, c Config, logOut io.Writer) (_ binaries, err error) {
-	gateway := slices.Contains(c.Only, ExpOverhead) || slices.Contains(c.Only, ExpOpenLoop)
+	syncCost := slices.Contains(c.Only, ExpSyncCost)
+	gateway := slices.Contains(c.Only, ExpOverhead) || slices.Contains(c.Only, ExpOpenLoop) || syncCost
 	engine := slices.Contains(c.Only, ExpOverhead)
-	nats := slices.Contains(c.Only, ExpOpenLoop) && slices.Contains(c.OpenSync, true)
+	nats := slices.Contains(c.Only, ExpOpenLoop) && slices.Contains(c.OpenSync, true) || syncCost
 	if !gateway && !engine {
 		return binaries{}, nil
 	}
@@ -302,6 +306,8 @@ func Run(ctx context.Context, c Config, out, logOut io.Writer) error {
 			sec, ps, err = overloadExperiment(ctx, c, logOut)
 		case ExpOpenLoop:
 			sec, ps, err = openLoopExperiment(ctx, c, bins, logOut)
+		case ExpSyncCost:
+			sec, err = syncCostExperiment(ctx, c, bins, logOut)
 		default:
 			err = fmt.Errorf("unknown experiment %q", e)
 		}
