@@ -301,12 +301,16 @@ func syncCostReport(ctx context.Context, c Config, spec func(replicas int, sync 
 	}
 	ct, verdict := costTable(cost, false)
 	st, shareVerdict := costTable(share, true)
+	peers := "with sync on, publish through fleet sync's own client what a replica's router would (each pick with its prompt's chunk hashes, the release, their in-flight counts). " +
+		"The gateway so serves a third of %.0f req/s and applies the other two thirds' events, as a replica of 3 does"
+	if c.SharePeersSilent {
+		peers = "publish nothing (-share-peers-silent). The gateway so serves a third of %.0f req/s and publishes its own events, but receives none: the figure prices its sending alone"
+	}
 	notes := []string{
 		fmt.Sprintf("Sync cost, whole fleet (the first of these two tables): rag questions at %.0f req/s (open loop) through 3 replicas under cache_aware, on %d engines that answer at once (max_tokens %d), sync off and on in turn, %d runs each; "+
 			"NATS messages and bytes are the batches all replicas published (and received) over the window, per request; not sent: arrivals the load generator skipped at its bound on outstanding requests. %s.", c.Rate, c.Engines, c.OpenMaxTokens, c.OpenRepeats, verdict),
 		fmt.Sprintf("Sync cost, one replica's share (the second): the same sessions, each request sent at random to one gateway or to one of %d mirror peers in tlbench's process. The peers stand in for the fleet's other replicas: they answer at once without engines "+
-			"and, with sync on, publish through fleet sync's own client what a replica's router would (each pick with its prompt's chunk hashes, the release, their in-flight counts). The gateway so serves a third of %.0f req/s and applies the other two thirds' events, as a replica of 3 does, "+
-			"while the machine runs one gateway instead of three. CPU, messages and bytes are the gateway's, per request it served. %s.", mirrorPeers, c.Rate, shareVerdict),
+			"and, "+peers+", while the machine runs one gateway instead of three. CPU, messages and bytes are the gateway's, per request it served. %s.", mirrorPeers, c.Rate, shareVerdict),
 		fmt.Sprintf("What a wakeup costs here: an idle Go process on this machine spends %.0f µs of CPU each time a timer wakes it (%d sleeps of 1 ms in tlbench's process before these runs). "+
 			"Each sync message wakes the goroutines that send or receive it.", float64(wake)/float64(time.Microsecond), wakeSleeps),
 	}

@@ -265,7 +265,11 @@ func syncShare(ctx context.Context, c Config, spec func(replicas int, sync bool,
 		}
 		for _, on := range []bool{false, true} {
 			s := spec(1, on, config.PolicyCacheAware)
-			m, err := startMirrorFleet(c.Model, engines, s)
+			peers := s
+			if c.SharePeersSilent {
+				peers.syncURL = ""
+			}
+			m, err := startMirrorFleet(c.Model, engines, peers)
 			if err != nil {
 				return nil, fmt.Errorf("sync share, sync %s: %w", onOff(on), err)
 			}

@@ -130,8 +130,12 @@ type Config struct {
 	// OpenOneEntry sends every request to the first replica, the others
 	// only heartbeating and syncing: a control that shows what running N
 	// gateway processes costs apart from routing on partial views.
-	OpenOneEntry  bool
-	OpenFractions []float64 // rates, as shares of least_outstanding's single-replica capacity
+	OpenOneEntry bool
+	// SharePeersSilent has the sync cost's mirror peers answer without
+	// publishing: the share measurement then prices what a replica's own
+	// publishing costs it, without its peers' batches.
+	SharePeersSilent bool
+	OpenFractions    []float64 // rates, as shares of least_outstanding's single-replica capacity
 	// OpenGoodputFractions are the rates beyond OpenFractions run only
 	// through the most replicas, with each sync setting: where each
 	// policy's goodput ends (OpenAttainment).
