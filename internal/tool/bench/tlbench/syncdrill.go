@@ -199,6 +199,22 @@ type costRun struct {
 // answer at once), sync off and on in turn, OpenRepeats times each.
 func syncCost(ctx context.Context, c Config, spec func(replicas int, sync bool, policy string) replicaSpec, logOut io.Writer) ([]costRun, error) {
 	engines := costEngines(c)
+	return costRuns(c, logOut, func(sessions []loadgen.Session, seed uint64, on bool) (openRun, error) {
+		r, err := openOne(ctx, c, loadgen.RAG, spec(3, on, config.PolicyCacheAware), sessions, openOpts{sessionRate: c.Rate, seed: seed, engines: engines})
+		if err != nil {
+			return openRun{}, fmt.Errorf("sync cost, sync %s: %w", onOff(on), err)
+		}
+		fmt.Fprintf(logOut, "tlbench:   cost at %.0f req/s, 3 replicas, sync %-3s: %v CPU per request, %.2f messages and %.0f bytes per request, ttft p50 %s p99 %s ms, failed %d, not sent (load generator at its in-flight bound) %d, load %.1f\n",
+			c.Rate, onOff(on), r.cpuPerRequest, r.syncMsgsPerRequest, r.syncBytesPerRequest, ms(r.ttft.P50), ms(r.ttft.P99), r.failed, r.dropped, r.load)
+		return r, nil
+	})
+}
+
+// costRuns runs measure on rag sessions at c.Rate, sync off then on, with
+// new sessions for each of OpenRepeats repeats (the same ones for every
+// measurement of a repeat's seed), logging each run's most frequent
+// failure.
+func costRuns(c Config, logOut io.Writer, measure func(sessions []loadgen.Session, seed uint64, on bool) (openRun, error)) ([]costRun, error) {
 	var out []costRun
 	for rep := range c.OpenRepeats {
 		seed := c.Seed + uint64(5000+rep)
@@ -206,18 +222,16 @@ func syncCost(ctx context.Context, c Config, spec func(replicas int, sync bool, 
 		if err != nil {
 			return nil, err
 		}
-		for _, sync := range []bool{false, true} {
-			r, err := openOne(ctx, c, loadgen.RAG, spec(3, sync, config.PolicyCacheAware), sessions, openOpts{sessionRate: c.Rate, seed: seed, engines: engines})
+		for _, on := range []bool{false, true} {
+			r, err := measure(sessions, seed, on)
 			if err != nil {
-				return nil, fmt.Errorf("sync cost, sync %s: %w", onOff(sync), err)
+				return nil, err
 			}
 			r.rate = c.Rate
-			fmt.Fprintf(logOut, "tlbench:   cost at %.0f req/s, 3 replicas, sync %-3s: %v CPU per request, %.2f messages and %.0f bytes per request, ttft p50 %s p99 %s ms, failed %d, not sent (load generator at its in-flight bound) %d, load %.1f\n",
-				c.Rate, onOff(sync), r.cpuPerRequest, r.syncMsgsPerRequest, r.syncBytesPerRequest, ms(r.ttft.P50), ms(r.ttft.P99), r.failed, r.dropped, r.load)
 			if r.topError != "" {
 				fmt.Fprintf(logOut, "tlbench:     most frequent failure: %s\n", r.topError)
 			}
-			out = append(out, costRun{sync, r})
+			out = append(out, costRun{on, r})
 		}
 	}
 	return out, nil

@@ -256,38 +256,25 @@ func (m *mirrorFleet) close() {
 // requests it served.
 func syncShare(ctx context.Context, c Config, spec func(replicas int, sync bool, policy string) replicaSpec, logOut io.Writer) ([]costRun, error) {
 	engines := costEngines(c)
-	var out []costRun
-	for rep := range c.OpenRepeats {
-		seed := c.Seed + uint64(5000+rep)
-		sessions, err := openSessions(c, loadgen.RAG, c.Rate, seed)
+	return costRuns(c, logOut, func(sessions []loadgen.Session, seed uint64, on bool) (openRun, error) {
+		s := spec(1, on, config.PolicyCacheAware)
+		peers := s
+		if c.SharePeersSilent {
+			peers.syncURL = ""
+		}
+		m, err := startMirrorFleet(c.Model, engines, peers)
 		if err != nil {
-			return nil, err
+			return openRun{}, fmt.Errorf("sync share, sync %s: %w", onOff(on), err)
 		}
-		for _, on := range []bool{false, true} {
-			s := spec(1, on, config.PolicyCacheAware)
-			peers := s
-			if c.SharePeersSilent {
-				peers.syncURL = ""
-			}
-			m, err := startMirrorFleet(c.Model, engines, peers)
-			if err != nil {
-				return nil, fmt.Errorf("sync share, sync %s: %w", onOff(on), err)
-			}
-			r, err := openOne(ctx, c, loadgen.RAG, s, sessions, openOpts{sessionRate: c.Rate, seed: seed, engines: engines, mirror: m.transport})
-			m.close()
-			if err != nil {
-				return nil, fmt.Errorf("sync share, sync %s: %w", onOff(on), err)
-			}
-			r.rate = c.Rate
-			fmt.Fprintf(logOut, "tlbench:   share of %.0f req/s, 1 replica and %d mirror peers, sync %-3s: %v CPU per request of its own, %.2f messages sent and %.2f received per request, failed %d, not sent %d, load %.1f\n",
-				c.Rate, mirrorPeers, onOff(on), r.cpuPerRequest, r.syncMsgsPerRequest, r.syncRecvPerRequest, r.failed, r.dropped, r.load)
-			if r.topError != "" {
-				fmt.Fprintf(logOut, "tlbench:     most frequent failure: %s\n", r.topError)
-			}
-			out = append(out, costRun{on, r})
+		r, err := openOne(ctx, c, loadgen.RAG, s, sessions, openOpts{sessionRate: c.Rate, seed: seed, engines: engines, mirror: m.transport})
+		m.close()
+		if err != nil {
+			return openRun{}, fmt.Errorf("sync share, sync %s: %w", onOff(on), err)
 		}
-	}
-	return out, nil
+		fmt.Fprintf(logOut, "tlbench:   share of %.0f req/s, 1 replica and %d mirror peers, sync %-3s: %v CPU per request of its own, %.2f messages sent and %.2f received per request, failed %d, not sent %d, load %.1f\n",
+			c.Rate, mirrorPeers, onOff(on), r.cpuPerRequest, r.syncMsgsPerRequest, r.syncRecvPerRequest, r.failed, r.dropped, r.load)
+		return r, nil
+	})
 }
 
 // wakeSleeps is how many sleeps wakeCost takes.
