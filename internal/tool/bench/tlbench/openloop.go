@@ -219,16 +219,14 @@ func openOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec,
 	res := loadgen.RunSessions(ctx, client, loadgen.Random(entries, o.seed), run)
 	stopDuring()
 	<-duringDone
-	timer.Stop()
+	warmedUp := !timer.Stop() // the warmup's reading began, and may still be under way
 	if err := ctx.Err(); err != nil {
 		return openRun{}, err
 	}
-	var before mark
-	select {
-	case before = <-warm:
-	default:
+	if !warmedUp {
 		return openRun{}, fmt.Errorf("the run ended before its warmup of %v", c.OpenWarmup)
 	}
+	before := <-warm
 	after := read()
 	if res.OK == 0 {
 		return openRun{}, fmt.Errorf("no request succeeded (%d failed: %s)", res.Failed, res.FirstError())
