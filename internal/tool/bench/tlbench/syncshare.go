@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -21,6 +20,7 @@ import (
 	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 	"github.com/tlgate/tlgate/internal/runtime/actorsys"
 	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
+	"github.com/tlgate/tlgate/internal/tool/bench/procs"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
@@ -284,7 +284,7 @@ const wakeSleeps = 1000
 // of 1 ms, the process's user and system time over them, per sleep. Run
 // it while nothing else in the process works.
 func wakeCost(ctx context.Context, n int) (time.Duration, error) {
-	before, err := rusageCPU()
+	before, err := procs.SelfCPU()
 	if err != nil {
 		return 0, err
 	}
@@ -293,18 +293,9 @@ func wakeCost(ctx context.Context, n int) (time.Duration, error) {
 			return 0, ctx.Err()
 		}
 	}
-	after, err := rusageCPU()
+	after, err := procs.SelfCPU()
 	if err != nil {
 		return 0, err
 	}
 	return (after - before) / time.Duration(n), nil
-}
-
-// rusageCPU is this process's user and system time, to the microsecond.
-func rusageCPU() (time.Duration, error) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, fmt.Errorf("getrusage: %w", err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
