@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -251,11 +250,11 @@ func costEngines(c Config) []enginesim.Config {
 // the CPU target. share says the runs are syncShare's: their TTFTs
 // include the mirror peers' instant answers and are left out.
 func costTable(runs []costRun, share bool) (*table, string) {
-	header := []string{"sync", "runs", "gateway CPU µs/req", "context switches/req", "NATS messages sent/req", "NATS messages received/req", "NATS bytes sent/req", "TTFT p50 ms", "TTFT p99 ms", "failed", "not sent", "load avg"}
-	if share {
-		header = slices.Delete(header, 7, 9)
+	header := []string{"sync", "runs", "gateway CPU µs/req", "context switches/req", "NATS messages sent/req", "NATS messages received/req", "NATS bytes sent/req"}
+	if !share {
+		header = append(header, "TTFT p50 ms", "TTFT p99 ms")
 	}
-	t := &table{header: header}
+	t := &table{header: append(header, "failed", "not sent", "load avg")}
 	var cpu, sws [2]spread
 	for i, on := range []bool{false, true} {
 		var c, sw, m, recv, b, p50, p99 []float64
@@ -315,16 +314,16 @@ func syncCostReport(ctx context.Context, c Config, spec func(replicas int, sync 
 	}
 	ct, verdict := costTable(cost, false)
 	st, shareVerdict := costTable(share, true)
-	peers := "with sync on, publish through fleet sync's own client what a replica's router would (each pick with its prompt's chunk hashes, the release, their in-flight counts). " +
-		"The gateway so serves a third of %.0f req/s and applies the other two thirds' events, as a replica of 3 does"
+	peers := fmt.Sprintf("with sync on, publish through fleet sync's own client what a replica's router would (each pick with its prompt's chunk hashes, the release, their in-flight counts). "+
+		"The gateway so serves a third of %.0f req/s and applies the other two thirds' events, as a replica of 3 does", c.Rate)
 	if c.SharePeersSilent {
-		peers = "publish nothing (-share-peers-silent). The gateway so serves a third of %.0f req/s and publishes its own events, but receives none: the figure prices its sending alone"
+		peers = fmt.Sprintf("publish nothing (-share-peers-silent). The gateway so serves a third of %.0f req/s and publishes its own events, but receives none: the figure prices its sending alone", c.Rate)
 	}
 	notes := []string{
 		fmt.Sprintf("Sync cost, whole fleet (the first of these two tables): rag questions at %.0f req/s (open loop) through 3 replicas under cache_aware, on %d engines that answer at once (max_tokens %d), sync off and on in turn, %d runs each; "+
 			"NATS messages and bytes are the batches all replicas published (and received) over the window, per request; not sent: arrivals the load generator skipped at its bound on outstanding requests. %s.", c.Rate, c.Engines, c.OpenMaxTokens, c.OpenRepeats, verdict),
 		fmt.Sprintf("Sync cost, one replica's share (the second): the same sessions, each request sent at random to one gateway or to one of %d mirror peers in tlbench's process. The peers stand in for the fleet's other replicas: they answer at once without engines "+
-			"and, "+peers+", while the machine runs one gateway instead of three. CPU, messages and bytes are the gateway's, per request it served. %s.", mirrorPeers, c.Rate, shareVerdict),
+			"and, %s, while the machine runs one gateway instead of three. CPU, messages and bytes are the gateway's, per request it served. %s.", mirrorPeers, peers, shareVerdict),
 		fmt.Sprintf("What a wakeup costs here: an idle Go process on this machine spends %.0f µs of CPU each time a timer wakes it (%d sleeps of 1 ms in tlbench's process before these runs). "+
 			"Each sync message wakes the goroutines that send or receive it.", float64(wake)/float64(time.Microsecond), wakeSleeps),
 	}
