@@ -121,6 +121,9 @@ type Gateway struct {
 	// Console serves the web console under /ui/ (default true). Off, the
 	// console's paths answer 404; the admin API it reads stays.
 	Console bool `toml:"console"`
+	// Pprof serves the Go runtime's profiles under /debug/pprof/ to keys
+	// with the admin scope (default false).
+	Pprof bool `toml:"pprof"`
 
 	// APIKeys are the client keys; with none, auth is off and every
 	// listener must be on loopback.

@@ -41,6 +41,7 @@ import (
 	"github.com/tlgate/tlgate/internal/edge/console"
 	"github.com/tlgate/tlgate/internal/edge/httpedge"
 	"github.com/tlgate/tlgate/internal/edge/openapi"
+	"github.com/tlgate/tlgate/internal/edge/pprofhttp"
 	"github.com/tlgate/tlgate/internal/edge/registryrpc"
 	"github.com/tlgate/tlgate/internal/guard/auth"
 	"github.com/tlgate/tlgate/internal/guard/bodyguard"
@@ -328,6 +329,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	}))
 	if gw.Console {
 		console.Register(mux)
+	}
+	if gw.Pprof {
+		mux.Handle(pprofhttp.Prefix, pprofhttp.New(keyring))
 	}
 	mux.Handle("GET /openapi.json", openapi.Handler())
 	if o.Gatherer != nil {
