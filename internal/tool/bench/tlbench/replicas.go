@@ -29,6 +29,8 @@ type replicaSpec struct {
 	syncBatch time.Duration
 	// syncHold is [gateway.sync] release_hold (nil: the default).
 	syncHold *time.Duration
+	// pprof serves the replicas' Go profiles (gateway.pprof).
+	pprof bool
 }
 
 // replicaFleet is N gateway processes (the real gateway binary, each its
@@ -50,6 +52,9 @@ func replicaTOML(s replicaSpec, i int, listen, registry, stateDir string) string
 	var b strings.Builder
 	fmt.Fprintf(&b, "[gateway]\nlisten = %q\nregistry_listen = %q\nheartbeat_interval = %q\nstate_dir = %q\nroute_policy = %q\nlog_format = \"json\"\n",
 		listen, registry, s.heartbeat.String(), stateDir, s.policy)
+	if s.pprof {
+		b.WriteString("pprof = true\n")
+	}
 	if s.syncURL != "" {
 		fmt.Fprintf(&b, "\n[gateway.sync]\nkind = \"nats\"\nurl = %q\nreplica_id = \"replica-%d\"\ntoken_env = %q\n", s.syncURL, i, syncTokenEnv)
 		if s.syncBatch > 0 {

@@ -191,6 +191,9 @@ func drillTable(d drillResult) *table {
 type costRun struct {
 	sync bool
 	r    openRun
+	// profile is the gateway's CPU profile over the run (syncShare with
+	// Config.ShareProfile), else nil.
+	profile *cpuProfile
 }
 
 // syncCost measures the gateways' CPU per request at c.Rate requests per
@@ -198,14 +201,14 @@ type costRun struct {
 // answer at once), sync off and on in turn, OpenRepeats times each.
 func syncCost(ctx context.Context, c Config, spec func(replicas int, sync bool, policy string) replicaSpec, logOut io.Writer) ([]costRun, error) {
 	engines := costEngines(c)
-	return costRuns(c, logOut, func(sessions []loadgen.Session, seed uint64, on bool) (openRun, error) {
+	return costRuns(c, logOut, func(sessions []loadgen.Session, seed uint64, on bool) (openRun, *cpuProfile, error) {
 		r, err := openOne(ctx, c, loadgen.RAG, spec(3, on, config.PolicyCacheAware), sessions, openOpts{sessionRate: c.Rate, seed: seed, engines: engines})
 		if err != nil {
-			return openRun{}, fmt.Errorf("sync cost, sync %s: %w", onOff(on), err)
+			return openRun{}, nil, fmt.Errorf("sync cost, sync %s: %w", onOff(on), err)
 		}
 		fmt.Fprintf(logOut, "tlbench:   cost at %.0f req/s, 3 replicas, sync %-3s: %v CPU per request, %.2f messages and %.0f bytes per request, ttft p50 %s p99 %s ms, failed %d, not sent (load generator at its in-flight bound) %d, load %.1f\n",
 			c.Rate, onOff(on), r.cpuPerRequest, r.syncMsgsPerRequest, r.syncBytesPerRequest, ms(r.ttft.P50), ms(r.ttft.P99), r.failed, r.dropped, r.load)
-		return r, nil
+		return r, nil, nil
 	})
 }
 
@@ -213,7 +216,7 @@ func syncCost(ctx context.Context, c Config, spec func(replicas int, sync bool, 
 // new sessions for each of OpenRepeats repeats (the same ones for every
 // measurement of a repeat's seed), logging each run's most frequent
 // failure.
-func costRuns(c Config, logOut io.Writer, measure func(sessions []loadgen.Session, seed uint64, on bool) (openRun, error)) ([]costRun, error) {
+func costRuns(c Config, logOut io.Writer, measure func(sessions []loadgen.Session, seed uint64, on bool) (openRun, *cpuProfile, error)) ([]costRun, error) {
 	var out []costRun
 	for rep := range c.OpenRepeats {
 		seed := c.Seed + uint64(5000+rep)
@@ -222,7 +225,7 @@ func costRuns(c Config, logOut io.Writer, measure func(sessions []loadgen.Sessio
 			return nil, err
 		}
 		for _, on := range []bool{false, true} {
-			r, err := measure(sessions, seed, on)
+			r, p, err := measure(sessions, seed, on)
 			if err != nil {
 				return nil, err
 			}
@@ -230,7 +233,7 @@ func costRuns(c Config, logOut io.Writer, measure func(sessions []loadgen.Sessio
 			if r.topError != "" {
 				fmt.Fprintf(logOut, "tlbench:     most frequent failure: %s\n", r.topError)
 			}
-			out = append(out, costRun{on, r})
+			out = append(out, costRun{sync: on, r: r, profile: p})
 		}
 	}
 	return out, nil
@@ -327,7 +330,19 @@ func syncCostReport(ctx context.Context, c Config, spec func(replicas int, sync 
 		fmt.Sprintf("What a wakeup costs here: an idle Go process on this machine spends %.0f µs of CPU each time a timer wakes it (%d sleeps of 1 ms in tlbench's process before these runs). "+
 			"Each sync message wakes the goroutines that send or receive it.", float64(wake)/float64(time.Microsecond), wakeSleeps),
 	}
-	return []*table{ct, st}, notes, nil
+	tables := []*table{ct, st}
+	if c.ShareProfile {
+		tables = append(tables, profileTable(share))
+		secs, _ := profileSeconds(c.OpenDuration - c.OpenWarmup) // syncShare checked it
+		kept := ""
+		if c.Out != "" {
+			kept = " The profiles are kept beside results.md (synccost-share-N-sync-off.pprof and -on.pprof; `go tool pprof` reads them)."
+		}
+		notes = append(notes, fmt.Sprintf("Where the share's CPU goes (the third table): a CPU profile of the gateway over %d s of each run's recorded window (-share-profile), its samples summed over the runs of each sync setting and split by the functions on their stacks, "+
+			"each sample to the first line whose functions it holds: sync's own paths, then the Go runtime's scheduling and background collection, then the rest. µs/req is per request the gateway served while profiled; "+
+			"the profiler's own sampling costs alike with sync off and on.%s", secs, kept))
+	}
+	return tables, notes, nil
 }
 
 // syncCostExperiment measures what fleet sync costs (syncCostReport)

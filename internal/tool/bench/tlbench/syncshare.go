@@ -256,24 +256,67 @@ func (m *mirrorFleet) close() {
 // requests it served.
 func syncShare(ctx context.Context, c Config, spec func(replicas int, sync bool, policy string) replicaSpec, logOut io.Writer) ([]costRun, error) {
 	engines := costEngines(c)
-	return costRuns(c, logOut, func(sessions []loadgen.Session, seed uint64, on bool) (openRun, error) {
+	var seconds int
+	if c.ShareProfile {
+		var err error
+		if seconds, err = profileSeconds(c.OpenDuration - c.OpenWarmup); err != nil {
+			return nil, err
+		}
+	}
+	runs := 0
+	return costRuns(c, logOut, func(sessions []loadgen.Session, seed uint64, on bool) (openRun, *cpuProfile, error) {
+		runs++
 		s := spec(1, on, config.PolicyCacheAware)
+		s.pprof = c.ShareProfile
 		peers := s
 		if c.SharePeersSilent {
 			peers.syncURL = ""
 		}
 		m, err := startMirrorFleet(c.Model, engines, peers)
 		if err != nil {
-			return openRun{}, fmt.Errorf("sync share, sync %s: %w", onOff(on), err)
+			return openRun{}, nil, fmt.Errorf("sync share, sync %s: %w", onOff(on), err)
 		}
-		r, err := openOne(ctx, c, loadgen.RAG, s, sessions, openOpts{sessionRate: c.Rate, seed: seed, engines: engines, mirror: m.transport})
+		o := openOpts{sessionRate: c.Rate, seed: seed, engines: engines, mirror: m.transport}
+		// The profile is taken over the recorded window, and read once
+		// openOne has waited for during to end.
+		var prof struct {
+			data     []byte
+			requests int64
+			err      error
+		}
+		if c.ShareProfile {
+			o.during = func(ctx context.Context, f *replicaFleet) {
+				if !sleepFor(ctx, c.OpenWarmup) {
+					prof.err = fmt.Errorf("cpu profile: the run ended before its warmup of %v", c.OpenWarmup)
+					return
+				}
+				own := m.transport.own.Load()
+				prof.data, prof.err = fetchProfile(ctx, f.urls[0], seconds)
+				prof.requests = m.transport.own.Load() - own
+			}
+		}
+		r, err := openOne(ctx, c, loadgen.RAG, s, sessions, o)
 		m.close()
 		if err != nil {
-			return openRun{}, fmt.Errorf("sync share, sync %s: %w", onOff(on), err)
+			return openRun{}, nil, fmt.Errorf("sync share, sync %s: %w", onOff(on), err)
 		}
 		fmt.Fprintf(logOut, "tlbench:   share of %.0f req/s, 1 replica and %d mirror peers, sync %-3s: %v CPU per request of its own, %.2f messages sent and %.2f received per request, failed %d, not sent %d, load %.1f\n",
 			c.Rate, mirrorPeers, onOff(on), r.cpuPerRequest, r.syncMsgsPerRequest, r.syncRecvPerRequest, r.failed, r.dropped, r.load)
-		return r, nil
+		if !c.ShareProfile {
+			return r, nil, nil
+		}
+		if prof.err != nil {
+			return openRun{}, nil, fmt.Errorf("sync share, sync %s: %w", onOff(on), prof.err)
+		}
+		p, err := classify(prof.data)
+		if err != nil {
+			return openRun{}, nil, fmt.Errorf("sync share, sync %s: %w", onOff(on), err)
+		}
+		p.requests = prof.requests
+		if err := writeProfile(c.Out, fmt.Sprintf("synccost-share-%d-sync-%s.pprof", runs, onOff(on)), prof.data); err != nil {
+			return openRun{}, nil, err
+		}
+		return r, p, nil
 	})
 }
 

@@ -3,6 +3,8 @@ package tlbench
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -167,15 +169,18 @@ func TestWakeCost(t *testing.T) {
 // real nats-server and gateway processes: nothing fails, and with sync on
 // the lone gateway receives the mirror peers' batches.
 func TestSyncCostRun(t *testing.T) {
-	c := smallest("")
+	out := t.TempDir()
+	c := smallest(out)
 	c.Timeout = 3 * time.Minute
 	c.Only = []string{ExpSyncCost}
-	c.OpenRepeats, c.OpenDuration, c.OpenWarmup = 1, 1500*time.Millisecond, 500*time.Millisecond
-	var out, log strings.Builder
-	if err := Run(t.Context(), c, &out, &log); err != nil {
+	// A recorded window of 2s: room for a 1s profile.
+	c.OpenRepeats, c.OpenDuration, c.OpenWarmup = 1, 2500*time.Millisecond, 500*time.Millisecond
+	c.ShareProfile = true
+	var report, log strings.Builder
+	if err := Run(t.Context(), c, &report, &log); err != nil {
 		t.Fatalf("run: %v\n%s", err, log.String())
 	}
-	md := out.String()
+	md := report.String()
 	var tables [][][]string // the section's tables, their rows' cells
 	inTable := false
 	for _, line := range strings.Split(md[strings.Index(md, "## Fleet sync cost"):], "\n") {
@@ -189,10 +194,27 @@ func TestSyncCostRun(t *testing.T) {
 		}
 		tables[len(tables)-1] = append(tables[len(tables)-1], strings.Split(strings.Trim(line, "| "), " | "))
 	}
-	if len(tables) != 2 {
-		t.Fatalf("%d tables, want the whole fleet's and one replica's share:\n%s", len(tables), md)
+	if len(tables) != 3 {
+		t.Fatalf("%d tables, want the whole fleet's, one replica's share and its profile:\n%s", len(tables), md)
 	}
-	for i, tab := range tables {
+	prof := tables[2]
+	if len(prof) != len(profileBuckets)+3 {
+		t.Fatalf("profile table: %d rows, want a bucket each and the total:\n%q", len(prof)-2, prof)
+	}
+	// The profiles hold the gateway's samples, with sync off and on.
+	if total := prof[len(prof)-1]; total[0] != "all of the profile" || total[1] == "0.0" || total[3] == "0.0" {
+		t.Errorf("profile table's total: %q", total)
+	}
+	for _, name := range []string{"synccost-share-1-sync-off.pprof", "synccost-share-2-sync-on.pprof"} {
+		data, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			t.Fatalf("the run's profile: %v", err)
+		}
+		if _, err := classify(data); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for i, tab := range tables[:2] {
 		header := tab[0]
 		col := func(name string) int {
 			j := slices.Index(header, name)

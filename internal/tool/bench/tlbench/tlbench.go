@@ -135,7 +135,11 @@ type Config struct {
 	// publishing: the share measurement then prices what a replica's own
 	// publishing costs it, without its peers' batches.
 	SharePeersSilent bool
-	OpenFractions    []float64 // rates, as shares of least_outstanding's single-replica capacity
+	// ShareProfile takes a CPU profile of the share measurement's gateway
+	// over each run's recorded window (its /debug/pprof/), reports where
+	// its CPU goes with sync off and on, and keeps the profiles in Out.
+	ShareProfile  bool
+	OpenFractions []float64 // rates, as shares of least_outstanding's single-replica capacity
 	// OpenGoodputFractions are the rates beyond OpenFractions run only
 	// through the most replicas, with each sync setting: where each
 	// policy's goodput ends (OpenAttainment).
