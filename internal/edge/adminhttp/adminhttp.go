@@ -42,7 +42,7 @@ import (
 // Error codes of the admin API beyond those of package openai.
 const (
 	CodeNotFound         = "not_found"
-	CodeMethodNotAllowed = "method_not_allowed"
+	CodeMethodNotAllowed = openai.CodeMethodNotAllowed
 	CodeInternal         = "internal_error"
 	CodeUnavailable      = "unavailable"
 	CodeEpochExhausted   = "epoch_exhausted"
@@ -165,11 +165,11 @@ func New(d Deps) http.Handler {
 		mux.HandleFunc("GET /admin/v1/traffic", func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, d.Traffic.Snapshot())
 		})
-		mux.Handle("/admin/v1/traffic", notAllowed("GET, HEAD"))
+		mux.Handle("/admin/v1/traffic", openai.MethodNotAllowed("GET, HEAD"))
 	}
-	mux.Handle("/admin/v1/workers", notAllowed("GET, HEAD"))
-	mux.Handle("/admin/v1/routes", notAllowed("GET, HEAD, PUT"))
-	mux.Handle("/admin/v1/models/", notAllowed("POST"))
+	mux.Handle("/admin/v1/workers", openai.MethodNotAllowed("GET, HEAD"))
+	mux.Handle("/admin/v1/routes", openai.MethodNotAllowed("GET, HEAD, PUT"))
+	mux.Handle("/admin/v1/models/", openai.MethodNotAllowed("POST"))
 	mux.HandleFunc("/admin/v1/", func(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("No admin endpoint %s %s.", r.Method, r.URL.Path), nil)
 	})
@@ -177,14 +177,6 @@ func New(d Deps) http.Handler {
 }
 
 type handler struct{ d Deps }
-
-func notAllowed(allow string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Allow", allow)
-		openai.WriteError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed,
-			fmt.Sprintf("%s is not allowed on %s (allowed: %s).", r.Method, r.URL.Path, allow), nil)
-	})
-}
 
 // ask sends msg to pid and waits for the answer; a timeout is answered
 // 503 here, and ok is false.

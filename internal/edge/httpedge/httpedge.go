@@ -98,7 +98,7 @@ func Register(mux *http.ServeMux, d *Deps) {
 	for path, allow := range map[string]string{
 		"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models": "GET, HEAD", "/v1/models/{id...}": "GET, HEAD",
 	} {
-		mux.Handle(path, d.Keyring.Require(auth.ScopeInference, methodNotAllowed(allow)))
+		mux.Handle(path, d.Keyring.Require(auth.ScopeInference, openai.MethodNotAllowed(allow)))
 	}
 	d.registerPooling(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -394,14 +394,6 @@ func (d *Deps) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = io.WriteString(w, "ready\n")
-}
-
-func methodNotAllowed(allow string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Allow", allow)
-		openai.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed",
-			fmt.Sprintf("%s is not allowed on %s (allowed: %s).", r.Method, r.URL.Path, allow), nil)
-	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

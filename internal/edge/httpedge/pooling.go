@@ -28,6 +28,6 @@ var poolingPaths = []struct {
 func (d *Deps) registerPooling(mux *http.ServeMux) {
 	for _, p := range poolingPaths {
 		mux.Handle("POST "+p.path, d.Keyring.Require(auth.ScopeInference, d.inferWith(p.parse)))
-		mux.Handle(p.path, d.Keyring.Require(auth.ScopeInference, methodNotAllowed("POST")))
+		mux.Handle(p.path, d.Keyring.Require(auth.ScopeInference, openai.MethodNotAllowed("POST")))
 	}
 }

@@ -33,8 +33,8 @@ func (d *Deps) registerResponses(mux *http.ServeMux) {
 	}
 	mux.Handle("GET /v1/responses/{id}", inf(byID))
 	mux.Handle("DELETE /v1/responses/{id}", inf(byID))
-	mux.Handle("/v1/responses", d.Keyring.Require(auth.ScopeInference, methodNotAllowed("POST")))
-	mux.Handle("/v1/responses/{id}", d.Keyring.Require(auth.ScopeInference, methodNotAllowed("GET, HEAD, DELETE")))
+	mux.Handle("/v1/responses", d.Keyring.Require(auth.ScopeInference, openai.MethodNotAllowed("POST")))
+	mux.Handle("/v1/responses/{id}", d.Keyring.Require(auth.ScopeInference, openai.MethodNotAllowed("GET, HEAD, DELETE")))
 }
 
 // validResponseID reports whether id is 1 to maxResponseIDLen printable

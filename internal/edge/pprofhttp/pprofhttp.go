@@ -13,7 +13,6 @@
 package pprofhttp
 
 import (
-	"fmt"
 	"net/http"
 	"net/http/pprof"
 
@@ -42,9 +41,7 @@ func New(k *auth.Keyring) http.Handler {
 		if r.URL.Path == Prefix+"symbol" {
 			allow = "GET, HEAD, POST"
 		}
-		w.Header().Set("Allow", allow)
-		openai.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed",
-			fmt.Sprintf("%s is not allowed on %s (allowed: %s).", r.Method, r.URL.Path, allow), nil)
+		openai.MethodNotAllowed(allow)(w, r)
 	})
 	return k.Require(auth.ScopeAdmin, mux)
 }

@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 )
@@ -30,6 +31,8 @@ const (
 	CodeUnsupportedEndpoint = "unsupported_endpoint"
 	// CodeNotFound answers a path the gateway has no endpoint on (404).
 	CodeNotFound = "not_found"
+	// CodeMethodNotAllowed answers a method a path does not take (405).
+	CodeMethodNotAllowed = "method_not_allowed"
 )
 
 // ErrorBody is OpenAI's error envelope:
@@ -94,6 +97,17 @@ func WriteError(w http.ResponseWriter, status int, code, msg string, param *stri
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// MethodNotAllowed answers every request 405 method_not_allowed, with
+// the Allow header allow ("GET, HEAD") and a message naming the method,
+// the path and the methods it takes.
+func MethodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		WriteError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed,
+			fmt.Sprintf("%s is not allowed on %s (allowed: %s).", r.Method, r.URL.Path, allow), nil)
+	}
 }
 
 // MarshalSSEError returns one server-sent event carrying the error of

@@ -89,3 +89,20 @@ func TestModelList(t *testing.T) {
 		})
 	}
 }
+
+func TestMethodNotAllowed(t *testing.T) {
+	rec := httptest.NewRecorder()
+	MethodNotAllowed("GET, HEAD")(rec, httptest.NewRequest("DELETE", "/v1/models", nil))
+	if rec.Code != 405 || rec.Header().Get("Allow") != "GET, HEAD" {
+		t.Fatalf("status %d, Allow %q", rec.Code, rec.Header().Get("Allow"))
+	}
+	var body struct {
+		Error struct{ Message, Code string }
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatal(err)
+	}
+	if body.Error.Code != CodeMethodNotAllowed || body.Error.Message != "DELETE is not allowed on /v1/models (allowed: GET, HEAD)." {
+		t.Fatalf("error %+v", body.Error)
+	}
+}
