@@ -150,7 +150,7 @@ func bucketOf(s *profile.Sample) int {
 // bucket's CPU per request the gateway served while profiled, and its
 // share of the profile.
 func profileTable(runs []costRun) *table {
-	t := &table{header: []string{"where the gateway's CPU goes", "sync off: µs/req", "share", "sync on: µs/req", "share", "added µs/req"}}
+	t := &table{header: []string{"where the gateway's CPU goes", "sync off: µs/req", "sync off: share", "sync on: µs/req", "sync on: share", "added µs/req"}}
 	var sum [2]cpuProfile
 	for _, r := range runs {
 		if r.profile == nil {
