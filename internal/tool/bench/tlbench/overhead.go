@@ -212,6 +212,8 @@ func (f *overheadFleet) usage(ctx context.Context, p overheadPath) (usage, error
 	return u, nil
 }
 
+// fetch GETs url and returns its body; an answer other than 200 OK is an
+// error that quotes the start of the body.
 func fetch(ctx context.Context, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -222,7 +224,14 @@ func fetch(ctx context.Context, url string) ([]byte, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	return io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s: %.200s", url, resp.Status, body)
+	}
+	return body, nil
 }
 
 // overheadExperiment measures latency at a fixed rate, CPU per request and

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,24 +34,11 @@ func profileSeconds(w time.Duration) (int, error) {
 // fetchProfile takes a CPU profile of seconds from the gateway at base
 // (its /debug/pprof/, served with pprof = true).
 func fetchProfile(ctx context.Context, base string, seconds int) ([]byte, error) {
-	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, seconds)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
+	b, err := fetch(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, seconds))
 	if err != nil {
 		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("cpu profile: GET %s: %s: %.200s", url, resp.Status, body)
-	}
-	return body, nil
+	return b, nil
 }
 
 // profileBucket is one place a gateway's CPU goes: the samples with any
