@@ -2,6 +2,10 @@ package prefixindex
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -133,5 +137,150 @@ func TestPrefixIndexExport(t *testing.T) {
 	})
 	if h := hitsOf(z.Lookup("m", p1)); h["a"] != 4 {
 		t.Fatalf("limited export hits %v, want a:4", h)
+	}
+}
+
+// BenchmarkRecordPeer records a peer's 3,000-byte prompt (47 chunks of
+// 64 bytes) on a worker: "held" when the gateway sent the worker the same
+// prompt itself (the common case of prompts that every replica routes to
+// the one worker holding them), "extends" when the peer's prompt continues
+// the one held by 10 chunks, "new" when nothing of it is held.
+func BenchmarkRecordPeer(b *testing.B) {
+	docs := make([]string, 40)
+	for i := range docs {
+		docs[i] = text(fmt.Sprint("doc", i), 3000)
+	}
+	for _, bc := range []struct {
+		name string
+		peer func(i int) string
+	}{
+		{"held", func(i int) string { return docs[i%len(docs)] }},
+		{"extends", func(i int) string { return docs[i%len(docs)] + text(fmt.Sprint("q", i%len(docs)), 640) }},
+		{"new", func(i int) string { return text(fmt.Sprint("new", i%400), 3000) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			x := New(Config{ChunkBytes: 64, BytesPerToken: 4})
+			x.Observe(fw("a", 100000))
+			for _, d := range docs {
+				x.Record(x.Lookup("m", d), "a")
+			}
+			hashes := make([][]uint64, 400)
+			for i := range hashes {
+				hashes[i] = x.Hashes(nil, bc.peer(i))
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if err := x.RecordPeer("m", "a", hashes[i%len(hashes)]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+// recordPeerEveryChunk is RecordPeer touching every chunk of the prompt,
+// without stopping at the deepest the gateway holds.
+func recordPeerEveryChunk(x *Index, modelID, id string, hashes []uint64) {
+	w := x.workers[id]
+	hashes = hashes[:min(len(hashes), x.requestShare(w))]
+	m := x.models[modelID]
+	for i := len(hashes) - 1; i >= 0; i-- {
+		e := m.chunks[hashes[i]]
+		if e == nil {
+			e = &entry{hash: hashes[i]}
+			m.chunks[e.hash] = e
+		}
+		x.touch(e, w, true)
+	}
+	x.trim(w)
+}
+
+// shares lists each worker's own and peers' chunks, most recent first.
+func shares(x *Index) map[string][2][]uint64 {
+	out := map[string][2][]uint64{}
+	for id, w := range x.workers {
+		var s [2][]uint64
+		for k, head := range []*node{&w.lru, &w.plru} {
+			for n := head.next; n != head; n = n.next {
+				s[k] = append(s[k], n.e.hash)
+			}
+		}
+		out[id] = s
+	}
+	return out
+}
+
+// TestRecordPeerStopsWhereTheGatewayHolds: random own and peer records of
+// prompts that share prefixes, on workers whose capacity changes, leave
+// RecordPeer's index exactly as touching every chunk does, and the
+// gateway's own share closed under prefixes after every step.
+func TestRecordPeerStopsWhereTheGatewayHolds(t *testing.T) {
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		// Prompts made of a few 64-byte blocks: many share a prefix.
+		blocks := make([]string, 6)
+		for i := range blocks {
+			blocks[i] = text(fmt.Sprint("b", i), 64)
+		}
+		prompt := func() string {
+			var b strings.Builder
+			for range 1 + rng.IntN(12) {
+				b.WriteString(blocks[rng.IntN(len(blocks))])
+			}
+			return b.String()
+		}
+		fast, full := New(Config{ChunkBytes: 64, BytesPerToken: 4}), New(Config{ChunkBytes: 64, BytesPerToken: 4})
+		ids := []string{"a", "b"}
+		var recorded [][]uint64
+		for step := range 400 {
+			id := ids[rng.IntN(len(ids))]
+			switch op := rng.IntN(10); {
+			case op == 0:
+				// 8 to 32 chunks a share: evictions are frequent.
+				blocksKV := 8 + rng.IntN(25)
+				fast.Observe(fw(id, blocksKV))
+				full.Observe(fw(id, blocksKV))
+				continue
+			case step < 2:
+				fast.Observe(fw(id, 32))
+				full.Observe(fw(id, 32))
+				continue
+			case op < 5:
+				h := fast.Hashes(nil, prompt())
+				recorded = append(recorded, h)
+				errA, errB := fast.RecordHashes("m", id, h), full.RecordHashes("m", id, h)
+				if (errA == nil) != (errB == nil) {
+					t.Fatalf("seed %d step %d: own record %v against %v", seed, step, errA, errB)
+				}
+			default:
+				h := fast.Hashes(nil, prompt())
+				recorded = append(recorded, h)
+				if err := fast.RecordPeer("m", id, h); err != nil {
+					if _, known := full.workers[id]; known {
+						t.Fatalf("seed %d step %d: %v", seed, step, err)
+					}
+					continue
+				}
+				recordPeerEveryChunk(full, "m", id, h)
+			}
+			if a, b := shares(fast), shares(full); !reflect.DeepEqual(a, b) {
+				t.Fatalf("seed %d step %d: shares differ:\n stops: %v\n every chunk: %v", seed, step, a, b)
+			}
+			for _, w := range fast.workers {
+				own := map[uint64]bool{}
+				for n := w.lru.next; n != &w.lru; n = n.next {
+					own[n.e.hash] = true
+				}
+				for _, h := range recorded {
+					for i := 1; i < len(h); i++ {
+						if own[h[i]] && !own[h[i-1]] {
+							t.Fatalf("seed %d step %d: %s holds chunk %d of a prompt without chunk %d", seed, step, w.id, i, i-1)
+						}
+					}
+				}
+			}
+		}
 	}
 }

@@ -505,11 +505,24 @@ func (x *Index) record(modelID, id string, hashes []uint64, peer bool) error {
 			e = &entry{hash: hashes[i]}
 			m.chunks[e.hash] = e
 		}
-		x.touch(e, w, peer)
+		if !x.touch(e, w, peer) {
+			// A peer's chunk the gateway holds itself: so is every chunk
+			// before it (below), which a peer leaves where they are.
+			break
+		}
 	}
 	x.trim(w)
 	return nil
 }
+
+// The gateway's own share of a worker is closed under prefixes: with a
+// chunk it holds every chunk of the prompt before it, at least as
+// recent. A chained hash names its whole prefix, so every prompt holding
+// a chunk holds those before it; record takes a prompt's leading chunks
+// (never a middle part) and touches the deepest first, so each chunk's
+// predecessors are touched after it; and a share gives up its least
+// recent chunks first. Peers' touches never move the gateway's own
+// chunks. RecordPeer so stops at the deepest chunk the gateway holds.
 
 // requestShare is the most chunks one prompt may take of w's share.
 func (x *Index) requestShare(w *worker) int {
@@ -528,16 +541,16 @@ func (x *Index) RequestShare(id string) int {
 // touch makes (e, w) w's most recent pair in its own share (peer false)
 // or its peers' (peer true), adding it if new. A pair of the worker's own
 // share that a peer touches stays where it is (peers never reorder what
-// the gateway learnt); one of the peers' share the gateway touches moves
-// to its own.
-func (x *Index) touch(e *entry, w *worker, peer bool) {
+// the gateway learnt), and touch reports false for it; one of the peers'
+// share the gateway touches moves to its own.
+func (x *Index) touch(e *entry, w *worker, peer bool) (moved bool) {
 	word, bit := w.slot/64, uint64(1)<<(w.slot%64)
 	pos := e.rank(w.slot)
 	var n *node
 	if word < len(e.mask) && e.mask[word]&bit != 0 {
 		n = e.nodes[pos]
 		if peer && !n.peer {
-			return
+			return false
 		}
 		n.prev.next, n.next.prev = n.next, n.prev
 		if n.peer && !peer {
@@ -566,6 +579,7 @@ func (x *Index) touch(e *entry, w *worker, peer bool) {
 	n.prev, n.next = head, head.next
 	head.next.prev = n
 	head.next = n
+	return true
 }
 
 // rank is the number of workers in e below slot: the index of slot's node.
