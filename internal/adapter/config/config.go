@@ -15,6 +15,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
@@ -414,6 +415,13 @@ func Parse(data []byte) (*Config, error) {
 // evicted: heartbeat_miss_limit × heartbeat_interval.
 func (g Gateway) HeartbeatDeadline() time.Duration {
 	return time.Duration(g.HeartbeatMissLimit) * g.HeartbeatInterval.Duration
+}
+
+// PrefixIndex is the cache_aware prefix index's chunking and capacity
+// settings (cache_aware_chunk_bytes, _bytes_per_token and
+// _max_request_share).
+func (g Gateway) PrefixIndex() prefixindex.Config {
+	return prefixindex.Config{ChunkBytes: g.CacheAwareChunkBytes, BytesPerToken: g.CacheAwareBytesPerToken, MaxRequestShare: g.CacheAwareMaxRequestShare}
 }
 
 // HasScope reports whether the key grants scope.

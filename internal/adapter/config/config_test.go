@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
 )
@@ -528,5 +529,19 @@ func TestRegistryOpen(t *testing.T) {
 		if got := g.RegistryOpen(); got != tc.want {
 			t.Errorf("%s: RegistryOpen = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestPrefixIndexSettings: the cache_aware_* settings reach the prefix
+// index, and the defaults are the index's own.
+func TestPrefixIndexSettings(t *testing.T) {
+	g := Default().Gateway
+	want := prefixindex.Config{ChunkBytes: prefixindex.DefaultChunkBytes, BytesPerToken: prefixindex.DefaultBytesPerToken, MaxRequestShare: prefixindex.DefaultMaxRequestShare}
+	if got := g.PrefixIndex(); got != want {
+		t.Fatalf("defaults: %+v, want %+v", got, want)
+	}
+	g.CacheAwareChunkBytes, g.CacheAwareBytesPerToken, g.CacheAwareMaxRequestShare = 64, 3.5, 0.25
+	if got := g.PrefixIndex(); got != (prefixindex.Config{ChunkBytes: 64, BytesPerToken: 3.5, MaxRequestShare: 0.25}) {
+		t.Fatalf("set: %+v", got)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/routing/policy"
-	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 )
 
 // routerConfig is the router's share of the [gateway] settings.
@@ -15,7 +14,7 @@ func routerConfig(pol policy.Name, gw *config.Gateway) router.Config {
 			PrefillWeight: gw.CacheAwarePrefillWeight, LoadWeight: gw.CacheAwareLoadWeight,
 			BalanceAbs: gw.CacheAwareBalanceAbs, BalanceRel: gw.CacheAwareBalanceRel,
 		},
-		PrefixIndex: prefixindex.Config{ChunkBytes: gw.CacheAwareChunkBytes, BytesPerToken: gw.CacheAwareBytesPerToken, MaxRequestShare: gw.CacheAwareMaxRequestShare},
+		PrefixIndex: gw.PrefixIndex(),
 		// A worker that registers or comes back is routable after its
 		// next heartbeat.
 		NoCapacityRetryAfter: gw.HeartbeatInterval.Duration,

@@ -177,10 +177,9 @@ func mirrorHost(i int) string { return fmt.Sprintf("mirror-%d.invalid", i+1) }
 // newMirrorPeer is the i-th peer for engines serving model, telling s
 // (nil: sync off).
 func newMirrorPeer(i int, model string, engines []enginesim.Config, s peerSyncer) *mirrorPeer {
-	gw := config.Default().Gateway
 	p := &mirrorPeer{
 		host: mirrorHost(i), sync: s, model: model, inFlight: map[string]int{},
-		hasher: prefixindex.New(prefixindex.Config{ChunkBytes: gw.CacheAwareChunkBytes, BytesPerToken: gw.CacheAwareBytesPerToken, MaxRequestShare: gw.CacheAwareMaxRequestShare}),
+		hasher: prefixindex.New(config.Default().Gateway.PrefixIndex()),
 	}
 	for _, e := range engines {
 		p.workers = append(p.workers, e.ID)
