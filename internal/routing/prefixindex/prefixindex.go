@@ -487,6 +487,16 @@ func (x *Index) RecordPeer(modelID, id string, hashes []uint64) error {
 	return x.record(modelID, id, hashes, true)
 }
 
+// record is RecordHashes (peer false) and RecordPeer (peer true). A peer's
+// prompt is recorded down to the deepest chunk the gateway holds itself
+// on the worker, and no further: the gateway's own share of a worker is
+// closed under prefixes, so every chunk before that one is held as well,
+// and a peer leaves such chunks where they are. The share is closed
+// because a chained hash names its whole prefix (every prompt holding a
+// chunk holds those before it), a prompt's leading chunks are recorded
+// (never a middle part) with the deepest touched first (so each chunk's
+// predecessors are touched after it), a share gives up its least recent
+// chunks first, and peers' touches never move the gateway's own chunks.
 func (x *Index) record(modelID, id string, hashes []uint64, peer bool) error {
 	w := x.workers[id]
 	switch {
@@ -506,23 +516,12 @@ func (x *Index) record(modelID, id string, hashes []uint64, peer bool) error {
 			m.chunks[e.hash] = e
 		}
 		if !x.touch(e, w, peer) {
-			// A peer's chunk the gateway holds itself: so is every chunk
-			// before it (below), which a peer leaves where they are.
-			break
+			break // a peer's chunk the gateway holds itself: so are those before it
 		}
 	}
 	x.trim(w)
 	return nil
 }
-
-// The gateway's own share of a worker is closed under prefixes: with a
-// chunk it holds every chunk of the prompt before it, at least as
-// recent. A chained hash names its whole prefix, so every prompt holding
-// a chunk holds those before it; record takes a prompt's leading chunks
-// (never a middle part) and touches the deepest first, so each chunk's
-// predecessors are touched after it; and a share gives up its least
-// recent chunks first. Peers' touches never move the gateway's own
-// chunks. RecordPeer so stops at the deepest chunk the gateway holds.
 
 // requestShare is the most chunks one prompt may take of w's share.
 func (x *Index) requestShare(w *worker) int {
@@ -543,7 +542,7 @@ func (x *Index) RequestShare(id string) int {
 // share that a peer touches stays where it is (peers never reorder what
 // the gateway learnt), and touch reports false for it; one of the peers'
 // share the gateway touches moves to its own.
-func (x *Index) touch(e *entry, w *worker, peer bool) (moved bool) {
+func (x *Index) touch(e *entry, w *worker, peer bool) (touched bool) {
 	word, bit := w.slot/64, uint64(1)<<(w.slot%64)
 	pos := e.rank(w.slot)
 	var n *node
