@@ -80,8 +80,16 @@ func frameIs(name, fn string) bool {
 // gateway served while it was taken.
 type cpuProfile struct {
 	by       []time.Duration // by profileBuckets' index
-	total    time.Duration
 	requests int64
+}
+
+// total is the CPU of all the profile's samples.
+func (p *cpuProfile) total() time.Duration {
+	var sum time.Duration
+	for _, d := range p.by {
+		sum += d
+	}
+	return sum
 }
 
 // classify splits the CPU samples of a Go CPU profile among
@@ -102,9 +110,7 @@ func classify(data []byte) (*cpuProfile, error) {
 	}
 	out := &cpuProfile{by: make([]time.Duration, len(profileBuckets))}
 	for _, s := range p.Sample {
-		d := time.Duration(s.Value[vi])
-		out.total += d
-		out.by[bucketOf(s)] += d
+		out.by[bucketOf(s)] += time.Duration(s.Value[vi])
 	}
 	return out, nil
 }
@@ -136,51 +142,41 @@ func bucketOf(s *profile.Sample) int {
 // share of the profile.
 func profileTable(runs []costRun) *table {
 	t := &table{header: []string{"where the gateway's CPU goes", "sync off: µs/req", "sync off: share", "sync on: µs/req", "sync on: share", "added µs/req"}}
-	var sum [2]cpuProfile
+	sum := [2]cpuProfile{{by: make([]time.Duration, len(profileBuckets))}, {by: make([]time.Duration, len(profileBuckets))}}
 	for _, r := range runs {
 		if r.profile == nil {
 			continue
 		}
-		i := 0
+		s := &sum[0]
 		if r.sync {
-			i = 1
-		}
-		if sum[i].by == nil {
-			sum[i].by = make([]time.Duration, len(profileBuckets))
+			s = &sum[1]
 		}
 		for b, d := range r.profile.by {
-			sum[i].by[b] += d
+			s.by[b] += d
 		}
-		sum[i].total += r.profile.total
-		sum[i].requests += r.profile.requests
+		s.requests += r.profile.requests
 	}
+	total := [2]time.Duration{sum[0].total(), sum[1].total()}
 	perReq := func(s *cpuProfile, d time.Duration) float64 {
 		if s.requests == 0 {
 			return 0
 		}
 		return float64(d) / float64(time.Microsecond) / float64(s.requests)
 	}
-	share := func(s *cpuProfile, d time.Duration) string {
-		if s.total == 0 {
+	share := func(i int, d time.Duration) string {
+		if total[i] == 0 {
 			return "–"
 		}
-		return fmt.Sprintf("%.1f%%", 100*float64(d)/float64(s.total))
+		return fmt.Sprintf("%.1f%%", 100*float64(d)/float64(total[i]))
 	}
 	row := func(label string, off, on time.Duration) {
 		a, b := perReq(&sum[0], off), perReq(&sum[1], on)
-		t.add(label, fmt.Sprintf("%.1f", a), share(&sum[0], off), fmt.Sprintf("%.1f", b), share(&sum[1], on), fmt.Sprintf("%+.1f", b-a))
+		t.add(label, fmt.Sprintf("%.1f", a), share(0, off), fmt.Sprintf("%.1f", b), share(1, on), fmt.Sprintf("%+.1f", b-a))
 	}
 	for bi, b := range profileBuckets {
-		var off, on time.Duration
-		if sum[0].by != nil {
-			off = sum[0].by[bi]
-		}
-		if sum[1].by != nil {
-			on = sum[1].by[bi]
-		}
-		row(b.label, off, on)
+		row(b.label, sum[0].by[bi], sum[1].by[bi])
 	}
-	row("all of the profile", sum[0].total, sum[1].total)
+	row("all of the profile", total[0], total[1])
 	return t
 }
 
