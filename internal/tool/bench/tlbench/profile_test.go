@@ -3,6 +3,7 @@ package tlbench
 import (
 	"bytes"
 	"errors"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -173,3 +174,16 @@ func TestProfileSeconds(t *testing.T) {
 	}
 }
 
+// TestShareProfileWindowCheckedFirst: a window too short to profile is
+// refused before any run starts, not after the whole fleet's runs.
+func TestShareProfileWindowCheckedFirst(t *testing.T) {
+	c := Preset(true)
+	c.ShareProfile, c.OpenDuration, c.OpenWarmup = true, 1500*time.Millisecond, time.Second
+	spec := func(int, bool, string) replicaSpec {
+		t.Fatal("a run started")
+		return replicaSpec{}
+	}
+	if _, _, err := syncCostReport(t.Context(), c, spec, io.Discard); !errors.Is(err, errWindowTooShort) {
+		t.Fatalf("err %v, want errWindowTooShort", err)
+	}
+}

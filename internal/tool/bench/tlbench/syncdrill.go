@@ -300,6 +300,13 @@ func costTable(runs []costRun, share bool) (*table, string) {
 // fleet (syncCost) and for one replica's share (syncShare), and returns
 // their tables and notes.
 func syncCostReport(ctx context.Context, c Config, spec func(replicas int, sync bool, policy string) replicaSpec, logOut io.Writer) ([]*table, []string, error) {
+	var secs int // the share's profiles, when taken
+	if c.ShareProfile {
+		var err error
+		if secs, err = profileSeconds(c.OpenDuration - c.OpenWarmup); err != nil {
+			return nil, nil, err
+		}
+	}
 	wake, err := wakeCost(ctx, wakeSleeps)
 	if err != nil {
 		return nil, nil, err
@@ -311,7 +318,7 @@ func syncCostReport(ctx context.Context, c Config, spec func(replicas int, sync 
 		return nil, nil, err
 	}
 	fmt.Fprintf(logOut, "tlbench:   one replica's share of the sync cost at %.0f req/s\n", c.Rate)
-	share, err := syncShare(ctx, c, spec, logOut)
+	share, err := syncShare(ctx, c, spec, secs, logOut)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -331,9 +338,8 @@ func syncCostReport(ctx context.Context, c Config, spec func(replicas int, sync 
 			"Each sync message wakes the goroutines that send or receive it.", float64(wake)/float64(time.Microsecond), wakeSleeps),
 	}
 	tables := []*table{ct, st}
-	if c.ShareProfile {
+	if secs > 0 {
 		tables = append(tables, profileTable(share))
-		secs, _ := profileSeconds(c.OpenDuration - c.OpenWarmup) // syncShare checked it
 		kept := ""
 		if c.Out != "" {
 			kept = " The profiles are kept beside results.md (synccost-share-N-sync-off.pprof and -on.pprof; `go tool pprof` reads them)."

@@ -252,21 +252,16 @@ func (m *mirrorFleet) close() {
 // same sessions as syncCost, a third of them through one gateway and the
 // rest answered by mirror peers, sync off and on in turn, OpenRepeats
 // times each. Its runs' per-request figures are the gateway's, over the
-// requests it served.
-func syncShare(ctx context.Context, c Config, spec func(replicas int, sync bool, policy string) replicaSpec, logOut io.Writer) ([]costRun, error) {
+// requests it served. With seconds > 0 each run also takes a CPU profile
+// of the gateway, that long, once its warmup is over.
+func syncShare(ctx context.Context, c Config, spec func(replicas int, sync bool, policy string) replicaSpec, seconds int, logOut io.Writer) ([]costRun, error) {
 	engines := costEngines(c)
-	var seconds int
-	if c.ShareProfile {
-		var err error
-		if seconds, err = profileSeconds(c.OpenDuration - c.OpenWarmup); err != nil {
-			return nil, err
-		}
-	}
+	profiled := seconds > 0
 	runs := 0
 	return costRuns(c, logOut, func(sessions []loadgen.Session, seed uint64, on bool) (openRun, *cpuProfile, error) {
 		runs++
 		s := spec(1, on, config.PolicyCacheAware)
-		s.pprof = c.ShareProfile
+		s.pprof = profiled
 		peers := s
 		if c.SharePeersSilent {
 			peers.syncURL = ""
@@ -283,7 +278,7 @@ func syncShare(ctx context.Context, c Config, spec func(replicas int, sync bool,
 			requests int64
 			err      error
 		}
-		if c.ShareProfile {
+		if profiled {
 			o.during = func(ctx context.Context, f *replicaFleet) {
 				if !sleepFor(ctx, c.OpenWarmup) {
 					prof.err = fmt.Errorf("cpu profile: the run ended before its warmup of %v", c.OpenWarmup)
@@ -301,7 +296,7 @@ func syncShare(ctx context.Context, c Config, spec func(replicas int, sync bool,
 		}
 		fmt.Fprintf(logOut, "tlbench:   share of %.0f req/s, 1 replica and %d mirror peers, sync %-3s: %v CPU per request of its own, %.2f messages sent and %.2f received per request, failed %d, not sent %d, load %.1f\n",
 			c.Rate, mirrorPeers, onOff(on), r.cpuPerRequest, r.syncMsgsPerRequest, r.syncRecvPerRequest, r.failed, r.dropped, r.load)
-		if !c.ShareProfile {
+		if !profiled {
 			return r, nil, nil
 		}
 		if prof.err != nil {
