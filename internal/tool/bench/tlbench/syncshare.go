@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -162,11 +164,12 @@ func (t *mirrorTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.next.RoundTrip(req)
 }
 
-// urls are the peers' base URLs, entries for the load balancer.
+// urls are the peers' base URLs, entries for the load balancer, in the
+// order of their hosts.
 func (t *mirrorTransport) urls() []string {
 	var out []string
-	for i := range len(t.peers) {
-		out = append(out, "http://"+mirrorHost(i))
+	for _, h := range slices.Sorted(maps.Keys(t.peers)) {
+		out = append(out, "http://"+h)
 	}
 	return out
 }
