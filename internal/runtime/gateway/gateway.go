@@ -341,12 +341,13 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			metricsHandler.ServeHTTP(w, r)
 		}))
 	}
+	running := newHandlers()
 	g.http = &http.Server{
 		// Every path's body is bounded, and never awaited when unread.
-		Handler: bodyguard.Wrap(mux, bodyguard.Options{
+		Handler: running.wrap(bodyguard.Wrap(mux, bodyguard.Options{
 			MaxBodyBytes: gw.MaxBodyBytes, Timeout: gw.ReadBodyTimeout.Duration,
 			OnReject: rejected,
-		}),
+		})),
 		ReadHeaderTimeout: gw.ReadHeaderTimeout.Duration,
 		IdleTimeout:       gw.ServerIdleTimeout.Duration,
 		TLSConfig:         serverTLS,
@@ -371,9 +372,14 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		}
 	}()
 	g.stops = append(g.stops, func(ctx context.Context) error {
-		// Let requests in flight finish; past the deadline, cut them off.
+		// Let requests in flight finish; past the deadline, cut them off,
+		// and wait for their handlers (their clients are gone, so their
+		// request actors answer at once) before the actors stop.
 		if err := g.http.Shutdown(ctx); err != nil {
 			_ = g.http.Close()
+			if !running.wait(handlersCutOffWait) {
+				o.Logger.Warn().Dur("waited", handlersCutOffWait).Msg("http handlers still running after the server was closed")
+			}
 			return fmt.Errorf("gateway: http shutdown: %w", err)
 		}
 		return nil
