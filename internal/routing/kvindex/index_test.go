@@ -1,0 +1,287 @@
+package kvindex
+
+import (
+	"runtime"
+	"testing"
+	"time"
+)
+
+const bs = 4
+
+var t0 = time.Unix(1000, 0)
+
+func toks(from, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(from + i)
+	}
+	return out
+}
+
+// stored is a Stored event of the blocks of tokens, named by hashes, after
+// parent (0: none).
+func stored(tokens []uint32, parent uint64, hashes ...uint64) Event {
+	return Event{Kind: Stored, Hashes: hashes, Parent: parent, HasParent: parent != 0, Tokens: tokens, BlockSize: bs}
+}
+
+func removed(m Medium, hashes ...uint64) Event {
+	return Event{Kind: Removed, Hashes: hashes, Medium: m}
+}
+
+func newExact(t *testing.T, cfg Config, ids ...string) *Index {
+	t.Helper()
+	x := New(cfg)
+	for _, id := range ids {
+		x.SetState(id, Exact)
+	}
+	return x
+}
+
+func apply(t *testing.T, x *Index, id string, rank int, evs ...Event) Applied {
+	t.Helper()
+	a, err := x.Apply(id, &Batch{Rank: rank, Events: evs}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestKeysChained(t *testing.T) {
+	a := Keys(nil, "", "", toks(0, 10), bs)
+	if len(a) != 2 {
+		t.Fatalf("%d keys of 10 tokens in blocks of 4, want 2", len(a))
+	}
+	b := Keys(nil, "", "", append(toks(0, 8), 99, 98, 97, 96), bs)
+	if len(b) != 3 || b[0] != a[0] || b[1] != a[1] {
+		t.Fatalf("a longer prompt does not share its prefix's keys: %v %v", a, b)
+	}
+	c := Keys(nil, "", "", append([]uint32{7}, toks(1, 7)...), bs)
+	if c[0] == a[0] || c[1] == a[1] {
+		t.Fatal("a key does not name everything before it")
+	}
+	for _, ns := range [][2]string{{"lora", ""}, {"", "salt"}, {"lora", "salt"}} {
+		k := Keys(nil, ns[0], ns[1], toks(0, 8), bs)
+		if k[0] == a[0] || k[1] == a[1] {
+			t.Errorf("namespace %q shares keys with the base model's", ns)
+		}
+	}
+	if Keys(nil, "a", "", toks(0, 4), bs)[0] == Keys(nil, "", "a", toks(0, 4), bs)[0] {
+		t.Error("an adapter named like a salt shares keys")
+	}
+}
+
+func TestMatchFollowsEvents(t *testing.T) {
+	req := Keys(nil, "", "", toks(0, 16), bs) // 4 blocks
+	tests := []struct {
+		name    string
+		events  []Event
+		blocks  int
+		tokens  float64
+		applied Applied
+	}{
+		{"stored in two events", []Event{stored(toks(0, 8), 0, 1, 2), stored(toks(8, 4), 2, 3)}, 3, 12, Applied{Events: 2, Stored: 3}},
+		{"a diverging block", []Event{stored(toks(0, 4), 0, 1), stored([]uint32{9, 9, 9, 9}, 1, 2)}, 1, 4, Applied{Events: 2, Stored: 2}},
+		{"a removed middle block ends the run", []Event{stored(toks(0, 12), 0, 1, 2, 3), removed(GPU, 2)}, 1, 4, Applied{Events: 2, Stored: 3, Removed: 1}},
+		{"an unknown parent is not indexed", []Event{stored(toks(0, 4), 0, 1), stored(toks(4, 4), 77, 2)}, 1, 4, Applied{Events: 2, Stored: 1, Unresolved: 1}},
+		{"tokens that do not fill the blocks", []Event{stored(toks(0, 7), 0, 1, 2)}, 0, 0, Applied{Events: 1, Unresolved: 2}},
+		{"cleared", []Event{stored(toks(0, 8), 0, 1, 2), {Kind: Cleared}}, 0, 0, Applied{Events: 2, Stored: 2, Cleared: 1}},
+		{"removed from the CPU only", []Event{stored(toks(0, 8), 0, 1, 2), removed(CPU, 1)}, 2, 8, Applied{Events: 2, Stored: 2, UnknownRemoved: 1}},
+		{"offloaded, then evicted from the GPU", []Event{stored(toks(0, 8), 0, 1, 2),
+			{Kind: Stored, Hashes: []uint64{1}, Tokens: toks(0, 4), BlockSize: bs, Medium: CPU}, removed(GPU, 1)}, 2, 0.8*4 + 4, Applied{Events: 3, Stored: 3, Removed: 1}},
+		{"another KV group is not indexed", []Event{{Kind: Stored, Hashes: []uint64{1}, Tokens: toks(0, 4), BlockSize: bs, Group: 1}}, 0, 0, Applied{Events: 1, OtherGroups: 1}},
+		{"an image block and what follows it", []Event{{Kind: Stored, Hashes: []uint64{1, 2}, Tokens: toks(0, 8), BlockSize: bs, Extra: []uint64{0, 5}},
+			stored(toks(8, 4), 2, 3)}, 1, 4, Applied{Events: 2, Stored: 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newExact(t, Config{}, "w")
+			a := apply(t, x, "w", 0, tt.events...)
+			if a != tt.applied {
+				t.Errorf("applied %+v, want %+v", a, tt.applied)
+			}
+			m := x.Match("w", req, t0)
+			if m.Blocks != tt.blocks || m.Tokens != tt.tokens {
+				t.Errorf("match %+v, want %d blocks, %v tokens", m, tt.blocks, tt.tokens)
+			}
+		})
+	}
+}
+
+func TestNamespacesKeptApart(t *testing.T) {
+	x := newExact(t, Config{}, "w")
+	apply(t, x, "w", 0,
+		Event{Kind: Stored, Hashes: []uint64{1, 2}, Tokens: toks(0, 8), BlockSize: bs, Salt: "tenant-a"},
+		Event{Kind: Stored, Hashes: []uint64{3}, Parent: 2, HasParent: true, Tokens: toks(8, 4), BlockSize: bs},
+		Event{Kind: Stored, Hashes: []uint64{4}, Tokens: toks(0, 4), BlockSize: bs, LoRA: "sql"},
+		// A child claiming another salt than its parent's is not indexed.
+		Event{Kind: Stored, Hashes: []uint64{5}, Parent: 1, HasParent: true, Tokens: toks(4, 4), BlockSize: bs, Salt: "tenant-b"},
+		// Nor one of another adapter.
+		Event{Kind: Stored, Hashes: []uint64{6}, Parent: 4, HasParent: true, Tokens: toks(4, 4), BlockSize: bs},
+	)
+	for _, tt := range []struct {
+		lora, salt string
+		blocks     int
+	}{{"", "", 0}, {"", "tenant-a", 3}, {"", "tenant-b", 0}, {"sql", "", 1}, {"sql", "tenant-a", 0}} {
+		if m := x.Match("w", Keys(nil, tt.lora, tt.salt, toks(0, 16), bs), t0); m.Blocks != tt.blocks {
+			t.Errorf("adapter %q salt %q: %d blocks, want %d", tt.lora, tt.salt, m.Blocks, tt.blocks)
+		}
+	}
+}
+
+func TestRanksMatchedApart(t *testing.T) {
+	x := newExact(t, Config{}, "w")
+	apply(t, x, "w", 0, stored(toks(0, 8), 0, 1, 2))
+	apply(t, x, "w", 1, stored(toks(0, 4), 0, 1))
+	apply(t, x, "w", 1, stored(toks(8, 4), 9, 3)) // parent 9 unknown on rank 1
+	req := Keys(nil, "", "", toks(0, 16), bs)
+	if m := x.Match("w", req, t0); m.Blocks != 2 {
+		t.Fatalf("best rank holds 2 blocks, matched %d", m.Blocks)
+	}
+	apply(t, x, "w", 0, removed(GPU, 1))
+	if m := x.Match("w", req, t0); m.Blocks != 1 {
+		t.Fatalf("rank 1 still holds block 0: matched %d", m.Blocks)
+	}
+	if _, err := x.Apply("w", &Batch{Rank: MaxRanks}, t0); err == nil {
+		t.Fatal("a rank out of range applied")
+	}
+}
+
+func TestReplacedHashes(t *testing.T) {
+	x := newExact(t, Config{}, "w")
+	// The engine names other tokens with a hash it used before (SGLang
+	// names equal tokens alike under any salt): the old block is gone.
+	apply(t, x, "w", 0, stored(toks(0, 4), 0, 1), Event{Kind: Stored, Hashes: []uint64{1}, Tokens: toks(0, 4), BlockSize: bs, Salt: "s"})
+	if m := x.Match("w", Keys(nil, "", "", toks(0, 4), bs), t0); m.Blocks != 0 {
+		t.Fatal("a replaced block still matches")
+	}
+	if m := x.Match("w", Keys(nil, "", "s", toks(0, 4), bs), t0); m.Blocks != 1 {
+		t.Fatal("the replacing block does not match")
+	}
+	// The same block under a new engine hash: removing the old hash finds
+	// nothing, removing the new one forgets it.
+	apply(t, x, "w", 0, Event{Kind: Stored, Hashes: []uint64{2}, Tokens: toks(0, 4), BlockSize: bs, Salt: "s"}, removed(GPU, 1))
+	if st, _ := x.Stats("w", t0); st.Blocks != 1 {
+		t.Fatalf("%d blocks", st.Blocks)
+	}
+	apply(t, x, "w", 0, removed(GPU, 2))
+	if st, _ := x.Stats("w", t0); st.Blocks != 0 || st.ByMedium != [NumMedia]int{} {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestBlockSizeChangeClears(t *testing.T) {
+	x := newExact(t, Config{}, "w")
+	apply(t, x, "w", 0, stored(toks(0, 8), 0, 1, 2))
+	apply(t, x, "w", 0, Event{Kind: Stored, Hashes: []uint64{3}, Tokens: toks(0, 8), BlockSize: 8})
+	if x.BlockSize("w") != 8 || x.Match("w", Keys(nil, "", "", toks(0, 8), bs), t0).Blocks != 0 {
+		t.Fatal("blocks of the old size kept")
+	}
+	if x.Match("w", Keys(nil, "", "", toks(0, 8), 8), t0).Blocks != 1 {
+		t.Fatal("the new block is missing")
+	}
+}
+
+func TestSpeculativeUntilTTL(t *testing.T) {
+	x := newExact(t, Config{SpeculativeTTL: time.Second, MaxSpeculative: 4}, "w")
+	apply(t, x, "w", 0, stored(toks(0, 4), 0, 1))
+	req := Keys(nil, "", "", toks(0, 16), bs)
+	x.Speculate("w", req, bs, t0)
+	if m := x.Match("w", req, t0.Add(999*time.Millisecond)); m.Blocks != 4 || m.Speculative != 3 {
+		t.Fatalf("before the TTL: %+v", m)
+	}
+	if m := x.Match("w", req, t0.Add(time.Second)); m.Blocks != 1 {
+		t.Fatalf("at the TTL: %+v", m)
+	}
+	// Confirmed blocks outlive their speculation.
+	x.Speculate("w", req, bs, t0)
+	apply(t, x, "w", 0, stored(toks(4, 4), 1, 2))
+	if m := x.Match("w", req, t0.Add(time.Hour)); m.Blocks != 2 || m.Speculative != 0 {
+		t.Fatalf("confirmed: %+v", m)
+	}
+	// Bounded: the oldest speculative blocks go first.
+	many := Keys(nil, "", "", toks(100, 40), bs)
+	x.Speculate("w", many, bs, t0)
+	if st, _ := x.Stats("w", t0); st.Speculative > 4 {
+		t.Fatalf("%d speculative blocks, bound 4", st.Speculative)
+	}
+	// A worker whose block size is not known yet takes the pick's.
+	x.SetState("new", Exact)
+	x.Speculate("new", req, bs, t0)
+	if m := x.Match("new", req, t0); m.Blocks != 4 || m.Tokens != 16 {
+		t.Fatalf("new worker: %+v", m)
+	}
+}
+
+func TestStateAndExpect(t *testing.T) {
+	x := New(Config{EventTimeout: time.Second})
+	if x.State("w", t0) != None || x.Usable("w", t0) {
+		t.Fatal("an unknown worker is usable")
+	}
+	x.Watch("w")
+	if x.State("w", t0) != Pending || x.Usable("w", t0) {
+		t.Fatal("a pending view is usable")
+	}
+	x.SetState("w", Exact)
+	x.Expect("w", t0)
+	x.Expect("w", t0.Add(500*time.Millisecond)) // the first expectation stands
+	if !x.Usable("w", t0.Add(999*time.Millisecond)) {
+		t.Fatal("stale before the timeout")
+	}
+	if x.Usable("w", t0.Add(time.Second)) || x.State("w", t0.Add(time.Second)) != Stale {
+		t.Fatal("usable after the timeout")
+	}
+	if x.Usable("w", t0) {
+		t.Fatal("a silent view turned usable again without a batch")
+	}
+	if _, err := x.Apply("w", &Batch{}, t0.Add(2*time.Second)); err != nil || !x.Usable("w", t0.Add(2*time.Second)) {
+		t.Fatal("a batch did not end the silence")
+	}
+	apply(t, x, "w", 0, stored(toks(0, 4), 0, 1))
+	x.Clear("w")
+	if st, _ := x.Stats("w", t0); st.Blocks != 0 || st.State != Exact {
+		t.Fatalf("cleared: %+v", st)
+	}
+	x.SetState("w", None)
+	if _, ok := x.Stats("w", t0); ok {
+		t.Fatal("None keeps the view")
+	}
+}
+
+// TestKVIndexBoundedPerWorker floods one worker with more blocks than its
+// bound and measures the memory per block (BytesPerBlock).
+func TestKVIndexBoundedPerWorker(t *testing.T) {
+	const limit = 1 << 15
+	x := newExact(t, Config{MaxBlocks: limit}, "w")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	parent := uint64(0)
+	for i := range 4 * limit / 64 {
+		hs := make([]uint64, 64)
+		for j := range hs {
+			hs[j] = uint64(i*64 + j + 1)
+		}
+		a := apply(t, x, "w", 0, stored(toks(i*256, 256), parent, hs...))
+		if i >= limit/64 && a.Evicted != 64 {
+			t.Fatalf("batch %d evicted %d, want 64", i, a.Evicted)
+		}
+		parent = hs[63]
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	st, _ := x.Stats("w", t0)
+	if st.Blocks != limit {
+		t.Fatalf("%d blocks held, bound %d", st.Blocks, limit)
+	}
+	per := float64(after.HeapAlloc-before.HeapAlloc) / limit
+	t.Logf("%.0f bytes per block (BytesPerBlock %d)", per, BytesPerBlock)
+	if per > 2*BytesPerBlock {
+		t.Errorf("%.0f bytes per block, more than twice BytesPerBlock", per)
+	}
+	// The newest blocks are kept: the last stored still chain.
+	last := Keys(nil, "", "", toks(0, 4*limit*4), bs)
+	if x.Holds("w", last) != 0 {
+		t.Error("the oldest blocks were kept")
+	}
+	runtime.KeepAlive(x)
+}
