@@ -30,13 +30,19 @@ const lookupTimeout = 5 * time.Second
 type DNS struct {
 	cfg      config.Discovery
 	log      zerolog.Logger
-	resolver *net.Resolver
+	resolver resolver
 	now      func() time.Time
 
 	// present and gone belong to Run's goroutine.
 	present map[string]string    // key → address, published by the last resolution
 	gone    map[string]goneEntry // key → address and when it was last published
 	failing bool
+}
+
+// resolver is the part of *net.Resolver a DNS source asks.
+type resolver interface {
+	LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error)
+	LookupSRV(ctx context.Context, service, proto, name string) (string, []*net.SRV, error)
 }
 
 type goneEntry struct {
@@ -140,7 +146,7 @@ func (d *DNS) resolve(ctx context.Context) (map[string]string, error) {
 			return out, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("discovery: SRV %s: %w", d.cfg.Host, err)
+			return nil, fmt.Errorf("discovery: SRV %s: %w", d.cfg.Host, d.named(err))
 		}
 		for _, s := range srvs {
 			ips, err := d.lookupIPs(ctx, s.Target)
@@ -178,13 +184,26 @@ func (d *DNS) lookupIPs(ctx context.Context, name string) ([]net.IP, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("discovery: A/AAAA %s: %w", name, err)
+		return nil, fmt.Errorf("discovery: A/AAAA %s: %w", name, d.named(err))
 	}
 	ips := make([]net.IP, len(as))
 	for i, a := range as {
 		ips[i] = a.IP
 	}
 	return ips, nil
+}
+
+// named returns err naming the configured resolver as the server asked:
+// Go's resolver names the server of the system's configuration
+// (/etc/resolv.conf) even when every query went to resolver's address.
+func (d *DNS) named(err error) error {
+	var de *net.DNSError
+	if d.cfg.Resolver == "" || !errors.As(err, &de) {
+		return err
+	}
+	c := *de
+	c.Server = d.cfg.Resolver
+	return &c
 }
 
 // notFound reports whether err says the name has no such records.
