@@ -66,6 +66,9 @@ func exported(t *testing.T) map[string]bool {
 	if _, err := metrics.NewSyncMetrics(r); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := metrics.NewDiscoveryMetrics(r); err != nil {
+		t.Fatal(err)
+	}
 	names := map[string]bool{}
 	for _, c := range r.cs {
 		ch := make(chan *prometheus.Desc, 16)

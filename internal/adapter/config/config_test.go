@@ -284,6 +284,9 @@ func TestConfigValidation(t *testing.T) {
 		{"dns source ok", "[[gateway.discovery]]\nname = \"vllm\"\nkind = \"dns\"\nengine_kind = \"vllm\"\nhost = \"vllm.default.svc.cluster.local\"\nport = 8000", nil},
 		{"dns srv source ok", "[[gateway.discovery]]\nname = \"vllm\"\nkind = \"dns\"\nengine_kind = \"vllm\"\nhost = \"_http._tcp.vllm.default.svc.cluster.local.\"\nrecord = \"srv\"\nresolver = \"10.96.0.10:53\"", nil},
 		{"kubernetes source ok", "[[gateway.discovery]]\nname = \"sg\"\nkind = \"kubernetes\"\nengine_kind = \"sglang\"\nnamespaces = [\"a\", \"b\"]\nselector = \"app=sglang\"\nport = \"http\"\nrole_label = \"tlgate.io/role\"\nmodel_annotation = \"tlgate.io/model\"", nil},
+		{"discovery max_engines", "[[gateway.discovery]]\nname = \"vllm\"\nkind = \"dns\"\nengine_kind = \"vllm\"\nhost = \"vllm.test\"\nport = 8000\nmax_engines = -1", []string{
+			"gateway.discovery[0].max_engines: must be >= 1, got -1",
+		}},
 		{"discovery fields", "[[gateway.discovery]]\nname = \"a b\"\nkind = \"consul\"\nengine_kind = \"tgi\"\nscheme = \"ftp\"\nrole = \"both\"", []string{
 			`gateway.discovery[0].name: must be 1 to 40 characters of A-Z a-z 0-9 . _ - starting with a letter or digit, got "a b"`,
 			`gateway.discovery[0].engine_kind: must be "vllm", "sglang", "llamacpp" or "openai", got "tgi"`,

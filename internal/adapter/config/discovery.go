@@ -36,6 +36,9 @@ const (
 const (
 	DefaultDiscoveryInterval = 5 * time.Second
 	DefaultDiscoveryDrain    = 30 * time.Second
+	// DefaultDiscoveryMaxEngines is a source's max_engines: as many as
+	// max_workers lets register by heartbeat.
+	DefaultDiscoveryMaxEngines = 1024
 )
 
 // Discovery is one [[gateway.discovery]] source: a place engines that do
@@ -58,6 +61,10 @@ type Discovery struct {
 	// Role is the role of every engine found (unified, prefill, decode)
 	// unless RoleLabel says otherwise.
 	Role string `toml:"role"`
+	// MaxEngines caps the engines the source reports: past it, the
+	// addresses it found last are left out (logged, and counted in
+	// tlgate_discovery_addresses_dropped{reason="cap"}).
+	MaxEngines int `toml:"max_engines"`
 	// ProbeInterval, AuthHeader and AuthHeaderEnv are as for an engine.
 	ProbeInterval Duration `toml:"probe_interval"`
 	AuthHeader    string   `toml:"auth_header"`
@@ -141,6 +148,9 @@ func (d *Discovery) withDiscoveryDefaults() {
 	if d.ProbeInterval.Duration == 0 {
 		d.ProbeInterval = D(DefaultProbeInterval)
 	}
+	if d.MaxEngines == 0 {
+		d.MaxEngines = DefaultDiscoveryMaxEngines
+	}
 	if d.Kind == DiscoveryDNS {
 		if d.Record == "" {
 			d.Record = RecordA
@@ -200,6 +210,9 @@ func (v *checker) discovery(ds []Discovery) {
 		}
 		if d.ProbeInterval.Duration < 0 {
 			v.add(at+".probe_interval", "must be > 0, got %s", d.ProbeInterval.Duration)
+		}
+		if d.MaxEngines < 1 {
+			v.add(at+".max_engines", "must be >= 1, got %d", d.MaxEngines)
 		}
 		switch {
 		case d.AuthHeader != "" && d.AuthHeaderEnv != "":

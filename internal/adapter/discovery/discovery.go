@@ -6,6 +6,11 @@
 // Runner hands that set to the probe manager, which probes, registers,
 // drains and forgets them exactly like [[gateway.engines]] entries.
 //
+// Runner drops the addresses requests are never sent to (unspecified,
+// multicast, link-local such as a cloud metadata service, outside
+// engine_networks, the gateway's own listeners), logging each once, and
+// keeps at most max_engines engines of each source.
+//
 // A source marks an engine draining when the cluster says it should take
 // no new requests (a not-ready or terminating endpoint or pod, an address
 // gone from DNS): its heartbeats then say draining, so the router sends it
@@ -28,6 +33,7 @@ import (
 
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/adapter/probe"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 
@@ -73,6 +79,12 @@ type Runner struct {
 // Options are what Start needs besides the configured sources.
 type Options struct {
 	Logger zerolog.Logger
+	// Addresses refuses the addresses requests are never sent to: every
+	// source's are dropped (and logged) before they reach the Sink. A nil
+	// policy refuses the unspecified, multicast and link-local ones.
+	Addresses *fleet.AddressPolicy
+	// Metrics is told what each report held and left out; nil: nothing.
+	Metrics Metrics
 	// NewSource builds a source from its configuration; nil means New.
 	NewSource func(config.Discovery, zerolog.Logger) (Source, error)
 }
@@ -104,11 +116,19 @@ func Start(cfgs []config.Discovery, sink Sink, o Options) (*Runner, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Runner{cancel: cancel}
 	for _, s := range all {
+		limit := s.cfg.MaxEngines
+		if limit <= 0 {
+			limit = config.DefaultDiscoveryMaxEngines
+		}
+		adm := newAdmission(s.cfg.Name, limit, o.Addresses.CheckDial, o.Logger.With().Str("discovery", s.cfg.Name).Logger(), o.Metrics)
 		r.wg.Go(func() {
 			var last []probe.Engine
 			s.src.Run(ctx, func(eps []Endpoint) {
-				engines := Engines(s.cfg, s.auth, eps)
-				if ctx.Err() != nil || (last != nil && slices.Equal(engines, last)) {
+				if ctx.Err() != nil {
+					return
+				}
+				engines := Engines(s.cfg, s.auth, adm.filter(eps))
+				if last != nil && slices.Equal(engines, last) {
 					return
 				}
 				last = engines

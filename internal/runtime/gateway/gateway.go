@@ -393,7 +393,13 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.probes.Apply(gw.Engines)
 	g.stops = append(g.stops, func(context.Context) error { g.probes.Close(); return nil })
 	// Engines found by [[gateway.discovery]] sources: probed alike.
-	finder, err := discovery.Start(gw.Discovery, g.probes, discovery.Options{Logger: o.Logger})
+	var dm *metrics.DiscoveryMetrics
+	if o.Registry != nil {
+		if dm, err = metrics.NewDiscoveryMetrics(o.Registry); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
+	finder, err := discovery.Start(gw.Discovery, g.probes, discovery.Options{Logger: o.Logger, Addresses: addrs, Metrics: dm})
 	if err != nil {
 		return fmt.Errorf("gateway.discovery: %w", err)
 	}
