@@ -4,13 +4,17 @@ import (
 	"encoding/binary"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/tlgate/tlgate/enginesim/kvevents"
 )
 
 // blockPool is the KV cache: KVBlocks blocks, each free, referenced
-// (by a running sequence or a held handle) or cached-idle. Full prompt blocks
-// are cached under their chained hash and shared; idle cached blocks are
-// evicted least recently used first when free blocks run out. Not safe for
-// concurrent use (the engine's mutex guards it).
+// (by a running sequence or a held handle) or cached-idle. Full blocks are
+// cached under their chained hash and shared; idle cached blocks are
+// evicted least recently used first when free blocks run out. Every block
+// cached, evicted or cleared is reported as a KV cache event when events
+// are on (emit). Not safe for concurrent use (the engine's mutex guards
+// it).
 type blockPool struct {
 	total int
 	free  int // blocks holding nothing
@@ -18,23 +22,25 @@ type blockPool struct {
 	// lru lists idle cached blocks (no references), most recent first.
 	lru  cachedBlock // sentinel
 	idle int
+	// emit, when set, receives the pool's KV cache events as they happen.
+	emit func(kvevents.Event)
 }
 
 type cachedBlock struct {
-	hash       uint64
+	b          *kvBlock
 	refs       int
 	prev, next *cachedBlock
 }
 
 // blockSet is what a sequence or handle holds: references to cached full
-// prompt blocks and a number of private blocks (the partial prompt tail and
-// the generated tokens).
+// blocks and a number of private blocks (the partial prompt tail and the
+// generated tokens).
 type blockSet struct {
-	hashes  []uint64
+	blocks  []*kvBlock
 	private int
 }
 
-func (s blockSet) size() int { return len(s.hashes) + s.private }
+func (s blockSet) size() int { return len(s.blocks) + s.private }
 
 func newBlockPool(total int) *blockPool {
 	p := &blockPool{total: total, free: total, cache: make(map[uint64]*cachedBlock)}
@@ -48,25 +54,25 @@ func (p *blockPool) referenced() int { return p.total - p.free - p.idle }
 // available returns the blocks a new request can take: free and idle.
 func (p *blockPool) available() int { return p.free + p.idle }
 
-// leadingHits returns how many of hashes, from the first, are cached.
-func (p *blockPool) leadingHits(hashes []uint64) int {
-	for i, h := range hashes {
-		if _, ok := p.cache[h]; !ok {
+// leadingHits returns how many of blocks, from the first, are cached.
+func (p *blockPool) leadingHits(blocks []*kvBlock) int {
+	for i, b := range blocks {
+		if _, ok := p.cache[b.key]; !ok {
 			return i
 		}
 	}
-	return len(hashes)
+	return len(blocks)
 }
 
 // fits reports whether s can be acquired now.
 func (p *blockPool) fits(s blockSet) bool {
 	need, idleHits := s.private, 0
-	for _, h := range s.hashes {
-		b, ok := p.cache[h]
+	for _, b := range s.blocks {
+		c, ok := p.cache[b.key]
 		switch {
 		case !ok:
 			need++
-		case b.refs == 0:
+		case c.refs == 0:
 			idleHits++
 		}
 	}
@@ -74,29 +80,42 @@ func (p *blockPool) fits(s blockSet) bool {
 }
 
 // acquire takes the blocks of s; it reports false (taking nothing) if they
-// do not fit.
+// do not fit. The blocks of s not cached yet are cached (BlockStored, one
+// event per run of consecutive new blocks, after the evictions that made
+// room for them).
 func (p *blockPool) acquire(s blockSet) bool {
 	if !p.fits(s) {
 		return false
 	}
 	// Reference the hits first so eviction below cannot take them.
-	var missing []uint64
-	for _, h := range s.hashes {
-		if b, ok := p.cache[h]; ok {
-			if b.refs == 0 {
-				p.unlink(b)
+	missing := make([]bool, len(s.blocks))
+	n := 0
+	for i, b := range s.blocks {
+		if c, ok := p.cache[b.key]; ok {
+			if c.refs == 0 {
+				p.unlink(c)
 			}
-			b.refs++
+			c.refs++
 		} else {
-			missing = append(missing, h)
+			missing[i] = true
+			n++
 		}
 	}
-	for _, h := range missing {
+	for range n + s.private {
 		p.take()
-		p.cache[h] = &cachedBlock{hash: h, refs: 1}
 	}
-	for range s.private {
-		p.take()
+	for i := 0; i < len(s.blocks); {
+		if !missing[i] {
+			i++
+			continue
+		}
+		j := i
+		for j < len(s.blocks) && missing[j] {
+			p.cache[s.blocks[j].key] = &cachedBlock{b: s.blocks[j], refs: 1}
+			j++
+		}
+		p.stored(s.blocks[i:j])
+		i = j
 	}
 	return true
 }
@@ -119,54 +138,77 @@ func (p *blockPool) take() {
 		p.free--
 		return
 	}
-	b := p.lru.prev
-	p.unlink(b)
-	delete(p.cache, b.hash)
+	c := p.lru.prev
+	p.unlink(c)
+	delete(p.cache, c.b.key)
+	if p.emit != nil {
+		p.emit(&kvevents.BlockRemoved{BlockHashes: []kvevents.Hash{c.b.hash}, Medium: kvevents.MediumGPU})
+	}
 }
 
 // release returns the blocks of s: private ones become free, cached ones
-// idle (most recently used) once nobody references them.
+// idle (most recently used) once nobody references them. Like vLLM, a
+// chain is released tail first, so its tail is evicted before its head.
 func (p *blockPool) release(s blockSet) {
 	p.free += s.private
-	for _, h := range s.hashes {
-		b := p.cache[h]
-		b.refs--
-		if b.refs == 0 {
-			b.next, b.prev = p.lru.next, &p.lru
-			p.lru.next.prev = b
-			p.lru.next = b
+	for i := len(s.blocks) - 1; i >= 0; i-- {
+		c := p.cache[s.blocks[i].key]
+		c.refs--
+		if c.refs == 0 {
+			c.next, c.prev = p.lru.next, &p.lru
+			p.lru.next.prev = c
+			p.lru.next = c
 			p.idle++
 		}
 	}
 }
 
-func (p *blockPool) unlink(b *cachedBlock) {
-	b.prev.next, b.next.prev = b.next, b.prev
-	b.prev, b.next = nil, nil
+// reset drops every cached block (AllBlocksCleared) if none is
+// referenced, as vLLM's reset_prefix_cache; false when some are.
+func (p *blockPool) reset() bool {
+	if p.referenced() > 0 {
+		return false
+	}
+	p.free, p.idle = p.total, 0
+	clear(p.cache)
+	p.lru.prev, p.lru.next = &p.lru, &p.lru
+	if p.emit != nil {
+		p.emit(&kvevents.AllBlocksCleared{})
+	}
+	return true
+}
+
+func (p *blockPool) unlink(c *cachedBlock) {
+	c.prev.next, c.next.prev = c.next, c.prev
+	c.prev, c.next = nil, nil
 	p.idle--
+}
+
+// stored reports a run of consecutive blocks newly cached.
+func (p *blockPool) stored(run []*kvBlock) {
+	if p.emit == nil || len(run) == 0 {
+		return
+	}
+	ev := &kvevents.BlockStored{
+		BlockHashes: make([]kvevents.Hash, len(run)),
+		Parent:      run[0].parent,
+		TokenIDs:    make([]uint32, 0, len(run)*BlockTokens),
+		BlockSize:   BlockTokens,
+		Medium:      kvevents.MediumGPU,
+		LoraName:    run[0].lora,
+		ExtraKeys:   make([][]any, len(run)),
+		SpecKind:    kvevents.SpecFullAttention,
+	}
+	for i, b := range run {
+		ev.BlockHashes[i] = b.hash
+		ev.TokenIDs = append(ev.TokenIDs, b.tokens...)
+		ev.ExtraKeys[i] = b.extra
+	}
+	p.emit(ev)
 }
 
 // blockCount returns the blocks n tokens occupy.
 func blockCount(n int) int { return (n + BlockTokens - 1) / BlockTokens }
-
-// blockHashes returns the chained hashes of the full blocks of ids: each
-// block's hash covers the previous hash and its own tokens, so equal hashes
-// mean equal prefixes. root separates models.
-func blockHashes(root uint64, ids []uint32) []uint64 {
-	full := len(ids) / BlockTokens
-	hashes := make([]uint64, full)
-	var buf [8 + 4*BlockTokens]byte
-	prev := root
-	for i := range full {
-		binary.LittleEndian.PutUint64(buf[:8], prev)
-		for j, id := range ids[i*BlockTokens : (i+1)*BlockTokens] {
-			binary.LittleEndian.PutUint32(buf[8+4*j:], id)
-		}
-		prev = xxhash.Sum64(buf[:])
-		hashes[i] = prev
-	}
-	return hashes
-}
 
 // blockData is the reference engine's KV block layout (kv_format 1): the
 // block's chained hash (0 for a partial tail block) followed by its token ids,
@@ -183,14 +225,15 @@ func blockData(hash uint64, ids []uint32) []byte {
 // blockChecksum is the checksum sent with and verified on every KV block.
 func blockChecksum(data []byte) uint64 { return xxhash.Sum64(data) }
 
-// promptBlocks returns the KV blocks of a prompt in push order.
-func promptBlocks(root uint64, ids []uint32) [][]byte {
-	hashes := blockHashes(root, ids)
+// promptBlocks returns the KV blocks of a prompt in push order (hashed
+// without extra keys: the KV transfer contract carries none).
+func (h *hasher) promptBlocks(ids []uint32) [][]byte {
+	full := h.blocks(ids, "", "")
 	blocks := make([][]byte, 0, blockCount(len(ids)))
 	for i := 0; i < len(ids); i += BlockTokens {
 		var h uint64
-		if b := i / BlockTokens; b < len(hashes) {
-			h = hashes[b]
+		if b := i / BlockTokens; b < len(full) {
+			h = full[b].key
 		}
 		blocks = append(blocks, blockData(h, ids[i:min(i+BlockTokens, len(ids))]))
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/tlgate/tlgate/enginesim/kvevents"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 
@@ -83,6 +84,15 @@ type Config struct {
 	// in the queue (default 256).
 	MaxRunning int
 
+	// KVEvents, when its Endpoint is set, publishes the prefix cache's
+	// events as vLLM does (--kv-events-config): BlockStored when blocks
+	// are cached, BlockRemoved when evicted, AllBlocksCleared when the
+	// cache is reset. Its Logger is the engine's.
+	KVEvents kvevents.Config
+	// HashSeed is the seed of the root block hash, vLLM's PYTHONHASHSEED
+	// (default DefaultHashSeed). Prefill and decode engines must agree.
+	HashSeed string
+
 	// WeightsSeed selects the toy model's weights (default: derived from
 	// Model, so every engine serving a model id has the same weights).
 	WeightsSeed uint64
@@ -144,6 +154,9 @@ type hooks struct {
 	expired           chan struct{} // a KV hold timed out
 	heartbeatSkipped  chan struct{} // a heartbeat was skipped (fault)
 	heartbeatReturned chan error    // a heartbeat RPC returned
+	// prefilled, if set, is called with the prompt of every sequence
+	// admitted for prefill.
+	prefilled func(prompt []uint32)
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -188,6 +201,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.HashSeed == "" {
+		c.HashSeed = DefaultHashSeed
 	}
 	if c.EmbeddingDim == 0 {
 		c.EmbeddingDim = DefaultEmbeddingDim

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tlgate/tlgate/enginesim/kvevents"
 	kvv1 "github.com/tlgate/tlgate/protos/tl/kv/v1"
 )
 
@@ -37,6 +38,22 @@ type core struct {
 	onExpire    func(id string) // called (without the lock) when a hold times out
 	onQueued    func()          // called (without the lock) when a sequence starts waiting
 	slots       slotTime
+	// publish, when set, receives the KV cache events of each locked
+	// operation, in order, under the lock (it must not block).
+	publish func([]kvevents.Event)
+	pending []kvevents.Event
+}
+
+// unlock publishes the KV cache events of the operation ending and
+// releases the lock.
+func (c *core) unlock() {
+	if len(c.pending) > 0 {
+		if c.publish != nil {
+			c.publish(c.pending)
+		}
+		c.pending = nil
+	}
+	c.mu.Unlock()
 }
 
 // slotTime integrates the engine's running slots over time: busy is the
@@ -77,12 +94,14 @@ type counters struct {
 }
 
 func newCore(blocks, maxRunning int, holdTimeout time.Duration) *core {
-	return &core{
+	c := &core{
 		pool:        newBlockPool(blocks),
 		maxRunning:  maxRunning,
 		handles:     make(map[string]*handle),
 		holdTimeout: holdTimeout,
 	}
+	c.pool.emit = func(ev kvevents.Event) { c.pending = append(c.pending, ev) }
+	return c
 }
 
 // admission is a request for a running slot and KV blocks.
@@ -118,7 +137,7 @@ func (c *core) admit(ctx context.Context, a *admission) (*seq, error) {
 	c.settleLocked()
 	if c.closed {
 		c.dropLocked(a.handle)
-		c.mu.Unlock()
+		c.unlock()
 		return nil, errCoreClosed
 	}
 	total := a.want.size()
@@ -127,17 +146,17 @@ func (c *core) admit(ctx context.Context, a *admission) (*seq, error) {
 	}
 	if total > c.pool.total {
 		c.dropLocked(a.handle)
-		c.mu.Unlock()
+		c.unlock()
 		return nil, fmt.Errorf("%w: %d blocks needed, %d in the engine", errTooLarge, total, c.pool.total)
 	}
 	if c.waiting.Len() == 0 && c.tryAdmitLocked(a) {
-		c.mu.Unlock()
+		c.unlock()
 		return a.seq, nil
 	}
 	a.ready = make(chan struct{})
 	a.elem = c.waiting.PushBack(a)
 	onQueued := c.onQueued
-	c.mu.Unlock()
+	c.unlock()
 	if onQueued != nil {
 		onQueued()
 	}
@@ -148,7 +167,7 @@ func (c *core) admit(ctx context.Context, a *admission) (*seq, error) {
 	case <-ctx.Done():
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	c.settleLocked()
 	if a.seq != nil { // admitted while we were giving up
 		c.finishLocked(a.seq)
@@ -170,7 +189,7 @@ func (c *core) tryAdmitLocked(a *admission) bool {
 	}
 	if a.promptLen > 0 {
 		// Like vLLM, at least the last prompt token is always computed.
-		hits := min(c.pool.leadingHits(a.want.hashes), (a.promptLen-1)/BlockTokens)
+		hits := min(c.pool.leadingHits(a.want.blocks), (a.promptLen-1)/BlockTokens)
 		a.cached = hits * BlockTokens
 		c.counters.prefixQueries += uint64(a.promptLen)
 		c.counters.prefixHits += uint64(a.cached)
@@ -178,7 +197,7 @@ func (c *core) tryAdmitLocked(a *admission) bool {
 	c.pool.acquire(a.want)
 	s := &seq{blocks: a.want, cached: a.cached}
 	if h := a.handle; h != nil {
-		s.blocks.hashes = h.blocks.hashes
+		s.blocks.blocks = h.blocks.blocks
 		s.blocks.private += h.blocks.private
 		c.heldBlocks -= h.blocks.size()
 		a.handle = nil
@@ -205,7 +224,7 @@ func (c *core) pumpLocked() {
 // cached) and admits waiting sequences.
 func (c *core) finish(s *seq) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	c.finishLocked(s)
 }
 
@@ -228,7 +247,7 @@ type handle struct {
 // take, release or the hold timeout.
 func (c *core) hold(h *handle) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	switch {
 	case c.closed:
 		return errCoreClosed
@@ -248,7 +267,7 @@ func (c *core) hold(h *handle) error {
 // blocks stay held until the request's sequence adopts or drops them.
 func (c *core) take(id string) *handle {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	h := c.handles[id]
 	if h == nil {
 		return nil
@@ -261,7 +280,7 @@ func (c *core) take(id string) *handle {
 // drop frees a taken handle that no sequence adopted.
 func (c *core) drop(h *handle) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	c.dropLocked(h)
 }
 
@@ -278,7 +297,7 @@ func (c *core) dropLocked(h *handle) {
 // already taken one.
 func (c *core) release(id string) (released bool, freed int) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	c.counters.releases++
 	h := c.handles[id]
 	if h == nil {
@@ -295,14 +314,14 @@ func (c *core) release(id string) (released bool, freed int) {
 func (c *core) expire(h *handle) {
 	c.mu.Lock()
 	if c.handles[h.id] != h {
-		c.mu.Unlock()
+		c.unlock()
 		return
 	}
 	delete(c.handles, h.id)
 	c.dropLocked(h)
 	c.counters.handlesExpired++
 	onExpire := c.onExpire
-	c.mu.Unlock()
+	c.unlock()
 	if onExpire != nil {
 		onExpire(h.id)
 	}
@@ -312,7 +331,7 @@ func (c *core) expire(h *handle) {
 // handle. Running sequences finish as usual.
 func (c *core) close() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	c.settleLocked()
 	c.closed = true
 	for e := c.waiting.Front(); e != nil; e = c.waiting.Front() {
@@ -329,9 +348,28 @@ func (c *core) close() {
 	}
 }
 
+// resetPrefixCache drops every cached block, as vLLM's reset_prefix_cache:
+// false (nothing dropped) while sequences or handles hold blocks.
+func (c *core) resetPrefixCache() bool {
+	c.mu.Lock()
+	defer c.unlock()
+	return c.pool.reset()
+}
+
+// cachedKeys returns the keys of the blocks in the prefix cache.
+func (c *core) cachedKeys() []uint64 {
+	c.mu.Lock()
+	defer c.unlock()
+	keys := make([]uint64, 0, len(c.pool.cache))
+	for k := range c.pool.cache {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
 // count applies f to the counters under the lock.
 func (c *core) count(f func(*counters)) {
 	c.mu.Lock()
 	f(&c.counters)
-	c.mu.Unlock()
+	c.unlock()
 }

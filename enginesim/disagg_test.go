@@ -74,7 +74,7 @@ func unsurePrompt(t testing.TB, e *Engine) string {
 		chat, err := chatPrompt(e.tok, []chatMessageIn{
 			{Role: "system", Content: []byte(`"You are a helpful assistant."`)},
 			{Role: "user", Content: []byte(fmt.Sprintf("%q", p))},
-		})
+		}, tokenizer.ChatOptions{AddGenerationPrompt: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +308,7 @@ func TestPushValidation(t *testing.T) {
 	if len(prompt) <= BlockTokens || len(prompt) > 2*BlockTokens {
 		t.Fatalf("prompt of %d tokens", len(prompt))
 	}
-	blocks := promptBlocks(x.d.root, prompt)
+	blocks := x.d.hash.promptBlocks(prompt)
 	header := func(id string, mod func(*kvv1.KvHeader)) *kvv1.KvChunk {
 		h := &kvv1.KvHeader{HandleId: id, Model: "m", KvFormat: DefaultKVFormat, PromptIds: prompt,
 			Seed: 1, RngDrawsConsumed: 1, NumBlocks: uint32(len(blocks))}
@@ -337,7 +337,7 @@ func TestPushValidation(t *testing.T) {
 		{"missing block", good("h")[:2], codes.InvalidArgument},
 		{"extra block", append(good("h"), blockChunk(2, blocks[1], blockChecksum(blocks[1]))), codes.InvalidArgument},
 		{"more blocks than the engine has", func() []*kvv1.KvChunk {
-			lb := promptBlocks(x.d.root, long)
+			lb := x.d.hash.promptBlocks(long)
 			cs := []*kvv1.KvChunk{header("big", func(h *kvv1.KvHeader) { h.PromptIds, h.NumBlocks = long, uint32(len(lb)) })}
 			for i, b := range lb {
 				cs = append(cs, blockChunk(i, b, blockChecksum(b)))
@@ -408,7 +408,7 @@ func TestHoldTimeoutFreesBlocks(t *testing.T) {
 			defer c.mu.Unlock()
 			return len(c.handles), c.heldBlocks, c.pool.total - c.pool.referenced()
 		}
-		h := &handle{id: "h", header: &kvv1.KvHeader{}, blocks: blockSet{hashes: []uint64{1, 2}, private: 1}}
+		h := &handle{id: "h", header: &kvv1.KvHeader{}, blocks: blockSet{blocks: keyed(1, 2), private: 1}}
 		if err := c.hold(h); err != nil {
 			t.Fatal(err)
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 
+	"github.com/tlgate/tlgate/enginesim/kvevents"
 	"github.com/tlgate/tlgate/enginesim/tokenizer"
 	"github.com/tlgate/tlgate/enginesim/toymodel"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
@@ -49,9 +50,10 @@ type Engine struct {
 	role    controlv1.Role
 	tok     *tokenizer.Tokenizer
 	model   *toymodel.Model
-	root    uint64 // root of the chained block hashes
+	hash    *hasher // the prefix cache's chained block hashes
 	started time.Time
 	core    *core
+	kvpub   *kvevents.Publisher // nil without KV events
 
 	ctx    context.Context // cancelled by Close and Kill
 	cancel context.CancelFunc
@@ -97,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		log:     cfg.Logger,
 		role:    role,
 		tok:     tokenizer.Default(),
-		root:    toymodel.SeedOf("kv:" + cfg.Model),
+		hash:    newHasher(cfg.HashSeed),
 		started: time.Now(),
 		core:    newCore(cfg.KVBlocks, cfg.MaxRunning, cfg.HoldTimeout),
 		faults:  cfg.Faults,
@@ -121,6 +123,16 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		e.hook(func(h *hooks) chan struct{} { return h.expired })
 	}
 	e.core.onQueued = func() { e.hook(func(h *hooks) chan struct{} { return h.queued }) }
+	if cfg.KVEvents.Endpoint != "" {
+		kc := cfg.KVEvents
+		kc.Logger = e.log
+		if e.kvpub, err = kvevents.Start(kc); err != nil {
+			e.closeListeners()
+			e.cancel()
+			return nil, fmt.Errorf("enginesim: KV events: %w", err)
+		}
+		e.core.publish = e.kvpub.Publish
+	}
 	e.serve()
 	if cfg.Faults.Refuse {
 		e.applyRefuse(true)
@@ -219,6 +231,24 @@ func (e *Engine) KVAddr() string { return addrOf(e.kvLis) }
 
 // ControlAddr returns the /sim control host:port ("" unless configured).
 func (e *Engine) ControlAddr() string { return addrOf(e.controlLis) }
+
+// KVEventsAddr returns the KV events PUB endpoint, e.g.
+// "tcp://127.0.0.1:5557" ("" without KV events).
+func (e *Engine) KVEventsAddr() string {
+	if e.kvpub == nil {
+		return ""
+	}
+	return e.kvpub.Addr()
+}
+
+// KVEventsReplayAddr returns the KV events replay endpoint ("" without
+// one).
+func (e *Engine) KVEventsReplayAddr() string {
+	if e.kvpub == nil {
+		return ""
+	}
+	return e.kvpub.ReplayAddr()
+}
 
 // URL returns the HTTP base URL, e.g. "http://127.0.0.1:8000".
 func (e *Engine) URL() string { return "http://" + e.HTTPAddr() }
@@ -481,6 +511,9 @@ func (e *Engine) stop(abrupt bool) error {
 		e.handlers.wait()
 		e.core.close()
 		e.wg.Wait()
+		if e.kvpub != nil {
+			errs = append(errs, e.kvpub.Close())
+		}
 		e.mu.Lock()
 		for addr, c := range e.kvConns {
 			errs = append(errs, c.Close())

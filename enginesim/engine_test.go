@@ -306,11 +306,13 @@ func TestPrefixCacheEvictsLRU(t *testing.T) {
 	if h := run(a); h != 32 {
 		t.Fatalf("warm a: %d hits, want 32", h)
 	}
-	if h := run(b); h != 0 { // evicts a's blocks: only 4 blocks
+	if h := run(b); h != 0 { // evicts one of a's blocks: only 4 blocks
 		t.Fatalf("cold b: %d hits", h)
 	}
-	if h := run(a); h != 0 {
-		t.Fatalf("a after b: %d hits, want 0 (evicted)", h)
+	// Like vLLM, a chain's tail is evicted before its head: a's first
+	// block survived.
+	if h := run(a); h != 16 {
+		t.Fatalf("a after b: %d hits, want 16 (its tail evicted)", h)
 	}
 }
 

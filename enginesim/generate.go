@@ -43,12 +43,10 @@ func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit fu
 	need := blockCount(len(r.prompt) + r.maxTokens)
 	a := &admission{handle: h}
 	if h == nil {
-		root := e.root
-		if r.cacheSalt != "" { // vLLM's cache namespace: blocks shared only within the salt
-			root = toymodel.SeedOf("kv:" + e.cfg.Model + "\x00salt:" + r.cacheSalt)
-		}
-		a.want.hashes = blockHashes(root, r.prompt)
-		a.want.private = need - len(a.want.hashes)
+		// cache_salt is vLLM's cache namespace: blocks are shared only
+		// within the salt; an adapter's blocks only within the adapter.
+		a.want.blocks = e.hash.blocks(r.prompt, r.lora, r.cacheSalt)
+		a.want.private = need - len(a.want.blocks)
 		a.promptLen = len(r.prompt)
 	} else {
 		a.want.private = max(0, need-h.blocks.size())
@@ -60,6 +58,9 @@ func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit fu
 	defer e.core.finish(s)
 	res.cached = s.cached
 	if h == nil {
+		if hk := e.cfg.hooks; hk != nil && hk.prefilled != nil {
+			hk.prefilled(r.prompt)
+		}
 		if err := sleepCtx(ctx, time.Duration(len(r.prompt)-s.cached)*e.cfg.PrefillPerToken); err != nil {
 			return res, err
 		}

@@ -72,9 +72,9 @@ func (s *controlServer) Prefill(ctx context.Context, req *enginev1.PrefillReques
 	}
 	prompt := req.GetPromptIds()
 	sp := req.GetSampling()
-	hashes := blockHashes(e.root, prompt)
+	full := e.hash.blocks(prompt, "", "")
 	a := &admission{
-		want:      blockSet{hashes: hashes, private: blockCount(len(prompt)) - len(hashes)},
+		want:      blockSet{blocks: full, private: blockCount(len(prompt)) - len(full)},
 		promptLen: len(prompt),
 	}
 	sq, err := e.core.admit(ctx, a)
@@ -109,7 +109,7 @@ func (s *controlServer) Prefill(ctx context.Context, req *enginev1.PrefillReques
 		RngDrawsConsumed: g.Draws(),
 		NumBlocks:        uint32(blockCount(len(prompt))),
 	}
-	if err := e.push(ctx, req.GetDecodeTarget(), header, promptBlocks(e.root, prompt)); err != nil {
+	if err := e.push(ctx, req.GetDecodeTarget(), header, e.hash.promptBlocks(prompt)); err != nil {
 		e.log.Warn().Err(err).Str("decode_target", req.GetDecodeTarget()).Msg("KV push failed")
 		return nil, err
 	}
@@ -246,7 +246,7 @@ func (s *kvServer) Push(stream grpc.ClientStreamingServer[kvv1.KvChunk, kvv1.Pus
 		return status.Errorf(codes.InvalidArgument, "push: num_blocks %d for %d prompt tokens, want %d",
 			header.GetNumBlocks(), len(prompt), blockCount(len(prompt)))
 	}
-	want := promptBlocks(e.root, prompt)
+	want := e.hash.promptBlocks(prompt)
 	for i := range want {
 		chunk, err := stream.Recv()
 		if err != nil {
@@ -267,11 +267,11 @@ func (s *kvServer) Push(stream grpc.ClientStreamingServer[kvv1.KvChunk, kvv1.Pus
 	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
 		return status.Error(codes.InvalidArgument, "push: more messages than num_blocks")
 	}
-	hashes := blockHashes(e.root, prompt)
+	full := e.hash.blocks(prompt, "", "")
 	h := &handle{
 		id:     header.GetHandleId(),
 		header: header,
-		blocks: blockSet{hashes: hashes, private: len(want) - len(hashes)},
+		blocks: blockSet{blocks: full, private: len(want) - len(full)},
 	}
 	if err := e.core.hold(h); err != nil {
 		switch {

@@ -23,8 +23,11 @@ func (e *Engine) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", e.traced("enginesim.completions", e.handleInference(false)))
 	mux.HandleFunc("POST /v1/chat/completions", e.traced("enginesim.chat", e.handleInference(true)))
-	mux.HandleFunc("POST /v1/tokenize", e.traced("enginesim.tokenize", e.handleTokenize))
-	mux.HandleFunc("POST /v1/detokenize", e.handleDetokenize)
+	for _, prefix := range []string{"", "/v1"} { // vLLM serves /tokenize; the gateway has used /v1/tokenize
+		mux.HandleFunc("POST "+prefix+"/tokenize", e.traced("enginesim.tokenize", e.handleTokenize))
+		mux.HandleFunc("POST "+prefix+"/detokenize", e.handleDetokenize)
+	}
+	mux.HandleFunc("POST /reset_prefix_cache", e.handleResetPrefixCache)
 	e.responsesRoutes(mux)
 	e.messagesRoutes(mux)
 	mux.HandleFunc("GET /v1/models", e.handleModels)
@@ -139,6 +142,9 @@ func (e *Engine) handleInference(chat bool) http.HandlerFunc {
 		if !e.serves(req.Model) {
 			writeModelNotFound(w, req.Model)
 			return
+		}
+		if req.Model != e.cfg.Model {
+			g.lora = req.Model
 		}
 		var h *handle
 		if id := r.Header.Get(HeaderKVHandle); id != "" {
@@ -466,8 +472,11 @@ func (e *Engine) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	case req.Prompt != nil && req.Messages == nil:
 		text = *req.Prompt
 	case req.Prompt == nil && req.Messages != nil:
-		var err error
-		if text, err = renderMessages(req.Messages); err != nil {
+		opts, err := chatOptions(req.AddGenerationPrompt, req.ContinueFinalMessage)
+		if err == nil {
+			text, err = renderMessages(req.Messages, opts)
+		}
+		if err != nil {
 			writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
 			return
 		}
@@ -505,6 +514,18 @@ func (e *Engine) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"prompt": text})
+}
+
+// handleResetPrefixCache serves vLLM's POST /reset_prefix_cache: every
+// cached block is dropped (AllBlocksCleared), unless some are in use
+// (409 blocks_in_use, nothing dropped), where vLLM logs that it failed.
+func (e *Engine) handleResetPrefixCache(w http.ResponseWriter, _ *http.Request) {
+	if !e.core.resetPrefixCache() {
+		writeError(w, http.StatusConflict, "invalid_request_error", "blocks_in_use",
+			"the prefix cache cannot be reset while requests hold KV blocks")
+		return
+	}
+	w.WriteHeader(http.StatusOK)
 }
 
 func (e *Engine) maxModelLen() int { return e.cfg.KVBlocks * BlockTokens }

@@ -45,6 +45,9 @@ type openAIRequest struct {
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
 	N                *int            `json:"n"`
 	CacheSalt        string          `json:"cache_salt"`
+	// vLLM's chat template switches (chat only).
+	AddGenerationPrompt  *bool `json:"add_generation_prompt"`
+	ContinueFinalMessage bool  `json:"continue_final_message"`
 }
 
 type chatMessageIn struct {
@@ -66,6 +69,7 @@ type genRequest struct {
 	stream      bool
 	usageChunk  bool
 	cacheSalt   string // vLLM's cache_salt: prefix blocks are shared only with the same salt
+	lora        string // the LoRA adapter asked for ("" for the base model)
 }
 
 // parseRequest validates body for chat or completions and tokenizes its
@@ -81,7 +85,10 @@ func parseRequest(tok *tokenizer.Tokenizer, body []byte, chat bool) (*openAIRequ
 	g := &genRequest{chat: chat, stream: req.Stream, cacheSalt: req.CacheSalt}
 	var err error
 	if chat {
-		g.prompt, err = chatPrompt(tok, req.Messages)
+		var opts tokenizer.ChatOptions
+		if opts, err = chatOptions(req.AddGenerationPrompt, req.ContinueFinalMessage); err == nil {
+			g.prompt, err = chatPrompt(tok, req.Messages, opts)
+		}
 		g.maxTokens = defaultMaxTokensChat
 	} else {
 		g.prompt, err = completionPrompt(tok, req.Prompt)
@@ -284,15 +291,32 @@ func completionPrompt(tok *tokenizer.Tokenizer, raw json.RawMessage) ([]uint32, 
 }
 
 // chatPrompt renders messages with the fixed template and tokenizes them.
-func chatPrompt(tok *tokenizer.Tokenizer, msgs []chatMessageIn) ([]uint32, error) {
-	rendered, err := renderMessages(msgs)
+func chatPrompt(tok *tokenizer.Tokenizer, msgs []chatMessageIn, opts tokenizer.ChatOptions) ([]uint32, error) {
+	rendered, err := renderMessages(msgs, opts)
 	if err != nil {
 		return nil, err
 	}
 	return tok.Encode(rendered), nil
 }
 
-func renderMessages(msgs []chatMessageIn) (string, error) {
+// chatOptions reads vLLM's add_generation_prompt (default true) and
+// continue_final_message, which exclude each other.
+func chatOptions(addGenerationPrompt *bool, continueFinal bool) (tokenizer.ChatOptions, error) {
+	opts := tokenizer.ChatOptions{AddGenerationPrompt: true, ContinueFinalMessage: continueFinal}
+	if addGenerationPrompt != nil {
+		opts.AddGenerationPrompt = *addGenerationPrompt
+	}
+	if opts.AddGenerationPrompt && continueFinal {
+		if addGenerationPrompt == nil {
+			opts.AddGenerationPrompt = false // continuing the last message asks for no generation prompt
+		} else {
+			return opts, fmt.Errorf("%w: cannot set both continue_final_message and add_generation_prompt to true", errBadRequest)
+		}
+	}
+	return opts, nil
+}
+
+func renderMessages(msgs []chatMessageIn, opts tokenizer.ChatOptions) (string, error) {
 	if len(msgs) == 0 {
 		return "", fmt.Errorf("%w: messages must not be empty", errBadRequest)
 	}
@@ -307,7 +331,7 @@ func renderMessages(msgs []chatMessageIn) (string, error) {
 		}
 		out[i] = tokenizer.Message{Role: m.Role, Content: text}
 	}
-	return tokenizer.RenderChat(out), nil
+	return tokenizer.RenderChatWith(out, opts), nil
 }
 
 // contentText accepts a string, null, or an array of text parts.
@@ -336,12 +360,18 @@ func contentText(raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
-// tokenizeRequest is the body of POST /tokenize (and /v1/tokenize).
+// tokenizeRequest is the body of POST /tokenize (and /v1/tokenize),
+// vLLM's: prompt, or messages with the chat template's switches.
+// add_special_tokens is accepted and changes nothing: the toy tokenizer
+// has no special tokens.
 type tokenizeRequest struct {
-	Model           string          `json:"model"`
-	Prompt          *string         `json:"prompt"`
-	Messages        []chatMessageIn `json:"messages"`
-	ReturnTokenStrs bool            `json:"return_token_strs"`
+	Model                string          `json:"model"`
+	Prompt               *string         `json:"prompt"`
+	Messages             []chatMessageIn `json:"messages"`
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
+	ContinueFinalMessage bool            `json:"continue_final_message"`
+	AddSpecialTokens     *bool           `json:"add_special_tokens"`
+	ReturnTokenStrs      bool            `json:"return_token_strs"`
 }
 
 // Response shapes.

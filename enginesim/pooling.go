@@ -32,8 +32,6 @@ func (e *Engine) poolingRoutes(mux *http.ServeMux) {
 	for _, p := range []string{"/score", "/v1/score"} {
 		mux.HandleFunc("POST "+p, e.traced("enginesim.score", e.handleScore))
 	}
-	mux.HandleFunc("POST /tokenize", e.traced("enginesim.tokenize", e.handleTokenize))
-	mux.HandleFunc("POST /detokenize", e.handleDetokenize)
 }
 
 // embedder is one model's toy embedding.

@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/enginesim/kvevents"
 	"github.com/tlgate/tlgate/internal/adapter/tracing"
 )
 
@@ -101,10 +102,12 @@ func parseFlags(args []string, stderr io.Writer, getenv func(string) string) (en
 		fmt.Fprint(stderr, `Usage: enginesim [flags]
 
 Runs the tlgate reference engine: OpenAI-compatible HTTP (/v1/completions,
-/v1/chat/completions, /v1/tokenize, /v1/models, /health, /metrics, and
-/sim/faults for fault injection), tl.engine.v1 EngineControl (prefill role)
-and tl.kv.v1 KvTransferService (decode role), heartbeating to gateways over
-tl.control.v1. Port 0 takes a free port; the ports taken are logged.
+/v1/chat/completions, /tokenize, /detokenize, /v1/models, /health, /metrics,
+/reset_prefix_cache, and /sim/faults for fault injection), tl.engine.v1
+EngineControl (prefill role) and tl.kv.v1 KvTransferService (decode role),
+heartbeating to gateways over tl.control.v1, and with -kv-events publishing
+KV cache events over ZMQ as vLLM does. Port 0 takes a free port; the ports
+taken are logged.
 
 Flags:
 `)
@@ -126,6 +129,14 @@ Flags:
 	fs.DurationVar(&cfg.PrefillPerToken, "prefill-per-token", 0, "prefill `time` per uncached prompt token")
 	fs.DurationVar(&cfg.DecodePerToken, "decode-per-token", 0, "decode `time` per generated token")
 	fs.IntVar(&cfg.MaxRunning, "max-running", enginesim.DefaultMaxRunning, "sequences running at once; more wait in the queue")
+	fs.StringVar(&cfg.KVEvents.Endpoint, "kv-events", "", "publish KV cache events as vLLM does (--kv-events-config) on a ZMQ PUB socket bound at this `endpoint`, e.g. tcp://127.0.0.1:5557 (port 0 takes a free one); frames [topic, 8-byte big-endian seq, msgpack EventBatch] (default: no events)")
+	fs.BoolVar(&cfg.KVEvents.Connect, "kv-events-connect", false, "connect the PUB socket to -kv-events (a subscriber that binds) instead of binding it")
+	fs.StringVar(&cfg.KVEvents.ReplayEndpoint, "kv-events-replay", "", "ZMQ ROUTER `endpoint` answering an 8-byte big-endian start sequence with the buffered batches from it, then sequence -1")
+	fs.StringVar(&cfg.KVEvents.Topic, "kv-events-topic", "", "`topic` frame of every KV event message")
+	kvEncoding := fs.String("kv-events-encoding", "map", "`form` of each event: map (a \"type\" key and named fields, vLLM since mid-2026) or array (tagged positional, older vLLM and SGLang); the batch is always [ts, events, data_parallel_rank]")
+	kvHashes := fs.String("kv-events-hash", "int", "`format` of block hashes in events: int (low 64 bits, VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1) or bytes (the 32-byte digest)")
+	fs.IntVar(&cfg.KVEvents.BufferSteps, "kv-events-buffer-steps", kvevents.DefaultBufferSteps, "KV event `batches` kept for replay")
+	fs.StringVar(&cfg.HashSeed, "hash-seed", enginesim.DefaultHashSeed, "`seed` of the root block hash (vLLM's PYTHONHASHSEED); prefill and decode engines must agree")
 	fs.Uint64Var(&cfg.WeightsSeed, "weights-seed", 0, "toy model weights `seed` (default derived from -model)")
 	fs.Float64Var(&cfg.Confidence, "confidence", 0.5, "model capability in (0, 1]: 0.5 is unsure on about half the prompts, 0.9 sure on nearly all")
 	fs.Var(&gateways, "gateway", "gateway registry `address` to heartbeat (repeatable or comma-separated); a DNS name is re-resolved every heartbeat interval and every address it resolves to is heartbeated")
@@ -149,7 +160,8 @@ Flags:
 	fs.StringVar(&tc.Protocol, "otlp-protocol", tracing.ProtocolGRPC, "OTLP `protocol`: grpc or http")
 	fs.Float64Var(&tc.SampleRatio, "otlp-sample-ratio", 1, "share of new traces recorded, in [0, 1] (a caller's traceparent decides for its own)")
 	fs.StringVar(&tc.ServiceName, "otlp-service-name", "enginesim", "service.name of the engine's spans")
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	if err != nil {
 		return cfg, tc, err
 	}
 	if fs.NArg() > 0 {
@@ -164,6 +176,12 @@ Flags:
 	cfg.Unserved = unserved
 	cfg.Adapters = adapters
 	cfg.KVFormat = uint32(*kvFormat)
+	if cfg.KVEvents.Encoder.Encoding, err = kvevents.ParseEncoding(*kvEncoding); err != nil {
+		return cfg, tc, fmt.Errorf("-kv-events-encoding: %w", err)
+	}
+	if cfg.KVEvents.Encoder.Hashes, err = kvevents.ParseHashFormat(*kvHashes); err != nil {
+		return cfg, tc, fmt.Errorf("-kv-events-hash: %w", err)
+	}
 	if cfg.RegistryToken == "" {
 		cfg.RegistryToken = getenv(tokenEnv)
 	}

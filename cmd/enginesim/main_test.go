@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/enginesim/kvevents"
 	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
 )
 
@@ -34,7 +35,13 @@ func TestParseFlags(t *testing.T) {
 			"-confidence", "0.9", "-gateway", "a:1,b:2", "-gateway", "c:3", "-heartbeat-interval", "500ms",
 			"-registry-token", "tok", "-hold-timeout", "5s", "-shutdown-timeout", "1s", "-max-body-bytes", "1000",
 			"-fault-refuse", "-fault-unavailable", "-fault-die-after", "3", "-fault-stall-ms", "100", "-fault-no-heartbeat",
+			"-kv-events", "tcp://127.0.0.1:5557", "-kv-events-connect", "-kv-events-replay", "tcp://127.0.0.1:5558",
+			"-kv-events-topic", "kv", "-kv-events-encoding", "array", "-kv-events-hash", "bytes", "-kv-events-buffer-steps", "10",
+			"-hash-seed", "42",
 		}, nil, func(c *enginesim.Config) {
+			c.KVEvents = kvevents.Config{Endpoint: "tcp://127.0.0.1:5557", Connect: true, ReplayEndpoint: "tcp://127.0.0.1:5558",
+				Topic: "kv", Encoder: kvevents.Encoder{Encoding: kvevents.EncodingArray, Hashes: kvevents.HashBytes}, BufferSteps: 10}
+			c.HashSeed = "42"
 			c.ID, c.Model, c.Role = "d-1", "big", "decode"
 			c.HTTPAddr, c.GRPCAddr, c.KVAddr, c.ControlAddr, c.AdvertiseHost = "127.0.0.1:0", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "10.0.0.1"
 			c.KVBlocks, c.KVFormat = 64, 2
@@ -58,7 +65,8 @@ func TestParseFlags(t *testing.T) {
 				Model: "sim", Role: "unified", HTTPAddr: "127.0.0.1:8000", GRPCAddr: "127.0.0.1:0", KVAddr: "127.0.0.1:0",
 				AdvertiseHost: "127.0.0.1", KVBlocks: 4096, KVFormat: 1, MaxRunning: 256, Confidence: 0.5,
 				HeartbeatInterval: 2 * time.Second, HoldTimeout: time.Minute, ShutdownTimeout: 10 * time.Second,
-				MaxBodyBytes: 4 << 20,
+				MaxBodyBytes: 4 << 20, HashSeed: enginesim.DefaultHashSeed,
+				KVEvents: kvevents.Config{BufferSteps: kvevents.DefaultBufferSteps},
 			}
 			tt.want(&want)
 			got.Logger = want.Logger // loggers do not compare; the log flags are tested below
@@ -85,6 +93,8 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"-log-level", "loud"}, {"-log-format", "xml"}, {"extra"}, {"-nope"},
 		{"-otlp-endpoint", "127.0.0.1:4317"}, {"-otlp-endpoint", "http://h:4317", "-otlp-protocol", "thrift"},
 		{"-otlp-endpoint", "http://h:4317", "-otlp-sample-ratio", "2"},
+		{"-kv-events-encoding", "json"},
+		{"-kv-events-hash", "hex"},
 	} {
 		if _, _, err := parseFlags(args, &bytes.Buffer{}, noEnv); err == nil {
 			t.Errorf("parseFlags(%q) succeeded", args)
@@ -97,7 +107,9 @@ func TestParseFlagsErrors(t *testing.T) {
 	for _, f := range []string{"-id", "-model", "-role", "-http", "-grpc", "-kv", "-kv-blocks", "-kv-format",
 		"-prefill-per-token", "-decode-per-token", "-max-running", "-weights-seed", "-confidence", "-gateway",
 		"-heartbeat-interval", "-registry-token", "-hold-timeout", "-fault-refuse", "-fault-unavailable",
-		"-fault-die-after", "-fault-stall-ms", "-fault-no-heartbeat"} {
+		"-fault-die-after", "-fault-stall-ms", "-fault-no-heartbeat", "-kv-events", "-kv-events-connect",
+		"-kv-events-replay", "-kv-events-topic", "-kv-events-encoding", "-kv-events-hash", "-kv-events-buffer-steps",
+		"-hash-seed"} {
 		if !strings.Contains(out.String(), "  "+f+" ") && !strings.Contains(out.String(), "  "+f+"\n") {
 			t.Errorf("-h does not document %s", f)
 		}

@@ -114,6 +114,19 @@ func TestRenderChat(t *testing.T) {
 	if got := RenderChat(nil); got != "assistant\n" {
 		t.Fatalf("RenderChat(nil) = %q", got)
 	}
+	msgs := []Message{{"user", "Hi"}, {"assistant", "Hel"}}
+	for _, c := range []struct {
+		opts ChatOptions
+		want string
+	}{
+		{ChatOptions{}, "user\nHi\nassistant\nHel\n"},
+		{ChatOptions{AddGenerationPrompt: true}, "user\nHi\nassistant\nHel\nassistant\n"},
+		{ChatOptions{ContinueFinalMessage: true}, "user\nHi\nassistant\nHel"},
+	} {
+		if got := RenderChatWith(msgs, c.opts); got != c.want {
+			t.Errorf("RenderChatWith(%+v) = %q, want %q", c.opts, got, c.want)
+		}
+	}
 }
 
 func FuzzTokenizerRoundTrip(f *testing.F) {
