@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -97,11 +98,14 @@ type Publisher struct {
 	sender sync.WaitGroup
 	server sync.WaitGroup
 
-	mu     sync.Mutex
-	wake   chan struct{} // signalled when queue grows or faults change
-	queue  []queued
-	closed bool
-	faults Faults
+	mu    sync.Mutex
+	wake  chan struct{} // signalled when queue grows or faults change
+	queue []queued
+	// numbering is set while the sender holds a batch taken off the queue
+	// and not yet numbered, so Stats never shows it as neither.
+	numbering bool
+	closed    bool
+	faults    Faults
 
 	// Owned by the sending goroutine, read by replay under bufMu.
 	bufMu sync.Mutex
@@ -260,8 +264,11 @@ func (p *Publisher) Faults() Faults {
 // Stats returns the publisher's counters.
 func (p *Publisher) Stats() Stats {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	queued := len(p.queue)
-	p.mu.Unlock()
+	if p.numbering {
+		queued++
+	}
 	p.bufMu.Lock()
 	defer p.bufMu.Unlock()
 	s := p.stats
@@ -282,12 +289,21 @@ func (p *Publisher) Close() error {
 	p.signal()
 	p.sender.Wait()
 	p.cancel()
-	err := p.pub.Close()
+	err := closeSocket(p.pub)
 	if p.replay != nil {
-		err = errors.Join(err, p.replay.Close())
+		err = errors.Join(err, closeSocket(p.replay))
 	}
 	p.server.Wait()
 	return err
+}
+
+// closeSocket closes s; a connection its peer closed first is no error
+// (zmq4 reports closing it again).
+func closeSocket(s zmq4.Socket) error {
+	if err := s.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("kvevents: close: %w", err)
+	}
+	return nil
 }
 
 // send numbers, encodes and sends queued batches in order.
@@ -328,13 +344,21 @@ func (p *Publisher) send() {
 		}
 		p.queue[0] = queued{}
 		p.queue = p.queue[1:]
+		p.numbering = true
 		p.mu.Unlock()
 		if q.restart {
 			p.restart()
-			continue
+		} else {
+			p.sendBatch(q, f.Drop)
 		}
-		p.sendBatch(q, f.Drop)
 	}
+}
+
+// numbered ends the numbering of the batch taken off the queue.
+func (p *Publisher) numbered() {
+	p.mu.Lock()
+	p.numbering = false
+	p.mu.Unlock()
 }
 
 func (p *Publisher) restart() {
@@ -342,12 +366,14 @@ func (p *Publisher) restart() {
 	p.seq = 0
 	p.buf, p.head = p.buf[:0], 0
 	p.bufMu.Unlock()
+	p.numbered()
 	p.log.Info().Msg("KV event sequence restarted")
 }
 
 func (p *Publisher) sendBatch(q queued, drop bool) {
 	payload, err := p.cfg.Encoder.EncodeBatch(q.ts, q.events, p.cfg.DataParallelRank)
 	if err != nil {
+		p.numbered()
 		p.log.Error().Err(err).Msg("KV event batch not encodable; skipped")
 		return
 	}
@@ -360,6 +386,7 @@ func (p *Publisher) sendBatch(q queued, drop bool) {
 		p.stats.Dropped++
 	}
 	p.bufMu.Unlock()
+	p.numbered()
 	if drop {
 		return
 	}
@@ -422,6 +449,12 @@ func (p *Publisher) serveReplay() {
 		if !refused {
 			batches = p.since(start)
 		}
+		p.bufMu.Lock()
+		p.stats.Replays++
+		if refused {
+			p.stats.Refused++
+		}
+		p.bufMu.Unlock()
 		for _, e := range batches {
 			var seqb [8]byte
 			binary.BigEndian.PutUint64(seqb[:], uint64(e.seq))
@@ -430,12 +463,6 @@ func (p *Publisher) serveReplay() {
 			}
 		}
 		p.replay.SendMulti(zmq4.NewMsgFrom(id, nil, endSeq, nil))
-		p.bufMu.Lock()
-		p.stats.Replays++
-		if refused {
-			p.stats.Refused++
-		}
-		p.bufMu.Unlock()
 	}
 }
 
