@@ -33,6 +33,7 @@ func (s *State) pickPinned(req *Request, now time.Time) (Target, error) {
 	t := Target{Worker: *w, Route: route, ServedModel: w.Model, CascadeSteps: 1, Epoch: s.epoch,
 		Reason: ReasonPinned, Policy: ReasonPinned, Candidates: 1}
 	s.sent(w.ID)
+	s.syncPicked(w.Model, w.ID) // its release is told too
 	return t, nil
 }
 

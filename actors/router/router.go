@@ -155,7 +155,7 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		if st.ExpirePeers(time.Now()) {
 			a.dispatch(ctx)
 		}
-		st.expirePendingStored(time.Now())
+		st.ExpirePending(time.Now())
 		if st.syncing() {
 			st.cfg.Sync.Syncer.Load(st.OwnLoad())
 		}

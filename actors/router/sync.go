@@ -521,10 +521,13 @@ func (s *State) MakeSnapshot(maxChunks int, now time.Time) *Snapshot {
 }
 
 // ApplySnapshot applies replica's snapshot at now: its index as its
-// picks' prompts, its in-flight counts as its load report, its ejections
-// as its ejections, its stored responses as its reports of them. The index entries of workers not known yet (a
-// starting replica hears the engines' first heartbeats within an
-// interval) wait for them, for PeerTimeout at most.
+// peers' share of each worker (every chunk, up to the worker's capacity,
+// whatever the index holds already: prefixindex.ImportPeer), its in-flight
+// counts as its load report, its ejections as its ejections, its stored
+// responses as its reports of them. The index entries of workers not known
+// yet (a starting replica hears the engines' first heartbeats within an
+// interval) wait for them, for PeerTimeout at most (ExpirePending drops
+// them after).
 func (s *State) ApplySnapshot(replica string, snap *Snapshot, now time.Time) PeerApplied {
 	b := PeerBatch{Replica: replica, ChunkBytes: snap.ChunkBytes}
 	b.Events = append(b.Events, PeerEvent{Kind: PeerLoad, Loads: snap.InFlight})
@@ -551,7 +554,7 @@ func (s *State) ApplySnapshot(replica string, snap *Snapshot, now time.Time) Pee
 			}
 			continue
 		}
-		if err := s.prefix.index.RecordPeer(e.Model, e.Worker, e.Hashes); err != nil {
+		if err := s.prefix.index.ImportPeer(e.Model, e.Worker, e.Hashes); err != nil {
 			r.drop(PeerPick, dropReason(err))
 			continue
 		}
@@ -580,6 +583,17 @@ func (s *State) applyPending(w *fleet.Worker) {
 	}
 	delete(s.pendingIndex, w.ID)
 	if s.prefix != nil && (w.LastHeartbeat.IsZero() || w.LastHeartbeat.Before(e.until)) {
-		_ = s.prefix.index.RecordPeer(e.model, w.ID, e.hashes)
+		_ = s.prefix.index.ImportPeer(e.model, w.ID, e.hashes)
 	}
+}
+
+// ExpirePending drops the snapshot's index entries and stored responses
+// still waiting for their workers whose wait is over at now.
+func (s *State) ExpirePending(now time.Time) {
+	for id, e := range s.pendingIndex {
+		if now.After(e.until) {
+			delete(s.pendingIndex, id)
+		}
+	}
+	s.expirePendingStored(now)
 }

@@ -377,3 +377,99 @@ func TestSyncTieSaltSpreadsTies(t *testing.T) {
 		})
 	}
 }
+
+// TestSyncPeerExpiresAtTimeout: a peer heard from at seen is kept at
+// seen + PeerTimeout - 1ns and forgotten, with its load, at exactly
+// seen + PeerTimeout.
+func TestSyncPeerExpiresAtTimeout(t *testing.T) {
+	const timeout = 2 * time.Second
+	s, _ := syncState(t, policy.NameLeastOutstanding, SyncConfig{PeerTimeout: timeout}, "a")
+	s.ApplyPeer(&PeerBatch{Replica: "r2", Events: picks(2, "a")}, now)
+	if s.ExpirePeers(now.Add(timeout-time.Nanosecond)) || s.PeerInFlight("a") != 2 || len(s.Peers()) != 1 {
+		t.Fatalf("a nanosecond before its timeout: peers %v, peer in flight %d", s.Peers(), s.PeerInFlight("a"))
+	}
+	if !s.ExpirePeers(now.Add(timeout)) || s.PeerInFlight("a") != 0 || len(s.Peers()) != 0 {
+		t.Fatalf("at its timeout: peers %v, peer in flight %d, want it forgotten", s.Peers(), s.PeerInFlight("a"))
+	}
+}
+
+// TestSyncWarmStartIntoWarmIndex: a snapshot applied to a replica whose
+// index is warm already imports every chunk the peer exported for a
+// worker (up to its capacity): more than one prompt's share, and past
+// the chunks the replica holds itself, which end the export's list.
+func TestSyncWarmStartIntoWarmIndex(t *testing.T) {
+	src, _ := syncState(t, policy.NameCacheAware, SyncConfig{}, "a")
+	dst, _ := syncState(t, policy.NameCacheAware, SyncConfig{}, "a")
+	shared := words("shared", 3000) // both replicas sent it to a
+	for _, s := range []*State{src, dst} {
+		tg, err := s.Pick(&Request{Model: "m", Prompt: shared}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answered(s, tg)
+		s.Release("a")
+	}
+	share := src.prefix.index.RequestShare("a")
+	var prompts []string
+	for i := 0; src.indexChunks("a") <= share+src.prefix.index.Chunks(len(shared)); i++ {
+		p := words(fmt.Sprintf("only the source's %d", i), 3000)
+		prompts = append(prompts, p)
+		tg, err := src.Pick(&Request{Model: "m", Prompt: p}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answered(src, tg)
+		src.Release("a")
+	}
+	snap := src.MakeSnapshot(1<<20, now)
+	if len(snap.Index) != 1 || len(snap.Index[0].Hashes) <= share {
+		t.Fatalf("the source exported %d entries, want one of more than %d chunks", len(snap.Index), share)
+	}
+	before := dst.indexChunks("a")
+	dst.ApplySnapshot("r1", snap, now)
+	want := before + len(snap.Index[0].Hashes) - dst.prefix.index.Chunks(len(shared))
+	if got := dst.indexChunks("a"); got != want {
+		t.Fatalf("after the snapshot the warm index holds %d chunks of a, want %d (its own %d and every other one exported)", got, want, before)
+	}
+	for i, p := range prompts {
+		if tg, _ := dst.Pick(&Request{Model: "m", Prompt: p}, now); tg.MatchedTokens == 0 {
+			t.Fatalf("prompt %d of the source's not found after the warm start", i)
+		}
+		dst.Release("a")
+	}
+}
+
+// TestPendingIndexExpires: a snapshot's entry for a worker that never
+// shows up is dropped once its wait is over.
+func TestPendingIndexExpires(t *testing.T) {
+	src, _ := syncState(t, policy.NameCacheAware, SyncConfig{}, "a")
+	tg, err := src.Pick(&Request{Model: "m", Prompt: words("sys", 3000)}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered(src, tg)
+	dst, _ := syncState(t, policy.NameCacheAware, SyncConfig{PeerTimeout: 5 * time.Second})
+	dst.ApplySnapshot("r1", src.MakeSnapshot(1<<16, now), now)
+	dst.ExpirePending(now.Add(5 * time.Second))
+	if len(dst.pendingIndex) != 1 {
+		t.Fatalf("%d entries wait before their wait is over, want 1", len(dst.pendingIndex))
+	}
+	dst.ExpirePending(now.Add(5*time.Second + time.Nanosecond))
+	if len(dst.pendingIndex) != 0 {
+		t.Fatalf("%d entries still wait after their wait, want none", len(dst.pendingIndex))
+	}
+}
+
+// TestPinnedPickPublished: a pinned pick (a Responses follow-up) is told
+// to the peers like any other, so its release does not undercount them.
+func TestPinnedPickPublished(t *testing.T) {
+	s, rec := syncState(t, policy.NameLeastOutstanding, SyncConfig{}, "a", "b")
+	tg, err := s.Pick(&Request{Model: "m", Pin: "b"}, now)
+	if err != nil || tg.Worker.ID != "b" {
+		t.Fatalf("pinned pick %s %v, want b", tg.Worker.ID, err)
+	}
+	s.Release("b")
+	if want := []string{"pick m b", "release b"}; !slices.Equal(rec.events, want) {
+		t.Fatalf("told %q, want %q", rec.events, want)
+	}
+}

@@ -53,6 +53,9 @@ const (
 	// and a snapshot's lists.
 	MaxEvents = 1 << 16
 	MaxLoads  = 1 << 14
+	// MaxInFlight bounds one in-flight count, MaxChunkBytes a chunk size.
+	MaxInFlight   = 1 << 20
+	MaxChunkBytes = 1 << 20
 	// MaxFor bounds an ejection's duration.
 	MaxFor = 24 * time.Hour
 	// MaxStoredFor bounds a stored response's time left (the longest
@@ -67,6 +70,12 @@ type writer struct{ b []byte }
 
 func (w *writer) uvarint(v uint64) { w.b = binary.AppendUvarint(w.b, v) }
 func (w *writer) varint(v int64)   { w.b = binary.AppendVarint(w.b, v) }
+
+// bounded writes v clamped to [0, limit]: the decoder refuses a value
+// above its bound, and one such value would make the whole message
+// malformed at every peer.
+func (w *writer) bounded(v int64, limit uint64) { w.uvarint(min(uint64(max(0, v)), limit)) }
+
 func (w *writer) str(s string) {
 	if len(s) > MaxString {
 		s = s[:MaxString]
@@ -74,14 +83,32 @@ func (w *writer) str(s string) {
 	w.uvarint(uint64(len(s)))
 	w.b = append(w.b, s...)
 }
+
 func (w *writer) hashes(hs []uint64) {
+	hs = hs[:min(len(hs), MaxHashes)]
 	w.uvarint(uint64(len(hs)))
 	for _, h := range hs {
 		w.b = binary.LittleEndian.AppendUint64(w.b, h)
 	}
 }
 
-// appendEvent encodes one event.
+func (w *writer) forMs(d time.Duration) { w.bounded(d.Milliseconds(), uint64(MaxFor.Milliseconds())) }
+func (w *writer) ttlMs(d time.Duration) {
+	w.bounded(d.Milliseconds(), uint64(MaxStoredFor.Milliseconds()))
+}
+func (w *writer) inFlight(n int)   { w.bounded(int64(n), MaxInFlight) }
+func (w *writer) chunkBytes(n int) { w.bounded(int64(n), MaxChunkBytes) }
+
+// knownKind reports whether the codec can write an event of kind k.
+func knownKind(k router.PeerEventKind) bool {
+	switch k {
+	case router.PeerPick, router.PeerIndex, router.PeerRelease, router.PeerLoad, router.PeerEject, router.PeerStored, router.PeerForget:
+		return true
+	}
+	return false
+}
+
+// appendEvent encodes one event of a known kind.
 func appendEvent(w *writer, ev *router.PeerEvent) {
 	w.b = append(w.b, byte(ev.Kind))
 	switch ev.Kind {
@@ -92,20 +119,21 @@ func appendEvent(w *writer, ev *router.PeerEvent) {
 	case router.PeerRelease:
 		w.str(ev.Worker)
 	case router.PeerLoad:
-		w.uvarint(uint64(len(ev.Loads)))
-		for _, l := range ev.Loads {
+		ls := ev.Loads[:min(len(ev.Loads), MaxLoads)]
+		w.uvarint(uint64(len(ls)))
+		for _, l := range ls {
 			w.str(l.Worker)
-			w.uvarint(uint64(max(0, l.N)))
+			w.inFlight(l.N)
 		}
 	case router.PeerEject:
 		w.str(ev.Model)
 		w.str(ev.Worker)
 		w.str(ev.Reason)
-		w.uvarint(uint64(max(0, ev.For.Milliseconds())))
+		w.forMs(ev.For)
 	case router.PeerStored:
 		w.str(ev.ID)
 		w.str(ev.Worker)
-		w.uvarint(uint64(max(0, ev.For.Milliseconds())))
+		w.ttlMs(ev.For)
 	case router.PeerForget:
 		w.str(ev.ID)
 	}
@@ -121,47 +149,64 @@ func eventSize(ev *router.PeerEvent) int {
 	return n
 }
 
-// EncodeBatch encodes a batch.
+// EncodeBatch encodes a batch. Whatever it writes decodes: every value is
+// clamped to its decoding bound, strings and lists cut to theirs, events
+// of a kind the codec does not know and those beyond MaxEvents left out.
 func EncodeBatch(dst []byte, b *router.PeerBatch) []byte {
 	w := &writer{b: append(dst, magicBatch, version)}
 	w.str(b.Replica)
 	w.varint(b.Sent.UnixNano())
-	w.uvarint(uint64(max(0, b.ChunkBytes)))
-	w.uvarint(uint64(len(b.Events)))
+	w.chunkBytes(b.ChunkBytes)
+	n := 0
 	for i := range b.Events {
-		appendEvent(w, &b.Events[i])
+		if knownKind(b.Events[i].Kind) {
+			n++
+		}
+	}
+	n = min(n, MaxEvents)
+	w.uvarint(uint64(n))
+	for i := 0; i < len(b.Events) && n > 0; i++ {
+		if knownKind(b.Events[i].Kind) {
+			appendEvent(w, &b.Events[i])
+			n--
+		}
 	}
 	return w.b
 }
 
-// EncodeSnapshot encodes replica's snapshot.
+// EncodeSnapshot encodes replica's snapshot, clamped and cut like
+// EncodeBatch.
 func EncodeSnapshot(dst []byte, replica string, s *router.Snapshot) []byte {
 	w := &writer{b: append(dst, magicSnapshot, version)}
 	w.str(replica)
-	w.uvarint(uint64(max(0, s.ChunkBytes)))
-	w.uvarint(uint64(len(s.Index)))
-	for _, e := range s.Index {
+	w.chunkBytes(s.ChunkBytes)
+	index := s.Index[:min(len(s.Index), MaxLoads)]
+	w.uvarint(uint64(len(index)))
+	for _, e := range index {
 		w.str(e.Model)
 		w.str(e.Worker)
 		w.hashes(e.Hashes)
 	}
-	w.uvarint(uint64(len(s.InFlight)))
-	for _, l := range s.InFlight {
+	inFlight := s.InFlight[:min(len(s.InFlight), MaxLoads)]
+	w.uvarint(uint64(len(inFlight)))
+	for _, l := range inFlight {
 		w.str(l.Worker)
-		w.uvarint(uint64(max(0, l.N)))
+		w.inFlight(l.N)
 	}
-	w.uvarint(uint64(len(s.Ejections)))
-	for _, e := range s.Ejections {
+	ejections := s.Ejections[:min(len(s.Ejections), MaxLoads)]
+	w.uvarint(uint64(len(ejections)))
+	for _, e := range ejections {
 		w.str(e.Worker)
 		w.str(e.Model)
 		w.str(e.Reason)
-		w.uvarint(uint64(max(0, e.For.Milliseconds())))
+		w.forMs(e.For)
 	}
-	w.uvarint(uint64(len(s.Stored)))
-	for _, e := range s.Stored {
+	stored := s.Stored[:min(len(s.Stored), router.MaxSnapshotStored)]
+	w.uvarint(uint64(len(stored)))
+	for _, e := range stored {
 		w.str(e.ID)
 		w.str(e.Worker)
-		w.uvarint(uint64(max(0, e.For.Milliseconds())))
+		w.ttlMs(e.For)
 	}
 	return w.b
 }
@@ -274,14 +319,15 @@ func (r *reader) done() error {
 	return r.err
 }
 
-// DecodeBatch decodes a batch; the error wraps ErrMalformed.
+// DecodeBatch decodes a batch; the error wraps ErrMalformed. Its replica
+// id may be empty: the caller checks who sent it.
 func DecodeBatch(data []byte) (*router.PeerBatch, error) {
 	r := &reader{b: data}
 	r.header(magicBatch)
 	b := &router.PeerBatch{}
 	b.Replica = r.str("replica")
 	b.Sent = time.Unix(0, r.varint())
-	b.ChunkBytes = int(r.uvarint(1<<20, "chunk bytes"))
+	b.ChunkBytes = int(r.uvarint(MaxChunkBytes, "chunk bytes"))
 	n := r.count(MaxEvents, 2, "events")
 	if r.err == nil {
 		b.Events = make([]router.PeerEvent, 0, n)
@@ -297,7 +343,7 @@ func DecodeBatch(data []byte) (*router.PeerBatch, error) {
 		case router.PeerLoad:
 			m := r.count(MaxLoads, 2, "loads")
 			for j := 0; j < m && r.err == nil; j++ {
-				ev.Loads = append(ev.Loads, router.WorkerLoad{Worker: r.str("worker"), N: int(r.uvarint(1<<20, "in flight"))})
+				ev.Loads = append(ev.Loads, router.WorkerLoad{Worker: r.str("worker"), N: int(r.uvarint(MaxInFlight, "in flight"))})
 			}
 		case router.PeerEject:
 			ev.Model, ev.Worker, ev.Reason = r.str("model"), r.str("worker"), r.str("reason")
@@ -315,9 +361,6 @@ func DecodeBatch(data []byte) (*router.PeerBatch, error) {
 	if err := r.done(); err != nil {
 		return nil, err
 	}
-	if b.Replica == "" {
-		return nil, fmt.Errorf("%w: no replica id", ErrMalformed)
-	}
 	return b, nil
 }
 
@@ -326,7 +369,7 @@ func DecodeSnapshot(data []byte) (string, *router.Snapshot, error) {
 	r := &reader{b: data}
 	r.header(magicSnapshot)
 	replica := r.str("replica")
-	s := &router.Snapshot{ChunkBytes: int(r.uvarint(1<<20, "chunk bytes"))}
+	s := &router.Snapshot{ChunkBytes: int(r.uvarint(MaxChunkBytes, "chunk bytes"))}
 	n := r.count(MaxLoads, 3, "index entries")
 	for i := 0; i < n && r.err == nil; i++ {
 		e := router.SnapshotEntry{Model: r.str("model"), Worker: r.str("worker")}
@@ -335,7 +378,7 @@ func DecodeSnapshot(data []byte) (string, *router.Snapshot, error) {
 	}
 	n = r.count(MaxLoads, 2, "in flight")
 	for i := 0; i < n && r.err == nil; i++ {
-		s.InFlight = append(s.InFlight, router.WorkerLoad{Worker: r.str("worker"), N: int(r.uvarint(1<<20, "in flight"))})
+		s.InFlight = append(s.InFlight, router.WorkerLoad{Worker: r.str("worker"), N: int(r.uvarint(MaxInFlight, "in flight"))})
 	}
 	n = r.count(MaxLoads, 4, "ejections")
 	for i := 0; i < n && r.err == nil; i++ {
@@ -351,9 +394,6 @@ func DecodeSnapshot(data []byte) (string, *router.Snapshot, error) {
 	}
 	if err := r.done(); err != nil {
 		return "", nil, err
-	}
-	if replica == "" {
-		return "", nil, fmt.Errorf("%w: no replica id", ErrMalformed)
 	}
 	return replica, s, nil
 }

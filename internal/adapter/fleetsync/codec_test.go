@@ -1,7 +1,9 @@
 package fleetsync
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -70,11 +72,20 @@ func TestCodecRejects(t *testing.T) {
 		{"another version", append([]byte{'B', 9}, good[2:]...)},
 		{"truncated", good[:len(good)-3]},
 		{"bytes left over", append(append([]byte(nil), good...), 0)},
-		{"no replica", EncodeBatch(nil, &router.PeerBatch{})},
 		{"unknown kind", append(EncodeBatch(nil, &router.PeerBatch{Replica: "r"})[:len(EncodeBatch(nil, &router.PeerBatch{Replica: "r"}))-1], 1, 42)},
 		{"a count longer than the message", lying},
-		{"a stored response's time above the bound", EncodeBatch(nil, &router.PeerBatch{Replica: "r", Events: []router.PeerEvent{
-			{Kind: router.PeerStored, ID: "resp_1", Worker: "a", For: MaxStoredFor + time.Millisecond}}})},
+		{"a stored response's time above the bound", func() []byte {
+			w := &writer{b: []byte{magicBatch, version}}
+			w.str("r")
+			w.varint(0)
+			w.uvarint(0)
+			w.uvarint(1)
+			w.b = append(w.b, byte(router.PeerStored))
+			w.str("resp_1")
+			w.str("a")
+			w.uvarint(uint64(MaxStoredFor.Milliseconds()) + 1)
+			return w.b
+		}()},
 		{"a forget cut short", EncodeBatch(nil, &router.PeerBatch{Replica: "r", Events: []router.PeerEvent{
 			{Kind: router.PeerForget, ID: "resp_1"}}})[:20]},
 	}
@@ -124,4 +135,181 @@ func FuzzDecodeSync(f *testing.F) {
 			t.Fatalf("error %v does not wrap ErrMalformed", err)
 		}
 	})
+}
+
+// TestSyncCodecAtBounds: every value exactly at its decoding bound makes
+// the round trip unchanged, and one past it is clamped by the encoder to
+// the bound (never a message the peers refuse).
+func TestSyncCodecAtBounds(t *testing.T) {
+	long := func(c byte) string { return string(bytes.Repeat([]byte{c}, MaxString)) }
+	hashes := make([]uint64, MaxHashes)
+	for i := range hashes {
+		hashes[i] = uint64(i) * 0x9e3779b97f4a7c15
+	}
+	loads := make([]router.WorkerLoad, MaxLoads)
+	for i := range loads {
+		loads[i] = router.WorkerLoad{Worker: fmt.Sprintf("w%d", i), N: MaxInFlight}
+	}
+	b := &router.PeerBatch{Replica: long('r'), Sent: time.Unix(0, 1), ChunkBytes: MaxChunkBytes, Events: []router.PeerEvent{
+		{Kind: router.PeerPick, Model: long('m'), Worker: long('w'), Hashes: hashes},
+		{Kind: router.PeerLoad, Loads: loads},
+		{Kind: router.PeerEject, Model: long('m'), Worker: long('w'), Reason: long('x'), For: MaxFor},
+		{Kind: router.PeerStored, ID: long('i'), Worker: long('w'), For: MaxStoredFor},
+		{Kind: router.PeerForget, ID: long('i')},
+	}}
+	got, err := DecodeBatch(EncodeBatch(nil, b))
+	if err != nil {
+		t.Fatalf("a batch at the bounds: %v", err)
+	}
+	if !reflect.DeepEqual(got, b) {
+		t.Fatalf("a batch at the bounds came back changed")
+	}
+	events := make([]router.PeerEvent, MaxEvents)
+	for i := range events {
+		events[i] = router.PeerEvent{Kind: router.PeerRelease, Worker: "w"}
+	}
+	if got, err := DecodeBatch(EncodeBatch(nil, &router.PeerBatch{Replica: "r", Events: events})); err != nil || len(got.Events) != MaxEvents {
+		t.Fatalf("MaxEvents events: %v", err)
+	}
+	s := &router.Snapshot{ChunkBytes: MaxChunkBytes,
+		Index:     []router.SnapshotEntry{{Model: long('m'), Worker: long('w'), Hashes: hashes}},
+		InFlight:  loads,
+		Ejections: []router.SnapshotEjection{{Worker: long('w'), Model: long('m'), Reason: long('x'), For: MaxFor}},
+		Stored:    []router.SnapshotStored{{ID: long('i'), Worker: long('w'), For: MaxStoredFor}},
+	}
+	id, gs, err := DecodeSnapshot(EncodeSnapshot(nil, long('r'), s))
+	if err != nil || id != long('r') || !reflect.DeepEqual(gs, s) {
+		t.Fatalf("a snapshot at the bounds: %v", err)
+	}
+
+	// One past each bound: clamped to it.
+	over := &router.PeerBatch{Replica: long('r') + "r", Sent: time.Unix(0, 1), ChunkBytes: MaxChunkBytes + 1, Events: []router.PeerEvent{
+		{Kind: router.PeerPick, Model: long('m') + "m", Worker: "w", Hashes: append(hashes, 1)},
+		{Kind: router.PeerLoad, Loads: append(loads, router.WorkerLoad{Worker: "extra", N: 1})},
+		{Kind: router.PeerLoad, Loads: []router.WorkerLoad{{Worker: "w", N: MaxInFlight + 1}, {Worker: "v", N: -1}}},
+		{Kind: router.PeerEject, Model: "m", Worker: "w", Reason: "r", For: MaxFor + time.Millisecond},
+		{Kind: router.PeerEject, Model: "m", Worker: "w", Reason: "r", For: -time.Second},
+		{Kind: router.PeerStored, ID: "i", Worker: "w", For: MaxStoredFor + time.Millisecond},
+		{Kind: 99},
+	}}
+	got, err = DecodeBatch(EncodeBatch(nil, over))
+	if err != nil {
+		t.Fatalf("a batch past the bounds does not decode: %v", err)
+	}
+	if got.Replica != long('r') || got.ChunkBytes != MaxChunkBytes || len(got.Events) != 6 ||
+		len(got.Events[0].Hashes) != MaxHashes || got.Events[0].Model != long('m') ||
+		len(got.Events[1].Loads) != MaxLoads || got.Events[2].Loads[0].N != MaxInFlight || got.Events[2].Loads[1].N != 0 ||
+		got.Events[3].For != MaxFor || got.Events[4].For != 0 || got.Events[5].For != MaxStoredFor {
+		t.Fatalf("a batch past the bounds was not clamped to them")
+	}
+}
+
+// FuzzSyncEncodeDecode: whatever batch or snapshot the encoders are given,
+// what they write decodes, and encodes again to the same bytes.
+func FuzzSyncEncodeDecode(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte("\x05\x01\x08\x03abc\xff\xff\xff\xff\xff\xff\xff\x7f\x04\x02\xff"))
+	f.Add(bytes.Repeat([]byte{0xff}, 64))
+	f.Add(bytes.Repeat([]byte{0x81, 0x03, 0xfe}, 40))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		g := &gen{b: data}
+		b := g.batch()
+		enc := EncodeBatch(nil, b)
+		got, err := DecodeBatch(enc)
+		if err != nil {
+			t.Fatalf("EncodeBatch wrote what DecodeBatch refuses: %v", err)
+		}
+		if again := EncodeBatch(nil, got); !bytes.Equal(again, enc) {
+			t.Fatalf("a decoded batch encodes differently")
+		}
+		replica, s := g.str(), g.snapshot()
+		enc = EncodeSnapshot(nil, replica, s)
+		id, gs, err := DecodeSnapshot(enc)
+		if err != nil {
+			t.Fatalf("EncodeSnapshot wrote what DecodeSnapshot refuses: %v", err)
+		}
+		if again := EncodeSnapshot(nil, id, gs); !bytes.Equal(again, enc) {
+			t.Fatalf("a decoded snapshot encodes differently")
+		}
+	})
+}
+
+// gen draws messages from fuzz bytes: values past every bound included
+// (long strings, long lists, huge and negative numbers, unknown kinds).
+type gen struct{ b []byte }
+
+func (g *gen) byte() byte {
+	if len(g.b) == 0 {
+		return 0
+	}
+	c := g.b[0]
+	g.b = g.b[1:]
+	return c
+}
+
+func (g *gen) i64() int64 {
+	var v uint64
+	for range 8 {
+		v = v<<8 | uint64(g.byte())
+	}
+	return int64(v)
+}
+
+// count is a list's length: mostly short, 0xff: one past limit.
+func (g *gen) count(limit int) int {
+	if c := g.byte(); c == 0xff {
+		return limit + 1
+	} else {
+		return int(c % 5)
+	}
+}
+
+func (g *gen) str() string {
+	c := g.byte()
+	if c >= 0xf0 {
+		return string(bytes.Repeat([]byte{c}, MaxString+int(c&0x0f)))
+	}
+	return string(bytes.Repeat([]byte{'a' + c%26}, int(c%12)))
+}
+
+func (g *gen) hashes() []uint64 {
+	hs := make([]uint64, g.count(MaxHashes))
+	for i := range hs {
+		hs[i] = uint64(i)
+	}
+	return hs
+}
+
+func (g *gen) loads() []router.WorkerLoad {
+	ls := make([]router.WorkerLoad, g.count(MaxLoads))
+	for i := range ls {
+		ls[i] = router.WorkerLoad{Worker: "w", N: int(g.i64())}
+	}
+	return ls
+}
+
+func (g *gen) batch() *router.PeerBatch {
+	b := &router.PeerBatch{Replica: g.str(), Sent: time.Unix(0, g.i64()), ChunkBytes: int(g.i64())}
+	for range g.count(MaxEvents) % 16 {
+		ev := router.PeerEvent{Kind: router.PeerEventKind(g.byte() % 10)}
+		ev.Model, ev.Worker, ev.Reason, ev.ID = g.str(), g.str(), g.str(), g.str()
+		ev.Hashes, ev.Loads, ev.For = g.hashes(), g.loads(), time.Duration(g.i64())
+		b.Events = append(b.Events, ev)
+	}
+	if g.byte() == 0xff {
+		for range MaxEvents + 1 {
+			b.Events = append(b.Events, router.PeerEvent{Kind: router.PeerForget, ID: "x"})
+		}
+	}
+	return b
+}
+
+func (g *gen) snapshot() *router.Snapshot {
+	s := &router.Snapshot{ChunkBytes: int(g.i64()), InFlight: g.loads()}
+	for range g.count(MaxLoads) % 4 {
+		s.Index = append(s.Index, router.SnapshotEntry{Model: g.str(), Worker: g.str(), Hashes: g.hashes()})
+		s.Ejections = append(s.Ejections, router.SnapshotEjection{Worker: g.str(), Model: g.str(), Reason: g.str(), For: time.Duration(g.i64())})
+		s.Stored = append(s.Stored, router.SnapshotStored{ID: g.str(), Worker: g.str(), For: time.Duration(g.i64())})
+	}
+	return s
 }

@@ -69,11 +69,19 @@ type Client struct {
 	mu      sync.Mutex
 	id      string
 	nc      *nats.Conn
+	subs    []*nats.Subscription
 	limits  map[string]*rate.Limiter
+	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
 	done    chan struct{}
 	started bool
-	warming atomic.Bool // a warm start is running
+	// warm counts the warm starts running (Close waits for them);
+	// warming: one is.
+	warm    sync.WaitGroup
+	warming atomic.Bool
+	// dropped is the slow-consumer drops counted so far, of every
+	// subscription (NATS keeps each one's total).
+	dropped int
 	// dupWarned is when a duplicate replica id was last logged (unix ns).
 	dupWarned atomic.Int64
 }
@@ -184,34 +192,42 @@ func (c *Client) Start(id string, pid *actor.PID) error {
 	c.id = id
 	c.mu.Unlock()
 	c.m.Up(false)
+	ctx, cancel := context.WithCancel(context.Background())
+	c.mu.Lock()
+	c.ctx, c.cancel = ctx, cancel
+	c.mu.Unlock()
 	nc, err := nats.Connect(strings.Join(c.cfg.URL, ","), opts...)
 	if err != nil {
+		cancel()
 		return fmt.Errorf("fleetsync: connect: %w", err)
 	}
+	var subs []*nats.Subscription
 	for _, sub := range []struct {
 		subject string
 		handler nats.MsgHandler
 	}{{c.subject(subjectEvents), c.onEvents}, {c.subject(subjectSnapshot), c.onSnapshotRequest}} {
 		s, err := nc.Subscribe(sub.subject, sub.handler)
 		if err != nil {
+			cancel()
 			nc.Close()
 			return fmt.Errorf("fleetsync: subscribe %s: %w", sub.subject, err)
 		}
 		// Bounded client-side buffers: a replica that cannot keep up drops
 		// (slow consumer, counted), never grows without bound.
-		if err := s.SetPendingLimits(4096, 4*c.cfg.MaxMessageBytes); err != nil {
+		if err := s.SetPendingLimits(pendingMessages, 4*c.cfg.MaxMessageBytes); err != nil {
+			cancel()
 			nc.Close()
 			return fmt.Errorf("fleetsync: subscribe %s: %w", sub.subject, err)
 		}
+		subs = append(subs, s)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	c.mu.Lock()
-	c.nc, c.cancel, c.done, c.started = nc, cancel, make(chan struct{}), true
+	c.nc, c.subs, c.done, c.started = nc, subs, make(chan struct{}), true
 	c.mu.Unlock()
 	go c.run(ctx)
 	if nc.IsConnected() {
 		c.m.Up(true)
-		go c.warmStart() // or the connect handler's, whichever runs first
+		c.goWarm() // or the connect handler's, whichever runs first
 	}
 	c.log.Info().Str("replica", id).Strs("url", c.cfg.URL).Str("subject_prefix", c.cfg.SubjectPrefix).Bool("connected", nc.IsConnected()).Msg("fleet sync started")
 	return nil
@@ -241,7 +257,7 @@ func (c *Client) natsOptions(id string) ([]nats.Option, error) {
 		nats.ClosedHandler(func(*nats.Conn) { c.m.Up(false) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrSlowConsumer) {
-				c.m.Dropped(metrics.SyncBatch, metrics.SyncDropSlowConsumer, 1)
+				c.countDrops()
 				return
 			}
 			c.log.Warn().Err(err).Msg("fleet sync: NATS error")
@@ -303,16 +319,48 @@ func hasTLSURL(us []string) bool {
 func (c *Client) connected(how string) {
 	c.m.Up(true)
 	c.log.Info().Str("replica", c.ID()).Msg("fleet sync: NATS " + how)
+	c.goWarm()
+}
+
+// goWarm starts a warm start unless the client is closed (Close waits for
+// the warm starts it let run).
+func (c *Client) goWarm() {
 	c.mu.Lock()
-	started := c.started
-	c.mu.Unlock()
-	if started {
-		go c.warmStart()
+	defer c.mu.Unlock()
+	if !c.started {
+		return
+	}
+	c.warm.Add(1)
+	go func() {
+		defer c.warm.Done()
+		c.warmStart(c.ctx)
+	}()
+}
+
+// pendingMessages bounds a subscription's messages waiting to be handled.
+const pendingMessages = 4096
+
+// countDrops counts the messages the subscriptions dropped since the last
+// count (NATS reports a slow consumer once per episode, and keeps each
+// subscription's total): tlgate_sync_messages_dropped_total{reason=
+// "slow_consumer"} counts messages, not episodes.
+func (c *Client) countDrops() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	total := 0
+	for _, s := range c.subs {
+		if n, err := s.Dropped(); err == nil {
+			total += n
+		}
+	}
+	if total > c.dropped {
+		c.m.Dropped(metrics.SyncBatch, metrics.SyncDropSlowConsumer, total-c.dropped)
+		c.dropped = total
 	}
 }
 
-// Close stops the batcher and closes the connection (publishing what is
-// queued first, when connected).
+// Close stops the batcher, ends the warm starts running and closes the
+// connection (publishing what is queued first, when connected).
 func (c *Client) Close() {
 	c.mu.Lock()
 	nc, cancel, done := c.nc, c.cancel, c.done
@@ -322,8 +370,14 @@ func (c *Client) Close() {
 		return
 	}
 	cancel()
-	<-done
-	nc.Close()
+	if done != nil {
+		<-done
+	}
+	c.warm.Wait()
+	c.countDrops()
+	if nc != nil {
+		nc.Close()
+	}
 	c.m.Up(false)
 }
 
@@ -381,6 +435,7 @@ func (c *Client) run(ctx context.Context) {
 			return
 		case <-load.C:
 			c.o.Root.Send(c.router, &router.SyncTick{})
+			c.countDrops()
 		case <-flush.C:
 			send()
 		case ev := <-c.queue:
@@ -450,7 +505,7 @@ func (c *Client) accept(data []byte) (b *router.PeerBatch, reason string) {
 		return nil, metrics.SyncDropOversized
 	}
 	b, err := DecodeBatch(data)
-	if err != nil {
+	if err != nil || b.Replica == "" {
 		return nil, metrics.SyncDropMalformed
 	}
 	if b.Replica == c.ID() {
@@ -548,8 +603,8 @@ func (c *Client) onSnapshotRequest(msg *nats.Msg) {
 }
 
 // warmStart asks a peer for its view and hands it to the router (one at a
-// time: a reconnection during one adds none).
-func (c *Client) warmStart() {
+// time: a reconnection during one adds none); Close ends it (ctx).
+func (c *Client) warmStart(ctx context.Context) {
 	if !c.warming.CompareAndSwap(false, true) {
 		return
 	}
@@ -561,9 +616,13 @@ func (c *Client) warmStart() {
 		return
 	}
 	start := time.Now()
-	msg, err := nc.Request(c.subject(subjectSnapshot), []byte(id), c.cfg.SnapshotTimeout.Duration)
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.SnapshotTimeout.Duration)
+	defer cancel()
+	msg, err := nc.RequestWithContext(rctx, c.subject(subjectSnapshot), []byte(id))
 	switch {
-	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout):
+	case ctx.Err() != nil:
+		return // closed
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		c.m.Snapshot(metrics.SnapshotNone, 0, time.Since(start))
 		c.log.Info().Msg("fleet sync: no peer answered a snapshot request; starting from the local view")
 		return
@@ -578,7 +637,7 @@ func (c *Client) warmStart() {
 		return
 	}
 	peer, snap, err := DecodeSnapshot(msg.Data)
-	if err != nil || peer == id {
+	if err != nil || peer == "" || peer == id {
 		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropMalformed, 1)
 		c.m.Snapshot(metrics.SnapshotFailed, 0, time.Since(start))
 		return

@@ -284,3 +284,66 @@ func TestRecordPeerStopsWhereTheGatewayHolds(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerRecordsKeepOwnRecency: a peer's record of a prompt the gateway
+// holds itself leaves that prompt's recency in the gateway's own share as
+// it was. Own prompts A then B fill a worker's share; a peer records A;
+// the gateway's C then pushes out its least recent prompt, A (a peer that
+// refreshed A would have B pushed out instead).
+func TestPeerRecordsKeepOwnRecency(t *testing.T) {
+	x := New(Config{ChunkBytes: 64, BytesPerToken: 4, MaxRequestShare: 1})
+	x.Observe(fw("a", 2)) // 2 chunks a share
+	a, b, c := text("A", 64), text("B", 64), text("C", 64)
+	x.Record(x.Lookup("m", a), "a")
+	x.Record(x.Lookup("m", b), "a")
+	if err := x.RecordPeer("m", "a", x.Hashes(nil, a)); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.ImportPeer("m", "a", x.Hashes(nil, a)); err != nil {
+		t.Fatal(err)
+	}
+	x.Record(x.Lookup("m", c), "a")
+	for _, p := range []struct {
+		name, prompt string
+		held         int
+	}{{"A", a, 0}, {"B", b, 1}, {"C", c, 1}} {
+		if got := hitsOf(x.Lookup("m", p.prompt))["a"]; got != p.held {
+			t.Errorf("prompt %s: %d chunks held, want %d", p.name, got, p.held)
+		}
+	}
+}
+
+// TestImportPeerTakesEveryChunk: a peer's exported list (many prompts,
+// more chunks than one prompt's share, ending with a prompt the gateway
+// holds itself) is imported whole into a warm index, with its recency.
+func TestImportPeerTakesEveryChunk(t *testing.T) {
+	x := New(Config{ChunkBytes: 64, BytesPerToken: 4})
+	x.Observe(fw("a", 1000)) // 1000 chunks a share, 500 a prompt
+	own := x.Hashes(nil, text("own", 640))
+	if err := x.RecordHashes("m", "a", own); err != nil {
+		t.Fatal(err)
+	}
+	var exported []uint64
+	for i := range 60 {
+		exported = append(exported, x.Hashes(nil, text(fmt.Sprint("peer", i), 640))...)
+	}
+	exported = append(exported, own...) // the peer sent the same prompt: its least recent
+	if err := x.ImportPeer("m", "a", exported); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := x.Stats("a"); st.PeerChunks != 600 || st.Chunks != 610 {
+		t.Fatalf("stats %+v, want the peer's 600 chunks beside the own 10", st)
+	}
+	var got []uint64
+	x.Export(1<<20, func(_, _ string, hs []uint64) { got = append(got, hs...) })
+	if want := append(append([]uint64(nil), own...), exported[:600]...); !reflect.DeepEqual(got, want) {
+		t.Fatalf("the import did not keep the export's recency")
+	}
+	// Past the capacity, the least recent go.
+	if err := x.ImportPeer("m", "a", append(x.Hashes(nil, text("more", 64*1000)), exported...)); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := x.Stats("a"); st.PeerChunks != 1000 || st.Chunks != 1010 {
+		t.Fatalf("stats %+v, want the peers' share full and the own 10", st)
+	}
+}

@@ -487,6 +487,35 @@ func (x *Index) RecordPeer(modelID, id string, hashes []uint64) error {
 	return x.record(modelID, id, hashes, true)
 }
 
+// ImportPeer records the chunks another replica exported for worker id of
+// model (Export's list, most recent first, gathered from many prompts) in
+// the worker's peer share: every chunk, up to the worker's capacity, with
+// the same recency; a chunk the gateway recorded itself stays in its own
+// share where it was. Unlike RecordPeer it takes no one prompt's share and
+// does not stop at the first chunk the gateway holds (the list is not one
+// prompt's chain), so a warm index takes a peer's whole view too.
+func (x *Index) ImportPeer(modelID, id string, hashes []uint64) error {
+	w := x.workers[id]
+	switch {
+	case w == nil:
+		return fmt.Errorf("%w %q", ErrUnknownWorker, id)
+	case w.model != modelID:
+		return fmt.Errorf("%w: %q serves %q, not %q", ErrOtherModel, id, w.model, modelID)
+	}
+	hashes = hashes[:min(len(hashes), w.capacity)]
+	m := x.models[modelID]
+	for i := len(hashes) - 1; i >= 0; i-- {
+		e := m.chunks[hashes[i]]
+		if e == nil {
+			e = &entry{hash: hashes[i]}
+			m.chunks[e.hash] = e
+		}
+		x.touch(e, w, true)
+	}
+	x.trim(w)
+	return nil
+}
+
 // record is RecordHashes (peer false) and RecordPeer (peer true). A peer's
 // prompt is recorded down to the deepest chunk the gateway holds itself
 // on the worker, and no further: the gateway's own share of a worker is
@@ -645,7 +674,7 @@ func (x *Index) Len(modelID string) int {
 
 // Export calls fn for every worker holding chunks, by model, with at most
 // limit of its chunk hashes (its own share first, then its peers', most
-// recent first in each: RecordPeer of them rebuilds the same recency).
+// recent first in each: ImportPeer of them rebuilds the same recency).
 // hashes is scratch, valid during the call only.
 func (x *Index) Export(limit int, fn func(modelID, id string, hashes []uint64)) {
 	var hs []uint64

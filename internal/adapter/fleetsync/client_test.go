@@ -1,0 +1,221 @@
+package fleetsync
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/adapter/fleetsync/embednats"
+	"github.com/tlgate/tlgate/internal/adapter/metrics"
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
+)
+
+// fakeRouter is an actor that keeps what the client sends the router,
+// answering a snapshot request with an empty snapshot.
+type fakeRouter struct {
+	mu   sync.Mutex
+	msgs []any
+}
+
+func (f *fakeRouter) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *router.SyncSnapshot:
+		ctx.Respond(&router.Snapshot{})
+	case *router.SyncBatch, *router.ApplySnapshot:
+		f.mu.Lock()
+		f.msgs = append(f.msgs, m)
+		f.mu.Unlock()
+	}
+}
+
+// testClient is a started client of a NATS server, its router a
+// fakeRouter, its metrics on a registry of its own.
+type testClient struct {
+	*Client
+	sys    *actor.ActorSystem
+	router *fakeRouter
+	reg    *prometheus.Registry
+}
+
+func startNATS(t *testing.T) *embednats.Server {
+	t.Helper()
+	ns, err := embednats.Start(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Close)
+	return ns
+}
+
+func syncConfig(t *testing.T, ns *embednats.Server, tweak func(*config.Sync)) config.Sync {
+	t.Helper()
+	cfg, err := config.Parse([]byte(fmt.Sprintf("[gateway.sync]\nkind = \"nats\"\nurl = %q\ntoken = %q\n", ns.URL(), ns.Token())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Gateway.Sync
+	if tweak != nil {
+		tweak(&s)
+	}
+	return s
+}
+
+func startClient(t *testing.T, id string, cfg config.Sync) *testClient {
+	t.Helper()
+	sys := actor.NewActorSystem()
+	fr := &fakeRouter{}
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return fr }))
+	reg := prometheus.NewRegistry()
+	m, err := metrics.NewSyncMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(cfg, Options{Root: sys.Root, Logger: zerolog.Nop(), Metrics: m, ChunkBytes: 128})
+	if err := c.Start(id, pid); err != nil {
+		t.Fatal(err)
+	}
+	tc := &testClient{Client: c, sys: sys, router: fr, reg: reg}
+	t.Cleanup(func() {
+		c.Close()
+		_ = sys.Root.StopFuture(pid).Wait()
+		sys.Shutdown()
+	})
+	return tc
+}
+
+// metric sums the samples of family name whose labels include every
+// pair of labels ("k", "v", ...).
+func (tc *testClient) metric(name string, labels ...string) float64 {
+	mfs, err := tc.reg.Gather()
+	if err != nil {
+		return -1
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for j := 0; j+1 < len(labels); j += 2 {
+				if have[labels[j]] != labels[j+1] {
+					continue next
+				}
+			}
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return total
+}
+
+func (tc *testClient) dropped(reason string) float64 {
+	return tc.metric("tlgate_sync_messages_dropped_total", "kind", metrics.SyncBatch, "reason", reason)
+}
+
+func connect(t *testing.T, ns *embednats.Server) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(ns.URL(), nats.Token(ns.Token()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// TestSyncSlowConsumerCountsDrops: a replica whose subscription cannot
+// keep up counts every message NATS's client dropped for it, not one per
+// slow-consumer episode.
+func TestSyncSlowConsumerCountsDrops(t *testing.T) {
+	ns := startNATS(t)
+	tc := startClient(t, "me", syncConfig(t, ns, nil))
+	pub := connect(t, ns)
+	data := EncodeBatch(nil, &router.PeerBatch{Replica: "peer", Sent: time.Now(), Events: []router.PeerEvent{{Kind: router.PeerRelease, Worker: "w"}}})
+	tc.mu.Lock() // the subscription's handler waits for it
+	nc := tc.nc
+	const sent = pendingMessages + 1000
+	for range sent {
+		if err := pub.Publish(tc.subject(subjectEvents), data); err != nil {
+			tc.mu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Flush(); err != nil {
+		tc.mu.Unlock()
+		t.Fatal(err)
+	}
+	err := nc.Flush() // the client has read every message before this answer
+	tc.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, s := range tc.subs {
+		n, err := s.Dropped()
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	if total < 2 {
+		t.Fatalf("NATS dropped %d of %d messages: the test did not overflow the subscription", total, sent)
+	}
+	// The error handler counts them, or the next load tick.
+	deadline := time.Now().Add(10 * time.Second)
+	for tc.dropped(metrics.SyncDropSlowConsumer) != float64(total) {
+		if time.Now().After(deadline) {
+			t.Fatalf("slow_consumer drops counted %v, NATS dropped %d", tc.dropped(metrics.SyncDropSlowConsumer), total)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSyncCloseEndsWarmStart: Close does not return while a warm start is
+// waiting for a snapshot, and leaves no goroutine of it behind.
+func TestSyncCloseEndsWarmStart(t *testing.T) {
+	ns := startNATS(t)
+	asked := make(chan struct{}, 1)
+	silent := connect(t, ns) // a peer that never answers
+	if _, err := silent.Subscribe("tlgate.sync."+subjectSnapshot, func(*nats.Msg) {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := silent.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	before := goleak.IgnoreCurrent()
+	sys := actor.NewActorSystem()
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &fakeRouter{} }))
+	c := New(syncConfig(t, ns, func(s *config.Sync) { s.SnapshotTimeout = config.D(time.Hour) }), Options{Root: sys.Root, Logger: zerolog.Nop()})
+	if err := c.Start("me", pid); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no snapshot request reached the silent peer")
+	}
+	c.Close()
+	if c.warming.Load() {
+		t.Fatal("a warm start still runs after Close")
+	}
+	_ = sys.Root.StopFuture(pid).Wait()
+	sys.Shutdown()
+	goleak.VerifyNone(t, leakcheck.Options(before)...)
+}
