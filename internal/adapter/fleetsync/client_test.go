@@ -17,6 +17,7 @@ import (
 	"github.com/tlgate/tlgate/internal/adapter/fleetsync/embednats"
 	"github.com/tlgate/tlgate/internal/adapter/metrics"
 	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
+	"github.com/tlgate/tlgate/internal/testkit/promsum"
 )
 
 // fakeRouter is an actor that keeps what the client sends the router,
@@ -95,29 +96,7 @@ func startClient(t *testing.T, id string, cfg config.Sync) *testClient {
 // metric sums the samples of family name whose labels include every
 // pair of labels ("k", "v", ...).
 func (tc *testClient) metric(name string, labels ...string) float64 {
-	mfs, err := tc.reg.Gather()
-	if err != nil {
-		return -1
-	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for j := 0; j+1 < len(labels); j += 2 {
-				if have[labels[j]] != labels[j+1] {
-					continue next
-				}
-			}
-			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
+	total, _ := promsum.Sum(tc.reg, name, labels...)
 	return total
 }
 

@@ -181,20 +181,10 @@ func BenchmarkRecordPeer(b *testing.B) {
 }
 
 // recordPeerEveryChunk is RecordPeer touching every chunk of the prompt,
-// without stopping at the deepest the gateway holds.
+// without stopping at the deepest the gateway holds (ImportPeer of the
+// prompt's share).
 func recordPeerEveryChunk(x *Index, modelID, id string, hashes []uint64) {
-	w := x.workers[id]
-	hashes = hashes[:min(len(hashes), x.requestShare(w))]
-	m := x.models[modelID]
-	for i := len(hashes) - 1; i >= 0; i-- {
-		e := m.chunks[hashes[i]]
-		if e == nil {
-			e = &entry{hash: hashes[i]}
-			m.chunks[e.hash] = e
-		}
-		x.touch(e, w, true)
-	}
-	x.trim(w)
+	_ = x.ImportPeer(modelID, id, hashes[:min(len(hashes), x.RequestShare(id))])
 }
 
 // shares lists each worker's own and peers' chunks, most recent first.

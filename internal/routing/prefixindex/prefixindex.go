@@ -274,6 +274,16 @@ func (x *Index) Forget(id string) {
 	}
 }
 
+// entry returns the entry of chunk hash h, added empty if new.
+func (m *model) entry(h uint64) *entry {
+	e := m.chunks[h]
+	if e == nil {
+		e = &entry{hash: h}
+		m.chunks[h] = e
+	}
+	return e
+}
+
 func (m *model) empty() bool {
 	for _, w := range m.slots {
 		if w != nil {
@@ -495,22 +505,14 @@ func (x *Index) RecordPeer(modelID, id string, hashes []uint64) error {
 // does not stop at the first chunk the gateway holds (the list is not one
 // prompt's chain), so a warm index takes a peer's whole view too.
 func (x *Index) ImportPeer(modelID, id string, hashes []uint64) error {
-	w := x.workers[id]
-	switch {
-	case w == nil:
-		return fmt.Errorf("%w %q", ErrUnknownWorker, id)
-	case w.model != modelID:
-		return fmt.Errorf("%w: %q serves %q, not %q", ErrOtherModel, id, w.model, modelID)
+	w, err := x.recordable(modelID, id)
+	if err != nil {
+		return err
 	}
 	hashes = hashes[:min(len(hashes), w.capacity)]
 	m := x.models[modelID]
 	for i := len(hashes) - 1; i >= 0; i-- {
-		e := m.chunks[hashes[i]]
-		if e == nil {
-			e = &entry{hash: hashes[i]}
-			m.chunks[e.hash] = e
-		}
-		x.touch(e, w, true)
+		x.touch(m.entry(hashes[i]), w, true)
 	}
 	x.trim(w)
 	return nil
@@ -527,29 +529,32 @@ func (x *Index) ImportPeer(modelID, id string, hashes []uint64) error {
 // predecessors are touched after it), a share gives up its least recent
 // chunks first, and peers' touches never move the gateway's own chunks.
 func (x *Index) record(modelID, id string, hashes []uint64, peer bool) error {
-	w := x.workers[id]
-	switch {
-	case w == nil:
-		return fmt.Errorf("%w %q", ErrUnknownWorker, id)
-	case w.model != modelID:
-		return fmt.Errorf("%w: %q serves %q, not %q", ErrOtherModel, id, w.model, modelID)
-	case len(hashes) == 0:
-		return nil
+	w, err := x.recordable(modelID, id)
+	if err != nil || len(hashes) == 0 {
+		return err
 	}
 	hashes = hashes[:min(len(hashes), x.requestShare(w))]
 	m := x.models[modelID]
 	for i := len(hashes) - 1; i >= 0; i-- {
-		e := m.chunks[hashes[i]]
-		if e == nil {
-			e = &entry{hash: hashes[i]}
-			m.chunks[e.hash] = e
-		}
-		if !x.touch(e, w, peer) {
+		if !x.touch(m.entry(hashes[i]), w, peer) {
 			break // a peer's chunk the gateway holds itself: so are those before it
 		}
 	}
 	x.trim(w)
 	return nil
+}
+
+// recordable returns worker id when prompts of modelID may be recorded on
+// it: it is observed and serves that model.
+func (x *Index) recordable(modelID, id string) (*worker, error) {
+	w := x.workers[id]
+	switch {
+	case w == nil:
+		return nil, fmt.Errorf("%w %q", ErrUnknownWorker, id)
+	case w.model != modelID:
+		return nil, fmt.Errorf("%w: %q serves %q, not %q", ErrOtherModel, id, w.model, modelID)
+	}
+	return w, nil
 }
 
 // requestShare is the most chunks one prompt may take of w's share.

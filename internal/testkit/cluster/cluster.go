@@ -27,6 +27,7 @@ import (
 	"github.com/tlgate/tlgate/internal/adapter/fleetsync/embednats"
 	"github.com/tlgate/tlgate/internal/adapter/store/embedetcd"
 	"github.com/tlgate/tlgate/internal/runtime/gateway"
+	"github.com/tlgate/tlgate/internal/testkit/promsum"
 )
 
 // EngineHeartbeat is the heartbeat interval of a fleet's engines.
@@ -176,35 +177,7 @@ func (f *Fleet) WaitWorker(i int, id string, ok func(router.WorkerView) bool, wh
 // Metric sums the samples of family name on replica i whose labels
 // include every pair of labels ("k", "v", ...); -1 when none is exposed.
 func (f *Fleet) Metric(i int, name string, labels ...string) float64 {
-	mfs, err := f.Replicas[i].Reg.Gather()
-	if err != nil {
-		return -1
-	}
-	total, found := 0.0, false
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for j := 0; j+1 < len(labels); j += 2 {
-				if have[labels[j]] != labels[j+1] {
-					continue next
-				}
-			}
-			found = true
-			switch {
-			case m.GetCounter() != nil:
-				total += m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				total += m.GetGauge().GetValue()
-			}
-		}
-	}
+	total, found := promsum.Sum(f.Replicas[i].Reg, name, labels...)
 	if !found {
 		return -1
 	}
