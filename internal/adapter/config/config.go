@@ -172,6 +172,11 @@ type Gateway struct {
 	// Responses is the [gateway.responses] table: how long and how many
 	// stored Responses API responses the gateway routes follow-ups of.
 	Responses Responses `toml:"responses"`
+	// KVEvents is the [gateway.kv_events] table: following the engines'
+	// KV cache events; Tokenizer the [gateway.tokenizer] table: the
+	// requests' tokens, to route on them.
+	KVEvents  KVEvents  `toml:"kv_events"`
+	Tokenizer Tokenizer `toml:"tokenizer"`
 
 	// MaxConnections caps the HTTP listener's open connections; more are
 	// closed as soon as they are accepted (0: no cap).
@@ -307,6 +312,13 @@ type Engine struct {
 	// AuthHeaderEnv names an environment variable holding it instead.
 	AuthHeader    string `toml:"auth_header"`
 	AuthHeaderEnv string `toml:"auth_header_env"`
+	// KVEvents is the engine's KV events PUB socket (tcp://host:port, a
+	// missing host being its http address's, or ipc:///path), when it
+	// publishes them (vLLM's and SGLang's --kv-events-config);
+	// KVEventsReplay its replay socket, KVEventsTopic its topic.
+	KVEvents       string `toml:"kv_events"`
+	KVEventsReplay string `toml:"kv_events_replay"`
+	KVEventsTopic  string `toml:"kv_events_topic"`
 }
 
 // DefaultProbeInterval is an engine's probe period when none is given.
@@ -356,6 +368,8 @@ func Default() *Config {
 		Tracing:                   Tracing{Protocol: TracingGRPC, SampleRatio: 1, ServiceName: "tlgate"},
 		Sync:                      defaultSync(),
 		Responses:                 defaultResponses(),
+		KVEvents:                  defaultKVEvents(),
+		Tokenizer:                 defaultTokenizer(),
 
 		MaxConnections:          10000,
 		MaxConnectionsPerClient: 1000,

@@ -68,6 +68,9 @@ func TestConfig(t *testing.T) {
 			StaleAfter: D(10 * time.Second), MaxPeers: 32, MaxPeerInFlight: 256, SnapshotTimeout: D(2 * time.Second), SnapshotChunks: 16384,
 			ConnectTimeout: D(2 * time.Second), ReconnectWait: D(500 * time.Millisecond)}
 		want.Responses = Responses{StoreTTL: D(time.Hour), StoreMaxEntries: 100_000}
+		want.KVEvents = KVEvents{MaxBlocks: 1 << 18, SpeculativeTTL: D(2 * time.Second), EventTimeout: D(5 * time.Second), ReplayTimeout: D(2 * time.Second),
+			MaxMessageBytes: 16 << 20, BytesPerSecond: 64 << 20, CPUWeight: 0.8, DiskWeight: 0.5}
+		want.Tokenizer = Tokenizer{Timeout: D(50 * time.Millisecond), CacheTokens: 1 << 22}
 		if !reflect.DeepEqual(c.Gateway, want) {
 			t.Fatalf("defaults\n got %+v\nwant %+v", c.Gateway, want)
 		}
@@ -471,7 +474,7 @@ func TestEveryKeyDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[Discovery](), reflect.TypeFor[EngineToken](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Ejection](), reflect.TypeFor[Admission](), reflect.TypeFor[Tracing](), reflect.TypeFor[Store](), reflect.TypeFor[Sync](), reflect.TypeFor[Responses]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[Gateway](), reflect.TypeFor[APIKey](), reflect.TypeFor[Engine](), reflect.TypeFor[Discovery](), reflect.TypeFor[EngineToken](), reflect.TypeFor[routes.Route](), reflect.TypeFor[routes.Backend](), reflect.TypeFor[routes.Step](), reflect.TypeFor[Ejection](), reflect.TypeFor[Admission](), reflect.TypeFor[Tracing](), reflect.TypeFor[Store](), reflect.TypeFor[Sync](), reflect.TypeFor[Responses](), reflect.TypeFor[KVEvents](), reflect.TypeFor[Tokenizer](), reflect.TypeFor[TokenizerEndpoint]()} {
 		for f := range typ.Fields() {
 			key := f.Tag.Get("toml")
 			if !strings.Contains(string(readme), "`"+key+"`") {

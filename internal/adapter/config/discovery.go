@@ -96,6 +96,13 @@ type Discovery struct {
 	// DrainPeriod is how long an address gone from DNS keeps draining
 	// (routed nothing new) before its engine is forgotten.
 	DrainPeriod Duration `toml:"drain_period"`
+
+	// KVEventsPort is the port of every engine's KV events PUB socket, on
+	// the engine's host (0: they publish none); KVEventsReplayPort its
+	// replay socket's (0: none), KVEventsTopic its topic.
+	KVEventsPort       int    `toml:"kv_events_port"`
+	KVEventsReplayPort int    `toml:"kv_events_replay_port"`
+	KVEventsTopic      string `toml:"kv_events_topic"`
 }
 
 // Port is a port number or, for Kubernetes, a port name; in TOML an
@@ -190,6 +197,7 @@ func (v *checker) discovery(ds []Discovery) {
 			}
 			names[d.Name] = i
 		}
+		v.kvPorts(at, d)
 		switch d.EngineKind {
 		case KindVLLM, KindSGLang, KindLlamaCPP, KindOpenAI:
 		default:

@@ -137,6 +137,8 @@ func (c *Config) Validate() error {
 	v.tracing(g.Tracing)
 	v.sync(&g.Sync)
 	v.responses(g.Responses)
+	v.kvEvents(g.KVEvents)
+	v.tokenizer(g.Tokenizer)
 	return errors.Join(v.errs...)
 }
 
@@ -355,6 +357,7 @@ func (v *checker) engines(es []Engine) {
 		if e.ProbeInterval.Duration < 0 {
 			v.add(at+".probe_interval", "must be > 0, got %s", e.ProbeInterval.Duration)
 		}
+		v.kvEndpoints(at, e)
 		switch {
 		case e.AuthHeader != "" && e.AuthHeaderEnv != "":
 			v.add(at+".auth_header_env", "cannot be combined with auth_header")

@@ -26,6 +26,7 @@ import (
 	"hash/fnv"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -173,7 +174,7 @@ func Engines(c config.Discovery, auth string, eps []Endpoint) []probe.Engine {
 		if role == "" {
 			role = c.Role
 		}
-		out = append(out, probe.Engine{
+		e := probe.Engine{
 			Engine: config.Engine{
 				ID:            WorkerID(c.Name, ep.Key),
 				HTTPAddress:   c.Scheme + "://" + ep.Address,
@@ -184,7 +185,15 @@ func Engines(c config.Discovery, auth string, eps []Endpoint) []probe.Engine {
 			},
 			Role:     RoleOf(role),
 			Draining: ep.Draining,
-		})
+		}
+		// The engine's KV events sockets are on its host ("tcp://:port").
+		if c.KVEventsPort > 0 {
+			e.KVEvents, e.KVEventsTopic = "tcp://:"+strconv.Itoa(c.KVEventsPort), c.KVEventsTopic
+			if c.KVEventsReplayPort > 0 {
+				e.KVEventsReplay = "tcp://:" + strconv.Itoa(c.KVEventsReplayPort)
+			}
+		}
+		out = append(out, e)
 	}
 	slices.SortFunc(out, func(a, b probe.Engine) int { return strings.Compare(a.ID, b.ID) })
 	return out

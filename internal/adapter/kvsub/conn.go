@@ -7,46 +7,17 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
-	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/tlgate/tlgate/internal/routing/fleet"
 )
 
-// Errors of the connection to an engine's sockets.
-var (
-	// ErrEndpoint: the endpoint is not tcp://host:port or ipc://path.
-	ErrEndpoint = errors.New("kvsub: invalid endpoint")
-	// ErrOversized: the engine sent a frame or message beyond the bounds;
-	// the connection is closed.
-	ErrOversized = errors.New("kvsub: oversized message")
-)
-
-// ParseEndpoint checks a ZMQ endpoint the gateway connects to and returns
-// its network and address: tcp://host:port (a host, not a wildcard) or
-// ipc:///path.
-func ParseEndpoint(ep string) (network, addr string, err error) {
-	u, err := url.Parse(ep)
-	if err != nil {
-		return "", "", fmt.Errorf("%w %q: %v", ErrEndpoint, ep, err)
-	}
-	switch u.Scheme {
-	case "tcp":
-		host, port, err := net.SplitHostPort(u.Host)
-		if err != nil || host == "" || host == "*" || port == "" || port == "*" || port == "0" || u.Path != "" && u.Path != "/" {
-			return "", "", fmt.Errorf("%w %q: want tcp://host:port", ErrEndpoint, ep)
-		}
-		return "tcp", u.Host, nil
-	case "ipc":
-		p := strings.TrimPrefix(ep, "ipc://")
-		if p == "" || strings.ContainsRune(p, 0) {
-			return "", "", fmt.Errorf("%w %q: want ipc:///path", ErrEndpoint, ep)
-		}
-		return "unix", p, nil
-	}
-	return "", "", fmt.Errorf("%w %q: the scheme must be tcp or ipc", ErrEndpoint, ep)
-}
+// ErrOversized: the engine sent a frame or message beyond the bounds; the
+// connection is closed.
+var ErrOversized = errors.New("kvsub: oversized message")
 
 // Bounds bound what an engine may send on one connection.
 type Bounds struct {
@@ -56,14 +27,21 @@ type Bounds struct {
 	MaxFrames  int
 }
 
+// Control checks an address before a connection is made to it (a
+// net.Dialer's Control: fleet.AddressPolicy.DialControl).
+type Control func(network, address string, c syscall.RawConn) error
+
 // dial connects to endpoint and opens a ZMTP connection of socket type typ
 // on it (the handshake bounded by timeout), whose reads are bounded by b.
-func dial(ctx context.Context, endpoint string, typ zmq4.SocketType, timeout time.Duration, b Bounds) (*zmq4.Conn, net.Conn, error) {
-	network, addr, err := ParseEndpoint(endpoint)
+func dial(ctx context.Context, endpoint string, typ zmq4.SocketType, timeout time.Duration, b Bounds, control Control) (*zmq4.Conn, net.Conn, error) {
+	network, addr, err := fleet.ParseKVEndpoint(endpoint)
 	if err != nil {
 		return nil, nil, err
 	}
 	d := net.Dialer{Timeout: timeout, KeepAlive: 15 * time.Second}
+	if network == "tcp" {
+		d.Control = control
+	}
 	raw, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kvsub: dial %s: %w", endpoint, err)

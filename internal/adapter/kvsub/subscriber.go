@@ -42,6 +42,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/time/rate"
 
+	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/kvindex"
 	"github.com/tlgate/tlgate/internal/wire/kvevents"
 )
@@ -120,6 +121,8 @@ type Config struct {
 	Sink                    Sink
 	Observer                Observer // nil: none
 	Logger                  zerolog.Logger
+	// Control checks every address dialed (nil: none).
+	Control Control
 
 	DialTimeout, ReplayTimeout time.Duration
 	MinBackoff, MaxBackoff     time.Duration
@@ -178,11 +181,11 @@ func (nopObserver) Connected(string, bool)      {}
 // the configuration's (a bad endpoint).
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
-	if _, _, err := ParseEndpoint(cfg.Endpoint); err != nil {
+	if _, _, err := fleet.ParseKVEndpoint(cfg.Endpoint); err != nil {
 		return err
 	}
 	if cfg.Replay != "" {
-		if _, _, err := ParseEndpoint(cfg.Replay); err != nil {
+		if _, _, err := fleet.ParseKVEndpoint(cfg.Replay); err != nil {
 			return err
 		}
 	}
@@ -216,7 +219,7 @@ type message struct {
 func (s *sub) run(ctx context.Context) error {
 	backoff := s.cfg.MinBackoff
 	for {
-		zc, raw, err := dial(ctx, s.cfg.Endpoint, zmq4.Sub, s.cfg.DialTimeout, s.cfg.Bounds)
+		zc, raw, err := dial(ctx, s.cfg.Endpoint, zmq4.Sub, s.cfg.DialTimeout, s.cfg.Bounds, s.cfg.Control)
 		if err == nil {
 			err = zc.SendMsg(zmq4.NewMsg(append([]byte{1}, s.cfg.Topic...)))
 			if err != nil {
@@ -600,7 +603,7 @@ const MaxReplayBatches = 1 << 16
 // hands each to fn until the end marker, fn returning false, (bounded)
 // one past until, or MaxReplayBatches, within the replay timeout.
 func (s *sub) replay(ctx context.Context, from, until uint64, bounded bool, fn func(seq uint64, payload []byte) bool) error {
-	zc, raw, err := dial(ctx, s.cfg.Replay, zmq4.Dealer, s.cfg.DialTimeout, s.cfg.Bounds)
+	zc, raw, err := dial(ctx, s.cfg.Replay, zmq4.Dealer, s.cfg.DialTimeout, s.cfg.Bounds, s.cfg.Control)
 	if err != nil {
 		return err
 	}

@@ -338,12 +338,3 @@ func TestTracker(t *testing.T) {
 		}
 	}
 }
-
-func TestParseEndpoint(t *testing.T) {
-	for ep, ok := range map[string]bool{"tcp://10.0.0.1:5557": true, "tcp://engine-0.svc:5557": true, "ipc:///tmp/kv.sock": true,
-		"tcp://*:5557": false, "tcp://host": false, "http://h:1": false, "tcp://h:0": false, "ipc://": false, "5557": false} {
-		if _, _, err := kvsub.ParseEndpoint(ep); (err == nil) != ok {
-			t.Errorf("%q: %v", ep, err)
-		}
-	}
-}

@@ -145,7 +145,8 @@ func (m *Manager) targetOf(e Engine) (target, error) {
 	if interval < 0 {
 		return target{}, fmt.Errorf("probe: %w: probe interval %v is negative", ErrInvalidConfig, interval)
 	}
-	pc := Config{ID: e.ID, HTTPAddress: e.HTTPAddress, Model: e.Model, Kind: kind, AuthHeader: auth, Client: m.cfg.Client}
+	pc := Config{ID: e.ID, HTTPAddress: e.HTTPAddress, Model: e.Model, Kind: kind, AuthHeader: auth, Client: m.cfg.Client,
+		KVEvents: fleet.KVEvents{Endpoint: e.KVEvents, Replay: e.KVEventsReplay, Topic: e.KVEventsTopic}}
 	if err := pc.Validate(); err != nil {
 		return target{}, err
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tlgate/tlgate/internal/routing/fleet"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 
@@ -60,6 +61,10 @@ type Config struct {
 	Client *http.Client
 	// Timeout bounds a whole probe; zero means DefaultTimeout.
 	Timeout time.Duration
+	// KVEvents is where the engine publishes its KV cache events, as
+	// configured (a tcp endpoint with no host is on the engine's host);
+	// reported as WorkerStatus.kv_events.
+	KVEvents fleet.KVEvents
 }
 
 // Validate reports whether the config can be probed; the error wraps
@@ -227,6 +232,7 @@ func (p *Prober) probe(ctx context.Context) (Result, error) {
 			KvBlockTokens:   fig.BlockTokens,
 			StartedAtUnixMs: fig.StartedAtUnixMs,
 			LoraAdapters:    adapters,
+			KvEvents:        kvEventsStatus(p.cfg.KVEvents),
 		},
 		Figures:    fig,
 		MetricsErr: merr,
@@ -436,4 +442,12 @@ func (p *Prober) get(ctx context.Context, path string, limit int64) (int, []byte
 		return 0, nil, fmt.Errorf("GET %s: %w (over %d bytes)", path, ErrBodyTooLarge, limit)
 	}
 	return resp.StatusCode, body, nil
+}
+
+// kvEventsStatus is k as a status reports it (nil: none).
+func kvEventsStatus(k fleet.KVEvents) *controlv1.KvEvents {
+	if k.Endpoint == "" {
+		return nil
+	}
+	return &controlv1.KvEvents{Endpoint: k.Endpoint, ReplayEndpoint: k.Replay, Topic: k.Topic}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tlgate/tlgate/internal/routing/fleet"
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
 
@@ -463,4 +465,25 @@ func TestProbeReadsAdapters(t *testing.T) {
 	probe("chat")
 	e.set(func(e *fakeEngine) { e.models = []string{"m"} })
 	probe()
+}
+
+// TestProbeReportsKVEvents: a configured engine's KV events sockets reach
+// its status, and so the worker (a host-less endpoint on the engine's
+// host).
+func TestProbeReportsKVEvents(t *testing.T) {
+	e := &fakeEngine{kind: KindVLLM, models: []string{"m"}, metrics: string(fixture(t, "vllm_v1.txt"))}
+	cfg, _ := startEngine(t, e)
+	cfg.KVEvents = fleet.KVEvents{Endpoint: "tcp://:5557", Replay: "tcp://:5558", Topic: "kv"}
+	st, err := New(cfg).Probe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fleet.Validate(st); err != nil {
+		t.Fatal(err)
+	}
+	host, _, _ := net.SplitHostPort(st.GetHttpAddress())
+	w := fleet.FromStatus(st, time.Now(), time.Second, fleet.SourceProbe)
+	if w.KVEvents != (fleet.KVEvents{Endpoint: "tcp://" + net.JoinHostPort(host, "5557"), Replay: "tcp://" + net.JoinHostPort(host, "5558"), Topic: "kv"}) {
+		t.Errorf("worker's kv events %+v", w.KVEvents)
+	}
 }

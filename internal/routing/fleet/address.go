@@ -147,6 +147,22 @@ func (p *AddressPolicy) Check(s *controlv1.WorkerStatus) error {
 			return err
 		}
 	}
+	kv, err := kvEventsOf(s)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct{ name, ep string }{{"kv_events.endpoint", kv.Endpoint}, {"kv_events.replay_endpoint", kv.Replay}} {
+		if f.ep == "" {
+			continue
+		}
+		network, addr, _ := ParseKVEndpoint(f.ep)
+		if network != "tcp" {
+			return fmt.Errorf("%s: %w: %q: an engine that heartbeats names tcp endpoints only", f.name, ErrRefusedAddress, truncate(f.ep))
+		}
+		if err := p.check(f.name, addr); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

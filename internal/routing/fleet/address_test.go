@@ -4,7 +4,9 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
+	"time"
 
 	controlv1 "github.com/tlgate/tlgate/protos/tl/control/v1"
 )
@@ -149,5 +151,42 @@ func TestAddressPolicyWildcardHostAddress(t *testing.T) {
 	other := netip.AddrPortFrom(host, 8000).String()
 	if err := p.Check(&controlv1.WorkerStatus{HttpAddress: other}); err != nil {
 		t.Fatalf("Check(%s) = %v, want allowed", other, err)
+	}
+}
+
+func TestKVEndpoints(t *testing.T) {
+	for ep, ok := range map[string]bool{"tcp://10.0.0.1:5557": true, "tcp://engine-0.svc:5557": true, "tcp://[::1]:5557": true, "ipc:///tmp/kv.sock": true,
+		"tcp://*:5557": false, "tcp://host": false, "http://h:1": false, "tcp://h:0": false, "tcp://h:70000": false, "ipc://": false, "5557": false,
+		"tcp://h:1/x": false, "tcp://u@h:1": false} {
+		if _, _, err := ParseKVEndpoint(ep); (err == nil) != ok {
+			t.Errorf("%q: %v", ep, err)
+		}
+	}
+	for ep, want := range map[string]string{"tcp://:5557": "tcp://10.1.2.3:5557", "tcp://*:5557": "tcp://10.1.2.3:5557", "tcp://e:1": "tcp://e:1", "": ""} {
+		if got, err := KVEndpoint(ep, "10.1.2.3:8000"); err != nil || got != want {
+			t.Errorf("%q: %q %v, want %q", ep, got, err, want)
+		}
+	}
+	st := &controlv1.WorkerStatus{WorkerId: "w", Model: "m", HttpAddress: "10.1.2.3:8000", KvEvents: &controlv1.KvEvents{Endpoint: "tcp://:5557", Topic: "kv"}}
+	if err := Validate(st); err != nil {
+		t.Fatal(err)
+	}
+	if w := FromStatus(st, time.Now(), time.Second, SourceHeartbeat); w.KVEvents != (KVEvents{Endpoint: "tcp://10.1.2.3:5557", Topic: "kv"}) {
+		t.Fatalf("kv events %+v", w.KVEvents)
+	}
+	for _, bad := range []*controlv1.KvEvents{{Endpoint: "udp://h:1"}, {ReplayEndpoint: "tcp://h:1"}, {Endpoint: "tcp://h:1", ReplayEndpoint: "tcp://h"}, {Endpoint: "tcp://h:1", Topic: strings.Repeat("x", 300)}} {
+		st.KvEvents = bad
+		if err := Validate(st); !errors.Is(err, ErrInvalidKVEvents) {
+			t.Errorf("%v: %v", bad, err)
+		}
+	}
+	// An engine that heartbeats may not have the gateway dial a local
+	// socket, nor an address outside engine_networks.
+	p := NewAddressPolicy([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})
+	for ev, ok := range map[string]bool{"tcp://10.9.9.9:1": true, "tcp://192.168.0.1:1": false, "ipc:///tmp/x": false} {
+		st.KvEvents = &controlv1.KvEvents{Endpoint: ev}
+		if err := p.Check(st); (err == nil) != ok {
+			t.Errorf("%q: %v", ev, err)
+		}
 	}
 }

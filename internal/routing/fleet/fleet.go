@@ -61,6 +61,9 @@ type Worker struct {
 	Deadline time.Time `json:"-"`
 	Source   string    `json:"source"`
 	Kind     string    `json:"kind,omitempty"`
+	// KVEvents is where the worker publishes its KV cache events (zero:
+	// nowhere).
+	KVEvents KVEvents `json:"kv_events,omitzero"`
 }
 
 // Live reports whether the worker's last heartbeat is recent enough at now:
@@ -122,6 +125,9 @@ func Validate(s *controlv1.WorkerStatus) error {
 		return err
 	}
 	if err := checkAdapters(s.GetModel(), s.GetLoraAdapters()); err != nil {
+		return err
+	}
+	if _, err := kvEventsOf(s); err != nil {
 		return err
 	}
 	if s.GetKvTotalBlocks() > 0 && s.GetKvFreeBlocks() > s.GetKvTotalBlocks() {
@@ -250,6 +256,7 @@ func FromStatus(s *controlv1.WorkerStatus, arrived time.Time, ttl time.Duration,
 		Deadline:      arrived.Add(ttl),
 		Source:        source,
 	}
+	w.KVEvents, _ = kvEventsOf(s)
 	if ms := s.GetStartedAtUnixMs(); ms > 0 && ms <= math.MaxInt64 {
 		w.StartedAt = time.UnixMilli(int64(ms)).UTC()
 	}

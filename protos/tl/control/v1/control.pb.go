@@ -95,7 +95,11 @@ type WorkerStatus struct {
 	StartedAtUnixMs uint64                 `protobuf:"varint,14,opt,name=started_at_unix_ms,json=startedAtUnixMs,proto3" json:"started_at_unix_ms,omitempty"` // process start; a change means the engine restarted
 	// The LoRA adapters loaded now, each answered as a model id of its own
 	// over `model` (as vLLM serves them); sent whole in every heartbeat.
-	LoraAdapters  []string `protobuf:"bytes,15,rep,name=lora_adapters,json=loraAdapters,proto3" json:"lora_adapters,omitempty"`
+	LoraAdapters []string `protobuf:"bytes,15,rep,name=lora_adapters,json=loraAdapters,proto3" json:"lora_adapters,omitempty"`
+	// Where the engine publishes its KV cache events, as vLLM and SGLang do
+	// with --kv-events-config (unset: it publishes none). The gateway
+	// subscribes to them and routes on what the engine's cache holds.
+	KvEvents      *KvEvents `protobuf:"bytes,16,opt,name=kv_events,json=kvEvents,proto3" json:"kv_events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -235,6 +239,75 @@ func (x *WorkerStatus) GetLoraAdapters() []string {
 	return nil
 }
 
+func (x *WorkerStatus) GetKvEvents() *KvEvents {
+	if x != nil {
+		return x.KvEvents
+	}
+	return nil
+}
+
+// KvEvents locates an engine's KV cache event sockets (ZMQ, msgpack
+// EventBatch, vLLM's wire format).
+type KvEvents struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Endpoint       string                 `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`                                   // the PUB socket: tcp://host:port (the host may be omitted: "tcp://:5557" is the engine's own host)
+	ReplayEndpoint string                 `protobuf:"bytes,2,opt,name=replay_endpoint,json=replayEndpoint,proto3" json:"replay_endpoint,omitempty"` // the replay ROUTER socket, same form ("" if none)
+	Topic          string                 `protobuf:"bytes,3,opt,name=topic,proto3" json:"topic,omitempty"`                                         // the topic its batches are published on ("" subscribes to all)
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *KvEvents) Reset() {
+	*x = KvEvents{}
+	mi := &file_tl_control_v1_control_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvEvents) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvEvents) ProtoMessage() {}
+
+func (x *KvEvents) ProtoReflect() protoreflect.Message {
+	mi := &file_tl_control_v1_control_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvEvents.ProtoReflect.Descriptor instead.
+func (*KvEvents) Descriptor() ([]byte, []int) {
+	return file_tl_control_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *KvEvents) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *KvEvents) GetReplayEndpoint() string {
+	if x != nil {
+		return x.ReplayEndpoint
+	}
+	return ""
+}
+
+func (x *KvEvents) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
 type HeartbeatAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Drain         bool                   `protobuf:"varint,1,opt,name=drain,proto3" json:"drain,omitempty"`                             // the gateway drains this worker's model: finish in-flight work, accept none
@@ -246,7 +319,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_tl_control_v1_control_proto_msgTypes[1]
+	mi := &file_tl_control_v1_control_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -258,7 +331,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_tl_control_v1_control_proto_msgTypes[1]
+	mi := &file_tl_control_v1_control_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -271,7 +344,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_tl_control_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_tl_control_v1_control_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *HeartbeatAck) GetDrain() bool {
@@ -299,7 +372,7 @@ var File_tl_control_v1_control_proto protoreflect.FileDescriptor
 
 const file_tl_control_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x1btl/control/v1/control.proto\x12\rtl.control.v1\"\x8b\x04\n" +
+	"\x1btl/control/v1/control.proto\x12\rtl.control.v1\"\xc1\x04\n" +
 	"\fWorkerStatus\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12!\n" +
 	"\fhttp_address\x18\x02 \x01(\tR\vhttpAddress\x12!\n" +
@@ -318,7 +391,12 @@ const file_tl_control_v1_control_proto_rawDesc = "" +
 	"\bdraining\x18\f \x01(\bR\bdraining\x12&\n" +
 	"\x0fkv_block_tokens\x18\r \x01(\rR\rkvBlockTokens\x12+\n" +
 	"\x12started_at_unix_ms\x18\x0e \x01(\x04R\x0fstartedAtUnixMs\x12#\n" +
-	"\rlora_adapters\x18\x0f \x03(\tR\floraAdapters\"[\n" +
+	"\rlora_adapters\x18\x0f \x03(\tR\floraAdapters\x124\n" +
+	"\tkv_events\x18\x10 \x01(\v2\x17.tl.control.v1.KvEventsR\bkvEvents\"e\n" +
+	"\bKvEvents\x12\x1a\n" +
+	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12'\n" +
+	"\x0freplay_endpoint\x18\x02 \x01(\tR\x0ereplayEndpoint\x12\x14\n" +
+	"\x05topic\x18\x03 \x01(\tR\x05topic\"[\n" +
 	"\fHeartbeatAck\x12\x14\n" +
 	"\x05drain\x18\x01 \x01(\bR\x05drain\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1f\n" +
@@ -345,21 +423,23 @@ func file_tl_control_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_tl_control_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tl_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_tl_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_tl_control_v1_control_proto_goTypes = []any{
 	(Role)(0),            // 0: tl.control.v1.Role
 	(*WorkerStatus)(nil), // 1: tl.control.v1.WorkerStatus
-	(*HeartbeatAck)(nil), // 2: tl.control.v1.HeartbeatAck
+	(*KvEvents)(nil),     // 2: tl.control.v1.KvEvents
+	(*HeartbeatAck)(nil), // 3: tl.control.v1.HeartbeatAck
 }
 var file_tl_control_v1_control_proto_depIdxs = []int32{
 	0, // 0: tl.control.v1.WorkerStatus.role:type_name -> tl.control.v1.Role
-	1, // 1: tl.control.v1.WorkerRegistry.Heartbeat:input_type -> tl.control.v1.WorkerStatus
-	2, // 2: tl.control.v1.WorkerRegistry.Heartbeat:output_type -> tl.control.v1.HeartbeatAck
-	2, // [2:3] is the sub-list for method output_type
-	1, // [1:2] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	2, // 1: tl.control.v1.WorkerStatus.kv_events:type_name -> tl.control.v1.KvEvents
+	1, // 2: tl.control.v1.WorkerRegistry.Heartbeat:input_type -> tl.control.v1.WorkerStatus
+	3, // 3: tl.control.v1.WorkerRegistry.Heartbeat:output_type -> tl.control.v1.HeartbeatAck
+	3, // [3:4] is the sub-list for method output_type
+	2, // [2:3] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_tl_control_v1_control_proto_init() }
@@ -373,7 +453,7 @@ func file_tl_control_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tl_control_v1_control_proto_rawDesc), len(file_tl_control_v1_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
