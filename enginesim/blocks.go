@@ -131,6 +131,18 @@ func (p *blockPool) grow(n int) bool {
 	return true
 }
 
+// promote caches a sequence's private block, now full, under b; it
+// reports false (the block stays private) when another block already holds
+// that hash, as vLLM keeps such a duplicate uncached.
+func (p *blockPool) promote(b *kvBlock) bool {
+	if _, ok := p.cache[b.key]; ok {
+		return false
+	}
+	p.cache[b.key] = &cachedBlock{b: b, refs: 1}
+	p.stored([]*kvBlock{b})
+	return true
+}
+
 // take uses one free block, evicting the least recently used idle one if
 // none is free. The caller has checked availability.
 func (p *blockPool) take() {

@@ -80,9 +80,15 @@ type Config struct {
 	// PrefillPerToken is the prefill time per uncached prompt token and
 	// DecodePerToken the time per generated token (default 0: instant).
 	PrefillPerToken, DecodePerToken time.Duration
-	// MaxRunning bounds the sequences running at once; further requests wait
-	// in the queue (default 256).
+	// MaxRunning bounds the sequences running at once (vLLM's
+	// max_num_seqs); further requests wait in the queue (default 256).
 	MaxRunning int
+	// Step, when set, runs the engine on the step scheduler (continuous
+	// batching, chunked prefill, preemption, step times from a cost model)
+	// instead of the flat mode, where every sequence takes
+	// PrefillPerToken and DecodePerToken on its own; those two must then
+	// be zero.
+	Step *StepConfig
 
 	// KVEvents, when its Endpoint is set, publishes the prefix cache's
 	// events as vLLM does (--kv-events-config): BlockStored when blocks
@@ -219,12 +225,21 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: confidence %v outside [0, 1]", ErrConfig, c.Confidence)
 	case c.PrefillPerToken < 0 || c.DecodePerToken < 0:
 		return c, fmt.Errorf("%w: negative per-token cost", ErrConfig)
+	case c.Step != nil && (c.PrefillPerToken != 0 || c.DecodePerToken != 0):
+		return c, fmt.Errorf("%w: per-token costs are the flat mode's; the step scheduler times steps by its cost model", ErrConfig)
+	case c.Step != nil && c.Step.MaxNumBatchedTokens < 0:
+		return c, fmt.Errorf("%w: max num batched tokens %d < 0", ErrConfig, c.Step.MaxNumBatchedTokens)
 	case c.HeartbeatInterval < 0 || c.HoldTimeout < 0 || c.ShutdownTimeout < 0:
 		return c, fmt.Errorf("%w: negative interval or timeout", ErrConfig)
 	case c.MaxBodyBytes < 0:
 		return c, fmt.Errorf("%w: max body bytes %d < 0", ErrConfig, c.MaxBodyBytes)
 	case c.EmbeddingDim < 0 || c.EmbeddingDim > 4096:
 		return c, fmt.Errorf("%w: embedding dim %d outside [1, 4096]", ErrConfig, c.EmbeddingDim)
+	}
+	if c.Step != nil {
+		if err := c.Step.Cost.validate(); err != nil {
+			return c, err
+		}
 	}
 	for _, a := range c.Adapters {
 		if err := c.checkAdapter(a); err != nil {

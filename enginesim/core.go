@@ -42,6 +42,10 @@ type core struct {
 	// operation, in order, under the lock (it must not block).
 	publish func([]kvevents.Event)
 	pending []kvevents.Event
+	// hash computes block hashes; sched is the step scheduler (nil in the
+	// flat mode).
+	hash  *hasher
+	sched *stepSched
 }
 
 // unlock publishes the KV cache events of the operation ending and
@@ -346,6 +350,13 @@ func (c *core) close() {
 		delete(c.handles, id)
 		c.dropLocked(h)
 	}
+}
+
+// releaseBlocks frees blocks a finished prefill handed over.
+func (c *core) releaseBlocks(b blockSet) {
+	c.mu.Lock()
+	defer c.unlock()
+	c.pool.release(b)
 }
 
 // resetPrefixCache drops every cached block, as vLLM's reset_prefix_cache:

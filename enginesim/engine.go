@@ -54,6 +54,7 @@ type Engine struct {
 	started time.Time
 	core    *core
 	kvpub   *kvevents.Publisher // nil without KV events
+	latency latencyMetrics
 
 	ctx    context.Context // cancelled by Close and Kill
 	cancel context.CancelFunc
@@ -107,6 +108,12 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		idle:    make(map[net.Conn]bool),
 	}
 	e.model = toymodel.New(e.tok, seed, cfg.Confidence)
+	e.core.hash = e.hash
+	e.latency = newLatencyMetrics(cfg.Model)
+	if cfg.Step != nil {
+		e.core.sched = newStepSched(e.core, *cfg.Step, cfg.MaxRunning)
+		e.core.sched.observe = e.latency.observe
+	}
 	e.adapters = slices.Compact(slices.Sorted(slices.Values(cfg.Adapters)))
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if err := e.listen(); err != nil {
@@ -132,6 +139,9 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("enginesim: KV events: %w", err)
 		}
 		e.core.publish = e.kvpub.Publish
+	}
+	if sched := e.core.sched; sched != nil {
+		e.wg.Go(func() { sched.loop(e.ctx) })
 	}
 	e.serve()
 	if cfg.Faults.Refuse {
@@ -387,6 +397,9 @@ type Stats struct {
 	// Waiting and Running are the queue depth and the running sequences
 	// (inference requests and Prefill calls).
 	Waiting, Running int
+	// Steps counts the step scheduler's steps; Preemptions the sequences
+	// it preempted (recomputed) when KV blocks ran out.
+	Steps, Preemptions uint64
 	// HeldHandles and HeldBlocks are the KV handles pushed and not yet
 	// resumed, released or expired, and their blocks.
 	HeldHandles, HeldBlocks int
@@ -433,9 +446,15 @@ func (e *Engine) Stats() Stats {
 	defer c.mu.Unlock()
 	c.settleLocked()
 	k := c.counters
+	waiting, running := c.waiting.Len(), c.running
+	var steps, preemptions uint64
+	if s := c.sched; s != nil {
+		waiting, running = len(s.waiting), len(s.running)
+		steps, preemptions = s.steps, s.preemptions
+	}
 	return Stats{
 		Requests: k.requests, Completed: k.completed, Aborted: k.aborted,
-		Waiting: c.waiting.Len(), Running: c.running,
+		Waiting: waiting, Running: running, Steps: steps, Preemptions: preemptions,
 		HeldHandles: len(c.handles), HeldBlocks: c.heldBlocks,
 		FreeBlocks: c.pool.total - c.pool.referenced(), TotalBlocks: c.pool.total,
 		PrefixQueries: k.prefixQueries, PrefixHits: k.prefixHits,
@@ -509,6 +528,9 @@ func (e *Engine) stop(abrupt bool) error {
 			e.cancel()
 		}
 		e.handlers.wait()
+		if e.core.sched != nil {
+			e.core.sched.close()
+		}
 		e.core.close()
 		e.wg.Wait()
 		if e.kvpub != nil {

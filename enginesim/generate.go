@@ -3,6 +3,7 @@ package enginesim
 import (
 	"bytes"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/tlgate/tlgate/enginesim/toymodel"
@@ -40,29 +41,61 @@ type result struct {
 // freed when it returns, also on error.
 func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit func(*step) error) (result, error) {
 	res := result{promptTokens: len(r.prompt)}
-	need := blockCount(len(r.prompt) + r.maxTokens)
-	a := &admission{handle: h}
-	if h == nil {
-		// cache_salt is vLLM's cache namespace: blocks are shared only
-		// within the salt; an adapter's blocks only within the adapter.
-		a.want.blocks = e.hash.blocks(r.prompt, r.lora, r.cacheSalt)
-		a.want.private = need - len(a.want.blocks)
-		a.promptLen = len(r.prompt)
-	} else {
-		a.want.private = max(0, need-h.blocks.size())
-	}
-	s, err := e.core.admit(ctx, a)
-	if err != nil {
-		return res, err
-	}
-	defer e.core.finish(s)
-	res.cached = s.cached
 	if h == nil {
 		if hk := e.cfg.hooks; hk != nil && hk.prefilled != nil {
 			hk.prefilled(r.prompt)
 		}
-		if err := sleepCtx(ctx, time.Duration(len(r.prompt)-s.cached)*e.cfg.PrefillPerToken); err != nil {
+	}
+	// wait blocks until token i may be sampled: the flat mode sleeps the
+	// prefill (i == 0) or a decode time, the step mode waits for the step
+	// that computes it.
+	var wait func(i int) error
+	// accept tells the step scheduler the token sampled (done: the last).
+	accept := func(uint32, bool) {}
+	if sched := e.core.sched; sched != nil {
+		q := &stepSeq{tokens: slices.Clone(r.prompt), promptLen: len(r.prompt), maxTokens: r.maxTokens, lora: r.lora, salt: r.cacheSalt}
+		if err := sched.submit(q, h); err != nil {
 			return res, err
+		}
+		finished := false
+		defer func() {
+			if !finished {
+				sched.abort(q)
+			}
+		}()
+		wait = func(i int) error {
+			if err := sched.next(ctx, q); err != nil {
+				return err
+			}
+			if i == 0 {
+				res.cached = q.cached
+			}
+			return nil
+		}
+		accept = func(token uint32, done bool) {
+			finished = done
+			sched.accept(q, token, done)
+		}
+	} else {
+		s, err := e.admitFlat(ctx, r, h)
+		if err != nil {
+			return res, err
+		}
+		defer e.core.finish(s)
+		res.cached = s.cached
+		last := time.Now()
+		wait = func(i int) error {
+			var err error
+			switch {
+			case i > 0:
+				err = sleepCtx(ctx, e.cfg.DecodePerToken)
+			case h == nil:
+				err = sleepCtx(ctx, time.Duration(len(r.prompt)-s.cached)*e.cfg.PrefillPerToken)
+			}
+			now := time.Now()
+			e.latency.observe(i == 0, now.Sub(last))
+			last = now
+			return err
 		}
 	}
 
@@ -90,10 +123,8 @@ func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit fu
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		if i > 0 {
-			if err := sleepCtx(ctx, e.cfg.DecodePerToken); err != nil {
-				return res, err
-			}
+		if err := wait(i); err != nil {
+			return res, err
 		}
 		d := g.Dist()
 		var c toymodel.Candidate
@@ -133,6 +164,7 @@ func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit fu
 		st.delta, st.offset = string(text[sent:end]), sent
 		sent = end
 		res.finish = st.finish
+		accept(c.Token, st.finish != "")
 		if err := emit(&st); err != nil {
 			return res, err
 		}
@@ -141,6 +173,23 @@ func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit fu
 		}
 	}
 	return res, nil
+}
+
+// admitFlat admits a request in the flat mode: a running slot and every
+// block it may need (prompt and max_tokens), first come, first served.
+func (e *Engine) admitFlat(ctx context.Context, r *genRequest, h *handle) (*seq, error) {
+	need := blockCount(len(r.prompt) + r.maxTokens)
+	a := &admission{handle: h}
+	if h == nil {
+		// cache_salt is vLLM's cache namespace: blocks are shared only
+		// within the salt; an adapter's blocks only within the adapter.
+		a.want.blocks = e.hash.blocks(r.prompt, r.lora, r.cacheSalt)
+		a.want.private = need - len(a.want.blocks)
+		a.promptLen = len(r.prompt)
+	} else {
+		a.want.private = max(0, need-h.blocks.size())
+	}
+	return e.core.admit(ctx, a)
 }
 
 // firstStop returns where the earliest stop string starting at or after

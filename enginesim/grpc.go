@@ -72,19 +72,11 @@ func (s *controlServer) Prefill(ctx context.Context, req *enginev1.PrefillReques
 	}
 	prompt := req.GetPromptIds()
 	sp := req.GetSampling()
-	full := e.hash.blocks(prompt, "", "")
-	a := &admission{
-		want:      blockSet{blocks: full, private: blockCount(len(prompt)) - len(full)},
-		promptLen: len(prompt),
-	}
-	sq, err := e.core.admit(ctx, a)
+	cached, done, err := e.prefill(ctx, prompt)
 	if err != nil {
-		return nil, admitStatus(err)
+		return nil, err
 	}
-	defer e.core.finish(sq)
-	if err := sleepCtx(ctx, time.Duration(len(prompt)-sq.cached)*e.cfg.PrefillPerToken); err != nil {
-		return nil, status.FromContextError(err).Err()
-	}
+	defer done()
 	g := e.model.NewGenerator(prompt, sp.GetSeed(), toymodel.Params{
 		Temperature:      float64(sp.GetTemperature()),
 		TopP:             float64(sp.GetTopP()),
@@ -123,8 +115,40 @@ func (s *controlServer) Prefill(ctx context.Context, req *enginev1.PrefillReques
 		NumBlocks:        header.NumBlocks,
 		FirstToken:       first.Token,
 		RngDrawsConsumed: g.Draws(),
-		CachedTokens:     uint32(sq.cached),
+		CachedTokens:     uint32(cached),
 	}, nil
+}
+
+// prefill computes a prompt's KV (the flat mode's admission and sleep, or
+// a prefill-only sequence on the step scheduler) and returns the prompt
+// tokens found cached and the function that frees its blocks.
+func (e *Engine) prefill(ctx context.Context, prompt []uint32) (cached int, done func(), err error) {
+	if sched := e.core.sched; sched != nil {
+		q := &stepSeq{tokens: slices.Clone(prompt), promptLen: len(prompt), maxTokens: 1, prefillOnly: true}
+		if err := sched.submit(q, nil); err != nil {
+			return 0, nil, admitStatus(err)
+		}
+		if err := sched.next(ctx, q); err != nil {
+			sched.abort(q)
+			return 0, nil, admitStatus(err)
+		}
+		blocks := sched.takeBlocks(q)
+		return q.cached, func() { e.core.releaseBlocks(blocks) }, nil
+	}
+	full := e.hash.blocks(prompt, "", "")
+	a := &admission{
+		want:      blockSet{blocks: full, private: blockCount(len(prompt)) - len(full)},
+		promptLen: len(prompt),
+	}
+	sq, err := e.core.admit(ctx, a)
+	if err != nil {
+		return 0, nil, admitStatus(err)
+	}
+	if err := sleepCtx(ctx, time.Duration(len(prompt)-sq.cached)*e.cfg.PrefillPerToken); err != nil {
+		e.core.finish(sq)
+		return 0, nil, status.FromContextError(err).Err()
+	}
+	return sq.cached, func() { e.core.finish(sq) }, nil
 }
 
 func admitStatus(err error) error {

@@ -2,6 +2,7 @@ package enginesim
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -10,8 +11,42 @@ import (
 // collector reads the engine's figures at scrape time under vLLM's names.
 func (e *Engine) metricsRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(e))
+	reg.MustRegister(newCollector(e), e.latency.ttft, e.latency.itl)
 	return reg
+}
+
+// latencyMetrics are vLLM's latency histograms, observed per token: by the
+// step scheduler on its clock, or by the flat mode's requests.
+type latencyMetrics struct {
+	ttft, itl prometheus.Histogram
+}
+
+func newLatencyMetrics(model string) latencyMetrics {
+	labels := prometheus.Labels{"model_name": model}
+	return latencyMetrics{
+		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "vllm:time_to_first_token_seconds", Help: "Histogram of time to first token in seconds.",
+			ConstLabels: labels,
+			Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+				2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0},
+		}),
+		itl: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "vllm:inter_token_latency_seconds", Help: "Histogram of inter-token latency in seconds.",
+			ConstLabels: labels,
+			Buckets: []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+				2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0},
+		}),
+	}
+}
+
+// observe records a token: the first of its request (since arrival) or a
+// later one (since the previous).
+func (m latencyMetrics) observe(first bool, since time.Duration) {
+	if first {
+		m.ttft.Observe(since.Seconds())
+	} else {
+		m.itl.Observe(since.Seconds())
+	}
 }
 
 type collector struct {
@@ -19,6 +54,7 @@ type collector struct {
 	waiting, running, usage, cacheInfo                *prometheus.Desc
 	queries, hits, prompt, generation, success        *prometheus.Desc
 	heldHandles, heldBlocks, draining, prefills, rels *prometheus.Desc
+	preemptions, steps                                *prometheus.Desc
 }
 
 func newCollector(e *Engine) *collector {
@@ -42,12 +78,15 @@ func newCollector(e *Engine) *collector {
 		draining:    d("enginesim_draining", "1 while the engine is draining."),
 		prefills:    d("enginesim_prefills_total", "Prefill calls answered."),
 		rels:        d("enginesim_kv_releases_total", "KV Release calls received."),
+		preemptions: d("vllm:num_preemptions_total", "Cumulative number of preemption from the engine."),
+		steps:       d("enginesim_steps_total", "Steps the step scheduler ran (0 in the flat mode)."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.waiting, c.running, c.usage, c.cacheInfo, c.queries, c.hits,
-		c.prompt, c.generation, c.success, c.heldHandles, c.heldBlocks, c.draining, c.prefills, c.rels} {
+		c.prompt, c.generation, c.success, c.heldHandles, c.heldBlocks, c.draining, c.prefills, c.rels,
+		c.preemptions, c.steps} {
 		ch <- d
 	}
 }
@@ -86,4 +125,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.draining, draining)
 	counter(c.prefills, s.Prefills)
 	counter(c.rels, s.Releases)
+	counter(c.preemptions, s.Preemptions)
+	counter(c.steps, s.Steps)
 }

@@ -124,11 +124,19 @@ Flags:
 	fs.StringVar(&cfg.KVAddr, "kv", enginesim.DefaultAddr, "KvTransferService gRPC listen `address` (decode role)")
 	fs.StringVar(&cfg.ControlAddr, "control", "", "optional listen `address` for /sim/faults that the refuse fault leaves open")
 	fs.StringVar(&cfg.AdvertiseHost, "advertise-host", "127.0.0.1", "`host` advertised in heartbeats when listening on 0.0.0.0 or ::")
-	fs.IntVar(&cfg.KVBlocks, "kv-blocks", enginesim.DefaultKVBlocks, "KV capacity in `blocks` of 16 tokens")
+	fs.IntVar(&cfg.KVBlocks, "kv-blocks", 0, fmt.Sprintf("KV capacity in `blocks` of 16 tokens (0: the preset's with -timing step, %d with -timing flat)", enginesim.DefaultKVBlocks))
 	kvFormat := fs.Uint("kv-format", enginesim.DefaultKVFormat, "KV layout `version`; prefill and decode engines pair only if equal")
-	fs.DurationVar(&cfg.PrefillPerToken, "prefill-per-token", 0, "prefill `time` per uncached prompt token")
-	fs.DurationVar(&cfg.DecodePerToken, "decode-per-token", 0, "decode `time` per generated token")
-	fs.IntVar(&cfg.MaxRunning, "max-running", enginesim.DefaultMaxRunning, "sequences running at once; more wait in the queue")
+	timing := fs.String("timing", "step", "`mode`: step (one loop runs steps like vLLM's V1 scheduler: continuous batching, chunked prefill under -max-num-batched-tokens, preemption by recompute; step times from the -preset's cost model) or flat (every sequence takes -prefill-per-token and -decode-per-token on its own); setting either per-token time alone selects flat")
+	preset := fs.String("preset", enginesim.PresetLlama8BH100.Name, "step model `preset`: "+strings.Join(enginesim.PresetNames(), ", ")+" (cost model, KV blocks and max_num_seqs calibrated to published vLLM figures)")
+	maxBatched := fs.Int("max-num-batched-tokens", 0, "step token `budget` (vLLM's max_num_batched_tokens; 0: the preset's)")
+	var cost enginesim.StepCost
+	fs.DurationVar(&cost.Fixed, "step-fixed", 0, "override the preset's fixed `time` per step (weights read, launch, sampling)")
+	fs.DurationVar(&cost.PerPrefillToken, "step-per-prefill-token", 0, "override the preset's step `time` per prefill token")
+	fs.DurationVar(&cost.PerDecodeSeq, "step-per-decode-seq", 0, "override the preset's step `time` per decode sequence")
+	fs.DurationVar(&cost.PerContextToken, "step-per-context-token", 0, "override the preset's step `time` per context token read")
+	fs.DurationVar(&cfg.PrefillPerToken, "prefill-per-token", 0, "flat mode: prefill `time` per uncached prompt token")
+	fs.DurationVar(&cfg.DecodePerToken, "decode-per-token", 0, "flat mode: decode `time` per generated token")
+	fs.IntVar(&cfg.MaxRunning, "max-running", 0, fmt.Sprintf("sequences running at once, vLLM's max_num_seqs; more wait in the queue (0: the preset's, %d with -timing flat)", enginesim.DefaultMaxRunning))
 	fs.StringVar(&cfg.KVEvents.Endpoint, "kv-events", "", "publish KV cache events as vLLM does (--kv-events-config) on a ZMQ PUB socket bound at this `endpoint`, e.g. tcp://127.0.0.1:5557 (port 0 takes a free one); frames [topic, 8-byte big-endian seq, msgpack EventBatch] (default: no events)")
 	fs.BoolVar(&cfg.KVEvents.Connect, "kv-events-connect", false, "connect the PUB socket to -kv-events (a subscriber that binds) instead of binding it")
 	fs.StringVar(&cfg.KVEvents.ReplayEndpoint, "kv-events-replay", "", "ZMQ ROUTER `endpoint` answering an 8-byte big-endian start sequence with the buffered batches from it, then sequence -1")
@@ -176,6 +184,47 @@ Flags:
 	cfg.Unserved = unserved
 	cfg.Adapters = adapters
 	cfg.KVFormat = uint32(*kvFormat)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["timing"] && (set["prefill-per-token"] || set["decode-per-token"]) {
+		*timing = "flat"
+	}
+	switch *timing {
+	case "flat":
+		for _, f := range []string{"preset", "max-num-batched-tokens", "step-fixed", "step-per-prefill-token", "step-per-decode-seq", "step-per-context-token"} {
+			if set[f] {
+				return cfg, tc, fmt.Errorf("-%s is the step mode's; -timing is flat", f)
+			}
+		}
+	case "step":
+		if cfg.PrefillPerToken != 0 || cfg.DecodePerToken != 0 {
+			return cfg, tc, errors.New("-prefill-per-token and -decode-per-token are the flat mode's; -timing is step")
+		}
+		p, err := enginesim.LookupPreset(*preset)
+		if err != nil {
+			return cfg, tc, fmt.Errorf("-preset: %w", err)
+		}
+		p.Apply(&cfg)
+		for _, o := range []struct {
+			flag string
+			v    time.Duration
+			dst  *time.Duration
+		}{{"step-fixed", cost.Fixed, &cfg.Step.Cost.Fixed}, {"step-per-prefill-token", cost.PerPrefillToken, &cfg.Step.Cost.PerPrefillToken},
+			{"step-per-decode-seq", cost.PerDecodeSeq, &cfg.Step.Cost.PerDecodeSeq}, {"step-per-context-token", cost.PerContextToken, &cfg.Step.Cost.PerContextToken}} {
+			if !set[o.flag] {
+				continue
+			}
+			if o.v < 0 {
+				return cfg, tc, fmt.Errorf("-%s %v < 0", o.flag, o.v)
+			}
+			*o.dst = o.v
+		}
+		if *maxBatched != 0 {
+			cfg.Step.MaxNumBatchedTokens = *maxBatched
+		}
+	default:
+		return cfg, tc, fmt.Errorf("-timing %q is not step or flat", *timing)
+	}
 	if cfg.KVEvents.Encoder.Encoding, err = kvevents.ParseEncoding(*kvEncoding); err != nil {
 		return cfg, tc, fmt.Errorf("-kv-events-encoding: %w", err)
 	}

@@ -49,10 +49,19 @@ func TestParseFlags(t *testing.T) {
 			c.WeightsSeed, c.Confidence = 99, 0.9
 			c.Gateways, c.HeartbeatInterval, c.RegistryToken = []string{"a:1", "b:2", "c:3"}, 500*time.Millisecond, "tok"
 			c.HoldTimeout, c.ShutdownTimeout, c.MaxBodyBytes = 5*time.Second, time.Second, 1000
+			c.Step = nil // the per-token times select the flat mode
 			c.Faults = enginesim.Faults{Refuse: true, Unavailable: true, Die: true, DieAfterTokens: 3, StallMS: 100, NoHeartbeat: true}
 		}},
 		{"token from the environment", nil, map[string]string{tokenEnv: "from-env"}, func(c *enginesim.Config) { c.RegistryToken = "from-env" }},
 		{"die before the first byte", []string{"-fault-die-after", "0"}, nil, func(c *enginesim.Config) { c.Faults.Die = true }},
+		{"flat, zero cost", []string{"-timing", "flat"}, nil, func(c *enginesim.Config) { c.Step, c.KVBlocks, c.MaxRunning = nil, 0, 0 }},
+		{"step overrides", []string{"-preset", "llama-3.1-70b-fp8-h100", "-max-num-batched-tokens", "512", "-step-fixed", "1ms",
+			"-step-per-prefill-token", "2us", "-step-per-decode-seq", "3us", "-step-per-context-token", "4ns", "-kv-blocks", "100"}, nil,
+			func(c *enginesim.Config) {
+				c.KVBlocks = 100
+				c.Step = &enginesim.StepConfig{MaxNumBatchedTokens: 512, Cost: enginesim.StepCost{
+					Fixed: time.Millisecond, PerPrefillToken: 2 * time.Microsecond, PerDecodeSeq: 3 * time.Microsecond, PerContextToken: 4}}
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,7 +72,8 @@ func TestParseFlags(t *testing.T) {
 			}
 			want := enginesim.Config{
 				Model: "sim", Role: "unified", HTTPAddr: "127.0.0.1:8000", GRPCAddr: "127.0.0.1:0", KVAddr: "127.0.0.1:0",
-				AdvertiseHost: "127.0.0.1", KVBlocks: 4096, KVFormat: 1, MaxRunning: 256, Confidence: 0.5,
+				AdvertiseHost: "127.0.0.1", KVBlocks: enginesim.PresetLlama8BH100.KVBlocks, KVFormat: 1, MaxRunning: 256, Confidence: 0.5,
+				Step:              &enginesim.PresetLlama8BH100.Step,
 				HeartbeatInterval: 2 * time.Second, HoldTimeout: time.Minute, ShutdownTimeout: 10 * time.Second,
 				MaxBodyBytes: 4 << 20, HashSeed: enginesim.DefaultHashSeed,
 				KVEvents: kvevents.Config{BufferSteps: kvevents.DefaultBufferSteps},
@@ -94,6 +104,11 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"-otlp-endpoint", "127.0.0.1:4317"}, {"-otlp-endpoint", "http://h:4317", "-otlp-protocol", "thrift"},
 		{"-otlp-endpoint", "http://h:4317", "-otlp-sample-ratio", "2"},
 		{"-kv-events-encoding", "json"},
+		{"-timing", "slow"},
+		{"-preset", "gpt-5"},
+		{"-timing", "flat", "-preset", "llama-3.1-8b-h100"},
+		{"-timing", "step", "-decode-per-token", "1ms"},
+		{"-step-fixed", "-2ms"},
 		{"-kv-events-hash", "hex"},
 	} {
 		if _, _, err := parseFlags(args, &bytes.Buffer{}, noEnv); err == nil {
@@ -109,7 +124,8 @@ func TestParseFlagsErrors(t *testing.T) {
 		"-heartbeat-interval", "-registry-token", "-hold-timeout", "-fault-refuse", "-fault-unavailable",
 		"-fault-die-after", "-fault-stall-ms", "-fault-no-heartbeat", "-kv-events", "-kv-events-connect",
 		"-kv-events-replay", "-kv-events-topic", "-kv-events-encoding", "-kv-events-hash", "-kv-events-buffer-steps",
-		"-hash-seed"} {
+		"-hash-seed", "-timing", "-preset", "-max-num-batched-tokens", "-step-fixed", "-step-per-prefill-token",
+		"-step-per-decode-seq", "-step-per-context-token"} {
 		if !strings.Contains(out.String(), "  "+f+" ") && !strings.Contains(out.String(), "  "+f+"\n") {
 			t.Errorf("-h does not document %s", f)
 		}

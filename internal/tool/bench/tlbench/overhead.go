@@ -131,7 +131,7 @@ log_format = "json"
 		return nil, err
 	}
 	if f.engine, err = procs.Start("engine", dir, engBin, []string{
-		"-id", "zero", "-model", c.Model, "-http", engAddr, "-gateway", regAddr,
+		"-id", "zero", "-model", c.Model, "-http", engAddr, "-gateway", regAddr, "-timing", "flat",
 		"-heartbeat-interval", c.Heartbeat.String(), "-log-level", "warn",
 	}, nil); err != nil {
 		return nil, err
