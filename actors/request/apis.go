@@ -106,13 +106,17 @@ func (a *requestActor) storedID() string {
 }
 
 // otherBody is the body of an attempt of a non-completions API: the
-// client's with the model rewritten to the served id; none for a GET or
-// DELETE.
+// client's with the model rewritten to the served id and the key's
+// cache_salt; none for a GET or DELETE.
 func (a *requestActor) otherBody() ([]byte, error) {
 	if a.ex.Method == http.MethodGet || a.ex.Method == http.MethodDelete {
 		return nil, nil
 	}
-	return openai.WithModel(a.ex.Body, a.target.ServedModel)
+	b, err := openai.WithModel(a.ex.Body, a.target.ServedModel)
+	if err != nil {
+		return nil, err
+	}
+	return a.salted(b)
 }
 
 // pinStored sets the pin of a request that refers to a stored response:

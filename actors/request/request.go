@@ -56,12 +56,29 @@ type Exchange struct {
 	// usage to it as it goes and is ended with a rate_limit_exceeded event
 	// once it refuses more.
 	Tokens Budget
+	// Salt says how attempts' bodies carry Req.CacheSalt, which the edge
+	// set to the key's salt (auth.Key.CacheSalt).
+	Salt Salt
 
 	Done      chan Outcome // buffered (1); receives exactly one Outcome
 	wg        sync.WaitGroup
 	committed atomic.Bool
 	trace     *trace.SpanContext // the request span's, set by the actor (nil: tracing off)
 }
+
+// Salt is how an attempt's body carries the request's cache_salt.
+type Salt uint8
+
+// The ways a body carries Exchange.Req.CacheSalt.
+const (
+	// SaltAsSent: the body holds it already (or none), as the client sent it.
+	SaltAsSent Salt = iota
+	// SaltReplace: it replaces the client's own cache_salt.
+	SaltReplace
+	// SaltAdd: the client sent none; it is added for engines that take
+	// one (openai.TakesCacheSalt) on endpoints that compute a prompt.
+	SaltAdd
+)
 
 // Budget is a key's hold on its tokens (a ratelimit.Reservation). Use gets
 // the request's running total (prompt + completion) and reports whether it
@@ -338,6 +355,9 @@ func (a *requestActor) body(seed *uint64) ([]byte, error) {
 		return a.otherBody()
 	}
 	b, err := openai.WithModel(a.ex.Body, a.target.ServedModel)
+	if err == nil {
+		b, err = a.salted(b)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -355,6 +375,20 @@ func (a *requestActor) body(seed *uint64) ([]byte, error) {
 		return usage.AskInStream(b)
 	}
 	return b, nil
+}
+
+// salted returns b carrying the request's cache_salt as ex.Salt says.
+func (a *requestActor) salted(b []byte) ([]byte, error) {
+	switch a.ex.Salt {
+	case SaltReplace:
+	case SaltAdd:
+		if a.ex.Req.Endpoint.Tokenizer() || !openai.TakesCacheSalt(a.target.Worker.Kind) {
+			return b, nil
+		}
+	default:
+		return b, nil
+	}
+	return openai.WithCacheSalt(b, a.ex.Req.CacheSalt)
 }
 
 // attempt sends the request to the target's worker from a goroutine.

@@ -293,7 +293,26 @@ type APIKey struct {
 	RequestsPerMinute int `toml:"requests_per_minute"`
 	TokensPerMinute   int `toml:"tokens_per_minute"`
 	MaxConcurrent     int `toml:"max_concurrent"`
+	// CacheIsolation is CacheShared (empty means it) or CacheIsolationKey:
+	// whether the key's requests without a cache_salt share the engines'
+	// prefix caches (and the gateway's prefix index) with other keys'.
+	CacheIsolation string `toml:"cache_isolation"`
 }
+
+// Cache isolation of a key (gateway.api_keys[].cache_isolation). Whatever
+// it says, a client's cache_salt is bound to its key: two keys sending the
+// same salt never share entries.
+const (
+	// CacheShared: a request without cache_salt shares the prefix cache
+	// with every other key's unsalted requests.
+	CacheShared = "shared"
+	// CacheIsolationKey: every request of the key is salted with the key's
+	// own salt, as if it sent one.
+	CacheIsolationKey = "key"
+)
+
+// IsolatesCache reports whether every request of the key is salted.
+func (k APIKey) IsolatesCache() bool { return k.CacheIsolation == CacheIsolationKey }
 
 // Engine is an engine the gateway probes instead of waiting for its
 // heartbeats (one that does not speak tl.control.v1).

@@ -260,6 +260,8 @@ func TestConfigValidation(t *testing.T) {
 		{"same secret twice", "[[gateway.api_keys]]\nname = \"a\"\nkey_env = \"TLGATE_TEST_SET\"\nscopes = [\"inference\"]\n[[gateway.api_keys]]\nname = \"b\"\nkey_sha256 = \"" + hexSum("value") + "\"\nscopes = [\"admin\"]", []string{"gateway.api_keys[1]: same secret as api_keys[0]"}},
 		{"unknown scope", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k\"\nscopes = [\"inference\", \"root\"]", []string{`gateway.api_keys[0].scopes[1]: unknown scope "root" (want inference, debug, admin or trace)`}},
 		{"no scopes", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k\"", []string{`gateway.api_keys[0].scopes: at least one of "inference", "debug", "admin" required`}},
+		{"cache isolation", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k1\"\nscopes = [\"inference\"]\ncache_isolation = \"key\"\n[[gateway.api_keys]]\nname = \"b\"\nkey = \"k2\"\nscopes = [\"inference\"]\ncache_isolation = \"shared\"\n[[gateway.api_keys]]\nname = \"c\"\nkey = \"k3\"\nscopes = [\"inference\"]\ncache_isolation = \"tenant\"", []string{
+			`gateway.api_keys[2].cache_isolation: must be "shared" or "key", got "tenant"`}},
 		{"key limits", "[[gateway.api_keys]]\nname = \"a\"\nkey = \"k\"\nscopes = [\"inference\"]\nrequests_per_minute = -1\ntokens_per_minute = 2000000000\nmax_concurrent = 4", []string{
 			"gateway.api_keys[0].requests_per_minute: must be from 0 (unlimited) to 1000000000, got -1",
 			"gateway.api_keys[0].tokens_per_minute: must be from 0 (unlimited) to 1000000000, got 2000000000"}},

@@ -300,6 +300,11 @@ func (v *checker) apiKeys(keys []APIKey) {
 		v.keyLimit(at+".requests_per_minute", k.RequestsPerMinute)
 		v.keyLimit(at+".tokens_per_minute", k.TokensPerMinute)
 		v.keyLimit(at+".max_concurrent", k.MaxConcurrent)
+		switch k.CacheIsolation {
+		case "", CacheShared, CacheIsolationKey:
+		default:
+			v.add(at+".cache_isolation", "must be %q or %q, got %q", CacheShared, CacheIsolationKey, k.CacheIsolation)
+		}
 	}
 }
 

@@ -254,9 +254,11 @@ func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, 
 	if d.Request.Tracer != nil { // continue the client's W3C trace context
 		rctx = tracing.Extract(rctx, r.Header, key.Has(auth.ScopeTrace))
 	}
+	salt := bindSalt(key, &req)
 	ex := request.NewExchange(rctx, w, body, req, r.URL.Path, rid)
 	ex.Method = r.Method
 	ex.KeyName = key.Name
+	ex.Salt = salt
 	ex.ClientRequestID = cid
 	if adm.Reservation != nil {
 		ex.Tokens = adm.Reservation
@@ -281,6 +283,24 @@ func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, 
 	if d.OnDone != nil {
 		d.OnDone(ex, o)
 	}
+}
+
+// bindSalt puts key's cache_salt (auth.Key.CacheSalt) in place of the
+// client's in req, for the prefix index and the engines, and says how the
+// attempts' bodies carry it: a client's own salt never reaches an engine
+// when keys are configured.
+func bindSalt(key auth.Key, req *openai.Request) request.Salt {
+	bound := key.CacheSalt(req.CacheSalt)
+	mode := request.SaltAsSent
+	switch {
+	case bound == req.CacheSalt:
+	case req.CacheSalt != "":
+		mode = request.SaltReplace
+	default:
+		mode = request.SaltAdd
+	}
+	req.CacheSalt = bound
+	return mode
 }
 
 // admit asks Limits about a request of key, reserving its prompt's

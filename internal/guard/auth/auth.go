@@ -63,6 +63,8 @@ type KeySpec struct {
 	Secret string
 	SHA256 string
 	Scopes []string
+	// IsolateCache salts every request of the key (Key.CacheSalt).
+	IsolateCache bool
 }
 
 // Key is an authenticated caller: the configured key's name and scopes.
@@ -72,6 +74,13 @@ type Key struct {
 	Anonymous bool
 	// Scopes is shared with the Keyring: read it, never modify it.
 	Scopes []Scope
+	// IsolateCache: every request of the key is salted (CacheSalt), as if
+	// it sent a cache_salt, so that it shares no prefix cache with
+	// another key's.
+	IsolateCache bool
+	// digest is the SHA-256 of the key's secret: the secret of its cache
+	// salts.
+	digest [sha256.Size]byte
 }
 
 // Has reports whether the key carries scope s.
@@ -198,6 +207,8 @@ func newEntry(s KeySpec) (entry, error) {
 		return e, errors.New("at least one scope is required")
 	}
 	e.key.Name = s.Name
+	e.key.IsolateCache = s.IsolateCache
+	e.key.digest = e.digest
 	for _, sc := range s.Scopes {
 		if !known(Scope(sc)) {
 			return e, fmt.Errorf("unknown scope %q (want inference, debug or admin)", sc)

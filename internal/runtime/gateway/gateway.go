@@ -474,7 +474,7 @@ func keySpecs(keys []config.APIKey) ([]auth.KeySpec, error) {
 		if err != nil {
 			return nil, err
 		}
-		specs = append(specs, auth.KeySpec{Name: k.Name, SHA256: hex.EncodeToString(d[:]), Scopes: k.Scopes})
+		specs = append(specs, auth.KeySpec{Name: k.Name, SHA256: hex.EncodeToString(d[:]), Scopes: k.Scopes, IsolateCache: k.IsolatesCache()})
 	}
 	return specs, nil
 }

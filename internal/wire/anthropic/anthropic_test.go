@@ -29,6 +29,8 @@ func TestParseRequest(t *testing.T) {
 		{"system a number", `{"model":"m","system":1,"messages":[{"role":"user","content":"x"}]}`, "", "system", false, true},
 		{"stream not a bool", `{"model":"m","stream":1,"messages":[{"role":"user","content":"x"}]}`, "", "stream", false, true},
 		{"not JSON", `{`, "", "", false, true},
+		{"cache_salt not a string", `{"model":"m","cache_salt":5,"messages":[{"role":"user","content":"x"}]}`, "", "cache_salt", false, true},
+		{"cache_salt twice", `{"model":"m","cache_salt":"a","cache_salt":"b","messages":[{"role":"user","content":"x"}]}`, "", "cache_salt", false, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -44,6 +46,15 @@ func TestParseRequest(t *testing.T) {
 				t.Fatalf("got %+v, %v", req, err)
 			}
 		})
+	}
+}
+
+// TestParseRequestCacheSalt: a Messages body's cache_salt is read, so that
+// the edge binds it to the key like any other endpoint's.
+func TestParseRequestCacheSalt(t *testing.T) {
+	req, err := ParseRequest([]byte(`{"model":"m","cache_salt":"tenant","messages":[{"role":"user","content":"x"}]}`))
+	if err != nil || req.CacheSalt != "tenant" {
+		t.Fatalf("got %+v, %v", req, err)
 	}
 }
 

@@ -9,8 +9,9 @@ import (
 )
 
 // ParseRequest validates a Messages body (POST /v1/messages) and extracts
-// what routing and limits need: model, stream, max_tokens (MaxTokens) and
-// the rendered prompt, which is the
+// what routing and limits need: model, stream, max_tokens (MaxTokens),
+// vLLM's cache_salt (an engine may key its prefix cache with it here too)
+// and the rendered prompt, which is the
 // system prompt as "system\n<text>\n" followed by each message as
 // "role\ncontent\n" (content given as blocks contributes the text of its
 // text blocks). Other fields (max_tokens...) are the engine's to judge.
@@ -29,7 +30,7 @@ func ParseRequest(body []byte) (openai.Request, error) {
 	var ferr *openai.FieldError
 	root.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
-		case "model", "stream", "system", "messages", "max_tokens":
+		case "model", "stream", "system", "messages", "max_tokens", "cache_salt":
 		default:
 			return true
 		}
@@ -62,6 +63,8 @@ func ParseRequest(body []byte) (openai.Request, error) {
 			}
 			m := int(n)
 			req.MaxTokens = &m
+		case "cache_salt":
+			req.CacheSalt, ferr = openai.ReadCacheSalt(k.Str, v)
 		case "system":
 			system = v
 		case "messages":

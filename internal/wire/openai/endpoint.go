@@ -122,7 +122,7 @@ func parsePooling(body []byte, ep Endpoint, fields map[string]func(p *poolingPar
 			}
 			p.req.Model = v.Str
 		case "cache_salt":
-			p.req.CacheSalt, p.err = cacheSalt(name, v)
+			p.req.CacheSalt, p.err = ReadCacheSalt(name, v)
 		default:
 			p.err = f(p, name, v)
 		}
@@ -330,9 +330,9 @@ func positiveInt(_ *poolingParser, name string, v gjson.Result) *FieldError {
 // MaxCacheSaltBytes bounds a request's cache_salt.
 const MaxCacheSaltBytes = 256
 
-// cacheSalt reads vLLM's cache_salt: null, or a non-empty string of at
-// most MaxCacheSaltBytes bytes.
-func cacheSalt(name string, v gjson.Result) (string, *FieldError) {
+// ReadCacheSalt reads vLLM's cache_salt (field name): null, or a
+// non-empty string of at most MaxCacheSaltBytes bytes.
+func ReadCacheSalt(name string, v gjson.Result) (string, *FieldError) {
 	switch {
 	case v.Type == gjson.Null:
 		return "", nil

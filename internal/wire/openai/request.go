@@ -31,7 +31,8 @@ type Request struct {
 	Endpoint Endpoint
 	// CacheSalt is vLLM's cache_salt: the engine's prefix cache, and the
 	// gateway's prefix index, share entries only between requests with
-	// the same salt (empty: none).
+	// the same salt (empty: none). The parsers read the client's; the edge
+	// puts its key's in its place (auth.Key.CacheSalt).
 	CacheSalt string
 	// Logprobs is true when the client asked for logprobs: chat
 	// "logprobs": true; completions "logprobs": a number >= 0 (or true).
@@ -258,7 +259,7 @@ func (p *parser) field(bit uint32, name string, v gjson.Result) {
 	case fStreamOptions:
 		err = streamOptions(name, v)
 	case fCacheSalt:
-		p.req.CacheSalt, err = cacheSalt(name, v)
+		p.req.CacheSalt, err = ReadCacheSalt(name, v)
 	}
 	p.err = err
 }

@@ -9,7 +9,7 @@ import (
 
 // ParseResponses validates a Responses API body (POST /v1/responses) and
 // extracts what routing and limits need: model, stream, store,
-// previous_response_id, max_output_tokens (as MaxTokens),
+// previous_response_id, max_output_tokens (as MaxTokens), cache_salt,
 // and the rendered prompt, which is the instructions followed by a newline
 // and then the input: a string as "user\n<text>\n", an array of items each
 // as "role\ncontent\n" (content given as parts contributes the text of its
@@ -28,7 +28,7 @@ func ParseResponses(body []byte) (Request, error) {
 	var ferr *FieldError
 	root.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
-		case "model", "input", "instructions", "stream", "store", "previous_response_id", "max_output_tokens":
+		case "model", "input", "instructions", "stream", "store", "previous_response_id", "max_output_tokens", "cache_salt":
 		default:
 			return true
 		}
@@ -55,6 +55,8 @@ func ParseResponses(body []byte) (Request, error) {
 			}
 		case "max_output_tokens":
 			req.MaxTokens, ferr = nonNegInt(k.Str, v)
+		case "cache_salt":
+			req.CacheSalt, ferr = ReadCacheSalt(k.Str, v)
 		case "previous_response_id":
 			switch v.Type {
 			case gjson.Null:

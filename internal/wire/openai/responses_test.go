@@ -55,3 +55,19 @@ func TestParseResponses(t *testing.T) {
 		})
 	}
 }
+
+// TestParseResponsesCacheSalt: a Responses body's cache_salt is read (and
+// checked), so that the edge binds it to the key like any other
+// endpoint's.
+func TestParseResponsesCacheSalt(t *testing.T) {
+	req, err := ParseResponses([]byte(`{"model":"m","input":"x","cache_salt":"tenant"}`))
+	if err != nil || req.CacheSalt != "tenant" {
+		t.Fatalf("got %+v, %v", req, err)
+	}
+	for _, body := range []string{`{"model":"m","input":"x","cache_salt":1}`, `{"model":"m","input":"x","cache_salt":""}`, `{"model":"m","input":"x","cache_salt":"a","cache_salt":"b"}`} {
+		var fe *FieldError
+		if _, err := ParseResponses([]byte(body)); !errors.As(err, &fe) || fe.Param != "cache_salt" {
+			t.Fatalf("%s: err %v, want a FieldError on cache_salt", body, err)
+		}
+	}
+}

@@ -28,6 +28,20 @@ func WithModel(body []byte, model string) ([]byte, error) {
 	return set(body, "model", gjson.AppendJSONString(nil, model))
 }
 
+// WithCacheSalt returns body with "cache_salt" set to salt.
+func WithCacheSalt(body []byte, salt string) ([]byte, error) {
+	return set(body, "cache_salt", gjson.AppendJSONString(nil, salt))
+}
+
+// TakesCacheSalt reports whether an engine of kind (a probe kind; "" for a
+// heartbeat worker) may be sent a cache_salt the client did not send:
+// every kind but openai, whose servers (OpenAI's own among them) may
+// refuse a field they do not know. vLLM and SGLang key their prefix
+// caches with it; others ignore it.
+func TakesCacheSalt(kind string) bool {
+	return kind != "openai"
+}
+
 // WithSeed returns body with "seed" set to seed.
 func WithSeed(body []byte, seed uint64) ([]byte, error) {
 	return set(body, "seed", strconv.AppendUint(nil, seed, 10))

@@ -62,6 +62,29 @@ func TestWithSeed(t *testing.T) {
 	}
 }
 
+func TestWithCacheSalt(t *testing.T) {
+	tests := []struct{ name, body, want string }{
+		{"added", `{"model":"m","prompt":"p"}`, `{"model":"m","prompt":"p","cache_salt":"tl1-x"}`},
+		{"replaced", `{"cache_salt": "mine" ,"model":"m"}`, `{"cache_salt": "tl1-x" ,"model":"m"}`},
+		{"null replaced", `{"cache_salt":null}`, `{"cache_salt":"tl1-x"}`},
+		{"nested left alone", `{"metadata":{"cache_salt":"keep"},"model":"m"}`, `{"metadata":{"cache_salt":"keep"},"model":"m","cache_salt":"tl1-x"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := WithCacheSalt([]byte(tt.body), "tl1-x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tt.want {
+				t.Fatalf("WithCacheSalt = %s, want %s", got, tt.want)
+			}
+		})
+	}
+	if _, err := WithCacheSalt([]byte(`[1]`), "s"); !errors.Is(err, ErrNotObject) {
+		t.Fatalf("an array: %v", err)
+	}
+}
+
 func TestForceLogprobs(t *testing.T) {
 	tests := []struct {
 		name, body string
