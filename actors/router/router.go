@@ -145,8 +145,11 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		ctx.Respond(st.Adapters())
 	case *Known:
 		ctx.Respond(st.Known(m.Model))
-	case *SyncBatch:
-		a.applied(ctx, st.ApplyPeer(&m.Batch, time.Now()))
+	case *SyncInbox:
+		now := time.Now()
+		for _, b := range m.Take() {
+			a.applied(ctx, st.ApplyPeer(&b, now))
+		}
 	case *ApplySnapshot:
 		if m.Snapshot != nil {
 			a.applied(ctx, st.ApplySnapshot(m.Replica, m.Snapshot, time.Now()))
@@ -157,13 +160,38 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		}
 		st.ExpirePending(time.Now())
 		if st.syncing() {
-			st.cfg.Sync.Syncer.Load(st.OwnLoad())
+			st.cfg.Sync.Syncer.Tick(TickReport{Own: st.OwnLoad(), Peers: len(st.peers)})
 		}
 	case *SyncSnapshot:
-		ctx.Respond(st.MakeSnapshot(m.MaxChunks, time.Now()))
+		a.snapshotStep(ctx, snapshotStep{job: st.PlanSnapshot(m.MaxChunks, m.MaxBytes, time.Now()), to: ctx.Sender()})
+	case snapshotStep:
+		a.snapshotStep(ctx, m)
 	case *Crash:
 		panic("router: crash requested")
 	}
+}
+
+// snapshotStep is a snapshot being built for to.
+type snapshotStep struct {
+	job *SnapshotJob
+	to  *actor.PID
+}
+
+// snapshotHashesPerStep bounds the index hashes one message copies into a
+// snapshot: the router handles the messages that came meanwhile before
+// the next share.
+const snapshotHashesPerStep = 8192
+
+// snapshotStep copies the next share of st's snapshot, then sends it to
+// its asker when it is done, or the rest of the job to itself.
+func (a *routerActor) snapshotStep(ctx actor.Context, st snapshotStep) {
+	if a.st.FillSnapshot(st.job, snapshotHashesPerStep) {
+		if st.to != nil {
+			ctx.Send(st.to, st.job.Snapshot)
+		}
+		return
+	}
+	ctx.Send(ctx.Self(), st)
 }
 
 // applied reports what a peer's batch did, sets the timers of the

@@ -158,8 +158,10 @@ type State struct {
 	seq     uint64
 	full    bool // the last pick passed over a worker at its limit
 
-	// Fleet sync (sync.go): the other replicas' claims.
+	// Fleet sync (sync.go): the other replicas' claims, and when each
+	// replica heard from lately was last (the known ones).
 	peers        map[string]*peerState
+	known        map[string]time.Time
 	pendingIndex map[string]pendingEntry
 	// pendingStored are a snapshot's stored responses waiting for their
 	// workers (stored.go), by worker.

@@ -65,16 +65,6 @@ func (s *State) applyPeerStored(ev *PeerEvent, now time.Time, r *PeerApplied) {
 	r.applied(ev.Kind)
 }
 
-// snapshotStored adds the record's live entries to snap, at most
-// MaxSnapshotStored, newest first.
-func (s *State) snapshotStored(snap *Snapshot, now time.Time) {
-	if st := s.cfg.Sync.Stored; st != nil {
-		st.Export(MaxSnapshotStored, now, func(id, worker string, ttl time.Duration) {
-			snap.Stored = append(snap.Stored, SnapshotStored{ID: id, Worker: worker, For: ttl})
-		})
-	}
-}
-
 // pendingStored is a snapshot's stored response waiting for its worker's
 // first heartbeat: its id, when the snapshot was applied, the end of its
 // time and the end of the wait.

@@ -77,7 +77,10 @@ func TestSyncSnapshotCarriesStored(t *testing.T) {
 	src, _ := syncState(t, policy.NameLeastOutstanding, SyncConfig{Stored: srcMap}, "a", "b")
 	srcMap.Put("mine", "a", now.Add(-10*time.Minute))
 	src.ApplyPeer(&PeerBatch{Replica: "r3", Events: []PeerEvent{stored("theirs", "b", 20*time.Minute)}}, now)
-	snap := src.MakeSnapshot(16, now)
+	snap := src.MakeSnapshot(16, 1<<20, now)
+	srcMap.Export(MaxSnapshotStored, now, func(id, worker string, ttl time.Duration) { // as the Syncer adds them
+		snap.Stored = append(snap.Stored, SnapshotStored{ID: id, Worker: worker, For: ttl})
+	})
 	want := []SnapshotStored{{"mine", "a", 50 * time.Minute}, {"theirs", "b", 20 * time.Minute}}
 	if len(snap.Stored) != 2 || snap.Stored[0] != want[0] || snap.Stored[1] != want[1] {
 		t.Fatalf("snapshot's stored %+v, want %+v", snap.Stored, want)

@@ -1,7 +1,10 @@
 package router
 
 import (
+	"encoding/binary"
 	"errors"
+	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -24,6 +27,10 @@ const (
 	DefaultSyncMaxPeers        = 32
 	DefaultSyncMaxPeerInFlight = 256
 	DefaultSyncPeerTimeout     = 5 * time.Second
+	// KnownPeerWindow is how long a replica heard from is remembered as
+	// known: back within it, it displaces a replica that was new when it
+	// was admitted (see SyncConfig.MaxPeers).
+	KnownPeerWindow = 10 * time.Minute
 )
 
 // SyncConfig bounds what other replicas' reports may do here. Zero fields
@@ -32,9 +39,17 @@ type SyncConfig struct {
 	// Syncer receives this replica's decisions; nil turns sync off (the
 	// router then neither tells nor applies anything).
 	Syncer Syncer
-	// MaxPeers is how many other replicas are tracked at once; reports of
-	// more are dropped until one falls silent.
+	// MaxPeers is how many other replicas are tracked at once. When that
+	// many are, a replica not tracked takes the place of one of lower
+	// standing, or its reports are dropped (PeerApplied.Refused) until one
+	// falls silent: a replica Listed stands above one that is not, and a
+	// known one (heard from within KnownPeerWindow) above one that was new
+	// when it was admitted; among several of lower standing the one
+	// admitted last goes.
 	MaxPeers int
+	// Listed are the replica ids expected in the fleet ([gateway.sync]
+	// peers): always given a place.
+	Listed []string
 	// MaxPeerInFlight caps the in-flight requests one replica may claim on
 	// one worker.
 	MaxPeerInFlight int
@@ -92,11 +107,20 @@ type Syncer interface {
 	Released(worker string)
 	// Ejected: worker of model was ejected until until after reason.
 	Ejected(worker, model, reason string, until time.Time)
-	// Load: this replica's in-flight requests per worker (all of them:
-	// a worker not listed has none), answering SyncTick.
-	Load(own []WorkerLoad)
-	// Applied: what a SyncBatch or ApplySnapshot did.
+	// Tick: this replica's in-flight requests per worker and what it
+	// tracks of its peers, answering SyncTick.
+	Tick(r TickReport)
+	// Applied: what a peer's batch (SyncInbox) or ApplySnapshot did.
 	Applied(r PeerApplied)
+}
+
+// TickReport is what the router tells the Syncer on SyncTick.
+type TickReport struct {
+	// Own is this replica's in-flight count per worker (all of them: a
+	// worker not listed has none).
+	Own []WorkerLoad
+	// Peers is how many other replicas are tracked.
+	Peers int
 }
 
 // WorkerLoad is one worker's in-flight count.
@@ -164,21 +188,26 @@ type PeerBatch struct {
 	Events     []PeerEvent
 }
 
-// SyncBatch applies a peer's batch; the router reports what it did to the
-// Syncer's Applied.
-type SyncBatch struct{ Batch PeerBatch }
+// SyncInbox tells the router that peers' batches wait: Take returns them
+// (coalesced per peer, in the order they came) and empties the inbox. The
+// router applies each and reports what it did to the Syncer's Applied.
+type SyncInbox struct{ Take func() []PeerBatch }
 
 // SyncTick forgets silent peers and has the router tell the Syncer its own
-// in-flight counts (Syncer.Load).
+// in-flight counts (Syncer.Tick).
 type SyncTick struct{}
 
 // SyncSnapshot asks for the router's view for a peer's warm start; the
-// router responds with *Snapshot. MaxChunks bounds each worker's hashes.
-type SyncSnapshot struct{ MaxChunks int }
+// router responds with *Snapshot. MaxChunks bounds each worker's hashes,
+// MaxBytes the encoded snapshot (the index is sized to fit before any hash
+// is copied). The router builds it a share at a time between its other
+// messages.
+type SyncSnapshot struct{ MaxChunks, MaxBytes int }
 
 // Snapshot is the view a starting replica warms up with: the prefix index,
 // this replica's in-flight counts, the ejections in force and the stored
-// responses' workers.
+// responses' workers (added by the Syncer's side: the router's snapshot
+// holds none).
 type Snapshot struct {
 	ChunkBytes int
 	Index      []SnapshotEntry
@@ -232,6 +261,10 @@ type PeerApplied struct {
 	Ejected []time.Time
 	// Released: some peer load went down, so waiters may be served.
 	Released bool
+	// Joined: the replica was not tracked before this batch. Refused: it
+	// was not, and MaxPeers others of no lower standing are (its events
+	// are dropped, DropTooManyPeers).
+	Joined, Refused bool
 }
 
 func (r *PeerApplied) applied(k PeerEventKind) {
@@ -248,12 +281,20 @@ func (r *PeerApplied) drop(k PeerEventKind, reason string) {
 	r.Dropped[PeerDrop{k, reason}]++
 }
 
-// peerState is one other replica's claims: its in-flight count per worker
-// and when it was last heard from.
+// peerState is one other replica's claims: its in-flight count per worker,
+// when it was last heard from and its standing (peerRank) when admitted.
 type peerState struct {
-	seen time.Time
-	n    map[string]int
+	seen, admitted time.Time
+	rank           int
+	n              map[string]int
 }
+
+// Standings of a replica at max_peers (SyncConfig.MaxPeers).
+const (
+	rankNew = iota
+	rankKnown
+	rankListed
+)
 
 // syncing reports whether fleet sync is on.
 func (s *State) syncing() bool { return s.cfg.Sync.Syncer != nil }
@@ -268,13 +309,15 @@ func (s *State) syncPicked(model, worker string) {
 // ApplyPeer applies a peer's batch at now.
 func (s *State) ApplyPeer(b *PeerBatch, now time.Time) PeerApplied {
 	r := PeerApplied{Replica: b.Replica, Sent: b.Sent}
-	p := s.peer(b.Replica, now)
+	p, joined := s.peer(b.Replica, now)
 	if p == nil {
+		r.Refused = true
 		for _, ev := range b.Events {
 			r.drop(ev.Kind, DropTooManyPeers)
 		}
 		return r
 	}
+	r.Joined = joined
 	hashesOK := s.prefix != nil && b.ChunkBytes == s.prefix.index.Config().ChunkBytes
 	limit := s.cfg.Sync.maxInFlight()
 	for i := range b.Events {
@@ -356,22 +399,94 @@ func dropReason(err error) string {
 	return DropUnknownWorker
 }
 
-// peer returns the state of replica id, heard from at now; nil when it is
-// new and MaxPeers others are tracked.
-func (s *State) peer(id string, now time.Time) *peerState {
+// peer returns the state of replica id, heard from at now, and whether it
+// was admitted now; nil when it is new and MaxPeers others of no lower
+// standing are tracked (see SyncConfig.MaxPeers).
+func (s *State) peer(id string, now time.Time) (p *peerState, joined bool) {
+	if p = s.peers[id]; p != nil {
+		p.seen = now
+		s.remember(id, now)
+		return p, false
+	}
+	rank := s.peerRank(id, now)
+	if len(s.peers) >= s.cfg.Sync.maxPeers() {
+		victim := s.displaced(rank)
+		if victim == "" {
+			return nil, false
+		}
+		s.dropPeer(victim)
+	}
+	if s.peers == nil {
+		s.peers = map[string]*peerState{}
+	}
+	p = &peerState{seen: now, admitted: now, rank: rank, n: map[string]int{}}
+	s.peers[id] = p
+	s.remember(id, now)
+	return p, true
+}
+
+// peerRank is the standing of replica id, not tracked, at now.
+func (s *State) peerRank(id string, now time.Time) int {
+	switch seen, ok := s.known[id]; {
+	case slices.Contains(s.cfg.Sync.Listed, id):
+		return rankListed
+	case ok && now.Sub(seen) < KnownPeerWindow:
+		return rankKnown
+	}
+	return rankNew
+}
+
+// displaced is the tracked replica a replica of standing rank takes the
+// place of: the one admitted last among those of the lowest standing
+// below rank; "" when none stands below it.
+func (s *State) displaced(rank int) string {
+	victim := ""
+	for id, p := range s.peers {
+		if p.rank >= rank {
+			continue
+		}
+		if v := s.peers[victim]; victim == "" || p.rank < v.rank || p.rank == v.rank && (p.admitted.After(v.admitted) || p.admitted.Equal(v.admitted) && id > victim) {
+			victim = id
+		}
+	}
+	return victim
+}
+
+// dropPeer forgets tracked replica id and its in-flight counts; it
+// reports whether any count went.
+func (s *State) dropPeer(id string) (released bool) {
 	p := s.peers[id]
 	if p == nil {
-		if len(s.peers) >= s.cfg.Sync.maxPeers() {
-			return nil
-		}
-		if s.peers == nil {
-			s.peers = map[string]*peerState{}
-		}
-		p = &peerState{n: map[string]int{}}
-		s.peers[id] = p
+		return false
 	}
-	p.seen = now
-	return p
+	for w := range p.n {
+		s.setPeer(p, w, 0)
+		released = true
+	}
+	delete(s.peers, id)
+	return released
+}
+
+// maxKnown bounds the replicas remembered as known, in multiples of
+// MaxPeers.
+const maxKnown = 4
+
+// remember notes that replica id was heard from at now, within the bound
+// of remembered replicas (the least recently heard from goes first).
+func (s *State) remember(id string, now time.Time) {
+	if s.known == nil {
+		s.known = map[string]time.Time{}
+	}
+	if _, ok := s.known[id]; !ok && len(s.known) >= maxKnown*s.cfg.Sync.maxPeers() {
+		oldest := ""
+		for k, t := range s.known {
+			if oldest == "" || t.Before(s.known[oldest]) {
+				oldest = k
+			}
+		}
+		delete(s.known, oldest)
+	}
+	s.known[id] = now
 }
 
 // applyLoad sets a peer's in-flight counts to its report: the listed
@@ -420,18 +535,22 @@ func (s *State) dropIdle(id string, c *counter) {
 }
 
 // ExpirePeers forgets the replicas not heard from for PeerTimeout at now,
-// with their in-flight counts; it reports whether it forgot any load.
+// with their in-flight counts (and the replicas remembered as known past
+// KnownPeerWindow); it reports whether it forgot any load.
 func (s *State) ExpirePeers(now time.Time) (released bool) {
 	to := s.cfg.Sync.peerTimeout()
 	for id, p := range s.peers {
 		if now.Sub(p.seen) < to {
 			continue
 		}
-		for w := range p.n {
-			s.setPeer(p, w, 0)
+		if s.dropPeer(id) {
 			released = true
 		}
-		delete(s.peers, id)
+	}
+	for id, seen := range s.known {
+		if now.Sub(seen) >= KnownPeerWindow {
+			delete(s.known, id)
+		}
 	}
 	return released
 }
@@ -501,23 +620,93 @@ func (s *State) applyPeerEjection(id, model, reason string, d time.Duration, now
 	return h.until, ""
 }
 
-// MakeSnapshot is the router's view at now for a peer's warm start, with
-// at most maxChunks hashes per worker and MaxSnapshotStored stored
-// responses.
-func (s *State) MakeSnapshot(maxChunks int, now time.Time) *Snapshot {
-	snap := &Snapshot{InFlight: s.OwnLoad()}
-	if s.prefix != nil {
-		snap.ChunkBytes = s.prefix.index.Config().ChunkBytes
-		s.prefix.index.Export(maxChunks, func(model, id string, hs []uint64) {
-			snap.Index = append(snap.Index, SnapshotEntry{Model: model, Worker: id, Hashes: append([]uint64(nil), hs...)})
-		})
-		sort.Slice(snap.Index, func(i, j int) bool { return snap.Index[i].Worker < snap.Index[j].Worker })
+// MakeSnapshot is the router's view at now for a peer's warm start, whole
+// (PlanSnapshot, then FillSnapshot until done).
+func (s *State) MakeSnapshot(maxChunks, maxBytes int, now time.Time) *Snapshot {
+	job := s.PlanSnapshot(maxChunks, maxBytes, now)
+	for !s.FillSnapshot(job, math.MaxInt) {
 	}
+	return job.Snapshot
+}
+
+// SnapshotJob is a snapshot being built: its in-flight counts and
+// ejections taken, its index planned (how many hashes of which worker),
+// FillSnapshot copying the hashes a share at a time.
+type SnapshotJob struct {
+	Snapshot *Snapshot
+	plan     []planned
+	next     int
+}
+
+type planned struct {
+	worker string
+	n      int
+}
+
+// snapshotOverhead is what a snapshot's header and each list entry take
+// in the wire format at most, besides their strings and hashes.
+const (
+	snapshotHeaderBytes = 2 + 2*binary.MaxVarintLen64 + 4*binary.MaxVarintLen32 + 256 // magic, version, chunk bytes, counts, replica id
+	snapshotEntryBytes  = 4 * binary.MaxVarintLen32                                     // string lengths, counts, a value
+)
+
+// PlanSnapshot starts the router's view at now for a peer's warm start:
+// its own in-flight counts and the ejections in force, taken now, and a
+// plan of the index hashes to copy: the bytes maxBytes leaves after the
+// rest, shared evenly among the workers holding chunks (one holding fewer
+// leaves its share to the others), at most maxChunks per worker. Nothing
+// of the index is copied yet.
+func (s *State) PlanSnapshot(maxChunks, maxBytes int, now time.Time) *SnapshotJob {
+	snap := &Snapshot{InFlight: s.OwnLoad()}
 	for _, e := range s.EjectedAt(now) {
 		snap.Ejections = append(snap.Ejections, SnapshotEjection{Worker: e.ID, Model: e.Model, Reason: e.Reason, For: e.Until.Sub(now)})
 	}
-	s.snapshotStored(snap, now)
-	return snap
+	job := &SnapshotJob{Snapshot: snap}
+	if s.prefix == nil || maxChunks <= 0 {
+		return job
+	}
+	snap.ChunkBytes = s.prefix.index.Config().ChunkBytes
+	budget := maxBytes - snapshotHeaderBytes
+	for _, l := range snap.InFlight {
+		budget -= len(l.Worker) + snapshotEntryBytes
+	}
+	for _, e := range snap.Ejections {
+		budget -= len(e.Worker) + len(e.Model) + len(e.Reason) + snapshotEntryBytes
+	}
+	var sizes []planned
+	s.prefix.index.Sizes(func(model, id string, chunks int) {
+		budget -= len(model) + len(id) + snapshotEntryBytes
+		sizes = append(sizes, planned{id, min(chunks, maxChunks)})
+	})
+	sort.Slice(sizes, func(i, j int) bool { return sizes[i].n < sizes[j].n || sizes[i].n == sizes[j].n && sizes[i].worker < sizes[j].worker })
+	hashes := max(0, budget/8)
+	for i, p := range sizes {
+		p.n = min(p.n, hashes/(len(sizes)-i))
+		hashes -= p.n
+		if p.n > 0 {
+			job.plan = append(job.plan, p)
+		}
+	}
+	sort.Slice(job.plan, func(i, j int) bool { return job.plan[i].worker < job.plan[j].worker })
+	return job
+}
+
+// FillSnapshot copies the planned hashes of the next workers of job, at
+// least one worker's and no more than maxHashes unless one worker has
+// more; it reports whether the job is done. A worker forgotten since the
+// plan is left out.
+func (s *State) FillSnapshot(job *SnapshotJob, maxHashes int) (done bool) {
+	copied := 0
+	for job.next < len(job.plan) && (copied == 0 || copied+job.plan[job.next].n <= maxHashes) {
+		p := job.plan[job.next]
+		job.next++
+		model, hs := s.prefix.index.AppendWorker(nil, p.worker, p.n)
+		if len(hs) > 0 {
+			job.Snapshot.Index = append(job.Snapshot.Index, SnapshotEntry{Model: model, Worker: p.worker, Hashes: hs})
+			copied += len(hs)
+		}
+	}
+	return job.next >= len(job.plan)
 }
 
 // ApplySnapshot applies replica's snapshot at now: its index as its
@@ -535,6 +724,9 @@ func (s *State) ApplySnapshot(replica string, snap *Snapshot, now time.Time) Pee
 		b.Events = append(b.Events, PeerEvent{Kind: PeerEject, Worker: e.Worker, Model: e.Model, Reason: e.Reason, For: e.For})
 	}
 	r := s.ApplyPeer(&b, now)
+	if r.Refused {
+		return r
+	}
 	s.applySnapshotStored(snap.Stored, now, &r)
 	if s.prefix == nil || len(snap.Index) == 0 {
 		return r

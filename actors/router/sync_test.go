@@ -25,7 +25,7 @@ func (r *recorder) Released(worker string) { r.events = append(r.events, "releas
 func (r *recorder) Ejected(worker, model, reason string, until time.Time) {
 	r.events = append(r.events, fmt.Sprintf("eject %s %s %s %s", worker, model, reason, until.Sub(now)))
 }
-func (r *recorder) Load(own []WorkerLoad) { r.events = append(r.events, fmt.Sprint("load ", own)) }
+func (r *recorder) Tick(tr TickReport) { r.events = append(r.events, fmt.Sprint("load ", tr.Own)) }
 func (r *recorder) Applied(a PeerApplied) { r.applied = append(r.applied, a) }
 
 func syncState(t *testing.T, pol policy.Name, sc SyncConfig, ids ...string) (*State, *recorder) {
@@ -285,7 +285,7 @@ func TestSyncSnapshotWarmsAReplica(t *testing.T) {
 	for range 3 {
 		src.AttemptFailed("b", "reset", now)
 	}
-	snap := src.MakeSnapshot(1<<16, now)
+	snap := src.MakeSnapshot(1<<16, 1<<20, now)
 	if len(snap.Index) != 1 || snap.Index[0].Worker != "a" || len(snap.InFlight) != 1 || len(snap.Ejections) != 1 {
 		t.Fatalf("snapshot %+v", snap)
 	}
@@ -320,7 +320,7 @@ func TestSyncSnapshotWaitsForUnknownWorkers(t *testing.T) {
 	} else {
 		answered(src, tg)
 	}
-	snap := src.MakeSnapshot(1<<16, now)
+	snap := src.MakeSnapshot(1<<16, 1<<20, now)
 	for _, tt := range []struct {
 		name      string
 		heartbeat time.Time
@@ -421,7 +421,7 @@ func TestSyncWarmStartIntoWarmIndex(t *testing.T) {
 		answered(src, tg)
 		src.Release("a")
 	}
-	snap := src.MakeSnapshot(1<<20, now)
+	snap := src.MakeSnapshot(1<<20, 1<<20, now)
 	if len(snap.Index) != 1 || len(snap.Index[0].Hashes) <= share {
 		t.Fatalf("the source exported %d entries, want one of more than %d chunks", len(snap.Index), share)
 	}
@@ -449,7 +449,7 @@ func TestPendingIndexExpires(t *testing.T) {
 	}
 	answered(src, tg)
 	dst, _ := syncState(t, policy.NameCacheAware, SyncConfig{PeerTimeout: 5 * time.Second})
-	dst.ApplySnapshot("r1", src.MakeSnapshot(1<<16, now), now)
+	dst.ApplySnapshot("r1", src.MakeSnapshot(1<<16, 1<<20, now), now)
 	dst.ExpirePending(now.Add(5 * time.Second))
 	if len(dst.pendingIndex) != 1 {
 		t.Fatalf("%d entries wait before their wait is over, want 1", len(dst.pendingIndex))
@@ -471,5 +471,68 @@ func TestPinnedPickPublished(t *testing.T) {
 	s.Release("b")
 	if want := []string{"pick m b", "release b"}; !slices.Equal(rec.events, want) {
 		t.Fatalf("told %q, want %q", rec.events, want)
+	}
+}
+
+// TestSyncPeerStandingAtMaxPeers: at max_peers a replica not tracked
+// takes the place of one of lower standing (listed above known above new;
+// the one admitted last goes), or is refused.
+func TestSyncPeerStandingAtMaxPeers(t *testing.T) {
+	const timeout = 2 * time.Second
+	hear := func(s *State, id string, at time.Duration) PeerApplied {
+		return s.ApplyPeer(&PeerBatch{Replica: id, Events: picks(1, "a")}, now.Add(at))
+	}
+	tests := []struct {
+		name    string
+		run     func(s *State) PeerApplied // the last arrival
+		refused bool
+		peers   []string
+	}{
+		{"a new id is refused, the tracked kept", func(s *State) PeerApplied {
+			hear(s, "x1", 0)
+			hear(s, "x2", time.Millisecond)
+			return hear(s, "x3", 2*time.Millisecond)
+		}, true, []string{"x1", "x2"}},
+		{"a listed id displaces the new one admitted last", func(s *State) PeerApplied {
+			hear(s, "x1", 0)
+			hear(s, "x2", time.Millisecond)
+			return hear(s, "listed", 2*time.Millisecond)
+		}, false, []string{"listed", "x1"}},
+		{"a known id back within the window displaces a new one", func(s *State) PeerApplied {
+			hear(s, "back", 0)
+			s.ExpirePeers(now.Add(timeout)) // silent: forgotten, but known
+			hear(s, "x1", timeout+time.Millisecond)
+			hear(s, "x2", timeout+2*time.Millisecond)
+			return hear(s, "back", timeout+3*time.Millisecond)
+		}, false, []string{"back", "x1"}},
+		{"a known id back after the window is new", func(s *State) PeerApplied {
+			hear(s, "back", 0)
+			s.ExpirePeers(now.Add(KnownPeerWindow))
+			hear(s, "x1", KnownPeerWindow+time.Millisecond)
+			hear(s, "x2", KnownPeerWindow+2*time.Millisecond)
+			return hear(s, "back", KnownPeerWindow+3*time.Millisecond)
+		}, true, []string{"x1", "x2"}},
+		{"a known id never displaces a listed one", func(s *State) PeerApplied {
+			hear(s, "back", 0)
+			s.ExpirePeers(now.Add(timeout))
+			hear(s, "listed", timeout)
+			hear(s, "listed2", timeout)
+			return hear(s, "back", timeout+time.Millisecond)
+		}, true, []string{"listed", "listed2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := syncState(t, policy.NameLeastOutstanding, SyncConfig{MaxPeers: 2, PeerTimeout: timeout, Listed: []string{"listed", "listed2"}}, "a")
+			r := tt.run(s)
+			if r.Refused != tt.refused || r.Joined == tt.refused {
+				t.Fatalf("refused %v joined %v, want refused %v", r.Refused, r.Joined, tt.refused)
+			}
+			if got := s.Peers(); !slices.Equal(got, tt.peers) {
+				t.Fatalf("tracked %v, want %v", got, tt.peers)
+			}
+			if got := s.PeerInFlight("a"); got != len(tt.peers) {
+				t.Fatalf("peer in flight on a %d, want one of each tracked replica's (%d): a displaced one's went", got, len(tt.peers))
+			}
+		})
 	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/adapter/fleetsync"
 	"github.com/tlgate/tlgate/internal/adapter/fleetsync/embednats"
 	"github.com/tlgate/tlgate/internal/adapter/store/embedetcd"
 	"github.com/tlgate/tlgate/internal/runtime/gateway"
@@ -38,7 +41,21 @@ func runReplicas(ctx context.Context, n int, logger zerolog.Logger, out io.Write
 		return fmt.Errorf("demo: %w", err)
 	}
 	defer etcd.Close()
-	ns, err := embednats.Start(0)
+	// One NATS user per replica, allowed only its own subjects: no replica
+	// can speak for another.
+	ids, passwords := make([]string, n), make([]string, n)
+	var users []embednats.User
+	for i := range n {
+		ids[i] = fmt.Sprintf("demo-%d", i)
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		passwords[i] = hex.EncodeToString(b[:])
+		pub, sub := fleetsync.Permissions(config.DefaultSyncSubjectPrefix, ids[i])
+		users = append(users, embednats.User{Name: ids[i], Password: passwords[i], Publish: pub, Subscribe: sub})
+	}
+	ns, err := embednats.StartWith(embednats.Options{Users: users})
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
@@ -58,8 +75,8 @@ func runReplicas(ctx context.Context, n int, logger zerolog.Logger, out io.Write
 		g := &cfg.Gateway
 		g.Listen, g.RegistryListen = "127.0.0.1:0", "127.0.0.1:0"
 		g.Store = config.Store{Kind: config.StoreEtcd, Endpoints: etcd.Endpoints(), Prefix: config.DefaultStorePrefix, DialTimeout: config.D(5 * time.Second)}
-		g.Sync.Kind, g.Sync.URL, g.Sync.Token = config.SyncNATS, config.StringList{ns.URL()}, ns.Token()
-		g.Sync.ReplicaID = fmt.Sprintf("demo-%d", i)
+		g.Sync.Kind, g.Sync.URL = config.SyncNATS, config.StringList{ns.URL()}
+		g.Sync.ReplicaID, g.Sync.User, g.Sync.Password = ids[i], ids[i], passwords[i]
 		reg := prometheus.NewRegistry()
 		gw, err := gateway.Start(ctx, cfg, gateway.Options{Logger: logger.With().Int("replica", i).Logger(), Registry: reg, Gatherer: reg})
 		if err != nil {
@@ -112,7 +129,8 @@ func printReplicas(out io.Writer, gws []*gateway.Gateway, endpoints []string, na
 	fmt.Fprintf(out, `
 tlgate demo is up: %[1]d gateway replicas sharing one route table in an embedded etcd (%[2]s)
 %[3]s%[4]d reference engines heartbeat to every replica. The replicas route as one fleet:
-they share their routing decisions, load and prefix index through an embedded NATS (%[7]s),
+they share their routing decisions, load and prefix index through an embedded NATS (%[7]s,
+one user per replica, each allowed to publish only as itself),
 so a worker's in-flight requests on one replica show on the others (peer_in_flight):
   curl -s %[6]s/admin/v1/workers
 

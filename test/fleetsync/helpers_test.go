@@ -43,6 +43,9 @@ type fleet struct {
 	policy string
 	// tweak, when set, changes every replica's configuration last.
 	tweak func(*config.Gateway)
+	// users: the NATS server has a user per replica (cluster.StartNATSUsers):
+	// replica i is gw-<i> and logs in as its own user.
+	users bool
 }
 
 // newFleet starts n replicas under policy syncing through ns (nil: sync
@@ -58,6 +61,26 @@ func newFleet(t testing.TB, ns *embednats.Server, policy string, n int, engines 
 func newTweakedFleet(t testing.TB, ns *embednats.Server, policy string, n int, engines []enginesim.Config, tweak func(*config.Gateway), extraRegistries ...string) *fleet {
 	t.Helper()
 	f := &fleet{Fleet: cluster.New(t, opsKey), nats: ns, policy: policy, tweak: tweak}
+	for range n {
+		f.startReplica("127.0.0.1:0")
+	}
+	f.StartEngines(engines, extraRegistries...)
+	return f
+}
+
+// replicaID is the id of replica i of a fleet whose NATS has users.
+func replicaID(i int) string { return fmt.Sprintf("gw-%d", i) }
+
+// newUsersFleet is newTweakedFleet on a NATS with one user per replica
+// (and per intruder: users that may publish as those replica ids only),
+// every replica logging in as its own.
+func newUsersFleet(t testing.TB, policy string, n int, engines []enginesim.Config, tweak func(*config.Gateway), extraRegistries []string, intruders ...string) *fleet {
+	t.Helper()
+	ids := append([]string(nil), intruders...)
+	for i := range n + 2 { // two more, for replicas started later
+		ids = append(ids, replicaID(i))
+	}
+	f := &fleet{Fleet: cluster.New(t, opsKey), nats: cluster.StartNATSUsers(t, config.DefaultSyncSubjectPrefix, ids...), policy: policy, tweak: tweak, users: true}
 	for range n {
 		f.startReplica("127.0.0.1:0")
 	}
@@ -87,7 +110,12 @@ func (f *fleet) startReplica(registryListen string) *cluster.Replica {
 	if f.nats != nil {
 		g.Sync.Kind = config.SyncNATS
 		g.Sync.URL = config.StringList{f.nats.URL()}
-		g.Sync.Token = f.nats.Token()
+		if f.users {
+			g.Sync.ReplicaID = replicaID(len(f.Replicas))
+			g.Sync.User, g.Sync.Password = g.Sync.ReplicaID, cluster.NATSPassword(g.Sync.ReplicaID)
+		} else {
+			g.Sync.Token = f.nats.Token()
+		}
 		g.Sync.ReconnectWait = config.D(100 * time.Millisecond)
 		g.Sync.ConnectTimeout = config.D(time.Second)
 		g.Sync.LoadInterval = config.D(200 * time.Millisecond)

@@ -259,7 +259,7 @@ func TestSyncRejectsMalformed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	const subject = "tlgate.sync.events"
+	const subject = "tlgate.sync.events.liar"
 	batch := func(replica string, sent time.Time, evs ...router.PeerEvent) []byte {
 		return fleetsync.EncodeBatch(nil, &router.PeerBatch{Replica: replica, Sent: sent, ChunkBytes: 128, Events: evs})
 	}
@@ -283,6 +283,10 @@ func TestSyncRejectsMalformed(t *testing.T) {
 			[]string{"kind", "stored", "reason", "unknown_worker"}},
 	}
 	for _, m := range msgs {
+		subject := subject
+		if m.name == "its own id" {
+			subject = "tlgate.sync.events." + f.Replicas[0].GW.SyncID()
+		}
 		if err := nc.Publish(subject, m.data); err != nil {
 			t.Fatalf("%s: publish: %v", m.name, err)
 		}

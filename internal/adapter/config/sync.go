@@ -44,9 +44,12 @@ type Sync struct {
 	// SubjectPrefix is put in front of the subjects (<prefix>.events,
 	// <prefix>.snapshot): NATS tokens of [A-Za-z0-9_-] joined by dots.
 	SubjectPrefix string `toml:"subject_prefix"`
-	// ReplicaID names this replica to its peers; empty: the host name and
-	// the HTTP listener's port.
+	// ReplicaID names this replica to its peers (ValidReplicaID); empty:
+	// the host name and the HTTP listener's port.
 	ReplicaID string `toml:"replica_id"`
+	// Peers lists the replica ids of the fleet: at max_peers a listed
+	// replica takes the place of one that is not.
+	Peers []string `toml:"peers"`
 
 	// Credentials: exactly one of a token (Token or TokenEnv), a user
 	// (User with Password or PasswordEnv), a creds file, or a client
@@ -175,8 +178,21 @@ func (v *checker) sync(s *Sync) {
 	if !validSubject(s.SubjectPrefix) {
 		v.add(p+"subject_prefix", "must be NATS tokens of letters, digits, '_' and '-' joined by '.', got %q", s.SubjectPrefix)
 	}
-	if len(s.ReplicaID) > 128 || strings.ContainsAny(s.ReplicaID, " \t\r\n") {
-		v.add(p+"replica_id", "must be at most 128 characters without spaces, got %q", s.ReplicaID)
+	if s.ReplicaID != "" && !ValidReplicaID(s.ReplicaID) {
+		v.add(p+"replica_id", "must be at most %d characters, none of them '.', '*', '>' or a space (it is a NATS subject token), got %q", MaxReplicaID, s.ReplicaID)
+	}
+	if len(s.Peers) > 1024 {
+		v.add(p+"peers", "must list at most 1024 replica ids, got %d", len(s.Peers))
+	}
+	seen := map[string]bool{}
+	for i, id := range s.Peers {
+		switch {
+		case !ValidReplicaID(id):
+			v.add(fmt.Sprintf("%speers[%d]", p, i), "must be a replica id: at most %d characters, none of them '.', '*', '>' or a space, got %q", MaxReplicaID, id)
+		case seen[id]:
+			v.add(fmt.Sprintf("%speers[%d]", p, i), "lists %q twice", id)
+		}
+		seen[id] = true
 	}
 	for _, k := range []struct {
 		key string
@@ -272,6 +288,21 @@ func (v *checker) sync(s *Sync) {
 	case methods > 1 && !(methods == 2 && s.CertFile != ""):
 		v.add(p+"token_env", "at most one of token, user, creds_file (a client certificate may go with any)")
 	}
+}
+
+// MaxReplicaID bounds a replica id; ReplicaIDForbidden are the
+// characters it may not hold.
+const (
+	MaxReplicaID       = 128
+	ReplicaIDForbidden = ".*> \t\r\n\f\v"
+)
+
+// ValidReplicaID reports whether id can name a fleet-sync replica: 1 to
+// MaxReplicaID characters and one NATS subject token (none of
+// ReplicaIDForbidden), as it is part of the subjects the replica
+// publishes to.
+func ValidReplicaID(id string) bool {
+	return id != "" && len(id) <= MaxReplicaID && !strings.ContainsAny(id, ReplicaIDForbidden)
 }
 
 // validSubject reports whether s is NATS subject tokens of [A-Za-z0-9_-]

@@ -21,19 +21,35 @@ import (
 )
 
 // fakeRouter is an actor that keeps what the client sends the router,
-// answering a snapshot request with an empty snapshot.
+// answering a snapshot request with an empty snapshot. While hold is not
+// nil, it waits for it to close before taking its inbox.
 type fakeRouter struct {
-	mu   sync.Mutex
-	msgs []any
+	mu      sync.Mutex
+	inboxes int                // SyncInbox messages
+	batches []router.PeerBatch // taken from the inbox
+	applied []*router.ApplySnapshot
+	hold    chan struct{}
 }
 
 func (f *fakeRouter) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *router.SyncSnapshot:
 		ctx.Respond(&router.Snapshot{})
-	case *router.SyncBatch, *router.ApplySnapshot:
+	case *router.SyncInbox:
 		f.mu.Lock()
-		f.msgs = append(f.msgs, m)
+		hold := f.hold
+		f.inboxes++
+		f.mu.Unlock()
+		if hold != nil {
+			<-hold
+		}
+		bs := m.Take()
+		f.mu.Lock()
+		f.batches = append(f.batches, bs...)
+		f.mu.Unlock()
+	case *router.ApplySnapshot:
+		f.mu.Lock()
+		f.applied = append(f.applied, m)
 		f.mu.Unlock()
 	}
 }
@@ -122,11 +138,12 @@ func TestSyncSlowConsumerCountsDrops(t *testing.T) {
 	tc := startClient(t, "me", syncConfig(t, ns, nil))
 	pub := connect(t, ns)
 	data := EncodeBatch(nil, &router.PeerBatch{Replica: "peer", Sent: time.Now(), Events: []router.PeerEvent{{Kind: router.PeerRelease, Worker: "w"}}})
+	subject := tc.subject(subjectEvents + ".peer")
 	tc.mu.Lock() // the subscription's handler waits for it
 	nc := tc.nc
 	const sent = pendingMessages + 1000
 	for range sent {
-		if err := pub.Publish(tc.subject(subjectEvents), data); err != nil {
+		if err := pub.Publish(subject, data); err != nil {
 			tc.mu.Unlock()
 			t.Fatal(err)
 		}
@@ -197,4 +214,88 @@ func TestSyncCloseEndsWarmStart(t *testing.T) {
 	_ = sys.Root.StopFuture(pid).Wait()
 	sys.Shutdown()
 	goleak.VerifyNone(t, leakcheck.Options(before)...)
+}
+
+// TestSyncPeerBatchesCoalesced: the batches peers send while the router is
+// busy reach it in one message, one batch per peer with all its events.
+func TestSyncPeerBatchesCoalesced(t *testing.T) {
+	ns := startNATS(t)
+	tc := startClient(t, "me", syncConfig(t, ns, nil))
+	hold := make(chan struct{})
+	tc.router.mu.Lock()
+	tc.router.hold = hold
+	tc.router.mu.Unlock()
+	pub := connect(t, ns)
+	const each = 10
+	for i := range each {
+		for _, peer := range []string{"p1", "p2"} {
+			b := &router.PeerBatch{Replica: peer, Sent: time.Now(), Events: []router.PeerEvent{{Kind: router.PeerRelease, Worker: fmt.Sprint(i)}}}
+			if err := pub.Publish(tc.subject(subjectEvents+"."+peer), EncodeBatch(nil, b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := pub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for tc.metric("tlgate_sync_messages_received_total", "kind", metrics.SyncBatch) < 2*each {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v of %d batches received", tc.metric("tlgate_sync_messages_received_total", "kind", metrics.SyncBatch), 2*each)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(hold)
+	for {
+		tc.router.mu.Lock()
+		inboxes, batches := tc.router.inboxes, append([]router.PeerBatch(nil), tc.router.batches...)
+		tc.router.mu.Unlock()
+		if len(batches) == 2 {
+			if inboxes != 1 {
+				t.Fatalf("the router was told %d times of waiting batches, want once", inboxes)
+			}
+			for _, b := range batches {
+				if len(b.Events) != each {
+					t.Fatalf("peer %s's batch holds %d events, want its %d batches' %d", b.Replica, len(b.Events), each, each)
+				}
+				for i, ev := range b.Events {
+					if ev.Worker != fmt.Sprint(i) {
+						t.Fatalf("peer %s's events out of order: %d is %s", b.Replica, i, ev.Worker)
+					}
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the router took %d batches, want 2 (one per peer)", len(batches))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestSyncBatchOnAnotherReplicasSubject: a batch that names another
+// replica than the one whose subject it came on is dropped (spoofed).
+func TestSyncBatchOnAnotherReplicasSubject(t *testing.T) {
+	ns := startNATS(t)
+	tc := startClient(t, "me", syncConfig(t, ns, nil))
+	pub := connect(t, ns)
+	b := &router.PeerBatch{Replica: "honest", Sent: time.Now(), Events: []router.PeerEvent{{Kind: router.PeerRelease, Worker: "w"}}}
+	if err := pub.Publish(tc.subject(subjectEvents+".mallory"), EncodeBatch(nil, b)); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for tc.dropped(metrics.SyncDropSpoofed) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the spoofed batch was not dropped as spoofed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	tc.router.mu.Lock()
+	defer tc.router.mu.Unlock()
+	if len(tc.router.batches) != 0 {
+		t.Fatalf("the router was given %d batches", len(tc.router.batches))
+	}
 }

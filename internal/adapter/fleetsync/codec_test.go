@@ -313,3 +313,13 @@ func (g *gen) snapshot() *router.Snapshot {
 	}
 	return s
 }
+
+// TestDefaultIDIsASubjectToken: the default replica id is one NATS
+// subject token, whatever the host name holds.
+func TestDefaultIDIsASubjectToken(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:8080", "[::]:8080", "127.0.0.1:0", "nonsense"} {
+		if id := DefaultID(addr); !ValidReplicaID(id) {
+			t.Fatalf("DefaultID(%q) = %q: not a replica id", addr, id)
+		}
+	}
+}

@@ -1,9 +1,14 @@
 // Package fleetsync shares the router's view between gateway replicas over
 // NATS: each replica publishes its routing decisions, releases, ejections,
 // in-flight counts and the workers of the Responses API responses it
-// relays (stored and deleted) in small batches on <prefix>.events, applies its
-// peers' through the router actor (router.SyncBatch), and answers and asks
-// warm-start snapshots on <prefix>.snapshot (NATS request-reply).
+// relays (stored and deleted) in small batches on its own subject
+// <prefix>.events.<replica>, applies its peers' through the router actor
+// (router.SyncInbox, coalesced per peer), and answers and asks warm-start
+// snapshots (subjects.go).
+//
+// A batch counts only as the replica whose subject it came on: with one
+// NATS user per replica, allowed to publish only on its own subjects
+// (Permissions), no one can speak for a replica without its credentials.
 //
 // Routing never waits on NATS: the router hands events to a Client
 // (router.Syncer) without blocking, a bounded queue drops what does not
@@ -21,7 +26,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -38,12 +42,6 @@ import (
 	"github.com/tlgate/tlgate/internal/adapter/metrics"
 )
 
-// Subjects under the configured prefix.
-const (
-	subjectEvents   = "events"
-	subjectSnapshot = "snapshot"
-)
-
 // Options are what a Client needs besides the configuration.
 type Options struct {
 	Root    *actor.RootContext
@@ -52,6 +50,9 @@ type Options struct {
 	// ChunkBytes is the router's prefix-index chunk size (sent with the
 	// hashes, so a peer with another chunking ignores them).
 	ChunkBytes int
+	// Stored is the record of stored responses a snapshot this replica
+	// answers carries (nil: none).
+	Stored router.StoredShare
 }
 
 // Client is one replica's fleet sync: the router's Syncer, and the NATS
@@ -82,8 +83,14 @@ type Client struct {
 	// dropped is the slow-consumer drops counted so far, of every
 	// subscription (NATS keeps each one's total).
 	dropped int
-	// dupWarned is when a duplicate replica id was last logged (unix ns).
-	dupWarned atomic.Int64
+	// snapWait takes the snapshot a warm start waits for (nil: none
+	// waits).
+	snapWait chan peerSnapshot
+
+	inbox      inbox
+	serveLimit *rate.Limiter // snapshots answered
+	// Warnings logged at most once a minute.
+	dupWarn, spoofWarn, peersWarn throttle
 }
 
 // New returns a Client for cfg, not yet connected: the router may be given
@@ -94,6 +101,8 @@ func New(cfg config.Sync, o Options) *Client {
 		queue:   make(chan router.PeerEvent, cfg.MaxQueue),
 		maxHash: min(MaxHashes, max(1, (cfg.MaxBatchBytes-1024)/8)),
 		limits:  map[string]*rate.Limiter{},
+		// Each peer may ask for one snapshot per peer_timeout.
+		serveLimit: rate.NewLimiter(rate.Limit(float64(cfg.MaxPeers)/max(cfg.PeerTimeout.Seconds(), 1e-3)), cfg.MaxPeers),
 	}
 	return c
 }
@@ -157,12 +166,20 @@ func (c *Client) Forgot(id string) {
 	c.enqueue(router.PeerEvent{Kind: router.PeerForget, ID: id})
 }
 
-// Load implements router.Syncer.
+// Load tells the peers this replica's in-flight count per worker.
 func (c *Client) Load(own []router.WorkerLoad) {
 	c.enqueue(router.PeerEvent{Kind: router.PeerLoad, Loads: own})
 }
 
-// Applied implements router.Syncer: it counts what a peer's batch did.
+// Tick implements router.Syncer: the replica's load goes to the peers,
+// the peers tracked to tlgate_sync_peers.
+func (c *Client) Tick(r router.TickReport) {
+	c.Load(r.Own)
+	c.m.Peers(r.Peers)
+}
+
+// Applied implements router.Syncer: it counts what a peer's batch did,
+// and logs (at most once a minute) a replica refused at max_peers.
 func (c *Client) Applied(r router.PeerApplied) {
 	if !r.Sent.IsZero() {
 		c.m.Lag(time.Since(r.Sent))
@@ -172,6 +189,10 @@ func (c *Client) Applied(r router.PeerApplied) {
 	}
 	for d, n := range r.Dropped {
 		c.m.Dropped(d.Kind.String(), d.Reason, n)
+	}
+	if r.Refused && c.peersWarn.allow() {
+		c.log.Warn().Str("peer", r.Replica).Int("max_peers", c.cfg.MaxPeers).Msg("fleet sync: max_peers replicas are tracked; " +
+			"this one's messages are dropped until one falls silent (list the fleet's replica ids in [gateway.sync] peers, or raise max_peers)")
 	}
 }
 
@@ -203,10 +224,14 @@ func (c *Client) Start(id string, pid *actor.PID) error {
 	}
 	var subs []*nats.Subscription
 	for _, sub := range []struct {
-		subject string
-		handler nats.MsgHandler
-	}{{c.subject(subjectEvents), c.onEvents}, {c.subject(subjectSnapshot), c.onSnapshotRequest}} {
-		s, err := nc.Subscribe(sub.subject, sub.handler)
+		subject, queue string
+		handler        nats.MsgHandler
+	}{
+		{c.subject(subjectEvents + ".*"), "", c.onEvents},
+		{c.subject(subjectSnapshot), snapshotQueue, c.onSnapshotRequest},
+		{c.subject(subjectSnapshots + ".*." + id), "", c.onSnapshot},
+	} {
+		s, err := nc.QueueSubscribe(sub.subject, sub.queue, sub.handler)
 		if err != nil {
 			cancel()
 			nc.Close()
@@ -471,7 +496,7 @@ func (c *Client) publish(buf []byte, events []router.PeerEvent) []byte {
 	for i := range events {
 		counts[events[i].Kind.String()]++
 	}
-	if nc == nil || !nc.IsConnected() || nc.Publish(c.subject(subjectEvents), buf) != nil {
+	if nc == nil || !nc.IsConnected() || nc.Publish(c.subject(subjectEvents+"."+id), buf) != nil {
 		for k, n := range counts {
 			c.m.Dropped(k, metrics.SyncDropDisconnected, n)
 		}
@@ -486,178 +511,3 @@ func (c *Client) publish(buf []byte, events []router.PeerEvent) []byte {
 	return buf
 }
 
-// onEvents takes a peer's batch: bounded, decoded, checked, then handed
-// to the router.
-func (c *Client) onEvents(msg *nats.Msg) {
-	b, reason := c.accept(msg.Data)
-	if reason != "" {
-		c.m.Dropped(metrics.SyncBatch, reason, 1)
-		return
-	}
-	c.m.Received(metrics.SyncBatch, 1)
-	c.m.ReceivedBytes(len(msg.Data))
-	c.o.Root.Send(c.router, &router.SyncBatch{Batch: *b})
-}
-
-// accept decodes data and checks it; reason says why it is dropped.
-func (c *Client) accept(data []byte) (b *router.PeerBatch, reason string) {
-	if len(data) > c.cfg.MaxMessageBytes {
-		return nil, metrics.SyncDropOversized
-	}
-	b, err := DecodeBatch(data)
-	if err != nil || b.Replica == "" {
-		return nil, metrics.SyncDropMalformed
-	}
-	if b.Replica == c.ID() {
-		c.warnDuplicateID()
-		return nil, metrics.SyncDropDuplicateID
-	}
-	if age := time.Since(b.Sent); age > c.cfg.StaleAfter.Duration || -age > c.cfg.StaleAfter.Duration {
-		return nil, metrics.SyncDropStale
-	}
-	if !c.allow(b.Replica) {
-		return nil, metrics.SyncDropRate
-	}
-	return b, ""
-}
-
-// warnDuplicateID logs, at most once a minute, that another process
-// publishes under this replica's id: the connection asks NATS for no
-// echoes, so the message is not this replica's own. The two replicas then
-// ignore each other's picks, load and ejections.
-func (c *Client) warnDuplicateID() {
-	now := time.Now().UnixNano()
-	last := c.dupWarned.Load()
-	if last != 0 && now-last < int64(time.Minute) || !c.dupWarned.CompareAndSwap(last, now) {
-		return
-	}
-	c.log.Warn().Str("replica", c.ID()).Msg("fleet sync: another process publishes under this replica's id; " +
-		"give every replica its own [gateway.sync] replica_id, or the two ignore each other's picks, load and ejections")
-}
-
-// allow takes one message of replica from its rate limit. Limits are kept
-// for at most 2 × max_peers replicas; beyond, the map starts afresh (a
-// flood of invented ids costs the router's own max_peers bound, no more).
-func (c *Client) allow(replica string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	l := c.limits[replica]
-	if l == nil {
-		if len(c.limits) >= 2*c.cfg.MaxPeers {
-			clear(c.limits)
-		}
-		l = rate.NewLimiter(rate.Limit(c.cfg.PeerRate), max(1, int(c.cfg.PeerRate)))
-		c.limits[replica] = l
-	}
-	return l.Allow()
-}
-
-// onSnapshotRequest answers a peer's warm start with the router's view,
-// shrunk to fit one message.
-func (c *Client) onSnapshotRequest(msg *nats.Msg) {
-	if string(msg.Data) == c.ID() {
-		c.warnDuplicateID()
-		return
-	}
-	if msg.Reply == "" || c.cfg.SnapshotChunks == 0 {
-		return
-	}
-	res, err := c.o.Root.RequestFuture(c.router, &router.SyncSnapshot{MaxChunks: c.cfg.SnapshotChunks}, c.cfg.SnapshotTimeout.Duration).Result()
-	if err != nil {
-		c.log.Warn().Err(err).Msg("fleet sync: snapshot for a peer")
-		return
-	}
-	snap, ok := res.(*router.Snapshot)
-	if !ok {
-		return
-	}
-	c.mu.Lock()
-	nc := c.nc
-	c.mu.Unlock()
-	limit := c.cfg.MaxMessageBytes
-	if nc != nil && nc.MaxPayload() > 0 {
-		limit = min(limit, int(nc.MaxPayload()))
-	}
-	data := EncodeSnapshot(nil, c.ID(), snap)
-	for keep := c.cfg.SnapshotChunks / 2; len(data) > limit && keep > 0; keep /= 2 {
-		for i := range snap.Index {
-			snap.Index[i].Hashes = snap.Index[i].Hashes[:min(len(snap.Index[i].Hashes), keep)]
-		}
-		data = EncodeSnapshot(data[:0], c.ID(), snap)
-	}
-	if len(data) > limit {
-		snap.Index = nil
-		data = EncodeSnapshot(data[:0], c.ID(), snap)
-	}
-	// The stored responses, newest first, go last: without them a
-	// follow-up through the new replica is a 404, not a slower answer.
-	for len(data) > limit && len(snap.Stored) > 0 {
-		snap.Stored = snap.Stored[:len(snap.Stored)/2]
-		data = EncodeSnapshot(data[:0], c.ID(), snap)
-	}
-	if err := msg.Respond(data); err != nil {
-		return
-	}
-	c.m.Sent(metrics.SyncSnapshot, 1)
-	c.m.Snapshot(metrics.SnapshotServed, len(data), 0)
-}
-
-// warmStart asks a peer for its view and hands it to the router (one at a
-// time: a reconnection during one adds none); Close ends it (ctx).
-func (c *Client) warmStart(ctx context.Context) {
-	if !c.warming.CompareAndSwap(false, true) {
-		return
-	}
-	defer c.warming.Store(false)
-	c.mu.Lock()
-	nc, id := c.nc, c.id
-	c.mu.Unlock()
-	if nc == nil {
-		return
-	}
-	start := time.Now()
-	rctx, cancel := context.WithTimeout(ctx, c.cfg.SnapshotTimeout.Duration)
-	defer cancel()
-	msg, err := nc.RequestWithContext(rctx, c.subject(subjectSnapshot), []byte(id))
-	switch {
-	case ctx.Err() != nil:
-		return // closed
-	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
-		c.m.Snapshot(metrics.SnapshotNone, 0, time.Since(start))
-		c.log.Info().Msg("fleet sync: no peer answered a snapshot request; starting from the local view")
-		return
-	case err != nil:
-		c.m.Snapshot(metrics.SnapshotFailed, 0, time.Since(start))
-		c.log.Warn().Err(err).Msg("fleet sync: snapshot request")
-		return
-	}
-	if len(msg.Data) > c.cfg.MaxMessageBytes {
-		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropOversized, 1)
-		c.m.Snapshot(metrics.SnapshotFailed, 0, time.Since(start))
-		return
-	}
-	peer, snap, err := DecodeSnapshot(msg.Data)
-	if err != nil || peer == "" || peer == id {
-		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropMalformed, 1)
-		c.m.Snapshot(metrics.SnapshotFailed, 0, time.Since(start))
-		return
-	}
-	c.o.Root.Send(c.router, &router.ApplySnapshot{Replica: peer, Snapshot: snap})
-	c.m.Received(metrics.SyncSnapshot, 1)
-	c.m.Snapshot(metrics.SnapshotApplied, len(msg.Data), time.Since(start))
-	c.log.Info().Str("peer", peer).Int("bytes", len(msg.Data)).Int("workers", len(snap.Index)).Int("stored_responses", len(snap.Stored)).
-		Dur("took", time.Since(start)).Msg("fleet sync: warm start from a peer's snapshot")
-}
-
-// DefaultID is a replica's id when the configuration names none: the host
-// name and the HTTP listener's port.
-func DefaultID(httpAddr string) string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "tlgate"
-	}
-	if _, port, err := net.SplitHostPort(httpAddr); err == nil {
-		return host + ":" + port
-	}
-	return host + ":" + httpAddr
-}

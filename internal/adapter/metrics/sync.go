@@ -44,6 +44,14 @@ const (
 	SyncDropUnknownKind   = "unknown_kind"
 	SyncDropEjection      = "ejection_refused"
 	SyncDropInvalid       = "invalid"
+	// SyncDropSpoofed: a message that names another replica than the one
+	// whose subject it came on.
+	SyncDropSpoofed = "spoofed"
+	// SyncDropBacklog: a batch the router has not taken room for (its
+	// inbox is full).
+	SyncDropBacklog = "backlog"
+	// SyncDropUnasked: a snapshot that came when no warm start waited.
+	SyncDropUnasked = "unasked"
 )
 
 // Outcomes of a warm start's snapshot request: the outcome label of
@@ -59,7 +67,7 @@ var (
 	syncKinds       = fixedSet{SyncPick, SyncRelease, SyncLoad, SyncEject, SyncStored, SyncForget, SyncIndex, SyncBatch, SyncSnapshot}
 	syncDropReasons = fixedSet{SyncDropMalformed, SyncDropOversized, SyncDropStale, SyncDropDuplicateID, SyncDropRate, SyncDropQueueFull,
 		SyncDropDisconnected, SyncDropSlowConsumer, SyncDropUnknownWorker, SyncDropOtherModel, SyncDropTooManyPeers, SyncDropCapped,
-		SyncDropChunkBytes, SyncDropUnknownKind, SyncDropEjection, SyncDropInvalid}
+		SyncDropChunkBytes, SyncDropUnknownKind, SyncDropEjection, SyncDropInvalid, SyncDropSpoofed, SyncDropBacklog, SyncDropUnasked}
 	snapshotOutcomes = fixedSet{SnapshotApplied, SnapshotNone, SnapshotFailed, SnapshotServed}
 )
 
@@ -68,6 +76,7 @@ var (
 // and do nothing on a nil *SyncMetrics.
 type SyncMetrics struct {
 	up        prometheus.Gauge
+	peers     prometheus.Gauge
 	sent      *prometheus.CounterVec
 	received  *prometheus.CounterVec
 	dropped   *prometheus.CounterVec
@@ -86,7 +95,7 @@ func NewSyncMetrics(reg prometheus.Registerer) (*SyncMetrics, error) {
 		return nil, ErrNilRegisterer
 	}
 	s := newSyncMetrics()
-	cs := []prometheus.Collector{s.up, s.sent, s.received, s.dropped, s.bytesSent, s.bytesRecv, s.lag, s.snapBytes, s.snapTime, s.snapshots}
+	cs := []prometheus.Collector{s.up, s.peers, s.sent, s.received, s.dropped, s.bytesSent, s.bytesRecv, s.lag, s.snapBytes, s.snapTime, s.snapshots}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -105,6 +114,8 @@ func newSyncMetrics() *SyncMetrics {
 	s := &SyncMetrics{
 		up: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "sync_up",
 			Help: "1 while fleet sync is connected to NATS, else 0 (the replica routes on its own view)."}),
+		peers: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "sync_peers",
+			Help: "Other replicas tracked (heard from within peer_timeout), at most max_peers."}),
 		sent: counter("sync_messages_sent_total",
 			"Fleet-sync messages published, by kind (pick, release, load, eject: events; batch: the NATS messages that carry them; snapshot: snapshots served).", lKind),
 		received: counter("sync_messages_received_total",
@@ -153,6 +164,13 @@ func (s *SyncMetrics) Up(up bool) {
 		s.up.Set(1)
 	} else {
 		s.up.Set(0)
+	}
+}
+
+// Peers sets tlgate_sync_peers.
+func (s *SyncMetrics) Peers(n int) {
+	if s != nil {
+		s.peers.Set(float64(n))
 	}
 }
 

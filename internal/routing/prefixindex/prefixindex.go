@@ -678,20 +678,46 @@ func (x *Index) Len(modelID string) int {
 }
 
 // Export calls fn for every worker holding chunks, by model, with at most
-// limit of its chunk hashes (its own share first, then its peers', most
-// recent first in each: ImportPeer of them rebuilds the same recency).
-// hashes is scratch, valid during the call only.
+// limit of its chunk hashes (AppendWorker's). hashes is scratch, valid
+// during the call only.
 func (x *Index) Export(limit int, fn func(modelID, id string, hashes []uint64)) {
 	var hs []uint64
 	for id, w := range x.workers {
-		hs = hs[:0]
-		for _, head := range []*node{&w.lru, &w.plru} {
-			for n := head.next; n != head && len(hs) < limit; n = n.next {
-				hs = append(hs, n.e.hash)
-			}
-		}
-		if len(hs) > 0 {
+		if hs = x.appendWorker(hs[:0], w, limit); len(hs) > 0 {
 			fn(w.model, id, hs)
 		}
 	}
+}
+
+// Sizes calls fn for every worker holding chunks: its model and the
+// chunks it holds, its own and its peers'.
+func (x *Index) Sizes(fn func(modelID, id string, chunks int)) {
+	for id, w := range x.workers {
+		if n := w.n + w.pn; n > 0 {
+			fn(w.model, id, n)
+		}
+	}
+}
+
+// AppendWorker appends to dst at most limit of worker id's chunk hashes:
+// its own share first, then its peers', most recent first in each
+// (ImportPeer of them rebuilds the same recency). It returns the worker's
+// model ("" and dst for a worker not observed).
+func (x *Index) AppendWorker(dst []uint64, id string, limit int) (modelID string, hashes []uint64) {
+	w := x.workers[id]
+	if w == nil {
+		return "", dst
+	}
+	return w.model, x.appendWorker(dst, w, limit)
+}
+
+func (x *Index) appendWorker(dst []uint64, w *worker, limit int) []uint64 {
+	n := 0
+	for _, head := range []*node{&w.lru, &w.plru} {
+		for nd := head.next; nd != head && n < limit; nd = nd.next {
+			dst = append(dst, nd.e.hash)
+			n++
+		}
+	}
+	return dst
 }

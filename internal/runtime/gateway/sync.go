@@ -36,10 +36,10 @@ func (g *Gateway) newSync(gw *config.Gateway, reg prometheus.Registerer, log zer
 	}
 	g.sync = fleetsync.New(s, fleetsync.Options{
 		Root: g.sys.Root, Logger: log.With().Str("component", "fleetsync").Logger(), Metrics: m,
-		ChunkBytes: gw.CacheAwareChunkBytes,
+		ChunkBytes: gw.CacheAwareChunkBytes, Stored: stored,
 	})
 	rcfg.Sync = router.SyncConfig{
-		Syncer: g.sync, MaxPeers: s.MaxPeers, MaxPeerInFlight: s.MaxPeerInFlight, PeerTimeout: s.PeerTimeout.Duration,
+		Syncer: g.sync, MaxPeers: s.MaxPeers, Listed: s.Peers, MaxPeerInFlight: s.MaxPeerInFlight, PeerTimeout: s.PeerTimeout.Duration,
 		Stored: stored, TieSalt: tieSalt(),
 	}
 	// Stopped after the HTTP server's drain (stops run in reverse), so the

@@ -24,6 +24,7 @@ import (
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/adapter/fleetsync"
 	"github.com/tlgate/tlgate/internal/adapter/fleetsync/embednats"
 	"github.com/tlgate/tlgate/internal/adapter/store/embedetcd"
 	"github.com/tlgate/tlgate/internal/runtime/gateway"
@@ -288,3 +289,26 @@ func StartNATS(t testing.TB) *embednats.Server {
 	t.Cleanup(s.Close)
 	return s
 }
+
+// StartNATSUsers starts an embedded NATS, stopped at the end of the test,
+// with one user per replica id, named after it, whose password is
+// NATSPassword(id), allowed to publish and subscribe only where that
+// replica does under subject prefix (fleetsync.Permissions).
+func StartNATSUsers(t testing.TB, prefix string, replicas ...string) *embednats.Server {
+	t.Helper()
+	var users []embednats.User
+	for _, id := range replicas {
+		pub, sub := fleetsync.Permissions(prefix, id)
+		users = append(users, embednats.User{Name: id, Password: NATSPassword(id), Publish: pub, Subscribe: sub})
+	}
+	s, err := embednats.StartWith(embednats.Options{Users: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// NATSPassword is the password of replica id's user on a server of
+// StartNATSUsers.
+func NATSPassword(id string) string { return "password-of-" + id }

@@ -124,9 +124,11 @@ func (p *mirrorPeer) loads() []router.WorkerLoad {
 
 // Receive is the actor the peer's fleetsync.Client talks to in place of a
 // router: it reports the in-flight counts on SyncTick, answers a warm
-// start with an empty view, and ignores the batches it is sent.
+// start with an empty view, and drops the batches it is sent.
 func (p *mirrorPeer) Receive(ctx actor.Context) {
-	switch ctx.Message().(type) {
+	switch m := ctx.Message().(type) {
+	case *router.SyncInbox:
+		m.Take()
 	case *router.SyncTick:
 		if p.sync != nil {
 			p.sync.Load(p.loads())

@@ -1,0 +1,193 @@
+package fleetsync
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/adapter/metrics"
+)
+
+// Warm starts: a replica that starts, or reconnects, publishes its id on
+// P.snapshot; one replica of the queue group answers on its own subject
+// P.snapshots.<replica>.<asker>, which only it may publish to under
+// per-replica NATS users, so the asker knows whose view it applies.
+
+// onSnapshotRequest answers a peer's warm start with the router's view,
+// sized to fit one message before the router copies anything.
+func (c *Client) onSnapshotRequest(msg *nats.Msg) {
+	asker := string(msg.Data)
+	switch {
+	case asker == c.ID():
+		c.warnDuplicateID()
+		return
+	case !ValidReplicaID(asker):
+		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropMalformed, 1)
+		return
+	case !c.serveLimit.Allow():
+		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropRate, 1)
+		return
+	}
+	data := c.buildSnapshot()
+	if data == nil {
+		return
+	}
+	c.mu.Lock()
+	nc := c.nc
+	c.mu.Unlock()
+	if nc == nil || nc.Publish(c.subject(subjectSnapshots+"."+c.ID()+"."+asker), data) != nil {
+		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropDisconnected, 1)
+		return
+	}
+	c.m.Sent(metrics.SyncSnapshot, 1)
+	c.m.Snapshot(metrics.SnapshotServed, len(data), 0)
+}
+
+// snapshotLimit is the size a snapshot sent must fit: max_message_bytes,
+// and the NATS server's max_payload.
+func (c *Client) snapshotLimit() int {
+	c.mu.Lock()
+	nc := c.nc
+	c.mu.Unlock()
+	limit := c.cfg.MaxMessageBytes
+	if nc != nil && nc.MaxPayload() > 0 {
+		limit = min(limit, int(nc.MaxPayload()))
+	}
+	return limit
+}
+
+// buildSnapshot is this replica's snapshot, encoded within snapshotLimit:
+// the stored responses first (newest first: without them a follow-up
+// through the new replica is a 404, not a slower answer), then the
+// router's view in the bytes they leave, which the router sizes its index
+// to before copying it. nil: the router did not answer.
+func (c *Client) buildSnapshot() []byte {
+	limit := c.snapshotLimit()
+	var stored []router.SnapshotStored
+	if c.o.Stored != nil {
+		size := 0
+		c.o.Stored.Export(router.MaxSnapshotStored, time.Now(), func(id, worker string, ttl time.Duration) {
+			if n := len(id) + len(worker) + storedEntryBytes; size+n <= limit-snapshotReserve {
+				stored = append(stored, router.SnapshotStored{ID: id, Worker: worker, For: ttl})
+				size += n
+			}
+		})
+		limit -= size
+	}
+	res, err := c.o.Root.RequestFuture(c.router, &router.SyncSnapshot{MaxChunks: c.cfg.SnapshotChunks, MaxBytes: limit},
+		c.cfg.SnapshotTimeout.Duration).Result()
+	if err != nil {
+		c.log.Warn().Err(err).Msg("fleet sync: snapshot for a peer")
+		return nil
+	}
+	snap, ok := res.(*router.Snapshot)
+	if !ok {
+		return nil
+	}
+	snap.Stored = stored
+	data := EncodeSnapshot(nil, c.ID(), snap)
+	// The router's estimate errs on the large side; should it not, the
+	// index gives way.
+	for len(data) > c.snapshotLimit() && len(snap.Index) > 0 {
+		snap.Index = snap.Index[:len(snap.Index)/2]
+		data = EncodeSnapshot(data[:0], c.ID(), snap)
+	}
+	return data
+}
+
+// Sizes in a snapshot's wire format, beyond strings: a stored response's
+// string lengths and time, and what the header and the other lists may
+// need besides the stored responses.
+const (
+	storedEntryBytes = 16
+	snapshotReserve  = 4096
+)
+
+// onSnapshot takes a peer's answer to a warm start (its subject names the
+// replica that sent it): it goes to the warm start waiting for one.
+func (c *Client) onSnapshot(msg *nats.Msg) {
+	rest, ok := strings.CutPrefix(msg.Subject, c.subject(subjectSnapshots)+".")
+	from, asker, found := strings.Cut(rest, ".")
+	if !ok || !found || asker != c.ID() || !ValidReplicaID(from) {
+		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropMalformed, 1)
+		return
+	}
+	if len(msg.Data) > c.cfg.MaxMessageBytes {
+		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropOversized, 1)
+		return
+	}
+	replica, snap, err := DecodeSnapshot(msg.Data)
+	switch {
+	case err != nil:
+		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropMalformed, 1)
+		return
+	case replica != from:
+		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropSpoofed, 1)
+		c.warnSpoofed(from, replica)
+		return
+	}
+	c.mu.Lock()
+	wait := c.snapWait
+	c.mu.Unlock()
+	select {
+	case wait <- peerSnapshot{replica: replica, snap: snap, bytes: len(msg.Data)}:
+	default:
+		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropUnasked, 1)
+	}
+}
+
+// peerSnapshot is a peer's snapshot on its way to the warm start.
+type peerSnapshot struct {
+	replica string
+	snap    *router.Snapshot
+	bytes   int
+}
+
+// warmStart asks the fleet for a peer's view and hands it to the router
+// (one at a time: a reconnection during one adds none); Close ends it
+// (ctx).
+func (c *Client) warmStart(ctx context.Context) {
+	if !c.warming.CompareAndSwap(false, true) {
+		return
+	}
+	defer c.warming.Store(false)
+	wait := make(chan peerSnapshot, 1)
+	c.mu.Lock()
+	nc, id := c.nc, c.id
+	c.snapWait = wait
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.snapWait = nil
+		c.mu.Unlock()
+	}()
+	if nc == nil {
+		return
+	}
+	start := time.Now()
+	if err := nc.Publish(c.subject(subjectSnapshot), []byte(id)); err != nil {
+		c.m.Snapshot(metrics.SnapshotFailed, 0, time.Since(start))
+		c.log.Warn().Err(err).Msg("fleet sync: snapshot request")
+		return
+	}
+	timer := time.NewTimer(c.cfg.SnapshotTimeout.Duration)
+	defer timer.Stop()
+	var got peerSnapshot
+	select {
+	case <-ctx.Done():
+		return // closed
+	case <-timer.C:
+		c.m.Snapshot(metrics.SnapshotNone, 0, time.Since(start))
+		c.log.Info().Msg("fleet sync: no peer answered a snapshot request; starting from the local view")
+		return
+	case got = <-wait:
+	}
+	c.o.Root.Send(c.router, &router.ApplySnapshot{Replica: got.replica, Snapshot: got.snap})
+	c.m.Received(metrics.SyncSnapshot, 1)
+	c.m.Snapshot(metrics.SnapshotApplied, got.bytes, time.Since(start))
+	c.log.Info().Str("peer", got.replica).Int("bytes", got.bytes).Int("workers", len(got.snap.Index)).Int("stored_responses", len(got.snap.Stored)).
+		Dur("took", time.Since(start)).Msg("fleet sync: warm start from a peer's snapshot")
+}
