@@ -647,7 +647,7 @@ type planned struct {
 // in the wire format at most, besides their strings and hashes.
 const (
 	snapshotHeaderBytes = 2 + 2*binary.MaxVarintLen64 + 4*binary.MaxVarintLen32 + 256 // magic, version, chunk bytes, counts, replica id
-	snapshotEntryBytes  = 4 * binary.MaxVarintLen32                                     // string lengths, counts, a value
+	snapshotEntryBytes  = 4 * binary.MaxVarintLen32                                   // string lengths, counts, a value
 )
 
 // PlanSnapshot starts the router's view at now for a peer's warm start:
@@ -678,7 +678,9 @@ func (s *State) PlanSnapshot(maxChunks, maxBytes int, now time.Time) *SnapshotJo
 		budget -= len(model) + len(id) + snapshotEntryBytes
 		sizes = append(sizes, planned{id, min(chunks, maxChunks)})
 	})
-	sort.Slice(sizes, func(i, j int) bool { return sizes[i].n < sizes[j].n || sizes[i].n == sizes[j].n && sizes[i].worker < sizes[j].worker })
+	sort.Slice(sizes, func(i, j int) bool {
+		return sizes[i].n < sizes[j].n || sizes[i].n == sizes[j].n && sizes[i].worker < sizes[j].worker
+	})
 	hashes := max(0, budget/8)
 	for i, p := range sizes {
 		p.n = min(p.n, hashes/(len(sizes)-i))

@@ -25,7 +25,7 @@ func (r *recorder) Released(worker string) { r.events = append(r.events, "releas
 func (r *recorder) Ejected(worker, model, reason string, until time.Time) {
 	r.events = append(r.events, fmt.Sprintf("eject %s %s %s %s", worker, model, reason, until.Sub(now)))
 }
-func (r *recorder) Tick(tr TickReport) { r.events = append(r.events, fmt.Sprint("load ", tr.Own)) }
+func (r *recorder) Tick(tr TickReport)    { r.events = append(r.events, fmt.Sprint("load ", tr.Own)) }
 func (r *recorder) Applied(a PeerApplied) { r.applied = append(r.applied, a) }
 
 func syncState(t *testing.T, pol policy.Name, sc SyncConfig, ids ...string) (*State, *recorder) {

@@ -510,4 +510,3 @@ func (c *Client) publish(buf []byte, events []router.PeerEvent) []byte {
 	c.m.SentBytes(len(buf))
 	return buf
 }
-
