@@ -105,6 +105,33 @@ func echoes(name string) func(t *testing.T, r reply) {
 	}
 }
 
+// bounded checks that an error repeats at most the start of a long value
+// a client sent, never the whole.
+func bounded(value string) func(t *testing.T, r reply) {
+	return func(t *testing.T, r reply) {
+		_, msg, _ := hostileError(t, r.body)
+		if len(msg) > 512 || strings.Contains(msg, value) {
+			t.Fatalf("the message repeats %d bytes of a %d-byte value: %.300q", len(msg), len(value), msg)
+		}
+	}
+}
+
+// ownWords checks that an error says want, in the gateway's words, and
+// none of the JSON decoder's own.
+func ownWords(want string) func(t *testing.T, r reply) {
+	return func(t *testing.T, r reply) {
+		_, msg, _ := hostileError(t, r.body)
+		if !strings.Contains(msg, want) {
+			t.Fatalf("message %.300q does not say %q", msg, want)
+		}
+		for _, decoder := range []string{"exceeded max depth", "invalid character", "looking for beginning", "unexpected EOF"} {
+			if strings.Contains(msg, decoder) {
+				t.Fatalf("message %.300q carries the JSON decoder's %q", msg, decoder)
+			}
+		}
+	}
+}
+
 func jsonQuote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
@@ -177,7 +204,7 @@ func TestHostileRequests(t *testing.T) {
 		// Unknown models with odd names: 404, the name only inside the JSON message.
 		{name: "unicode model", method: "POST", path: chat, key: "key-plain", body: chatBody("模型-🚀"), status: 404, code: "model_not_found", check: echoes("模型-🚀")},
 		{name: "model with slashes", method: "POST", path: chat, key: "key-plain", body: chatBody("org/../../etc/passwd"), status: 400, code: "invalid_request", check: echoes("org/../../etc/passwd")},
-		{name: "10 KB model", method: "POST", path: chat, key: "key-plain", body: chatBody(long), status: 404, code: "model_not_found", check: echoes(long)},
+		{name: "10 KB model", method: "POST", path: chat, key: "key-plain", body: chatBody(long), status: 400, code: "invalid_request", param: "model", check: bounded(long)},
 		{name: "model with NUL", method: "POST", path: chat, key: "key-plain", body: chatBody("a\x00b"), status: 404, code: "model_not_found"},
 		{name: "model with quotes and CRLF", method: "POST", path: chat, key: "key-plain", body: chatBody("x\"}\r\nX-Evil: 1"), status: 404, code: "model_not_found", check: func(t *testing.T, r reply) {
 			if r.header.Get("X-Evil") != "" {
@@ -185,7 +212,11 @@ func TestHostileRequests(t *testing.T) {
 			}
 		}},
 		{name: "model of invalid UTF-8", method: "POST", path: compl, key: "key-plain", body: "{\"model\":\"\xff\xfe\",\"prompt\":\"x\"}", status: 404, code: "model_not_found"},
-		{name: "10 KB model in the path", method: "GET", path: "/v1/models/" + long, key: "key-plain", status: 404, code: "model_not_found"},
+		{name: "10 KB model in the path", method: "GET", path: "/v1/models/" + long, key: "key-plain", status: 404, code: "model_not_found", check: bounded(long)},
+		{name: "10 KB unknown path", method: "GET", path: "/v1/" + long, key: "key-plain", status: 404, code: "not_found", check: bounded(long)},
+		{name: "10 KB previous_response_id", method: "POST", path: "/v1/responses", key: "key-plain", body: `{"model":"smol","input":"hi","previous_response_id":"resp_` + long + `"}`,
+			status: 400, code: "invalid_request", param: "previous_response_id", check: bounded(long)},
+		{name: "10 KB response id", method: "GET", path: "/v1/responses/resp_" + long, key: "key-plain", status: 400, code: "invalid_request", param: "response_id", check: bounded(long)},
 		// Authentication and scopes.
 		{name: "no key", method: "POST", path: chat, body: chatBody("smol"), status: 401, code: "invalid_api_key"},
 		{name: "wrong key", method: "POST", path: chat, key: "key-nope", body: chatBody("smol"), status: 401, code: "invalid_api_key"},
@@ -206,6 +237,12 @@ func TestHostileRequests(t *testing.T) {
 		{name: "PUT with a stale If-Match", method: "PUT", path: "/admin/v1/routes", key: "key-admin", header: []string{"If-Match", `"999"`}, body: `{"routes":[]}`, status: 412, code: "etag_mismatch"},
 		{name: "PUT with a garbage If-Match", method: "PUT", path: "/admin/v1/routes", key: "key-admin", header: []string{"If-Match", `W/"x`}, body: `{"routes":[]}`, status: 412, code: "etag_mismatch"},
 		put("routes not JSON", `{"routes":[`, ""),
+		{name: "200k-deep route table", method: http.MethodPut, path: "/admin/v1/routes", key: "key-admin", header: []string{"If-Match", etag},
+			body: `{"routes":` + strings.Repeat("[", 200000) + strings.Repeat("]", 200000) + `}`, status: 400, code: "invalid_routes", check: ownWords("nested more than 32 levels deep")},
+		{name: "route table with a syntax error", method: http.MethodPut, path: "/admin/v1/routes", key: "key-admin", header: []string{"If-Match", etag},
+			body: `{"routes": x}`, status: 400, code: "invalid_routes", check: ownWords("not valid JSON (at byte 12)")},
+		{name: "route table with a 10 KB field", method: http.MethodPut, path: "/admin/v1/routes", key: "key-admin", header: []string{"If-Match", etag},
+			body: `{"routes":[],"` + long + `":1}`, status: 400, code: "invalid_routes", check: bounded(long)},
 		put("routes missing", `{}`, ""),
 		put("unknown route field", `{"routes":[{"model":"a","weight":3}]}`, ""),
 		put("cascade last step with accept_if", `{"routes":[{"model":"auto","cascade":[{"model":"a","accept_if":"mean_logprob > -1"},{"model":"b","accept_if":"mean_logprob > -2"}]}]}`, "routes[0].cascade[1].accept_if"),

@@ -70,7 +70,7 @@ func TestParseTable(t *testing.T) {
 			"routes[1].model: \"a\" already names routes[0]; routes[1].targets[0]", "routes[1].model"},
 		{"unknown field", `{"routes":[{"model":"a","wieght":1}]}`, "invalid route table: routes[0].wieght: unknown field", ""},
 		{"wrong type", `{"routes":[{"model":"a","backends":[{"model":"b","weight":"x"}]}]}`, "routes[0].backends[0].weight: want a number", ""},
-		{"not json", `routes`, "invalid route table: body: invalid character", ""},
+		{"not json", `routes`, "invalid route table: body: not valid JSON (at byte 1)", ""},
 		{"empty", ``, "invalid route table: body: empty", ""},
 		{"no routes", `{}`, "routes: required", ""},
 	}

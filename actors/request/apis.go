@@ -1,7 +1,6 @@
 package request
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -58,21 +57,11 @@ var responsesDialect = &proxy.Dialect{
 	Success:   func(root gjson.Result) bool { return root.Get("object").Str == "response" },
 	EndEvents: []string{"response.completed", "response.failed", "response.incomplete", "error"},
 	DoneAlso:  true,
-	ErrorEvent: func(reason proxy.Failure) []byte {
-		return responsesErrorEvent(openai.CodeUpstreamFailed,
-			"The engine failed after the response started ("+string(reason)+"); the response is incomplete.")
+	ErrorEvent: func(reason proxy.Failure, seq int64) []byte {
+		return openai.ResponsesErrorEvent(openai.CodeUpstreamFailed,
+			"The engine failed after the response started ("+string(reason)+"); the response is incomplete.", seq)
 	},
-}
-
-// responsesErrorEvent is a Responses stream's error event.
-func responsesErrorEvent(code, msg string) []byte {
-	b, _ := json.Marshal(struct {
-		Type    string  `json:"type"`
-		Code    string  `json:"code"`
-		Message string  `json:"message"`
-		Param   *string `json:"param"`
-	}{"error", code, msg, nil}) // strings always encode
-	return append(append([]byte("event: error\ndata: "), b...), "\n\n"...)
+	Sequenced: true,
 }
 
 // messagesDialect is Anthropic's Messages API: an answer is an object of
@@ -86,7 +75,7 @@ var messagesDialect = &proxy.Dialect{
 	},
 	EndEvents: []string{"message_stop", "error"},
 	DoneAlso:  true,
-	ErrorEvent: func(reason proxy.Failure) []byte {
+	ErrorEvent: func(reason proxy.Failure, _ int64) []byte {
 		return anthropic.SSEError("The engine failed after the response started (" + string(reason) + "); the response is incomplete.")
 	},
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/adapter/traffic"
 	"github.com/tlgate/tlgate/internal/guard/auth"
+	"github.com/tlgate/tlgate/internal/routing/echo"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 )
@@ -171,7 +172,7 @@ func New(d Deps) http.Handler {
 	mux.Handle("/admin/v1/routes", openai.MethodNotAllowed("GET, HEAD, PUT"))
 	mux.Handle("/admin/v1/models/", openai.MethodNotAllowed("POST"))
 	mux.HandleFunc("/admin/v1/", func(w http.ResponseWriter, r *http.Request) {
-		openai.WriteError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("No admin endpoint %s %s.", r.Method, r.URL.Path), nil)
+		openai.WriteError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("No admin endpoint %s %s.", echo.Clip(r.Method), echo.Clip(r.URL.Path)), nil)
 	})
 	return d.Keyring.Require(auth.ScopeAdmin, mux)
 }
@@ -310,7 +311,7 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 	i := strings.LastIndexByte(target, ':')
 	if i < 0 {
 		openai.WriteError(w, http.StatusNotFound, CodeNotFound,
-			fmt.Sprintf("No admin endpoint POST %s: use /admin/v1/models/{model}:drain or :resume.", r.URL.Path), nil)
+			fmt.Sprintf("No admin endpoint POST %s: use /admin/v1/models/{model}:drain or :resume.", echo.Clip(r.URL.Path)), nil)
 		return
 	}
 	model, action := target[:i], target[i+1:]
@@ -321,11 +322,11 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 	case "resume":
 	default:
 		openai.WriteError(w, http.StatusNotFound, CodeNotFound,
-			fmt.Sprintf("Unknown model action %q: use :drain or :resume.", action), nil)
+			fmt.Sprintf("Unknown model action %s: use :drain or :resume.", echo.Quote(action)), nil)
 		return
 	}
 	if err := routes.CheckModelID(model); err != nil {
-		openai.WriteError(w, http.StatusNotFound, openai.CodeModelNotFound, fmt.Sprintf("Model %q: %v.", model, err), nil)
+		openai.WriteError(w, http.StatusNotFound, openai.CodeModelNotFound, fmt.Sprintf("Model %s: %v.", echo.Quote(model), err), nil)
 		return
 	}
 	key, _ := auth.FromContext(r.Context())

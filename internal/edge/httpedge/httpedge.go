@@ -29,6 +29,7 @@ import (
 	"github.com/tlgate/tlgate/internal/adapter/tracing"
 	"github.com/tlgate/tlgate/internal/guard/auth"
 	"github.com/tlgate/tlgate/internal/guard/ratelimit"
+	"github.com/tlgate/tlgate/internal/routing/echo"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 	"github.com/tlgate/tlgate/internal/wire/usage"
 )
@@ -109,7 +110,7 @@ func Register(mux *http.ServeMux, d *Deps) {
 	// Every path no other pattern matches: an OpenAI-shaped 404, not
 	// ServeMux's plain-text one.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		d.reject(w, r, http.StatusNotFound, openai.CodeNotFound, fmt.Sprintf("No endpoint %s %s.", r.Method, r.URL.Path), nil)
+		d.reject(w, r, http.StatusNotFound, openai.CodeNotFound, fmt.Sprintf("No endpoint %s %s.", echo.Clip(r.Method), echo.Clip(r.URL.Path)), nil)
 	})
 }
 
@@ -382,7 +383,7 @@ func (d *Deps) model(w http.ResponseWriter, r *http.Request) {
 	}
 	if !res.(bool) {
 		param := "model"
-		d.reject(w, r, http.StatusNotFound, openai.CodeModelNotFound, fmt.Sprintf("The model %q does not exist.", id), &param)
+		d.reject(w, r, http.StatusNotFound, openai.CodeModelNotFound, fmt.Sprintf("The model %s does not exist.", echo.Quote(id)), &param)
 		return
 	}
 	m := openai.NewModel(id, 0, "tlgate")

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/tlgate/tlgate/internal/guard/auth"
+	"github.com/tlgate/tlgate/internal/routing/echo"
 	"github.com/tlgate/tlgate/internal/wire/anthropic"
 )
 
@@ -20,7 +21,7 @@ func (d *Deps) registerMessages(mux *http.ServeMux) {
 	})))
 	mux.Handle("/v1/messages", d.Keyring.RequireWith(auth.ScopeInference, opts, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "POST")
-		anthropic.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s (allowed: POST).", r.Method, r.URL.Path))
+		anthropic.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s (allowed: POST).", echo.Clip(r.Method), echo.Clip(r.URL.Path)))
 	})))
 }
 

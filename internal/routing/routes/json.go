@@ -8,6 +8,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/tlgate/tlgate/internal/routing/echo"
 )
 
 // ErrBadJSON is wrapped by every error of ParseJSON.
@@ -42,6 +44,9 @@ func EncodeJSON(epoch uint64, rs []Route) ([]byte, error) {
 // number, got "x"`). ParseJSON checks the shape only: NewTable (Validate)
 // checks the rules.
 func ParseJSON(b []byte) ([]Route, error) {
+	if err := wellFormed(b); err != nil {
+		return nil, err
+	}
 	fields, err := object(b, "body")
 	if err != nil {
 		return nil, err
@@ -144,6 +149,70 @@ func route(raw json.RawMessage, at string) (Route, error) {
 	return r, nil
 }
 
+// MaxJSONDepth is how deeply a route table body may nest arrays and
+// objects; a table needs five levels ({"routes":[{"cascade":[{...}]}]}).
+const MaxJSONDepth = 32
+
+// wellFormed checks that b is one JSON value, nested at most MaxJSONDepth
+// deep, with nothing after it, naming what is wrong in the table's words
+// rather than the JSON decoder's.
+func wellFormed(b []byte) error {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return fmt.Errorf("%w: body: empty", ErrBadJSON)
+	}
+	if tooDeep(b, MaxJSONDepth) {
+		return fmt.Errorf("%w: body: nested more than %d levels deep (a route table needs 5)", ErrBadJSON, MaxJSONDepth)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var v json.RawMessage
+	if err := dec.Decode(&v); err != nil {
+		return fmt.Errorf("%w: body: %s", ErrBadJSON, syntaxProblem(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: body: trailing data after the object", ErrBadJSON)
+	}
+	return nil
+}
+
+// tooDeep reports whether b nests arrays and objects more than max deep.
+func tooDeep(b []byte, max int) bool {
+	depth, inString, escaped := 0, false, false
+	for _, c := range b {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			switch c {
+			case '\\':
+				escaped = true
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			if depth++; depth > max {
+				return true
+			}
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return false
+}
+
+// syntaxProblem says what the JSON decoder's err found.
+func syntaxProblem(err error) string {
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("not valid JSON (at byte %d)", se.Offset)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "not valid JSON: it ends inside a value"
+	}
+	return "not valid JSON"
+}
+
 // object decodes raw as one JSON object into its fields, rejecting
 // duplicate keys and trailing data.
 func object(raw []byte, path string) (map[string]json.RawMessage, error) {
@@ -153,7 +222,7 @@ func object(raw []byte, path string) (map[string]json.RawMessage, error) {
 		return nil, fmt.Errorf("%w: %s: empty", ErrBadJSON, path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrBadJSON, path, err)
+		return nil, fmt.Errorf("%w: %s: %s", ErrBadJSON, path, syntaxProblem(err))
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return nil, fmt.Errorf("%w: %s: want an object, got %s", ErrBadJSON, path, kind(raw))
@@ -162,12 +231,12 @@ func object(raw []byte, path string) (map[string]json.RawMessage, error) {
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrBadJSON, path, err)
+			return nil, fmt.Errorf("%w: %s: %s", ErrBadJSON, path, syntaxProblem(err))
 		}
 		key := tok.(string) // object keys are always strings
 		var val json.RawMessage
 		if err := dec.Decode(&val); err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrBadJSON, join(path, key), err)
+			return nil, fmt.Errorf("%w: %s: %s", ErrBadJSON, join(path, key), syntaxProblem(err))
 		}
 		if _, dup := fields[key]; dup {
 			return nil, fmt.Errorf("%w: %s: duplicate field", ErrBadJSON, join(path, key))
@@ -175,7 +244,7 @@ func object(raw []byte, path string) (map[string]json.RawMessage, error) {
 		fields[key] = val
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, fmt.Errorf("%w: %s: %w", ErrBadJSON, path, err)
+		return nil, fmt.Errorf("%w: %s: %s", ErrBadJSON, path, syntaxProblem(err))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%w: %s: trailing data after the object", ErrBadJSON, path)
@@ -205,7 +274,7 @@ func allow(fields map[string]json.RawMessage, prefix string, known ...string) er
 		return nil
 	}
 	sort.Strings(unknown)
-	return fmt.Errorf("%w: %s%s: unknown field (known: %s)", ErrBadJSON, prefix, unknown[0], strings.Join(known, ", "))
+	return fmt.Errorf("%w: %s%s: unknown field (known: %s)", ErrBadJSON, prefix, echo.Clip(unknown[0]), strings.Join(known, ", "))
 }
 
 // field decodes fields[name] into dst when present and not null.
@@ -235,7 +304,10 @@ func contains(list []string, s string) bool {
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
 
+// join names a field of the value at path; a key too long to repeat is
+// cut (echo.Clip).
 func join(path, key string) string {
+	key = echo.Clip(key)
 	if path == "body" {
 		return key
 	}

@@ -335,7 +335,12 @@ func TestParseJSON(t *testing.T) {
 		{"cascade as object", `{"routes":[{"model":"a","cascade":{}}]}`, nil, "routes[0].cascade: want a list, got {}"},
 		{"duplicate field", `{"routes":[{"model":"a","model":"b"}]}`, nil, "routes[0].model: duplicate field"},
 		{"trailing data", `{"routes":[]} {"routes":[]}`, nil, "body: trailing data after the object"},
-		{"truncated", `{"routes":[{"model":"a"`, nil, "routes"},
+		{"truncated", `{"routes":[{"model":"a"`, nil, "body: not valid JSON: it ends inside a value"},
+		{"not JSON", `{"routes": x}`, nil, "body: not valid JSON (at byte 12)"},
+		{"trailing garbage", `{"routes":[]} x`, nil, "body: trailing data after the object"},
+		{"nested too deep", `{"routes":` + strings.Repeat("[", 200000) + strings.Repeat("]", 200000) + `}`, nil, "body: nested more than 32 levels deep (a route table needs 5)"},
+		{"deep inside a string is no nesting", `{"routes":[{"model":"` + strings.Repeat("[", 100) + `\"{"}]}`, []Route{{Model: strings.Repeat("[", 100) + `"{`}}, ""},
+		{"long unknown field cut", `{"routes":[],"` + strings.Repeat("k", 5000) + `":1}`, nil, strings.Repeat("k", 128) + "… (5000 bytes): unknown field (known: routes, epoch)"},
 		{"epoch negative", `{"epoch":-1,"routes":[]}`, nil, "epoch: want a non-negative integer, got -1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

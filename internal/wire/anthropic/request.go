@@ -41,13 +41,7 @@ func ParseRequest(body []byte) (openai.Request, error) {
 		seen[k.Str] = true
 		switch k.Str {
 		case "model":
-			switch {
-			case v.Type != gjson.String:
-				ferr = fieldErr("model", "model must be a string")
-			case v.Str == "":
-				ferr = fieldErr("model", "model must not be empty")
-			}
-			req.Model = v.Str
+			req.Model, ferr = openai.ReadModel(v)
 		case "stream":
 			switch v.Type {
 			case gjson.True:

@@ -114,13 +114,7 @@ func parsePooling(body []byte, ep Endpoint, fields map[string]func(p *poolingPar
 		p.seen[name] = true
 		switch name {
 		case "model":
-			switch {
-			case v.Type != gjson.String:
-				p.err = fieldErr(name, "model must be a string")
-			case v.Str == "":
-				p.err = fieldErr(name, "model must not be empty")
-			}
-			p.req.Model = v.Str
+			p.req.Model, p.err = ReadModel(v)
 		case "cache_salt":
 			p.req.CacheSalt, p.err = ReadCacheSalt(name, v)
 		default:

@@ -35,6 +35,7 @@ func TestParsePooling(t *testing.T) {
 		{"embeddings model twice", ParseEmbeddings, `{"model":"e","model":"f","input":"x"}`, "", "", "", "model"},
 		{"embeddings not JSON", ParseEmbeddings, `{"model":`, "", "", "", "-"},
 		{"embeddings not an object", ParseEmbeddings, `["x"]`, "", "", "", "-"},
+		{"embeddings model a path", ParseEmbeddings, `{"model":"a/../b","input":"x"}`, "", "", "", "model"},
 		{"embeddings salt not a string", ParseEmbeddings, `{"model":"e","input":"x","cache_salt":1}`, "", "", "", "cache_salt"},
 		{"rerank", ParseRerank, `{"model":"r","query":"q","documents":["a",{"text":"b"}],"top_n":1}`, EndpointRerank, "qab", "", ""},
 		{"rerank no query", ParseRerank, `{"model":"r","documents":["a"]}`, "", "", "", "query"},

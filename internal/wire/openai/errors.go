@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/tlgate/tlgate/internal/routing/echo"
 )
 
 // Error codes the gateway answers with, in the error body's "code".
@@ -106,7 +108,7 @@ func MethodNotAllowed(allow string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", allow)
 		WriteError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed,
-			fmt.Sprintf("%s is not allowed on %s (allowed: %s).", r.Method, r.URL.Path, allow), nil)
+			fmt.Sprintf("%s is not allowed on %s (allowed: %s).", echo.Clip(r.Method), echo.Clip(r.URL.Path), allow), nil)
 	}
 }
 
@@ -130,4 +132,41 @@ func SSEError(code, msg string) []byte {
 	out = append(out, "data: "...)
 	out = append(out, body...)
 	return append(out, "\n\n"...)
+}
+
+// ResponsesErrorEvent returns a Responses API stream's error event, for a
+// stream the gateway ends after its first byte: `event: error` and data
+// {"type":"error","code":...,"message":...,"param":null,"sequence_number":seq},
+// seq one past the last event's (NextSequenceNumber).
+func ResponsesErrorEvent(code, msg string, seq int64) []byte {
+	b, _ := json.Marshal(struct {
+		Type     string  `json:"type"`
+		Code     string  `json:"code"`
+		Message  string  `json:"message"`
+		Param    *string `json:"param"`
+		Sequence int64   `json:"sequence_number"`
+	}{"error", code, msg, nil, seq}) // strings and numbers always encode
+	return append(append([]byte("event: error\ndata: "), b...), "\n\n"...)
+}
+
+var sequenceKey = []byte(`"sequence_number":`)
+
+// NextSequenceNumber returns the sequence number that follows the last
+// "sequence_number" in b (whole events of a Responses stream: every event
+// carries one, in order), or next when b holds none.
+func NextSequenceNumber(b []byte, next int64) int64 {
+	for i := bytes.LastIndex(b, sequenceKey); i >= 0; i = bytes.LastIndex(b[:i], sequenceKey) {
+		rest := bytes.TrimLeft(b[i+len(sequenceKey):], " ")
+		n := 0
+		for n < len(rest) && n < 18 && rest[n] >= '0' && rest[n] <= '9' {
+			n++
+		}
+		if n > 0 {
+			v, err := strconv.ParseInt(string(rest[:n]), 10, 64)
+			if err == nil {
+				return v + 1
+			}
+		}
+	}
+	return next
 }

@@ -106,3 +106,29 @@ func TestMethodNotAllowed(t *testing.T) {
 		t.Fatalf("error %+v", body.Error)
 	}
 }
+
+func TestNextSequenceNumber(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		next int64
+		want int64
+	}{
+		{`data: {"type":"response.created","sequence_number":0}` + "\n\n", 7, 1},
+		{`data: {"sequence_number": 4}` + "\n\n" + `data: {"sequence_number":5,"type":"x"}` + "\n\n", 0, 6},
+		{`data: {"delta":"\"sequence_number\":99","sequence_number":12}`, 0, 13},
+		{`data: {"type":"response.created"}`, 3, 3},
+		{`data: {"sequence_number":"x"}`, 2, 2},
+	} {
+		if got := NextSequenceNumber([]byte(tc.in), tc.next); got != tc.want {
+			t.Errorf("NextSequenceNumber(%s, %d) = %d, want %d", tc.in, tc.next, got, tc.want)
+		}
+	}
+}
+
+func TestResponsesErrorEvent(t *testing.T) {
+	got := string(ResponsesErrorEvent(CodeUpstreamFailed, "gone", 9))
+	want := "event: error\ndata: {\"type\":\"error\",\"code\":\"upstream_failed\",\"message\":\"gone\",\"param\":null,\"sequence_number\":9}\n\n"
+	if got != want {
+		t.Fatalf("ResponsesErrorEvent = %q, want %q", got, want)
+	}
+}

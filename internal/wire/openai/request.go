@@ -215,14 +215,7 @@ func (p *parser) field(bit uint32, name string, v gjson.Result) {
 	var err *FieldError
 	switch bit {
 	case fModel:
-		if v.Type != gjson.String {
-			err = fieldErr(name, "model must be a string")
-		} else if v.Str == "" {
-			err = fieldErr(name, "model must not be empty")
-		} else if seg, bad := dotSegment(v.Str); bad {
-			err = fieldErr(name, "model %.80q has a path segment %q: a model id has no empty, \".\" or \"..\" segment", v.Str, seg)
-		}
-		p.req.Model = v.Str
+		p.req.Model, err = ReadModel(v)
 	case fStream:
 		p.req.Stream, err = optBool(name, v)
 	case fMessages:

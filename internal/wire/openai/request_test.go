@@ -3,6 +3,7 @@ package openai
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -124,6 +125,7 @@ func TestParseRequestErrors(t *testing.T) {
 		{"model null", `{"model":null,"prompt":"p"}`, false, "model"},
 		{"model empty", `{"model":"","prompt":"p"}`, false, "model"},
 		{"model twice", `{"model":"a","model":"b","prompt":"p"}`, false, "model"},
+		{"model longer than any id", `{"model":"` + strings.Repeat("m", 257) + `","prompt":"p"}`, false, "model"},
 		{"stream not a bool", `{"model":"m","prompt":"p","stream":"yes"}`, false, "stream"},
 		{"messages missing", `{"model":"m"}`, true, "messages"},
 		{"messages not an array", `{"model":"m","messages":{}}`, true, "messages"},

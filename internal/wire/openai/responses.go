@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 // ParseResponses validates a Responses API body (POST /v1/responses) and
@@ -39,7 +41,7 @@ func ParseResponses(body []byte) (Request, error) {
 		seen[k.Str] = true
 		switch k.Str {
 		case "model":
-			req.Model, ferr = modelField(v)
+			req.Model, ferr = ReadModel(v)
 		case "input":
 			input = v
 		case "instructions":
@@ -61,8 +63,13 @@ func ParseResponses(body []byte) (Request, error) {
 			switch v.Type {
 			case gjson.Null:
 			case gjson.String:
-				if v.Str == "" {
+				switch {
+				case v.Str == "":
 					ferr = fieldErr(k.Str, "previous_response_id must not be empty")
+				case len(v.Str) > MaxResponseIDLen:
+					ferr = fieldErr(k.Str, "previous_response_id must be at most %d bytes, got %d", MaxResponseIDLen, len(v.Str))
+				case !ValidResponseID(v.Str):
+					ferr = fieldErr(k.Str, "previous_response_id must be printable ASCII characters without '/'")
 				}
 				req.PreviousResponseID = v.Str
 			default:
@@ -94,6 +101,24 @@ func ParseResponses(body []byte) (Request, error) {
 	return req, nil
 }
 
+// MaxResponseIDLen bounds a stored response's id: the {id} of
+// /v1/responses/{id} and a previous_response_id.
+const MaxResponseIDLen = 256
+
+// ValidResponseID reports whether id is 1 to MaxResponseIDLen printable
+// ASCII characters without '/', as a response id in a URL path is.
+func ValidResponseID(id string) bool {
+	if id == "" || len(id) > MaxResponseIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e || id[i] == '/' {
+			return false
+		}
+	}
+	return true
+}
+
 // object parses body as a JSON object.
 func object(body []byte) (gjson.Result, *FieldError) {
 	if !gjson.ValidBytes(body) {
@@ -106,13 +131,20 @@ func object(body []byte) (gjson.Result, *FieldError) {
 	return root, nil
 }
 
-// modelField validates a "model" value.
-func modelField(v gjson.Result) (string, *FieldError) {
-	if v.Type != gjson.String {
+// ReadModel validates a body's "model" value: a non-empty string of at
+// most routes.MaxModelIDLen bytes (no longer id is served, and errors
+// repeat it) without an empty, "." or ".." path segment.
+func ReadModel(v gjson.Result) (string, *FieldError) {
+	switch {
+	case v.Type != gjson.String:
 		return "", fieldErr("model", "model must be a string")
-	}
-	if v.Str == "" {
+	case v.Str == "":
 		return "", fieldErr("model", "model must not be empty")
+	case len(v.Str) > routes.MaxModelIDLen:
+		return "", fieldErr("model", "model must be at most %d bytes, got %d", routes.MaxModelIDLen, len(v.Str))
+	}
+	if seg, bad := dotSegment(v.Str); bad {
+		return "", fieldErr("model", "model %q has a path segment %q: a model id has no empty, \".\" or \"..\" segment", v.Str, seg)
 	}
 	return v.Str, nil
 }

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -29,6 +30,8 @@ func TestParseResponses(t *testing.T) {
 		{"part text not a string", `{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":1}]}]}`, "", false, false, "", "input[0].content[0].text", true},
 		{"part type not a string", `{"model":"m","input":[{"role":"user","content":[{"type":7,"text":"x"}]}]}`, "", false, false, "", "input[0].content[0].type", true},
 		{"empty previous id", `{"model":"m","input":"x","previous_response_id":""}`, "", false, false, "", "previous_response_id", true},
+		{"5,000-byte previous id", `{"model":"m","input":"x","previous_response_id":"resp_` + strings.Repeat("a", 4995) + `"}`, "", false, false, "", "previous_response_id", true},
+		{"previous id with a slash", `{"model":"m","input":"x","previous_response_id":"resp/1"}`, "", false, false, "", "previous_response_id", true},
 		{"duplicate model", `{"model":"m","model":"n","input":"x"}`, "", false, false, "", "model", true},
 		{"store not a bool", `{"model":"m","input":"x","store":"yes"}`, "", false, false, "", "store", true},
 		{"not an object", `[1]`, "", false, false, "", "", true},

@@ -26,8 +26,12 @@ type Dialect struct {
 	// add one after the API's own last event).
 	DoneAlso bool
 	// ErrorEvent is the event written after a committed stream failed, for
-	// reason; nil: OpenAI's error data event.
-	ErrorEvent func(reason Failure) []byte
+	// reason; nil: OpenAI's error data event. seq is the sequence number
+	// that follows the relayed events' (with Sequenced; else 0).
+	ErrorEvent func(reason Failure, seq int64) []byte
+	// Sequenced: every event carries a "sequence_number" (the Responses
+	// API), which the relay follows for ErrorEvent.
+	Sequenced bool
 }
 
 // success reports whether root is a success answer of d; without a
@@ -47,13 +51,17 @@ func (d *Dialect) encodeError(status int, code, msg string, param *string) []byt
 	return d.Error(status, code, msg, param)
 }
 
-// errorEvent is the event that ends a stream failed after commit.
-func (d *Dialect) errorEvent(reason Failure) []byte {
+// errorEvent is the event that ends a stream failed after commit; seq is
+// the sequence number that follows the relayed events'.
+func (d *Dialect) errorEvent(reason Failure, seq int64) []byte {
 	if d == nil || d.ErrorEvent == nil {
 		return errorEvent(reason)
 	}
-	return d.ErrorEvent(reason)
+	return d.ErrorEvent(reason, seq)
 }
+
+// sequenced reports whether d's events carry sequence numbers.
+func (d *Dialect) sequenced() bool { return d != nil && d.Sequenced }
 
 // endsOnDone reports whether "data: [DONE]" ends d's streams.
 func (d *Dialect) endsOnDone() bool {

@@ -132,6 +132,7 @@ type relay struct {
 	resp      *http.Response
 	d         *Dialect
 	res       Result
+	seq       int64 // the sequence number after the relayed events' (Dialect.Sequenced)
 }
 
 // events relays an SSE body, whole events at a time. b is the initial
@@ -161,6 +162,9 @@ func (r *relay) events(b []byte) {
 			}
 			if !r.write(b[:end]) {
 				return
+			}
+			if r.d.sequenced() {
+				r.seq = openai.NextSequenceNumber(b[:end], r.seq)
 			}
 			r.res.Events += sc.take()
 			if done {
@@ -279,7 +283,7 @@ func (r *relay) end(ae *AttemptError) {
 		// event would be lost, the stream ending as if it were complete.
 		_ = r.rc.SetWriteDeadline(time.Now().Add(r.p.o.ClientWriteTimeout))
 	}
-	if _, err := r.w.Write(r.d.errorEvent(ae.Reason)); err != nil {
+	if _, err := r.w.Write(r.d.errorEvent(ae.Reason, r.seq)); err != nil {
 		r.res.ClientGone = true
 		return
 	}

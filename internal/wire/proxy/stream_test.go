@@ -425,3 +425,44 @@ func Example() {
 	}
 	// Output:
 }
+
+// TestStreamErrorEventSequenced: a stream of a Sequenced dialect (the
+// Responses API) that fails after commit ends with the dialect's error
+// event numbered one past the last event relayed, also when the events
+// arrive several to a read; before any numbered event it is numbered 0.
+func TestStreamErrorEventSequenced(t *testing.T) {
+	d := &Dialect{
+		EndEvents: []string{"response.completed"},
+		ErrorEvent: func(reason Failure, seq int64) []byte {
+			return openai.ResponsesErrorEvent(openai.CodeUpstreamFailed, string(reason), seq)
+		},
+		Sequenced: true,
+	}
+	ev := func(typ string, seq int) string {
+		return fmt.Sprintf("event: %s\ndata: {\"type\":%q,\"response\":{\"id\":\"resp_1\"},\"sequence_number\": %d}\n\n", typ, typ, seq)
+	}
+	for _, tc := range []struct {
+		name   string
+		events []string
+		want   int64
+	}{
+		{"three events, one a read", []string{ev("response.created", 0), ev("response.in_progress", 1), ev("response.output_text.delta", 2)}, 3},
+		{"three events in one read", []string{ev("response.created", 0) + ev("response.in_progress", 1) + ev("response.output_text.delta", 2)}, 3},
+		{"an event without a number", []string{"event: response.created\ndata: {\"type\":\"response.created\"}\n\n"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := upstream(t, func(w http.ResponseWriter, r *http.Request) { sse(w, tc.events...) })
+			p := newProxy(t, Options{})
+			cw := newClientWriter()
+			res := p.Stream(context.Background(), Attempt{URL: srv.URL, Body: []byte(`{}`), Dialect: d}, cw, nil)
+			if !res.Committed || ReasonOf(res.Err) != FailEOF {
+				t.Fatalf("Result = %+v", res)
+			}
+			_, got := cw.got()
+			want := string(openai.ResponsesErrorEvent(openai.CodeUpstreamFailed, string(FailEOF), tc.want))
+			if !strings.HasSuffix(got, want) {
+				t.Fatalf("the stream ends %q, want %q", got[max(0, len(got)-len(want)):], want)
+			}
+		})
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
 // Dialect is the API whose answers carry the usage: where the figures are
@@ -78,6 +80,7 @@ func (s *Writer) streamUsage(js string, data []byte) {
 	s.events++
 	switch s.d {
 	case Responses:
+		s.seq = openai.NextSequenceNumber(data, s.seq)
 		if s.respID == "" && bytes.Contains(data, responseCreated) {
 			if id := gjson.Get(js, "response.id"); id.Type == gjson.String {
 				s.respID = strings.Clone(id.Str)

@@ -210,3 +210,23 @@ func TestWriterLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterLimitResponses: a Responses stream cut at its budget ends with
+// the Responses API's error event, numbered one past the last event
+// relayed.
+func TestWriterLimitResponses(t *testing.T) {
+	rec := httptest.NewRecorder()
+	rec.Header().Set("Content-Type", "text/event-stream")
+	w := NewWriterFor(rec, false, Responses)
+	w.Limit(10, func(n int) bool { return n <= 12 })
+	ev := func(seq int) string {
+		return fmt.Sprintf("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\",\"sequence_number\":%d}\n\n", seq)
+	}
+	if _, err := w.Write([]byte(ev(0) + ev(1) + ev(2))); !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("err %v", err)
+	}
+	want := ev(0) + ev(1) + "event: error\ndata: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\",\"message\":\"" + overBudgetMsg + "\",\"param\":null,\"sequence_number\":2}\n\n"
+	if got := rec.Body.String(); got != want {
+		t.Fatalf("client got\n%s\nwant\n%s", got, want)
+	}
+}

@@ -17,9 +17,11 @@ import (
 // event that crossed it, and the stream should end.
 var ErrOverBudget = errors.New("usage: the stream crossed its key's tokens budget")
 
+// overBudgetMsg says why a stream was cut at its key's tokens budget.
+const overBudgetMsg = "The key's tokens per minute debt limit was reached while streaming; the response is incomplete."
+
 // overBudgetEvent ends a stream cut at its key's tokens budget.
-var overBudgetEvent = openai.MarshalSSEError(http.StatusTooManyRequests, openai.CodeRateLimitExceeded,
-	"The key's tokens per minute debt limit was reached while streaming; the response is incomplete.")
+var overBudgetEvent = openai.MarshalSSEError(http.StatusTooManyRequests, openai.CodeRateLimitExceeded, overBudgetMsg)
 
 // maxCarry bounds the bytes of an event split across writes that the
 // Writer keeps to read it whole; a larger one is relayed but not read.
@@ -52,6 +54,7 @@ type Writer struct {
 	strip  bool
 	d      Dialect
 	respID string // Responses: the stream's response id
+	seq    int64  // Responses: the sequence number after the events read
 
 	checked bool // the Content-Type was looked at
 	sse     bool
@@ -132,7 +135,7 @@ func (s *Writer) Write(p []byte) (int, error) {
 			break
 		}
 		var drop bool
-		before := s.events
+		before, seq := s.events, s.seq
 		carried := len(s.carry) > 0 || s.tooLong
 		if carried {
 			s.joinCarry(p[start:end])
@@ -143,6 +146,7 @@ func (s *Writer) Write(p []byte) (int, error) {
 			if carried { // its start is out: end it before the error event
 				return s.cut(p[kept:end])
 			}
+			s.seq = seq // the event is not relayed
 			return s.cut(p[kept:start])
 		}
 		if drop {
@@ -175,7 +179,11 @@ func (s *Writer) cut(head []byte) (int, error) {
 			return 0, err
 		}
 	}
-	if _, err := s.w.Write(overBudgetEvent); err != nil {
+	ev := overBudgetEvent
+	if s.d == Responses {
+		ev = openai.ResponsesErrorEvent(openai.CodeRateLimitExceeded, overBudgetMsg, s.seq)
+	}
+	if _, err := s.w.Write(ev); err != nil {
 		return 0, err
 	}
 	return 0, ErrOverBudget
