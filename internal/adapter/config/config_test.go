@@ -297,7 +297,7 @@ func TestConfigValidation(t *testing.T) {
 			`gateway.discovery[0].engine_kind: must be "vllm", "sglang", "llamacpp" or "openai", got "tgi"`,
 			`gateway.discovery[0].scheme: must be "http" or "https", got "ftp"`,
 			`gateway.discovery[0].role: must be "unified", "prefill" or "decode", got "both"`,
-			`gateway.discovery[0].kind: must be "kubernetes" or "dns", got "consul"`,
+			`gateway.discovery[0].kind: must be "kubernetes", "inferencepool" or "dns", got "consul"`,
 		}},
 		{"dns source keys", "[[gateway.discovery]]\nname = \"d\"\nkind = \"dns\"\nengine_kind = \"vllm\"\nhost = \"a b\"\nport = \"http\"\nselector = \"app=x\"\ninterval = \"-1s\"", []string{
 			`gateway.discovery[0].host: must be a DNS name, got "a b"`,
@@ -313,6 +313,23 @@ func TestConfigValidation(t *testing.T) {
 		}},
 		{"kubernetes service or selector", "[[gateway.discovery]]\nname = \"k\"\nkind = \"kubernetes\"\nengine_kind = \"vllm\"\nnamespaces = [\"x\"]\nport = 8000", []string{
 			"gateway.discovery[0].service: one of service (watch its EndpointSlices) and selector (watch Pods) is required",
+		}},
+		{"inferencepool source ok", "[[gateway.discovery]]\nname = \"pool\"\nkind = \"inferencepool\"\nengine_kind = \"vllm\"\nnamespaces = [\"inference\"]\npool = \"vllm-llama3.8b\"\nrole_label = \"tlgate.io/role\"\nmodel_label = \"tlgate.io/model\"", nil},
+		{"inferencepool source keys", "[[gateway.discovery]]\nname = \"p\"\nkind = \"inferencepool\"\nengine_kind = \"vllm\"\nnamespaces = [\"a\", \"B\"]\nport = 8000\nselector = \"app=x\"\nmodel_label = \"m\"\nmodel_annotation = \"n\"\ninterval = \"1s\"", []string{
+			"gateway.discovery[0].pool: required: the InferencePool's name",
+			"gateway.discovery[0].namespaces: must name exactly one namespace, the InferencePool's (its pods are in it), got 2",
+			`gateway.discovery[0].namespaces[1]: must be a namespace name (a DNS label), got "B"`,
+			`gateway.discovery[0].port: must be left out with kind = "inferencepool": the InferencePool's targetPorts are the engine ports`,
+			"gateway.discovery[0].model_annotation: cannot be combined with model_label",
+			`gateway.discovery[0].interval: does not apply to kind = "inferencepool"`,
+			`gateway.discovery[0].selector: does not apply to kind = "inferencepool"`,
+		}},
+		{"inferencepool source name", "[[gateway.discovery]]\nname = \"p\"\nkind = \"inferencepool\"\nengine_kind = \"vllm\"\nnamespaces = [\"a\"]\npool = \"Vllm_Pool\"\nhost = \"x\"", []string{
+			`gateway.discovery[0].pool: must be an InferencePool name (lower-case letters, digits, '-' and '.', at most 253), got "Vllm_Pool"`,
+			`gateway.discovery[0].host: does not apply to kind = "inferencepool"`,
+		}},
+		{"kubernetes source pool", "[[gateway.discovery]]\nname = \"k\"\nkind = \"kubernetes\"\nengine_kind = \"vllm\"\nnamespaces = [\"x\"]\nselector = \"app=x\"\nport = 8000\npool = \"p\"", []string{
+			`gateway.discovery[0].pool: does not apply to kind = "kubernetes"`,
 		}},
 		{"engine auth env unset", "[[gateway.engines]]\nid = \"e\"\nhttp_address = \"h:1\"\nmodel = \"m\"\nkind = \"openai\"\nauth_header_env = \"TLGATE_TEST_UNSET\"", []string{"gateway.engines[0].auth_header_env: environment variable TLGATE_TEST_UNSET is not set"}},
 	}

@@ -15,8 +15,9 @@ import (
 
 // Discovery source kinds (gateway.discovery[].kind).
 const (
-	DiscoveryKubernetes = "kubernetes"
-	DiscoveryDNS        = "dns"
+	DiscoveryKubernetes    = "kubernetes"
+	DiscoveryInferencePool = "inferencepool"
+	DiscoveryDNS           = "dns"
 )
 
 // DNS record kinds (gateway.discovery[].record).
@@ -47,11 +48,12 @@ const (
 type Discovery struct {
 	// Name identifies the source; its engines' worker ids start with it.
 	Name string `toml:"name"`
-	// Kind is kubernetes or dns.
+	// Kind is kubernetes, inferencepool or dns.
 	Kind string `toml:"kind"`
 	// EngineKind is vllm, sglang, llamacpp or openai, as an engine's kind.
 	EngineKind string `toml:"engine_kind"`
 	// Port is the engine port: a number, or (kubernetes) a port name.
+	// An InferencePool gives its own (its target ports).
 	Port Port `toml:"port"`
 	// Scheme is http or https.
 	Scheme string `toml:"scheme"`
@@ -72,14 +74,20 @@ type Discovery struct {
 
 	// Kubeconfig is a kubeconfig file; empty means the in-cluster config.
 	Kubeconfig string `toml:"kubeconfig"`
-	// Namespaces are watched (at least one with kind kubernetes).
+	// Namespaces are watched (at least one with kind kubernetes; the
+	// pool's, exactly one, with kind inferencepool).
 	Namespaces []string `toml:"namespaces"`
 	// Service names the Service whose EndpointSlices are watched; Selector
 	// is a label selector for Pods instead. Exactly one of the two.
 	Service  string `toml:"service"`
 	Selector string `toml:"selector"`
+	// Pool names the InferencePool (inference.networking.k8s.io/v1) whose
+	// pods are served (kind inferencepool): its selector picks them and its
+	// target ports are their engine ports.
+	Pool string `toml:"pool"`
 	// ModelLabel and ModelAnnotation name a pod label or annotation holding
-	// the model id; RoleLabel a pod label holding the role (Selector only).
+	// the model id; RoleLabel a pod label holding the role (Selector or
+	// Pool only).
 	ModelLabel      string `toml:"model_label"`
 	ModelAnnotation string `toml:"model_annotation"`
 	RoleLabel       string `toml:"role_label"`
@@ -233,10 +241,12 @@ func (v *checker) discovery(ds []Discovery) {
 		switch d.Kind {
 		case DiscoveryKubernetes:
 			v.kubernetesSource(at, d)
+		case DiscoveryInferencePool:
+			v.inferencePoolSource(at, d)
 		case DiscoveryDNS:
 			v.dnsSource(at, d)
 		default:
-			v.add(at+".kind", "must be %q or %q, got %q", DiscoveryKubernetes, DiscoveryDNS, d.Kind)
+			v.add(at+".kind", "must be %q, %q or %q, got %q", DiscoveryKubernetes, DiscoveryInferencePool, DiscoveryDNS, d.Kind)
 		}
 	}
 }
@@ -250,15 +260,7 @@ func (v *checker) kubernetesSource(at string, d Discovery) {
 	if len(d.Namespaces) == 0 {
 		v.add(at+".namespaces", "required: at least one namespace to watch")
 	}
-	seen := map[string]bool{}
-	for j, ns := range d.Namespaces {
-		if !dnsLabel.MatchString(ns) {
-			v.add(fmt.Sprintf("%s.namespaces[%d]", at, j), "must be a namespace name (a DNS label), got %q", ns)
-		} else if seen[ns] {
-			v.add(fmt.Sprintf("%s.namespaces[%d]", at, j), "%q is listed twice", ns)
-		}
-		seen[ns] = true
-	}
+	v.namespaces(at, d.Namespaces)
 	switch {
 	case d.Service == "" && d.Selector == "":
 		v.add(at+".service", "one of service (watch its EndpointSlices) and selector (watch Pods) is required")
@@ -269,11 +271,32 @@ func (v *checker) kubernetesSource(at string, d Discovery) {
 	case d.Selector != "" && strings.TrimSpace(d.Selector) == "":
 		v.add(at+".selector", "must not be blank")
 	}
+	v.podKeys(at, d, d.Service != "")
+	v.file(at+".kubeconfig", d.Kubeconfig)
+	v.notFor(at, "kubernetes", map[string]bool{"pool": d.Pool != "", "host": d.Host != "", "record": d.Record != "", "interval": d.Interval.Duration != 0, "resolver": d.Resolver != "", "drain_period": d.DrainPeriod.Duration != 0})
+}
+
+// namespaces checks a source's namespaces: names, none twice.
+func (v *checker) namespaces(at string, nss []string) {
+	seen := map[string]bool{}
+	for j, ns := range nss {
+		if !dnsLabel.MatchString(ns) {
+			v.add(fmt.Sprintf("%s.namespaces[%d]", at, j), "must be a namespace name (a DNS label), got %q", ns)
+		} else if seen[ns] {
+			v.add(fmt.Sprintf("%s.namespaces[%d]", at, j), "%q is listed twice", ns)
+		}
+		seen[ns] = true
+	}
+}
+
+// podKeys checks the keys that read pod labels and annotations; service
+// says the source watches EndpointSlices, which carry none.
+func (v *checker) podKeys(at string, d Discovery, service bool) {
 	for _, kv := range [][2]string{{"model_label", d.ModelLabel}, {"model_annotation", d.ModelAnnotation}, {"role_label", d.RoleLabel}} {
 		key, val := kv[0], kv[1]
 		switch {
 		case val == "":
-		case d.Service != "":
+		case service:
 			v.add(at+"."+key, "needs selector: EndpointSlices carry no pod labels or annotations (set model or role for the Service instead)")
 		case !labelKey.MatchString(val):
 			v.add(at+"."+key, "must be a label or annotation key such as \"example.com/model\", got %q", val)
@@ -285,8 +308,30 @@ func (v *checker) kubernetesSource(at string, d Discovery) {
 	if d.Model != "" && (d.ModelLabel != "" || d.ModelAnnotation != "") {
 		v.add(at+".model", "cannot be combined with model_label or model_annotation")
 	}
+}
+
+// objectName is a Kubernetes object name (a DNS subdomain), as an
+// InferencePool's.
+var objectName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+func (v *checker) inferencePoolSource(at string, d Discovery) {
+	switch {
+	case d.Pool == "":
+		v.add(at+".pool", "required: the InferencePool's name")
+	case len(d.Pool) > 253 || !objectName.MatchString(d.Pool):
+		v.add(at+".pool", "must be an InferencePool name (lower-case letters, digits, '-' and '.', at most 253), got %q", d.Pool)
+	}
+	if len(d.Namespaces) != 1 {
+		v.add(at+".namespaces", "must name exactly one namespace, the InferencePool's (its pods are in it), got %d", len(d.Namespaces))
+	}
+	v.namespaces(at, d.Namespaces)
+	if d.Port != "" {
+		v.add(at+".port", "must be left out with kind = %q: the InferencePool's targetPorts are the engine ports", DiscoveryInferencePool)
+	}
+	v.podKeys(at, d, false)
 	v.file(at+".kubeconfig", d.Kubeconfig)
-	v.notFor(at, "kubernetes", map[string]bool{"host": d.Host != "", "record": d.Record != "", "interval": d.Interval.Duration != 0, "resolver": d.Resolver != "", "drain_period": d.DrainPeriod.Duration != 0})
+	v.notFor(at, DiscoveryInferencePool, map[string]bool{"service": d.Service != "", "selector": d.Selector != "", "host": d.Host != "", "record": d.Record != "",
+		"interval": d.Interval.Duration != 0, "resolver": d.Resolver != "", "drain_period": d.DrainPeriod.Duration != 0})
 }
 
 // dnsLabel is an RFC 1123 label, as Kubernetes names namespaces and
@@ -318,7 +363,7 @@ func (v *checker) dnsSource(at string, d Discovery) {
 			v.add(at+".resolver", "must be host:port of a DNS server, got %q", d.Resolver)
 		}
 	}
-	v.notFor(at, "dns", map[string]bool{"kubeconfig": d.Kubeconfig != "", "namespaces": len(d.Namespaces) > 0, "service": d.Service != "",
+	v.notFor(at, "dns", map[string]bool{"kubeconfig": d.Kubeconfig != "", "namespaces": len(d.Namespaces) > 0, "service": d.Service != "", "pool": d.Pool != "",
 		"selector": d.Selector != "", "model_label": d.ModelLabel != "", "model_annotation": d.ModelAnnotation != "", "role_label": d.RoleLabel != ""})
 }
 

@@ -1,7 +1,8 @@
 // Package discovery finds inference engines that send no heartbeats where
 // a cluster publishes them: the Kubernetes API (the EndpointSlices of a
-// Service, or the Pods matching a label selector) or DNS (A/AAAA or SRV
-// records, as a headless Service publishes them). Each [[gateway.discovery]]
+// Service, the Pods matching a label selector, or the pods of an
+// InferencePool) or DNS (A/AAAA or SRV records, as a headless Service
+// publishes them). Each [[gateway.discovery]]
 // source reports the whole set of engines it knows whenever it changes, and
 // Runner hands that set to the probe manager, which probes, registers,
 // drains and forgets them exactly like [[gateway.engines]] entries.
@@ -157,6 +158,8 @@ func New(c config.Discovery, log zerolog.Logger) (Source, error) {
 		return NewDNS(c, log), nil
 	case config.DiscoveryKubernetes:
 		return NewKubernetes(c, log)
+	case config.DiscoveryInferencePool:
+		return NewInferencePool(c, log)
 	}
 	return nil, fmt.Errorf("%w: unknown kind %q", ErrSource, c.Kind)
 }

@@ -49,6 +49,20 @@ const serviceNameLabel = "kubernetes.io/service-name"
 // NewKubernetes returns the source c configures, with a client from
 // c.Kubeconfig, or the in-cluster config when it is empty.
 func NewKubernetes(c config.Discovery, log zerolog.Logger) (*Kubernetes, error) {
+	rc, err := restConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSource, err)
+	}
+	return newKubernetes(c, log, client)
+}
+
+// restConfig is the API server client configuration of source c: from
+// c.Kubeconfig, or the in-cluster config when it is empty.
+func restConfig(c config.Discovery) (*rest.Config, error) {
 	var rc *rest.Config
 	var err error
 	if c.Kubeconfig != "" {
@@ -63,11 +77,7 @@ func NewKubernetes(c config.Discovery, log zerolog.Logger) (*Kubernetes, error) 
 		}
 	}
 	rc.UserAgent = "tlgate-discovery"
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSource, err)
-	}
-	return newKubernetes(c, log, client)
+	return rc, nil
 }
 
 func newKubernetes(c config.Discovery, log zerolog.Logger, client kubernetes.Interface) (*Kubernetes, error) {
@@ -87,18 +97,7 @@ func newKubernetes(c config.Discovery, log zerolog.Logger, client kubernetes.Int
 // Run starts an informer per namespace and reports the set once every
 // informer has listed, then after every change, until ctx ends.
 func (k *Kubernetes) Run(ctx context.Context, report func([]Endpoint)) {
-	changed := make(chan struct{}, 1)
-	notify := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { notify() },
-		UpdateFunc: func(any, any) { notify() },
-		DeleteFunc: func(any) { notify() },
-	}
+	changed, handler := notifier()
 	var factories []informers.SharedInformerFactory
 	var stores []cache.Store
 	var synced []cache.InformerSynced
@@ -111,15 +110,7 @@ func (k *Kubernetes) Run(ctx context.Context, report func([]Endpoint)) {
 		} else {
 			inf = f.Core().V1().Pods().Informer()
 		}
-		log := k.log.With().Str("namespace", ns).Logger()
-		_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-			if ctx.Err() == nil {
-				log.Warn().Err(err).Msg("discovery: Kubernetes watch failed; retrying, keeping the last engines")
-			}
-		})
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			log.Error().Err(err).Msg("discovery: informer refused its handler")
-		}
+		watch(ctx, k.log.With().Str("namespace", ns).Logger(), inf, handler, "discovery: Kubernetes watch failed; retrying, keeping the last engines")
 		factories = append(factories, f)
 		stores = append(stores, inf.GetStore())
 		synced = append(synced, inf.HasSynced)
@@ -147,6 +138,36 @@ func (k *Kubernetes) Run(ctx context.Context, report func([]Endpoint)) {
 			return
 		case <-changed:
 		}
+	}
+}
+
+// notifier returns a channel that holds one value after any change an
+// informer given handler sees (changes in a burst coalesce).
+func notifier() (<-chan struct{}, cache.ResourceEventHandlerFuncs) {
+	changed := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	return changed, cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { notify() },
+		UpdateFunc: func(any, any) { notify() },
+		DeleteFunc: func(any) { notify() },
+	}
+}
+
+// watch gives inf handler, and logs its watch's failures (while ctx lasts)
+// with msg.
+func watch(ctx context.Context, log zerolog.Logger, inf cache.SharedIndexInformer, handler cache.ResourceEventHandler, msg string) {
+	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		if ctx.Err() == nil {
+			log.Warn().Err(err).Msg(msg)
+		}
+	})
+	if _, err := inf.AddEventHandler(handler); err != nil {
+		log.Error().Err(err).Msg("discovery: informer refused its handler")
 	}
 }
 
@@ -217,9 +238,6 @@ func (k *Kubernetes) sliceEndpoints(s *discoveryv1.EndpointSlice) []Endpoint {
 }
 
 func (k *Kubernetes) podEndpoint(p *corev1.Pod) (Endpoint, bool) {
-	if p.Status.PodIP == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return Endpoint{}, false
-	}
 	port := k.cfg.Port.Number()
 	if port == 0 {
 		for _, c := range p.Spec.Containers {
@@ -230,7 +248,15 @@ func (k *Kubernetes) podEndpoint(p *corev1.Pod) (Endpoint, bool) {
 			}
 		}
 	}
-	if port == 0 {
+	return k.podEndpointAt(p, port)
+}
+
+// podEndpointAt is pod p as an engine on port (none when 0): keyed by its
+// namespace and name, with the model and role its labels give, draining
+// unless Ready or once being deleted; a pod with no IP yet or that has
+// ended is none.
+func (k *Kubernetes) podEndpointAt(p *corev1.Pod, port int) (Endpoint, bool) {
+	if port == 0 || p.Status.PodIP == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return Endpoint{}, false
 	}
 	key := p.Namespace + ":" + p.Name
