@@ -1,10 +1,12 @@
 // Package deploy holds tlgate's deployment files: a Grafana dashboard,
-// Prometheus alert rules, a Dockerfile, Kubernetes manifests and a systemd
-// unit. Its tests check each file with the tool made for it where Debian
-// has one (promtool, systemd-analyze) and against the gateway itself where
-// none exists: every metric a dashboard or alert reads is one the gateway
-// exports, the configuration the manifests ship loads, the ports, paths,
-// user and secrets agree across files, and the Dockerfile's build command
+// Prometheus alert rules, a Dockerfile, a Helm chart, Kubernetes manifests
+// and a systemd unit. Its tests check each file with the tool made for it
+// (promtool, systemd-analyze, helm lint, and a real kube-apiserver that
+// every rendered manifest is applied to as a server-side dry run) and
+// against the gateway itself: every metric a dashboard or alert reads is
+// one the gateway exports, the configuration the manifests ship loads, the
+// ports, paths, user and secrets agree across files, the chart's defaults
+// render the kustomization's objects, and the Dockerfile's build command
 // yields a static binary.
 package deploy
 
@@ -293,11 +295,15 @@ type manifest struct {
 						Name          string `yaml:"name"`
 						ContainerPort int    `yaml:"containerPort"`
 					} `yaml:"ports"`
-					EnvFrom []struct {
-						SecretRef struct {
-							Name string `yaml:"name"`
-						} `yaml:"secretRef"`
-					} `yaml:"envFrom"`
+					Env []struct {
+						Name      string `yaml:"name"`
+						ValueFrom struct {
+							SecretKeyRef struct {
+								Name string `yaml:"name"`
+								Key  string `yaml:"key"`
+							} `yaml:"secretKeyRef"`
+						} `yaml:"valueFrom"`
+					} `yaml:"env"`
 					ReadinessProbe probe `yaml:"readinessProbe"`
 					LivenessProbe  probe `yaml:"livenessProbe"`
 					VolumeMounts   []struct {
@@ -395,11 +401,16 @@ func TestKubernetesManifests(t *testing.T) {
 	// The shipped configuration loads, with the Secret's keys as its
 	// environment.
 	secret, ok := ms["Secret/tlgate-keys"]
-	if !ok || len(c.EnvFrom) == 0 || c.EnvFrom[0].SecretRef.Name != "tlgate-keys" {
-		t.Fatal("the container does not take its environment from the Secret tlgate-keys")
+	if !ok || len(c.Env) == 0 {
+		t.Fatal("the container takes no environment from the Secret tlgate-keys")
 	}
-	for k, v := range secret.StringData {
-		t.Setenv(k, v)
+	for _, e := range c.Env {
+		ref := e.ValueFrom.SecretKeyRef
+		v, ok := secret.StringData[ref.Key]
+		if ref.Name != "tlgate-keys" || !ok {
+			t.Fatalf("the container's variable %s comes from key %q of Secret %q, which the manifests do not hold", e.Name, ref.Key, ref.Name)
+		}
+		t.Setenv(e.Name, v)
 	}
 	cfg, err := config.Load(filepath.Join("kubernetes", "gateway.toml"))
 	if err != nil {
@@ -568,9 +579,9 @@ func checkImages(t *testing.T, dep manifest) {
 // shipped beside the gateway, whose PodDisruptionBudget keeps a quorum.
 func checkEtcd(t *testing.T, ms map[string]manifest, gw config.Gateway) {
 	t.Helper()
-	sts, ok := ms["StatefulSet/etcd"]
+	sts, ok := ms["StatefulSet/tlgate-etcd"]
 	if !ok {
-		t.Fatalf("no StatefulSet etcd in %v", keysOf(ms))
+		t.Fatalf("no StatefulSet tlgate-etcd in %v", keysOf(ms))
 	}
 	if svc, ok := ms["Service/"+sts.Spec.ServiceName]; !ok || svc.Spec.ClusterIP != "None" {
 		t.Errorf("the etcd StatefulSet's service %q is not a headless Service of the manifests", sts.Spec.ServiceName)
@@ -582,7 +593,7 @@ func checkEtcd(t *testing.T, ms map[string]manifest, gw config.Gateway) {
 	if !slices.Equal(gw.Store.Endpoints, want) {
 		t.Errorf("[gateway.store] endpoints %v, the StatefulSet's members are %v", gw.Store.Endpoints, want)
 	}
-	pdb, ok := ms["PodDisruptionBudget/etcd"]
+	pdb, ok := ms["PodDisruptionBudget/tlgate-etcd"]
 	quorum := sts.Spec.Replicas/2 + 1
 	if !ok || sts.Spec.Replicas-pdb.Spec.MaxUnavailable < quorum || pdb.Spec.MaxUnavailable < 1 {
 		t.Errorf("etcd's PodDisruptionBudget must keep a quorum of %d of %d members (got maxUnavailable %d)", quorum, sts.Spec.Replicas, pdb.Spec.MaxUnavailable)
@@ -759,7 +770,34 @@ func TestDockerfile(t *testing.T) {
 			t.Fatalf("the binary is not static: it has a %v program header", p.Type)
 		}
 	}
+	if fi, err := os.Stat(out); err == nil {
+		t.Logf("the image's gateway binary: %.1f MB", float64(fi.Size())/1e6)
+	}
+
+	// Built without the servers only the replicas demo runs: no embedded
+	// etcd or NATS server is linked, and -demo -replicas says why it
+	// cannot run.
+	m := buildTags.FindStringSubmatch(build)
+	if m == nil || m[1] != "noembed" {
+		t.Fatalf("the gateway is built without -tags noembed: %q", build)
+	}
+	deps, err := exec.Command("go", "list", "-deps", "-tags", m[1], "../cmd/gateway").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range strings.Fields(string(deps)) {
+		if strings.HasPrefix(p, "go.etcd.io/etcd/server/") || strings.HasPrefix(p, "github.com/nats-io/nats-server/") {
+			t.Errorf("the image's gateway links %s", p)
+		}
+	}
+	b, err := exec.Command(out, "-demo", "-replicas", "2").CombinedOutput()
+	if err == nil || !strings.Contains(string(b), "built with -tags noembed") {
+		t.Errorf("-demo -replicas 2 in the image's gateway: %v\n%s", err, b)
+	}
 }
+
+// buildTags matches a go build command's -tags.
+var buildTags = regexp.MustCompile(` -tags[ =]([^ ]+) `)
 
 // TestSystemdUnit runs systemd-analyze verify on the unit (with its
 // ExecStart pointed at a real executable): any warning fails the test.

@@ -3,6 +3,7 @@
 //	gateway -config tlgate.toml     run with a configuration file
 //	gateway -demo                   run with in-process reference engines
 //	gateway -demo -replicas 3       the same with 3 gateways sharing an embedded etcd and NATS
+//	                                (not in a binary built with -tags noembed, as the image's is)
 //	gateway -config F -seed-from D/routes.json   copy a file store's table into etcd, then exit
 //	gateway -check -config tlgate.toml   validate a configuration and exit (0: valid)
 //	gateway -version                print the version and build information
@@ -35,6 +36,9 @@ import (
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
+
+// maxReplicas bounds -replicas: the demo runs them all in one process.
+const maxReplicas = 9
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

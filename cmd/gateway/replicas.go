@@ -1,3 +1,5 @@
+//go:build !noembed
+
 package main
 
 import (
@@ -21,9 +23,6 @@ import (
 	"github.com/tlgate/tlgate/internal/adapter/store/embedetcd"
 	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
-
-// maxReplicas bounds -replicas: the demo runs them all in one process.
-const maxReplicas = 9
 
 // runReplicas is -demo -replicas n: an embedded etcd in a temporary
 // directory, n gateways on loopback sharing it as their store and routing

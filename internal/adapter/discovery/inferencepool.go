@@ -65,13 +65,9 @@ var (
 // NewInferencePool returns the source c configures, with a client from
 // c.Kubeconfig, or the in-cluster config when it is empty.
 func NewInferencePool(c config.Discovery, log zerolog.Logger) (*InferencePool, error) {
-	rc, err := restConfig(c)
+	rc, client, err := clientOf(c)
 	if err != nil {
 		return nil, err
-	}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSource, err)
 	}
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {

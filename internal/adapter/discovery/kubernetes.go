@@ -49,19 +49,28 @@ const serviceNameLabel = "kubernetes.io/service-name"
 // NewKubernetes returns the source c configures, with a client from
 // c.Kubeconfig, or the in-cluster config when it is empty.
 func NewKubernetes(c config.Discovery, log zerolog.Logger) (*Kubernetes, error) {
-	rc, err := restConfig(c)
+	_, client, err := clientOf(c)
 	if err != nil {
 		return nil, err
-	}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSource, err)
 	}
 	return newKubernetes(c, log, client)
 }
 
-// restConfig is the API server client configuration of source c: from
-// c.Kubeconfig, or the in-cluster config when it is empty.
+// clientOf returns the API server client configuration of source c (from
+// c.Kubeconfig, or the in-cluster config when it is empty) and a client
+// made with it.
+func clientOf(c config.Discovery) (*rest.Config, kubernetes.Interface, error) {
+	rc, err := restConfig(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrSource, err)
+	}
+	return rc, client, nil
+}
+
 func restConfig(c config.Discovery) (*rest.Config, error) {
 	var rc *rest.Config
 	var err error
