@@ -4,7 +4,7 @@
 # LDFLAGS): helm template and helm lint then assume the Kubernetes version
 # of helm's client libraries (1.34), as a released helm does.
 set -euo pipefail
-out=${1:?usage: build.sh OUTDIR}
+out=$(realpath -m "${1:?usage: build.sh OUTDIR}")
 cd "$(dirname "$0")"
 helmver=$(go list -m -f '{{.Version}}' helm.sh/helm/v4)
 k8s=$(go list -m -f '{{.Version}}' k8s.io/client-go) # v0.MINOR.PATCH
