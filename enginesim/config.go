@@ -23,15 +23,17 @@ const (
 
 // Defaults of the zero Config fields.
 const (
-	DefaultModel             = "sim"
-	DefaultAddr              = "127.0.0.1:0"
-	DefaultKVBlocks          = 4096
-	DefaultKVFormat          = 1
-	DefaultMaxRunning        = 256
-	DefaultHeartbeatInterval = 2 * time.Second
-	DefaultHoldTimeout       = 60 * time.Second
-	DefaultShutdownTimeout   = 10 * time.Second
-	DefaultMaxBodyBytes      = 4 << 20
+	DefaultModel               = "sim"
+	DefaultAddr                = "127.0.0.1:0"
+	DefaultKVBlocks            = 4096
+	DefaultKVFormat            = 1
+	DefaultMaxRunning          = 256
+	DefaultHeartbeatInterval   = 2 * time.Second
+	DefaultHoldTimeout         = 60 * time.Second
+	DefaultRemoteDecodeTimeout = 480 * time.Second
+	DefaultRoomTimeout         = 300 * time.Second
+	DefaultShutdownTimeout     = 10 * time.Second
+	DefaultMaxBodyBytes        = 4 << 20
 	// BlockTokens is the number of tokens in one KV block.
 	BlockTokens = 16
 )
@@ -134,6 +136,17 @@ type Config struct {
 	// HoldTimeout frees pushed KV blocks that no request resumed (decode
 	// role; default 60s).
 	HoldTimeout time.Duration
+	// RemoteDecodeTimeout frees the KV a prefill engine holds for a remote
+	// decode engine (kv_transfer_params do_remote_decode) that does not
+	// pull it (default 480s, vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT).
+	RemoteDecodeTimeout time.Duration
+	// BootstrapAddr is SGLang's bootstrap port of a prefill engine, where
+	// decode engines join bootstrap rooms (default: none).
+	BootstrapAddr string
+	// RoomTimeout bounds how long either side of a bootstrap room waits
+	// for the other (default 300s, SGLang's
+	// SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT).
+	RoomTimeout time.Duration
 	// ShutdownTimeout bounds Close's wait for in-flight work (default 10s).
 	ShutdownTimeout time.Duration
 	// MaxBodyBytes bounds request bodies (default 4 MiB; larger gets 413).
@@ -202,6 +215,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HoldTimeout == 0 {
 		c.HoldTimeout = DefaultHoldTimeout
 	}
+	if c.RemoteDecodeTimeout == 0 {
+		c.RemoteDecodeTimeout = DefaultRemoteDecodeTimeout
+	}
+	if c.RoomTimeout == 0 {
+		c.RoomTimeout = DefaultRoomTimeout
+	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
@@ -229,7 +248,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: per-token costs are the flat mode's; the step scheduler times steps by its cost model", ErrConfig)
 	case c.Step != nil && c.Step.MaxNumBatchedTokens < 0:
 		return c, fmt.Errorf("%w: max num batched tokens %d < 0", ErrConfig, c.Step.MaxNumBatchedTokens)
-	case c.HeartbeatInterval < 0 || c.HoldTimeout < 0 || c.ShutdownTimeout < 0:
+	case c.BootstrapAddr != "" && c.Role != RolePrefill:
+		return c, fmt.Errorf("%w: a bootstrap port is a prefill engine's; this one is %s", ErrConfig, c.Role)
+	case c.HeartbeatInterval < 0 || c.HoldTimeout < 0 || c.ShutdownTimeout < 0 || c.RemoteDecodeTimeout < 0 || c.RoomTimeout < 0:
 		return c, fmt.Errorf("%w: negative interval or timeout", ErrConfig)
 	case c.MaxBodyBytes < 0:
 		return c, fmt.Errorf("%w: max body bytes %d < 0", ErrConfig, c.MaxBodyBytes)

@@ -94,6 +94,7 @@ type counters struct {
 	heartbeatsSent, heartbeatsFailed uint64
 	heartbeatsSkipped                uint64
 	resumes, resumesUnseeded         uint64
+	pulls                            uint64
 	lastResumeSeed                   uint64
 }
 
@@ -239,12 +240,64 @@ func (c *core) finishLocked(s *seq) {
 	c.pumpLocked()
 }
 
-// handle is a pushed prompt's KV held for one resuming request.
+// handle is a prompt's KV held for one request: pushed to a decode engine
+// for a resuming request, or held by a prefill engine for a remote decode
+// engine to pull.
 type handle struct {
 	id     string
 	header *kvv1.KvHeader
 	blocks blockSet
 	timer  *time.Timer
+	// sampleFirst: the first token is sampled by the resuming request,
+	// after it computes the last prompt token (vLLM's NixlConnector), not
+	// taken from the header.
+	sampleFirst bool
+	// blockIDs name the blocks to a remote decode engine.
+	blockIDs []uint64
+}
+
+// splitPrompt splits a sequence's blocks into those of its prompt's
+// promptLen tokens (its full blocks cached, the partial tail private) and
+// the rest.
+func splitPrompt(b blockSet, promptLen int) (prompt, rest blockSet) {
+	full := min(promptLen/BlockTokens, len(b.blocks))
+	prompt.blocks = b.blocks[:full:full]
+	rest.blocks = b.blocks[full:]
+	prompt.private = min(blockCount(promptLen)-full, b.private)
+	rest.private = b.private - prompt.private
+	return prompt, rest
+}
+
+// finishKeeping ends a flat sequence, keeping its prompt's blocks for the
+// caller and freeing the rest.
+func (c *core) finishKeeping(s *seq, promptLen int) blockSet {
+	c.mu.Lock()
+	defer c.unlock()
+	c.settleLocked()
+	keep, rest := splitPrompt(s.blocks, promptLen)
+	c.pool.release(rest)
+	c.running--
+	c.pumpLocked()
+	return keep
+}
+
+// holdAcquired holds blocks already acquired (a finished request's
+// prompt) under h until take, release or timeout.
+func (c *core) holdAcquired(h *handle, timeout time.Duration) error {
+	c.mu.Lock()
+	defer c.unlock()
+	if c.closed {
+		c.pool.release(h.blocks)
+		return errCoreClosed
+	}
+	if c.handles[h.id] != nil {
+		c.pool.release(h.blocks)
+		return fmt.Errorf("%w: %q", errHandleExists, h.id)
+	}
+	c.handles[h.id] = h
+	c.heldBlocks += h.blocks.size()
+	h.timer = time.AfterFunc(timeout, func() { c.expire(h) })
+	return nil
 }
 
 // hold acquires blocks for h at once (no queueing) and keeps them until

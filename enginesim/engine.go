@@ -61,7 +61,11 @@ type Engine struct {
 	wg     sync.WaitGroup // serve loops and heartbeats
 
 	httpLis, grpcLis, kvLis, controlLis *gateListener
-	httpSrv, controlSrv                 *http.Server
+	bootLis                             *gateListener // SGLang's bootstrap port (prefill role)
+	httpSrv, controlSrv, bootSrv        *http.Server
+	bootClient                          *http.Client // joins bootstrap rooms (decode role)
+	rooms                               *rooms
+	blockIDs                            atomic.Uint64 // names blocks held for remote decodes
 	grpcSrv, kvSrv                      *grpc.Server
 	handlers                            tracker
 
@@ -71,6 +75,7 @@ type Engine struct {
 	draining bool
 	kvConns  map[string]*grpc.ClientConn // prefill role: decode targets
 	idle     map[net.Conn]bool           // HTTP connections, true when idle
+	arrivals map[string]chan struct{}    // KV awaited by requests in bootstrap rooms
 
 	sampled atomic.Uint64 // tokens sampled so far (Stats.TokensSampled)
 	stored  responseStore // Responses API responses kept (store: true)
@@ -106,6 +111,10 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		faults:  cfg.Faults,
 		kvConns: make(map[string]*grpc.ClientConn),
 		idle:    make(map[net.Conn]bool),
+
+		arrivals:   make(map[string]chan struct{}),
+		rooms:      &rooms{m: make(map[uint64]*room), timeout: cfg.RoomTimeout},
+		bootClient: &http.Client{Transport: &http.Transport{}, Timeout: cfg.RoomTimeout},
 	}
 	e.model = toymodel.New(e.tok, seed, cfg.Confidence)
 	e.core.hash = e.hash
@@ -177,11 +186,16 @@ func (e *Engine) listen() error {
 			return err
 		}
 	}
+	if e.cfg.BootstrapAddr != "" {
+		if e.bootLis, err = listen(e.cfg.BootstrapAddr); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 func (e *Engine) closeListeners() {
-	for _, l := range []*gateListener{e.httpLis, e.grpcLis, e.kvLis, e.controlLis} {
+	for _, l := range []*gateListener{e.httpLis, e.grpcLis, e.kvLis, e.controlLis, e.bootLis} {
 		if l != nil {
 			l.Close()
 		}
@@ -209,9 +223,21 @@ func (e *Engine) serve() {
 		}
 		e.wg.Go(func() { e.controlSrv.Serve(e.controlLis) })
 	}
+	if e.bootLis != nil {
+		e.bootSrv = &http.Server{
+			Handler:           e.bootstrapHandler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			BaseContext:       func(net.Listener) context.Context { return e.ctx },
+			ErrorLog:          errLog,
+		}
+		e.wg.Go(func() { e.bootSrv.Serve(e.bootLis) })
+	}
 	if e.grpcLis != nil {
 		e.grpcSrv = grpc.NewServer(append(e.grpcTracing(), grpc.WaitForHandlers(true))...)
 		enginev1.RegisterEngineControlServer(e.grpcSrv, &controlServer{e: e})
+		// Pull, for decode engines reading KV held for them (vLLM's
+		// NixlConnector stand-in).
+		kvv1.RegisterKvTransferServiceServer(e.grpcSrv, &kvServer{e: e})
 		e.wg.Go(func() { e.grpcSrv.Serve(e.grpcLis) })
 	}
 	if e.kvLis != nil {
@@ -259,6 +285,9 @@ func (e *Engine) KVEventsReplayAddr() string {
 	}
 	return e.kvpub.ReplayAddr()
 }
+
+// BootstrapAddr returns SGLang's bootstrap host:port ("" without one).
+func (e *Engine) BootstrapAddr() string { return addrOf(e.bootLis) }
 
 // URL returns the HTTP base URL, e.g. "http://127.0.0.1:8000".
 func (e *Engine) URL() string { return "http://" + e.HTTPAddr() }
@@ -536,6 +565,7 @@ func (e *Engine) stop(abrupt bool) error {
 		if e.kvpub != nil {
 			errs = append(errs, e.kvpub.Close())
 		}
+		e.bootClient.CloseIdleConnections()
 		e.mu.Lock()
 		for addr, c := range e.kvConns {
 			errs = append(errs, c.Close())
@@ -554,7 +584,7 @@ func (e *Engine) stop(abrupt bool) error {
 // closeHTTP shuts the HTTP servers down, gracefully within ctx or at once.
 func (e *Engine) closeHTTP(ctx context.Context, graceful bool) error {
 	var errs []error
-	for _, s := range []*http.Server{e.httpSrv, e.controlSrv} {
+	for _, s := range []*http.Server{e.httpSrv, e.controlSrv, e.bootSrv} {
 		if s == nil {
 			continue
 		}

@@ -28,6 +28,13 @@ type Faults struct {
 	StallMS int `json:"stall_ms"`
 	// NoHeartbeat stops heartbeating (the gateway will evict the engine).
 	NoHeartbeat bool `json:"no_heartbeat"`
+	// RefusePull makes a prefill engine refuse every KV pull, as one that
+	// died holding the blocks of its remote decodes: they are freed only
+	// by RemoteDecodeTimeout.
+	RefusePull bool `json:"refuse_pull"`
+	// UnreachablePrefill makes a decode engine fail to reach any prefill
+	// engine (KV pulls and bootstrap joins fail with kv_transfer_failed).
+	UnreachablePrefill bool `json:"unreachable_prefill"`
 }
 
 // ErrFaults is wrapped by errors of invalid faults.

@@ -34,13 +34,19 @@ type result struct {
 	promptTokens, completionTokens int
 	cached                         int
 	finish                         string
+	// first is the first token sampled and draws the PCG32 draws it took.
+	first toymodel.Candidate
+	draws uint64
+	// kept are the prompt's blocks, when the request asked to keep them
+	// (genRequest.keepPrompt) and succeeded: the caller owns them.
+	kept blockSet
 }
 
 // generate admits the request, runs prefill (or adopts the resumed handle's
 // KV) and decodes, calling emit for every token. The sequence's blocks are
 // freed when it returns, also on error.
-func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit func(*step) error) (result, error) {
-	res := result{promptTokens: len(r.prompt)}
+func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit func(*step) error) (res result, err error) {
+	res.promptTokens = len(r.prompt)
 	if h == nil {
 		if hk := e.cfg.hooks; hk != nil && hk.prefilled != nil {
 			hk.prefilled(r.prompt)
@@ -53,7 +59,8 @@ func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit fu
 	// accept tells the step scheduler the token sampled (done: the last).
 	accept := func(uint32, bool) {}
 	if sched := e.core.sched; sched != nil {
-		q := &stepSeq{tokens: slices.Clone(r.prompt), promptLen: len(r.prompt), maxTokens: r.maxTokens, lora: r.lora, salt: r.cacheSalt}
+		q := &stepSeq{tokens: slices.Clone(r.prompt), promptLen: len(r.prompt), maxTokens: r.maxTokens, lora: r.lora, salt: r.cacheSalt,
+			keepPrompt: r.keepPrompt}
 		if err := sched.submit(q, h); err != nil {
 			return res, err
 		}
@@ -75,13 +82,22 @@ func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit fu
 		accept = func(token uint32, done bool) {
 			finished = done
 			sched.accept(q, token, done)
+			if done && r.keepPrompt {
+				res.kept = sched.takeBlocks(q)
+			}
 		}
 	} else {
-		s, err := e.admitFlat(ctx, r, h)
-		if err != nil {
-			return res, err
+		s, aerr := e.admitFlat(ctx, r, h)
+		if aerr != nil {
+			return res, aerr
 		}
-		defer e.core.finish(s)
+		defer func() {
+			if r.keepPrompt && res.finish != "" {
+				res.kept = e.core.finishKeeping(s, len(r.prompt))
+				return
+			}
+			e.core.finish(s)
+		}()
 		res.cached = s.cached
 		last := time.Now()
 		wait = func(i int) error {
@@ -128,7 +144,7 @@ func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit fu
 		}
 		d := g.Dist()
 		var c toymodel.Candidate
-		if i == 0 && h != nil {
+		if i == 0 && h != nil && !h.sampleFirst {
 			g.Skip(h.header.RngDrawsConsumed)
 			var ok bool
 			if c, ok = d.Find(h.header.FirstToken); !ok {
@@ -142,6 +158,9 @@ func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit fu
 			st.top = st.topBuf[:copy(st.topBuf[:r.topLogprobs], d.Cands)]
 		}
 		g.Accept(c.Token)
+		if i == 0 {
+			res.first, res.draws = c, g.Draws()
+		}
 		res.completionTokens++
 		e.sampled.Add(1)
 

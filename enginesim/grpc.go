@@ -248,6 +248,9 @@ func (s *kvServer) Push(stream grpc.ClientStreamingServer[kvv1.KvChunk, kvv1.Pus
 	if err := e.gate(stream.Context()); err != nil {
 		return err
 	}
+	if e.cfg.Role != RoleDecode {
+		return status.Errorf(codes.FailedPrecondition, "push: only decode engines hold pushed KV; this one is %s", e.cfg.Role)
+	}
 	first, err := stream.Recv()
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "push: reading the header: %v", err)
@@ -306,6 +309,7 @@ func (s *kvServer) Push(stream grpc.ClientStreamingServer[kvv1.KvChunk, kvv1.Pus
 		}
 		return status.Error(codes.Unavailable, err.Error())
 	}
+	e.kvArrived(h.id)
 	return stream.SendAndClose(&kvv1.PushAck{HandleId: h.id, BlocksHeld: uint32(h.blocks.size())})
 }
 

@@ -148,6 +148,13 @@ func complete(t testing.TB, c *http.Client, base string, chat bool, body map[str
 		t.Fatalf("POST %s: %d %s", path, r.status, r.body)
 	}
 	stream, _ := body["stream"].(bool)
+	return parseGeneration(t, chat, stream, r.body)
+}
+
+// parseGeneration reads a completions or chat answer, streamed or not.
+func parseGeneration(t testing.TB, chat, stream bool, body []byte) generation {
+	t.Helper()
+	r := response{body: body}
 	var g generation
 	if !stream {
 		if chat {

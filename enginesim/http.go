@@ -146,6 +146,10 @@ func (e *Engine) handleInference(chat bool) http.HandlerFunc {
 		if req.Model != e.cfg.Model {
 			g.lora = req.Model
 		}
+		if err := e.checkDisagg(g); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+			return
+		}
 		var h *handle
 		if id := r.Header.Get(HeaderKVHandle); id != "" {
 			if h = e.core.take(id); h == nil {
@@ -169,9 +173,34 @@ func (e *Engine) handleInference(chat bool) http.HandlerFunc {
 				return
 			}
 		}
+		if h == nil {
+			var err error
+			switch {
+			case g.kvParams != nil && g.kvParams.DoRemotePrefill:
+				h, err = e.pullKV(r.Context(), g)
+			case g.room != nil && e.cfg.Role == RoleDecode:
+				h, err = e.sglangJoin(r.Context(), g)
+			}
+			if err != nil {
+				e.core.count(func(c *counters) { c.aborted++ })
+				e.writeGenerateError(w, err)
+				return
+			}
+		}
 		out := &output{e: e, w: w, req: g, chat: chat, model: req.Model, die: f.Die, dieAfter: f.DieAfterTokens}
 		out.id, out.created = newID(chat), time.Now().Unix()
-		res, err := e.generate(r.Context(), g, h, out.emit)
+		var res result
+		switch {
+		case g.room != nil && e.cfg.Role == RolePrefill:
+			res, err = e.sglangPrefill(r.Context(), g, out)
+		case g.kvParams != nil && g.kvParams.DoRemoteDecode:
+			g.keepPrompt = true
+			if res, err = e.generate(r.Context(), g, h, out.emit); err == nil {
+				out.kvParams, err = e.holdForRemoteDecode(g, res)
+			}
+		default:
+			res, err = e.generate(r.Context(), g, h, out.emit)
+		}
 		switch {
 		case errors.Is(err, errDie):
 			e.core.count(func(c *counters) { c.aborted++ })
@@ -221,6 +250,12 @@ func (e *Engine) writeGenerateError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", err.Error())
 	case errors.Is(err, errCoreClosed):
 		writeError(w, http.StatusServiceUnavailable, "server_error", "unavailable", "engine is stopping")
+	case errors.Is(err, errBadRequest):
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+	case errors.Is(err, errRoomTimeout):
+		writeError(w, http.StatusServiceUnavailable, "server_error", "bootstrap_timeout", err.Error())
+	case errors.Is(err, errKVTransfer):
+		writeError(w, http.StatusServiceUnavailable, "server_error", "kv_transfer_failed", err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The client is gone; nobody reads an answer.
 	default:
@@ -273,6 +308,8 @@ type output struct {
 	tokens   int
 	die      bool
 	dieAfter int
+
+	kvParams *kvTransferParams // kv_transfer_params of a prefill for a remote decode
 
 	// whole-response accumulation
 	text   strings.Builder
@@ -440,11 +477,11 @@ func (o *output) finish(res result) error {
 			c.Logprobs = o.chatLP
 		}
 		return writeJSON(o.w, http.StatusOK, &chatJSON{ID: o.id, Object: "chat.completion", Created: o.created,
-			Model: o.model, Choices: []chatChoiceJSON{c}, Usage: usage})
+			Model: o.model, Choices: []chatChoiceJSON{c}, Usage: usage, KVTransferParams: o.kvParams})
 	}
 	c := completionChoiceJSON{Text: text, FinishReason: &finish, Logprobs: o.compLP}
 	return writeJSON(o.w, http.StatusOK, &completionJSON{ID: o.id, Object: "text_completion", Created: o.created,
-		Model: o.model, Choices: []completionChoiceJSON{c}, Usage: usage})
+		Model: o.model, Choices: []completionChoiceJSON{c}, Usage: usage, KVTransferParams: o.kvParams})
 }
 
 func newID(chat bool) string {

@@ -45,6 +45,11 @@ type openAIRequest struct {
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
 	N                *int            `json:"n"`
 	CacheSalt        string          `json:"cache_salt"`
+	// vLLM's disaggregation (NixlConnector) and SGLang's.
+	KVTransferParams *kvTransferParams `json:"kv_transfer_params"`
+	BootstrapHost    string            `json:"bootstrap_host"`
+	BootstrapPort    *int              `json:"bootstrap_port"`
+	BootstrapRoom    *json.Number      `json:"bootstrap_room"`
 	// vLLM's chat template switches (chat only).
 	AddGenerationPrompt  *bool `json:"add_generation_prompt"`
 	ContinueFinalMessage bool  `json:"continue_final_message"`
@@ -70,6 +75,11 @@ type genRequest struct {
 	usageChunk  bool
 	cacheSalt   string // vLLM's cache_salt: prefix blocks are shared only with the same salt
 	lora        string // the LoRA adapter asked for ("" for the base model)
+	// keepPrompt keeps the prompt's blocks after the request (result.kept)
+	// for a remote decode engine.
+	keepPrompt bool
+	kvParams   *kvTransferParams // vLLM's kv_transfer_params
+	room       *bootstrapRoom    // SGLang's bootstrap fields
 }
 
 // parseRequest validates body for chat or completions and tokenizes its
@@ -103,7 +113,36 @@ func parseRequest(tok *tokenizer.Tokenizer, body []byte, chat bool) (*openAIRequ
 	if err := g.outputs(&req, chat); err != nil {
 		return nil, nil, err
 	}
+	if err := g.disagg(&req); err != nil {
+		return nil, nil, err
+	}
 	return &req, g, nil
+}
+
+// disagg reads the disaggregation fields: vLLM's kv_transfer_params and
+// SGLang's bootstrap_host, bootstrap_port and bootstrap_room.
+func (g *genRequest) disagg(req *openAIRequest) error {
+	if p := req.KVTransferParams; p != nil && (p.DoRemoteDecode || p.DoRemotePrefill) {
+		g.kvParams = p
+	}
+	if req.BootstrapRoom == nil {
+		if req.BootstrapHost != "" || req.BootstrapPort != nil {
+			return fmt.Errorf("%w: bootstrap_host and bootstrap_port need bootstrap_room", errBadRequest)
+		}
+		return nil
+	}
+	id, err := strconv.ParseUint(req.BootstrapRoom.String(), 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: bootstrap_room %s is not an unsigned 64-bit integer", errBadRequest, req.BootstrapRoom)
+	}
+	g.room = &bootstrapRoom{host: req.BootstrapHost, room: id}
+	if p := req.BootstrapPort; p != nil {
+		if *p <= 0 || *p > 65535 {
+			return fmt.Errorf("%w: bootstrap_port %d outside 1..65535", errBadRequest, *p)
+		}
+		g.room.port = *p
+	}
+	return nil
 }
 
 func decodeJSON(body []byte, v any) error {
@@ -397,12 +436,13 @@ type completionChoiceJSON struct {
 }
 
 type completionJSON struct {
-	ID      string                 `json:"id"`
-	Object  string                 `json:"object"`
-	Created int64                  `json:"created"`
-	Model   string                 `json:"model"`
-	Choices []completionChoiceJSON `json:"choices"`
-	Usage   *usageJSON             `json:"usage,omitempty"`
+	ID               string                 `json:"id"`
+	Object           string                 `json:"object"`
+	Created          int64                  `json:"created"`
+	Model            string                 `json:"model"`
+	Choices          []completionChoiceJSON `json:"choices"`
+	Usage            *usageJSON             `json:"usage,omitempty"`
+	KVTransferParams *kvTransferParams      `json:"kv_transfer_params,omitempty"`
 }
 
 type chatTopLogprobJSON struct {
@@ -436,12 +476,13 @@ type chatChoiceJSON struct {
 }
 
 type chatJSON struct {
-	ID      string           `json:"id"`
-	Object  string           `json:"object"`
-	Created int64            `json:"created"`
-	Model   string           `json:"model"`
-	Choices []chatChoiceJSON `json:"choices"`
-	Usage   *usageJSON       `json:"usage,omitempty"`
+	ID               string            `json:"id"`
+	Object           string            `json:"object"`
+	Created          int64             `json:"created"`
+	Model            string            `json:"model"`
+	Choices          []chatChoiceJSON  `json:"choices"`
+	Usage            *usageJSON        `json:"usage,omitempty"`
+	KVTransferParams *kvTransferParams `json:"kv_transfer_params,omitempty"`
 }
 
 // errorJSON is OpenAI's error shape.

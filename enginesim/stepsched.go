@@ -65,6 +65,10 @@ type stepSeq struct {
 	// prefillOnly sequences end when their prompt is computed; their
 	// blocks are kept for the caller (KV transfer) instead of freed.
 	prefillOnly bool
+	// keepPrompt sequences keep their prompt's blocks for the caller
+	// (takeBlocks) when they finish; the rest are freed.
+	keepPrompt bool
+	resumed    bool // started from a handle's KV
 
 	computed int      // tokens with KV
 	held     blockSet // cached full blocks referenced and private blocks
@@ -169,11 +173,16 @@ func (s *stepSched) submit(q *stepSeq, h *handle) error {
 		return fmt.Errorf("%w: %d blocks needed, %d in the engine", errTooLarge, need, s.c.pool.total)
 	}
 	if h != nil {
+		q.resumed = true
 		q.held = h.blocks
 		q.hashed = slices.Clone(h.blocks.blocks)
 		q.computed = q.promptLen
 		s.c.heldBlocks -= h.blocks.size()
-		q.ready, q.awaiting = 1, true // the first token came with the KV
+		if h.sampleFirst { // the last prompt token is computed here
+			q.computed--
+		} else {
+			q.ready, q.awaiting = 1, true // the first token came with the KV
+		}
 	}
 	s.waiting = append(s.waiting, q)
 	s.kick()
@@ -251,7 +260,12 @@ func (s *stepSched) finishLocked(q *stepSeq) {
 	q.released = true
 	s.waiting = slices.DeleteFunc(s.waiting, func(x *stepSeq) bool { return x == q })
 	s.running = slices.DeleteFunc(s.running, func(x *stepSeq) bool { return x == q })
-	if !q.prefillOnly || q.aborted {
+	switch {
+	case q.keepPrompt && !q.aborted:
+		var rest blockSet
+		q.held, rest = splitPrompt(q.held, q.promptLen)
+		s.c.pool.release(rest)
+	case !q.prefillOnly || q.aborted:
 		s.c.pool.release(q.held)
 		q.held = blockSet{}
 	}
@@ -363,8 +377,12 @@ func (s *stepSched) grow(q *stepSeq, n int) bool {
 // admit takes the blocks of a waiting sequence's prefix cache hits and of
 // its first chunk; false (nothing taken) when they do not fit.
 func (s *stepSched) admit(q *stepSeq, budget int) (int, bool) {
-	if q.computed > 0 { // resumed: its KV is held already
-		return 0, true
+	if q.resumed { // its KV is held already; the last prompt token may be left to compute
+		n := min(len(q.tokens)-q.computed, budget)
+		if n > 0 && !s.grow(q, n) {
+			return 0, false
+		}
+		return max(n, 0), true
 	}
 	if len(q.hashed) < len(q.tokens)/BlockTokens {
 		q.hashed = append(q.hashed, s.c.hash.extend(q.hashed, q.tokens, q.lora, q.salt)...)
@@ -392,6 +410,7 @@ func (s *stepSched) preempt(q *stepSeq) {
 	s.c.pool.release(q.held)
 	q.held = blockSet{}
 	q.computed = 0
+	q.resumed = false
 	q.running = false
 	q.inStep = false
 	q.preemptedTimes++

@@ -37,8 +37,9 @@ func TestParseFlags(t *testing.T) {
 			"-fault-refuse", "-fault-unavailable", "-fault-die-after", "3", "-fault-stall-ms", "100", "-fault-no-heartbeat",
 			"-kv-events", "tcp://127.0.0.1:5557", "-kv-events-connect", "-kv-events-replay", "tcp://127.0.0.1:5558",
 			"-kv-events-topic", "kv", "-kv-events-encoding", "array", "-kv-events-hash", "bytes", "-kv-events-buffer-steps", "10",
-			"-hash-seed", "42",
+			"-hash-seed", "42", "-remote-decode-timeout", "9s", "-room-timeout", "8s", "-fault-refuse-pull", "-fault-unreachable-prefill",
 		}, nil, func(c *enginesim.Config) {
+			c.RemoteDecodeTimeout, c.RoomTimeout = 9*time.Second, 8*time.Second
 			c.KVEvents = kvevents.Config{Endpoint: "tcp://127.0.0.1:5557", Connect: true, ReplayEndpoint: "tcp://127.0.0.1:5558",
 				Topic: "kv", Encoder: kvevents.Encoder{Encoding: kvevents.EncodingArray, Hashes: kvevents.HashBytes}, BufferSteps: 10}
 			c.HashSeed = "42"
@@ -50,7 +51,8 @@ func TestParseFlags(t *testing.T) {
 			c.Gateways, c.HeartbeatInterval, c.RegistryToken = []string{"a:1", "b:2", "c:3"}, 500*time.Millisecond, "tok"
 			c.HoldTimeout, c.ShutdownTimeout, c.MaxBodyBytes = 5*time.Second, time.Second, 1000
 			c.Step = nil // the per-token times select the flat mode
-			c.Faults = enginesim.Faults{Refuse: true, Unavailable: true, Die: true, DieAfterTokens: 3, StallMS: 100, NoHeartbeat: true}
+			c.Faults = enginesim.Faults{Refuse: true, Unavailable: true, Die: true, DieAfterTokens: 3, StallMS: 100, NoHeartbeat: true,
+				RefusePull: true, UnreachablePrefill: true}
 		}},
 		{"token from the environment", nil, map[string]string{tokenEnv: "from-env"}, func(c *enginesim.Config) { c.RegistryToken = "from-env" }},
 		{"die before the first byte", []string{"-fault-die-after", "0"}, nil, func(c *enginesim.Config) { c.Faults.Die = true }},
@@ -76,6 +78,7 @@ func TestParseFlags(t *testing.T) {
 				Step:              &enginesim.PresetLlama8BH100.Step,
 				HeartbeatInterval: 2 * time.Second, HoldTimeout: time.Minute, ShutdownTimeout: 10 * time.Second,
 				MaxBodyBytes: 4 << 20, HashSeed: enginesim.DefaultHashSeed,
+				RemoteDecodeTimeout: enginesim.DefaultRemoteDecodeTimeout, RoomTimeout: enginesim.DefaultRoomTimeout,
 				KVEvents: kvevents.Config{BufferSteps: kvevents.DefaultBufferSteps},
 			}
 			tt.want(&want)
@@ -125,7 +128,8 @@ func TestParseFlagsErrors(t *testing.T) {
 		"-fault-die-after", "-fault-stall-ms", "-fault-no-heartbeat", "-kv-events", "-kv-events-connect",
 		"-kv-events-replay", "-kv-events-topic", "-kv-events-encoding", "-kv-events-hash", "-kv-events-buffer-steps",
 		"-hash-seed", "-timing", "-preset", "-max-num-batched-tokens", "-step-fixed", "-step-per-prefill-token",
-		"-step-per-decode-seq", "-step-per-context-token"} {
+		"-step-per-decode-seq", "-step-per-context-token", "-remote-decode-timeout", "-bootstrap", "-room-timeout",
+		"-fault-refuse-pull", "-fault-unreachable-prefill"} {
 		if !strings.Contains(out.String(), "  "+f+" ") && !strings.Contains(out.String(), "  "+f+"\n") {
 			t.Errorf("-h does not document %s", f)
 		}

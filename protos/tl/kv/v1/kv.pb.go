@@ -333,6 +333,66 @@ func (x *PushAck) GetBlocksHeld() uint32 {
 	return 0
 }
 
+type PullRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	HandleId      string                 `protobuf:"bytes,1,opt,name=handle_id,json=handleId,proto3" json:"handle_id,omitempty"`         // kv_transfer_params.remote_request_id
+	BlockIds      []uint64               `protobuf:"varint,2,rep,packed,name=block_ids,json=blockIds,proto3" json:"block_ids,omitempty"` // kv_transfer_params.remote_block_ids
+	Model         string                 `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullRequest) Reset() {
+	*x = PullRequest{}
+	mi := &file_tl_kv_v1_kv_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullRequest) ProtoMessage() {}
+
+func (x *PullRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tl_kv_v1_kv_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullRequest.ProtoReflect.Descriptor instead.
+func (*PullRequest) Descriptor() ([]byte, []int) {
+	return file_tl_kv_v1_kv_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PullRequest) GetHandleId() string {
+	if x != nil {
+		return x.HandleId
+	}
+	return ""
+}
+
+func (x *PullRequest) GetBlockIds() []uint64 {
+	if x != nil {
+		return x.BlockIds
+	}
+	return nil
+}
+
+func (x *PullRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
 type ReleaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	HandleId      string                 `protobuf:"bytes,1,opt,name=handle_id,json=handleId,proto3" json:"handle_id,omitempty"`
@@ -342,7 +402,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_tl_kv_v1_kv_proto_msgTypes[4]
+	mi := &file_tl_kv_v1_kv_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +414,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tl_kv_v1_kv_proto_msgTypes[4]
+	mi := &file_tl_kv_v1_kv_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +427,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_tl_kv_v1_kv_proto_rawDescGZIP(), []int{4}
+	return file_tl_kv_v1_kv_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReleaseRequest) GetHandleId() string {
@@ -387,7 +447,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_tl_kv_v1_kv_proto_msgTypes[5]
+	mi := &file_tl_kv_v1_kv_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +459,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tl_kv_v1_kv_proto_msgTypes[5]
+	mi := &file_tl_kv_v1_kv_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +472,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_tl_kv_v1_kv_proto_rawDescGZIP(), []int{5}
+	return file_tl_kv_v1_kv_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -461,15 +521,20 @@ const file_tl_kv_v1_kv_proto_rawDesc = "" +
 	"\aPushAck\x12\x1b\n" +
 	"\thandle_id\x18\x01 \x01(\tR\bhandleId\x12\x1f\n" +
 	"\vblocks_held\x18\x02 \x01(\rR\n" +
-	"blocksHeld\"-\n" +
+	"blocksHeld\"]\n" +
+	"\vPullRequest\x12\x1b\n" +
+	"\thandle_id\x18\x01 \x01(\tR\bhandleId\x12\x1b\n" +
+	"\tblock_ids\x18\x02 \x03(\x04R\bblockIds\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\"-\n" +
 	"\x0eReleaseRequest\x12\x1b\n" +
 	"\thandle_id\x18\x01 \x01(\tR\bhandleId\"P\n" +
 	"\x0fReleaseResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\x12!\n" +
-	"\fblocks_freed\x18\x02 \x01(\rR\vblocksFreed2\x83\x01\n" +
+	"\fblocks_freed\x18\x02 \x01(\rR\vblocksFreed2\xb7\x01\n" +
 	"\x11KvTransferService\x12.\n" +
 	"\x04Push\x12\x11.tl.kv.v1.KvChunk\x1a\x11.tl.kv.v1.PushAck(\x01\x12>\n" +
-	"\aRelease\x12\x18.tl.kv.v1.ReleaseRequest\x1a\x19.tl.kv.v1.ReleaseResponseB/Z-github.com/tlgate/tlgate/protos/tl/kv/v1;kvv1b\x06proto3"
+	"\aRelease\x12\x18.tl.kv.v1.ReleaseRequest\x1a\x19.tl.kv.v1.ReleaseResponse\x122\n" +
+	"\x04Pull\x12\x15.tl.kv.v1.PullRequest\x1a\x11.tl.kv.v1.KvChunk0\x01B/Z-github.com/tlgate/tlgate/protos/tl/kv/v1;kvv1b\x06proto3"
 
 var (
 	file_tl_kv_v1_kv_proto_rawDescOnce sync.Once
@@ -483,24 +548,27 @@ func file_tl_kv_v1_kv_proto_rawDescGZIP() []byte {
 	return file_tl_kv_v1_kv_proto_rawDescData
 }
 
-var file_tl_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_tl_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_tl_kv_v1_kv_proto_goTypes = []any{
 	(*KvHeader)(nil),        // 0: tl.kv.v1.KvHeader
 	(*KvBlock)(nil),         // 1: tl.kv.v1.KvBlock
 	(*KvChunk)(nil),         // 2: tl.kv.v1.KvChunk
 	(*PushAck)(nil),         // 3: tl.kv.v1.PushAck
-	(*ReleaseRequest)(nil),  // 4: tl.kv.v1.ReleaseRequest
-	(*ReleaseResponse)(nil), // 5: tl.kv.v1.ReleaseResponse
+	(*PullRequest)(nil),     // 4: tl.kv.v1.PullRequest
+	(*ReleaseRequest)(nil),  // 5: tl.kv.v1.ReleaseRequest
+	(*ReleaseResponse)(nil), // 6: tl.kv.v1.ReleaseResponse
 }
 var file_tl_kv_v1_kv_proto_depIdxs = []int32{
 	0, // 0: tl.kv.v1.KvChunk.header:type_name -> tl.kv.v1.KvHeader
 	1, // 1: tl.kv.v1.KvChunk.block:type_name -> tl.kv.v1.KvBlock
 	2, // 2: tl.kv.v1.KvTransferService.Push:input_type -> tl.kv.v1.KvChunk
-	4, // 3: tl.kv.v1.KvTransferService.Release:input_type -> tl.kv.v1.ReleaseRequest
-	3, // 4: tl.kv.v1.KvTransferService.Push:output_type -> tl.kv.v1.PushAck
-	5, // 5: tl.kv.v1.KvTransferService.Release:output_type -> tl.kv.v1.ReleaseResponse
-	4, // [4:6] is the sub-list for method output_type
-	2, // [2:4] is the sub-list for method input_type
+	5, // 3: tl.kv.v1.KvTransferService.Release:input_type -> tl.kv.v1.ReleaseRequest
+	4, // 4: tl.kv.v1.KvTransferService.Pull:input_type -> tl.kv.v1.PullRequest
+	3, // 5: tl.kv.v1.KvTransferService.Push:output_type -> tl.kv.v1.PushAck
+	6, // 6: tl.kv.v1.KvTransferService.Release:output_type -> tl.kv.v1.ReleaseResponse
+	2, // 7: tl.kv.v1.KvTransferService.Pull:output_type -> tl.kv.v1.KvChunk
+	5, // [5:8] is the sub-list for method output_type
+	2, // [2:5] is the sub-list for method input_type
 	2, // [2:2] is the sub-list for extension type_name
 	2, // [2:2] is the sub-list for extension extendee
 	0, // [0:2] is the sub-list for field type_name
@@ -521,7 +589,7 @@ func file_tl_kv_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tl_kv_v1_kv_proto_rawDesc), len(file_tl_kv_v1_kv_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	KvTransferService_Push_FullMethodName    = "/tl.kv.v1.KvTransferService/Push"
 	KvTransferService_Release_FullMethodName = "/tl.kv.v1.KvTransferService/Release"
+	KvTransferService_Pull_FullMethodName    = "/tl.kv.v1.KvTransferService/Pull"
 )
 
 // KvTransferServiceClient is the client API for KvTransferService service.
@@ -37,6 +38,12 @@ type KvTransferServiceClient interface {
 	// Gateway -> decode worker: return the handle's blocks to the pool.
 	// Idempotent: releasing an unknown or already used handle is not an error.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	// Decode worker -> prefill worker, standing in for vLLM's NixlConnector
+	// read: the prefill worker streams the header (no first token: the
+	// decode worker computes the last prompt token and samples it) and the
+	// blocks it holds under handle_id for a remote decode, then frees them.
+	// NotFound when it holds none (unknown, already read, or timed out).
+	Pull(ctx context.Context, in *PullRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[KvChunk], error)
 }
 
 type kvTransferServiceClient struct {
@@ -70,6 +77,25 @@ func (c *kvTransferServiceClient) Release(ctx context.Context, in *ReleaseReques
 	return out, nil
 }
 
+func (c *kvTransferServiceClient) Pull(ctx context.Context, in *PullRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[KvChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &KvTransferService_ServiceDesc.Streams[1], KvTransferService_Pull_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PullRequest, KvChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KvTransferService_PullClient = grpc.ServerStreamingClient[KvChunk]
+
 // KvTransferServiceServer is the server API for KvTransferService service.
 // All implementations must embed UnimplementedKvTransferServiceServer
 // for forward compatibility.
@@ -82,6 +108,12 @@ type KvTransferServiceServer interface {
 	// Gateway -> decode worker: return the handle's blocks to the pool.
 	// Idempotent: releasing an unknown or already used handle is not an error.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	// Decode worker -> prefill worker, standing in for vLLM's NixlConnector
+	// read: the prefill worker streams the header (no first token: the
+	// decode worker computes the last prompt token and samples it) and the
+	// blocks it holds under handle_id for a remote decode, then frees them.
+	// NotFound when it holds none (unknown, already read, or timed out).
+	Pull(*PullRequest, grpc.ServerStreamingServer[KvChunk]) error
 	mustEmbedUnimplementedKvTransferServiceServer()
 }
 
@@ -97,6 +129,9 @@ func (UnimplementedKvTransferServiceServer) Push(grpc.ClientStreamingServer[KvCh
 }
 func (UnimplementedKvTransferServiceServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedKvTransferServiceServer) Pull(*PullRequest, grpc.ServerStreamingServer[KvChunk]) error {
+	return status.Error(codes.Unimplemented, "method Pull not implemented")
 }
 func (UnimplementedKvTransferServiceServer) mustEmbedUnimplementedKvTransferServiceServer() {}
 func (UnimplementedKvTransferServiceServer) testEmbeddedByValue()                           {}
@@ -144,6 +179,17 @@ func _KvTransferService_Release_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KvTransferService_Pull_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(PullRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(KvTransferServiceServer).Pull(m, &grpc.GenericServerStream[PullRequest, KvChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KvTransferService_PullServer = grpc.ServerStreamingServer[KvChunk]
+
 // KvTransferService_ServiceDesc is the grpc.ServiceDesc for KvTransferService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -161,6 +207,11 @@ var KvTransferService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Push",
 			Handler:       _KvTransferService_Push_Handler,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Pull",
+			Handler:       _KvTransferService_Pull_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "tl/kv/v1/kv.proto",
