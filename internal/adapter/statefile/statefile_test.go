@@ -120,8 +120,8 @@ func TestLoadCorrupt(t *testing.T) {
 	}{
 		{"empty", "", "empty file"},
 		{"blank", " \n", "empty file"},
-		{"not json", "epoch=3", "invalid character"},
-		{"truncated", `{"epoch":3,"routes":[{"model":"smol"}`, "unexpected EOF"},
+		{"not json", "epoch=3", "not valid JSON (at byte 1)"},
+		{"truncated", `{"epoch":3,"routes":[{"model":"smol"}`, "not valid JSON: it ends inside a value"},
 		{"trailing", `{"epoch":3,"routes":[]} {}`, "trailing data"},
 		{"no epoch", `{"routes":[]}`, "epoch: required"},
 		{"null epoch", `{"epoch":null,"routes":[]}`, "epoch: required"},
