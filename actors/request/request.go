@@ -162,6 +162,14 @@ type Deps struct {
 	// Stored records the worker of each stored Responses API response
 	// (internal/routing/sticky); nil: no follow-up can be routed.
 	Stored StoredResponses
+	// Tokenizer gets prompts' tokens for routing on the engines' KV cache
+	// events (tokens.go), within TokenizeTimeout; nil: requests are routed
+	// on the prefix index. OnTokenized and OnTokenCache are its metrics'
+	// hooks (each may be nil).
+	Tokenizer       Tokenizer
+	TokenizeTimeout time.Duration
+	OnTokenized     func(outcome string, d time.Duration)
+	OnTokenCache    func(result string)
 }
 
 // StoredResponses maps stored response ids to the worker that holds them.
@@ -246,6 +254,12 @@ type requestActor struct {
 	// hashes keeps the prompt's chunk hashes across the request's Routes
 	// (router.Request.Hashes): the router's to fill, never touched here.
 	hashes prefixindex.PromptHashes
+	// tokens and noTokens are the prompt's tokens per base model, and the
+	// models whose tokens could not be had (tokens.go); keys their block
+	// keys, the router's to fill.
+	tokens   map[string][]uint32
+	noTokens map[string]bool
+	keys     router.TokenKeys
 }
 
 // Receive is the actor's switch; each case calls one step of the protocol.
@@ -267,6 +281,8 @@ func (a *requestActor) Receive(ctx actor.Context) {
 		a.onStreamed(ctx, m)
 	case *tokenized:
 		a.onTokenized(ctx, m)
+	case *tokensFor:
+		a.onTokens(ctx, m)
 	case *prefilled:
 		a.onPrefilled(ctx, m)
 	case *actor.Stopped:
@@ -292,7 +308,7 @@ func (a *requestActor) route(ctx actor.Context) {
 		Model: a.ex.Req.Model, RequestID: a.ex.RequestID, PrefixKey: a.ex.Req.PrefixKey,
 		Stream: a.ex.Req.Stream, Step: step, Exclude: a.exclude, Key: a.ex.KeyName, Prompt: a.ex.Req.Prompt,
 		LeastLoaded: a.ex.Req.Endpoint.Pooling(), AnyRole: a.ex.Req.Endpoint.Tokenizer(), Pin: a.pin, CacheSalt: a.ex.Req.CacheSalt,
-		Hashes: &a.hashes,
+		Hashes: &a.hashes, Tokens: a.tokens, NoTokens: a.noTokens, NoAsk: a.noAsk(), Keys: &a.keys,
 	}})
 	a.routing = true
 }
@@ -301,6 +317,11 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 	a.traceRouted(m)
 	a.routing = false
 	if a.admissionAnswer(ctx, m) {
+		return
+	}
+	var nt *router.NeedTokensError
+	if errors.As(m.Err, &nt) && !a.noAsk() {
+		a.needTokens(ctx, nt)
 		return
 	}
 	if m.Err != nil {

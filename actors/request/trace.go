@@ -2,6 +2,7 @@ package request
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -41,6 +42,7 @@ const (
 	AttrReason        = attribute.Key("tlgate.route.reason")
 	AttrCandidates    = attribute.Key("tlgate.route.candidates")
 	AttrMatched       = attribute.Key("tlgate.route.matched_tokens") // cache_aware: the pick's cached prefix
+	AttrNeedTokens    = attribute.Key("tlgate.route.needs_tokens")   // the pick asked for the prompt's tokens first
 	AttrExcluded      = attribute.Key("tlgate.route.excluded")
 	AttrDecisionUS    = attribute.Key("tlgate.route.decision_us")
 	AttrWorker        = attribute.Key("tlgate.worker")
@@ -142,6 +144,11 @@ func (a *requestActor) traceRouted(m *router.RouteResult) {
 	}
 	sp := a.tr.route
 	a.tr.route = nil
+	if errors.Is(m.Err, router.ErrNeedTokens) { // not a failure: it routes again with them
+		sp.SetAttributes(AttrNeedTokens.Bool(true))
+		sp.End()
+		return
+	}
 	if m.Err != nil {
 		sp.RecordError(m.Err)
 		sp.SetStatus(codes.Error, m.Err.Error())

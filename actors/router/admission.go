@@ -370,6 +370,7 @@ func (s *State) Dispatch(now time.Time) []Dispatched {
 			head := w
 			w = s.warmWaiter(q, head, now)
 			s.full = false
+			w.Req.NoAsk = true // a waiter routes on what it brought
 			t, err := s.Pick(&w.Req, now)
 			if err != nil && s.full && errors.Is(err, ErrNoCapacity) {
 				break

@@ -2,8 +2,10 @@ package router
 
 import (
 	"slices"
+	"time"
 
 	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/routing/kvindex"
 	"github.com/tlgate/tlgate/internal/routing/policy"
 	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 )
@@ -14,6 +16,7 @@ type cacheState struct {
 	cfg     policy.CacheAwareConfig
 	index   *prefixindex.Index
 	prefill []int // parallel to State.cands
+	exact   exactScore
 }
 
 // newCacheState returns the cache-aware state of cfg, or nil when the
@@ -29,6 +32,14 @@ func newCacheState(cfg Config) *cacheState {
 	return &cacheState{cfg: ca, index: prefixindex.New(cfg.PrefixIndex)}
 }
 
+// newExact returns the exact views of cfg: the cache_aware policy's only.
+func newExact(cfg Config) *kvindex.Index {
+	if cfg.Policy != policy.NameCacheAware {
+		return nil
+	}
+	return kvindex.New(cfg.KVIndex)
+}
+
 // observeWorker runs before SetWorker stores w: a new heartbeat samples the
 // worker's foreign load, and the index follows the worker (a restart or
 // rebuilt KV forgets what it held).
@@ -42,6 +53,11 @@ func (s *State) observeWorker(w fleet.Worker) {
 		}
 		c.lastSample, c.sampled = sample, true
 	}
+	if s.exact != nil {
+		if old, ok := s.workers[w.ID]; ok && !old.StartedAt.Equal(w.StartedAt) {
+			s.exact.Clear(w.ID) // another incarnation: its cache is empty
+		}
+	}
 	if s.prefix == nil {
 		return
 	}
@@ -49,10 +65,13 @@ func (s *State) observeWorker(w fleet.Worker) {
 	c.slot, _ = s.prefix.index.Slot(w.ID)
 }
 
-// forgetWorker drops an evicted worker's index entries.
+// forgetWorker drops an evicted worker's index entries and exact view.
 func (s *State) forgetWorker(id string) {
 	if s.prefix != nil {
 		s.prefix.index.Forget(id)
+	}
+	if s.exact != nil {
+		s.exact.Forget(id)
 	}
 }
 
@@ -78,27 +97,53 @@ func slotLoad(c *counter) int {
 	return c.n + c.peer + max(0, c.foreign)
 }
 
-// pickCacheAware picks among s.cands by policy.CacheAware. The prompt is
-// not recorded yet: t.Indexing says what to record once the pick's answer
-// begins (Indexed). It returns the pick's index and reason.
-func (s *State) pickCacheAware(t *Target, model string, req *Request) (int, string) {
+// pickCacheAware picks among s.cands by policy.CacheAware. A candidate
+// whose exact view (its KV events) is usable is scored on the request's
+// tokens; the others on the prefix index, in the same tokens (the
+// estimates scaled to the tokens' count). A request that brings no tokens
+// while a candidate's view is usable is asked for them (s.needTok) unless
+// it may not be. The prompt is not recorded yet: t.Indexing says what to
+// record once the pick's answer begins (Indexed). It returns the pick's
+// index and reason.
+func (s *State) pickCacheAware(t *Target, model string, req *Request, now time.Time) (int, string) {
 	ca := s.prefix
 	if ca == nil || len(s.cands) == 0 {
 		return -1, ""
 	}
 	base, ns := indexKey(s.members[0].Model, model, req.CacheSalt)
+	lora := ""
+	if model != base {
+		lora = model
+	}
+	anyExact := s.markUsable(now)
+	tokens, haveTokens := tokensOf(req, base)
+	if anyExact && !haveTokens && !req.NoAsk && !req.NoTokens[base] {
+		s.needTok = s.needTokens(base, model)
+		return -1, ""
+	}
 	q := ca.index.LookupHashed(base, ns, req.Prompt, req.Hashes)
-	tokens := ca.index.Tokens(q.PromptBytes())
+	est := ca.index.Tokens(q.PromptBytes())
+	prompt, scale := est, 1.0
+	if haveTokens {
+		prompt = len(tokens)
+		if est > 0 {
+			scale = float64(prompt) / float64(est)
+		}
+	}
 	chunk := ca.index.Config().ChunkBytes
 	ca.prefill = ca.prefill[:0]
 	for i := range s.cands {
 		c := s.ctrs[i]
 		s.cands[i].Load = slotLoad(c)
 		held := 0
-		if s.members[i].Model == base { // a slot is its base model's
-			held = ca.index.Tokens(q.ChunksAt(c.slot) * chunk)
+		switch {
+		case haveTokens && ca.exact.usable[i]:
+			h, _, _ := s.exactHeld(i, req, base, lora, req.CacheSalt, tokens, now)
+			held = int(h)
+		case s.members[i].Model == base: // a slot is its base model's
+			held = int(float64(ca.index.Tokens(q.ChunksAt(c.slot)*chunk)) * scale)
 		}
-		ca.prefill = append(ca.prefill, tokens-min(tokens, held))
+		ca.prefill = append(ca.prefill, prompt-min(prompt, held))
 	}
 	i, reason := policy.CacheAware(s.cands, ca.prefill, ca.cfg)
 	if i < 0 {
@@ -109,7 +154,19 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request) (int, stri
 		hs = slices.Clone(hs) // the index's scratch
 	}
 	t.Indexing = Indexing{Worker: s.cands[i].ID, Model: base, Hashes: hs}
-	t.MatchedTokens, t.PromptTokens = tokens-ca.prefill[i], tokens
+	t.MatchedTokens, t.PromptTokens = prompt-ca.prefill[i], prompt
+	t.CacheView = kvindex.None.CacheView()
+	if haveTokens {
+		// The pick's blocks are held speculatively until its events come;
+		// an exact pick expects them.
+		id := s.cands[i].ID
+		_, keys, bs := s.exactHeld(i, req, base, lora, req.CacheSalt, tokens, now)
+		if ca.exact.usable[i] {
+			t.CacheView = kvindex.Exact.CacheView()
+			t.Indexing.Exact.Expect = s.exact.Holds(id, keys) < len(keys)
+		}
+		s.exact.Speculate(id, keys, bs, now)
+	}
 	return i, reason
 }
 
@@ -150,12 +207,16 @@ type Indexing struct {
 	// cache salt). They may be the request's PromptHashes memo's, valid
 	// until the request's next Route: Indexed must come before it.
 	Hashes []uint64
+	// Exact is the pick's part on the worker's exact view.
+	Exact ExactIndexing
 }
 
-// Indexed records ix, a pick's prompt whose answer began, in the prefix
-// index (at most the worker's per-request share of it). A worker that is
+// Indexed records ix, a pick's prompt whose answer began at now, in the
+// prefix index (at most the worker's per-request share of it), and, for
+// an exact pick, expects the worker's events about it. A worker that is
 // gone, or now serves another model, records nothing.
-func (s *State) Indexed(ix Indexing) {
+func (s *State) Indexed(ix Indexing, now time.Time) {
+	s.exactIndexed(ix, now)
 	if s.prefix == nil || len(ix.Hashes) == 0 {
 		return
 	}
@@ -165,9 +226,12 @@ func (s *State) Indexed(ix Indexing) {
 // syncIndexing tells the Syncer, at pick time, the prompt a pick will
 // record once its answer begins (see Syncer.Indexed for why peers are
 // told at once).
-func (s *State) syncIndexing(ix Indexing) {
+func (s *State) syncIndexing(ix Indexing, now time.Time) {
 	if !s.syncing() || s.prefix == nil || len(ix.Hashes) == 0 {
 		return
+	}
+	if s.exact != nil && s.exact.Usable(ix.Worker, now) {
+		return // every replica follows the worker's events itself
 	}
 	n := s.prefix.index.RequestShare(ix.Worker)
 	s.cfg.Sync.Syncer.Indexed(ix.Model, ix.Worker, ix.Hashes[:min(len(ix.Hashes), n)])

@@ -30,7 +30,7 @@ func caState(t testing.TB, ca policy.CacheAwareConfig, ids ...string) *State {
 // with a 2xx (AttemptSucceeded with tg's Indexing): its prompt is recorded.
 func answered(s *State, tg Target) {
 	s.AttemptSucceeded(tg.Worker.ID)
-	s.Indexed(tg.Indexing)
+	s.Indexed(tg.Indexing, time.Now())
 }
 
 // words returns n bytes of text distinct for every seed.

@@ -249,6 +249,8 @@ type Observer struct {
 	// OnOverloaded: a request to queue was answered overloaded, for reason
 	// queue_full or queue_timeout.
 	OnOverloaded func(queue, reason string)
+	// OnKVApplied: a worker's KV events were applied to its exact view.
+	OnKVApplied func(KVApplied)
 }
 
 // overloadView fills v's ejection and admission fields at now.

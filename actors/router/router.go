@@ -109,7 +109,15 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		a.dispatch(ctx)
 	case *AttemptSucceeded:
 		st.AttemptSucceeded(m.WorkerID)
-		st.Indexed(m.Indexing)
+		st.Indexed(m.Indexing, time.Now())
+	case *KVEvents:
+		r := st.ApplyKV(m, time.Now())
+		if m.Done != nil {
+			m.Done()
+		}
+		if f := st.cfg.Observe.OnKVApplied; f != nil {
+			f(r)
+		}
 	case *Leave:
 		a.leave(ctx, m)
 	case *queueDeadline:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tlgate/tlgate/internal/routing/cascade"
 	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/routing/kvindex"
 	"github.com/tlgate/tlgate/internal/routing/policy"
 	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 	"github.com/tlgate/tlgate/internal/routing/ring"
@@ -33,6 +34,11 @@ type Config struct {
 	// PrefixIndex sets its index's chunking.
 	CacheAware  policy.CacheAwareConfig
 	PrefixIndex prefixindex.Config
+	// KVIndex bounds the exact view of the workers that publish KV cache
+	// events (exact.go), and Tokenizers maps a base model to the base URL
+	// of a tokenizer of it ("": ask one of its workers).
+	KVIndex    kvindex.Config
+	Tokenizers map[string]string
 	// Ejection and Admission are passive health and admission control
 	// (ejection.go, admission.go); Observe receives their events.
 	Ejection  EjectionConfig
@@ -81,9 +87,21 @@ type Request struct {
 	// holds state the request refers to): ErrPinnedGone when it is gone,
 	// never another worker.
 	Pin string
-	// CacheSalt is the request's cache_salt: the prefix index matches it
-	// only against prompts sent with the same salt.
+	// CacheSalt is the request's cache_salt, as sent to the engine: the
+	// prefix index matches it only against prompts sent with the same
+	// salt, and the exact view only against blocks computed with it.
 	CacheSalt string
+	// Tokens are the prompt's token ids per base model, as the engines of
+	// that model tokenize it (exact.go): a cache_aware pick among workers
+	// with an exact view asks for them (NeedTokensError) unless NoTokens
+	// says they could not be had, or NoAsk that none may be asked.
+	// Read-only to the router.
+	Tokens   map[string][]uint32
+	NoTokens map[string]bool
+	NoAsk    bool
+	// Keys, when set, keeps the tokens' block keys across Routes (like
+	// Hashes).
+	Keys *TokenKeys
 }
 
 // Target is the router's answer: where an attempt goes.
@@ -107,8 +125,13 @@ type Target struct {
 	Indexing Indexing
 	// MatchedTokens is, for a cache_aware pick, the estimated prompt tokens
 	// the worker holds cached (0 for other policies); PromptTokens is the
-	// prompt's estimated length in tokens (cache_aware picks only).
+	// prompt's estimated length in tokens (cache_aware picks only). Both
+	// are exact for a pick on an exact view.
 	MatchedTokens, PromptTokens int
+	// CacheView is how a cache_aware pick saw the worker's cache: "exact"
+	// (its KV events) or "approximate" (the prefix index); "" for other
+	// policies.
+	CacheView string
 	// Policy is the route policy that picked Worker, Candidates how many
 	// workers it chose among (for traces).
 	Policy     string
@@ -148,6 +171,8 @@ type State struct {
 	members  []*fleet.Worker    // scratch, parallel to cands
 	ctrs     []*counter         // scratch, parallel to cands
 	prefix   *cacheState        // the cache_aware policy's index; nil for others
+	exact    *kvindex.Index     // the exact views (cache_aware only)
+	needTok  *NeedTokensError   // set by a pick that needs the prompt's tokens
 
 	// Passive health and admission control (ejection.go, admission.go).
 	health  map[string]*health
@@ -179,6 +204,7 @@ func NewState(cfg Config, table *routes.Table, epoch uint64) *State {
 		inflight: map[string]*counter{},
 		pools:    map[poolKey]*pool{},
 		prefix:   newCacheState(cfg),
+		exact:    newExact(cfg),
 	}
 }
 
@@ -388,6 +414,7 @@ func (s *State) Known(model string) bool {
 // flight. It is a pure function of the state, the request and the clock,
 // apart from advancing the weighted policy's counters.
 func (s *State) Pick(req *Request, now time.Time) (Target, error) {
+	s.needTok = nil
 	if req.Pin != "" {
 		return s.pickPinned(req, now)
 	}
@@ -455,10 +482,16 @@ func (s *State) pickRoute(t Target, r routes.Route, req *Request, asked string, 
 	if s.pickServed(&t, r, first, req, now) {
 		return t, nil
 	}
+	if nt := s.needTok; nt != nil {
+		return Target{}, nt
+	}
 	if len(r.Backends) > 1 {
 		for _, served := range fallbacks(r, first) {
 			if s.pickServed(&t, r, served, req, now) {
 				return t, nil
+			}
+			if nt := s.needTok; nt != nil {
+				return Target{}, nt
 			}
 		}
 	}
@@ -507,7 +540,7 @@ func (s *State) pickServed(t *Target, r routes.Route, served string, req *Reques
 		if t.Prefill != nil {
 			s.syncPicked(served, t.Prefill.ID)
 		}
-		s.syncIndexing(t.Indexing)
+		s.syncIndexing(t.Indexing, now)
 	}
 	return true
 }
@@ -609,7 +642,7 @@ func (s *State) pickOneBy(pol policy.Name, t *Target, model string, role fleet.R
 	case policy.NameAffinity:
 		i, t.Reason = policy.Affinity(p.ring, req.PrefixKey, s.cands, s.cfg.LoadFactor)
 	case policy.NameCacheAware:
-		i, t.Reason = s.pickCacheAware(t, model, req)
+		i, t.Reason = s.pickCacheAware(t, model, req, now)
 	default:
 		i, t.Reason = policy.LeastOutstanding(s.cands), policy.ReasonLeastOutstanding
 	}
@@ -657,7 +690,7 @@ func (s *State) pickPair(t *Target, model string, req *Request, now time.Time) e
 		if _, ok := s.candidates(model, fleet.RolePrefill, req, now, func(w *fleet.Worker) bool { return KVHandles(w) && w.KVFormat == d.KVFormat }); ok {
 			var i int
 			if s.cfg.Policy == policy.NameCacheAware {
-				i, t.Reason = s.pickCacheAware(t, model, req)
+				i, t.Reason = s.pickCacheAware(t, model, req, now)
 				t.Policy = string(policy.NameCacheAware)
 			} else {
 				i = policy.LeastOutstanding(s.cands)
@@ -691,6 +724,13 @@ type WorkerView struct {
 	// PrefixIndexChunks is the worker's share of the cache_aware prefix
 	// index, in chunks (0 under other policies).
 	PrefixIndexChunks int `json:"prefix_index_chunks"`
+	// CacheView is how cache_aware sees the worker's KV cache: "exact"
+	// (from its KV events), "stale" (its events were lost or are late:
+	// routed on the prefix index until they flow again) or "approximate"
+	// (it publishes none: the prefix index). KVBlocks are the blocks its
+	// exact view holds, per tier (gpu, cpu, disk, other).
+	CacheView string         `json:"cache_view"`
+	KVBlocks  map[string]int `json:"kv_blocks,omitempty"`
 	// Ejection and admission (ejection.go, admission.go).
 	EjectedUntil     time.Time `json:"ejected_until,omitzero"`
 	EjectionReason   string    `json:"ejection_reason,omitempty"`
@@ -706,7 +746,9 @@ type WorkerView struct {
 func (s *State) Workers(now time.Time) []WorkerView {
 	out := make([]WorkerView, 0, len(s.workers))
 	for _, w := range s.workers {
-		out = append(out, s.overloadView(WorkerView{Worker: *w, InFlight: s.InFlight(w.ID), PeerInFlight: s.PeerInFlight(w.ID), Routable: w.Routable(now), PrefixIndexChunks: s.indexChunks(w.ID)}, now))
+		v := WorkerView{Worker: *w, InFlight: s.InFlight(w.ID), PeerInFlight: s.PeerInFlight(w.ID), Routable: w.Routable(now), PrefixIndexChunks: s.indexChunks(w.ID)}
+		v.CacheView, v.KVBlocks = s.exactStats(w.ID, now)
+		out = append(out, s.overloadView(v, now))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

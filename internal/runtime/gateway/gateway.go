@@ -93,8 +93,10 @@ type Gateway struct {
 	stops    []func(context.Context) error // in start order; run in reverse
 	// Traffic keeps the last 15 minutes per model for the console.
 	Traffic *traffic.Recorder
-	// Keys holds the per-key usage metrics (nil without a Registry).
+	// Keys holds the per-key usage metrics (nil without a Registry), KV
+	// those of routing on the engines' KV events.
 	Keys    *metrics.KeyMetrics
+	KV      *metrics.KVMetrics
 	tracing *tracing.Provider
 	store   store.Store
 	// keyring, limits and rpc hold the API keys, their limits and the
@@ -210,6 +212,10 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.stops = append(g.stops, g.stopActor(g.Registry))
 	rcfg := routerConfig(pol, &gw)
 	overloadConfig(&rcfg, gw, m, o.Logger)
+	if g.KV, err = newKVMetrics(o.Registry); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	kvRouterConfig(&rcfg, &gw, g.KV)
 	stored := sticky.New(sticky.Config{TTL: gw.Responses.StoreTTL.Duration, MaxEntries: gw.Responses.StoreMaxEntries})
 	if err := g.newSync(&gw, o.Registry, o.Logger, &rcfg, stored); err != nil {
 		return fmt.Errorf("gateway.%w", err)
@@ -301,6 +307,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme, Dispatcher: pool,
 		Stored: g.storedResponses(stored)}
 	instrument(rdeps, m)
+	if pol == policy.NameCacheAware {
+		g.startKVEvents(&gw, rdeps, engineHTTP(), addrs.DialControl, g.KV, o.Logger)
+	}
 	g.Traffic = traffic.New(o.Traffic)
 	feedTraffic(rdeps, g.Traffic)
 	rdeps.Tracer = g.tracing.Tracer()

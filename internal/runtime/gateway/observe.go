@@ -102,6 +102,7 @@ func (g *Gateway) refreshGauges() {
 		counts[metrics.WorkerKey{Model: w.Model, Role: string(w.Role), State: state}]++
 	}
 	g.Metrics.SetWorkers(counts)
+	g.KV.SetViews(kvViews(wr.Workers))
 	g.Metrics.SetOverload(wr.Queued, ejectedByModel(wr.Workers))
 	g.Metrics.Epoch(wr.Epoch)
 }

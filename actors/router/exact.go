@@ -1,0 +1,265 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tlgate/tlgate/internal/routing/kvindex"
+)
+
+// The exact view: for workers that publish their KV cache events, what
+// their caches hold, from the events (package kvindex), where the prefix
+// index can only guess. Their subscribers (internal/adapter/kvsub) send the
+// batches as KVEvents; a cache_aware pick scores a worker whose view is
+// exact on the request's tokens, tokenized as the engine tokenizes them,
+// and every other worker on the prefix index, as before.
+
+// KVEvents is a worker's KV cache events, and the state of its view once
+// they are applied, from the worker's subscriber.
+type KVEvents struct {
+	Worker string
+	// Clear empties the view before Batches are applied (the engine
+	// restarted, or batches were lost).
+	Clear   bool
+	Batches []kvindex.Batch
+	// State is the view's state after Batches: kvindex.None ends it (the
+	// subscription stopped).
+	State kvindex.State
+	// Done, when set, is called once the router applied the events (the
+	// subscriber bounds what it has in flight).
+	Done func()
+}
+
+// KVApplied is what the router did with a worker's KVEvents, for metrics
+// (Config.OnKVApplied).
+type KVApplied struct {
+	Worker  string
+	Applied kvindex.Applied
+	// Failed counts batches the view could not apply (it was cleared).
+	Failed int
+}
+
+// NeedTokensError answers a Route whose pick would score a worker on its
+// exact view but which brings no tokens of its prompt for the worker's
+// model: nothing was counted; the request tokenizes its prompt (at URL,
+// or, when URL is empty, on Worker's HTTP address, as Model) and routes
+// again with Request.Tokens, or with Request.NoTokens when it could not
+// in time.
+type NeedTokensError struct {
+	// Base is the base model the tokens are for (Request.Tokens' key).
+	Base string
+	// Model is the model id to tokenize as (the served id: the base, or
+	// an adapter of it).
+	Model string
+	// URL is the base URL of the tokenizer configured for Base (""
+	// none); Worker the HTTP address of a worker of Model to ask instead.
+	URL, Worker string
+}
+
+// ErrNeedTokens is wrapped by NeedTokensError.
+var ErrNeedTokens = errors.New("router: the prompt's tokens are needed")
+
+func (e *NeedTokensError) Error() string {
+	return fmt.Sprintf("%v: %s (as %s)", ErrNeedTokens, e.Base, e.Model)
+}
+
+func (e *NeedTokensError) Unwrap() error { return ErrNeedTokens }
+
+// TokenKeys keeps a request's block keys (kvindex.Keys) across its Routes
+// (failover retries, cascade steps, dispatch scans in the queue), per
+// model, namespace and block size, so that they are computed once. The
+// router alone reads and fills it; the zero value holds none.
+type TokenKeys struct {
+	sets []keySet
+}
+
+type keySet struct {
+	base, lora, salt string
+	bs               int
+	keys             []uint64
+}
+
+// keysFor returns the keys of tokens in (base, lora, salt) at block size
+// bs, computing them once.
+func (k *TokenKeys) keysFor(base, lora, salt string, tokens []uint32, bs int) []uint64 {
+	for _, s := range k.sets {
+		if s.base == base && s.lora == lora && s.salt == salt && s.bs == bs {
+			return s.keys
+		}
+	}
+	keys := kvindex.Keys(make([]uint64, 0, len(tokens)/max(bs, 1)), lora, salt, tokens, bs)
+	k.sets = append(k.sets, keySet{base, lora, salt, bs, keys})
+	return keys
+}
+
+// ApplyKV applies a worker's KV events at now and reports what it did. A
+// batch the view cannot apply clears it (stale).
+func (s *State) ApplyKV(m *KVEvents, now time.Time) KVApplied {
+	r := KVApplied{Worker: m.Worker}
+	if s.exact == nil {
+		return r
+	}
+	x := s.exact
+	if m.State == kvindex.None {
+		x.Forget(m.Worker)
+		return r
+	}
+	x.Watch(m.Worker)
+	if m.Clear {
+		x.Clear(m.Worker)
+	}
+	st := m.State
+	for i := range m.Batches {
+		a, err := x.Apply(m.Worker, &m.Batches[i], now)
+		if err != nil {
+			x.Clear(m.Worker)
+			st = kvindex.Stale
+			r.Failed++
+			continue
+		}
+		r.Applied.Events += a.Events
+		r.Applied.Stored += a.Stored
+		r.Applied.Removed += a.Removed
+		r.Applied.Cleared += a.Cleared
+		r.Applied.Unresolved += a.Unresolved
+		r.Applied.UnknownRemoved += a.UnknownRemoved
+		r.Applied.Evicted += a.Evicted
+		r.Applied.OtherGroups += a.OtherGroups
+	}
+	x.SetState(m.Worker, st)
+	return r
+}
+
+// exactScore is the cache_aware scratch of a pick on exact views.
+type exactScore struct {
+	usable []bool // parallel to State.cands
+}
+
+// tokensOf returns the request's tokens of base (ok false: none).
+func tokensOf(req *Request, base string) ([]uint32, bool) {
+	if req.Tokens == nil {
+		return nil, false
+	}
+	t, ok := req.Tokens[base]
+	return t, ok
+}
+
+// markUsable fills ca.exact.usable for s.cands and reports whether any
+// candidate's view is usable at now.
+func (s *State) markUsable(now time.Time) bool {
+	ca := s.prefix
+	ca.exact.usable = ca.exact.usable[:0]
+	anyUsable := false
+	for i := range s.cands {
+		u := s.exact != nil && s.exact.Usable(s.cands[i].ID, now)
+		ca.exact.usable = append(ca.exact.usable, u)
+		anyUsable = anyUsable || u
+	}
+	return anyUsable
+}
+
+// needTokens builds the NeedTokensError of a pick among s.cands for
+// served model (of base): the configured tokenizer, or the least loaded
+// candidate whose view is usable.
+func (s *State) needTokens(base, served string) *NeedTokensError {
+	e := &NeedTokensError{Base: base, Model: served, URL: s.cfg.Tokenizers[base]}
+	best := -1
+	for i, u := range s.prefix.exact.usable {
+		if u && (best < 0 || s.cands[i].Load < s.cands[best].Load || s.cands[i].Load == s.cands[best].Load && s.cands[i].ID < s.cands[best].ID) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		e.Worker = s.members[best].HTTPAddress
+	}
+	return e
+}
+
+// exactHeld returns, for candidate i whose view is usable, the tokens of
+// the prompt (tokens, in namespace lora/salt of base) its cache holds,
+// weighed by tier, and the prompt's keys at its block size.
+func (s *State) exactHeld(i int, req *Request, base, lora, salt string, tokens []uint32, now time.Time) (float64, []uint64, int) {
+	id := s.cands[i].ID
+	bs := s.exact.BlockSize(id)
+	if bs <= 0 {
+		bs = max(s.members[i].KVBlockTokens, 0)
+		if bs == 0 {
+			bs = 16
+		}
+	}
+	var keys []uint64
+	if req.Keys != nil {
+		keys = req.Keys.keysFor(base, lora, salt, tokens, bs)
+	} else {
+		keys = kvindex.Keys(nil, lora, salt, tokens, bs)
+	}
+	m := s.exact.Match(id, keys, now)
+	return m.Tokens, keys, bs
+}
+
+// ExactIndexing is what an exact pick does once its answer begins: the
+// worker's events must show the blocks it computed within the event
+// timeout (kvindex.Index.Expect).
+type ExactIndexing struct {
+	// Expect: the pick's prompt has blocks the worker's view did not
+	// hold.
+	Expect bool
+}
+
+// exactIndexed applies ix's exact part at now.
+func (s *State) exactIndexed(ix Indexing, now time.Time) {
+	if s.exact != nil && ix.Exact.Expect {
+		s.exact.Expect(ix.Worker, now)
+	}
+}
+
+// exactStats is a worker's exact view for the admin API.
+func (s *State) exactStats(id string, now time.Time) (view string, blocks map[string]int) {
+	if s.exact == nil {
+		return kvindex.None.CacheView(), nil
+	}
+	st, ok := s.exact.Stats(id, now)
+	if !ok {
+		return kvindex.None.CacheView(), nil
+	}
+	blocks = map[string]int{}
+	for m, n := range st.ByMedium {
+		if n > 0 {
+			blocks[kvindex.Medium(m).String()] = n
+		}
+	}
+	return st.State.CacheView(), blocks
+}
+
+// ExactView is one worker's exact view, for metrics.
+type ExactView struct {
+	Worker string
+	State  kvindex.State
+	// Blocks per tier (kvindex.Medium order); Speculative blocks.
+	Blocks      [kvindex.NumMedia]int
+	Speculative int
+}
+
+// ExactViews lists the workers' exact views at now, sorted by worker.
+func (s *State) ExactViews(now time.Time) []ExactView {
+	if s.exact == nil {
+		return nil
+	}
+	var out []ExactView
+	s.exact.Workers(func(id string) {
+		st, _ := s.exact.Stats(id, now)
+		out = append(out, ExactView{Worker: id, State: st.State, Blocks: st.ByMedium, Speculative: st.Speculative})
+	})
+	slices.SortFunc(out, func(a, b ExactView) int {
+		switch {
+		case a.Worker < b.Worker:
+			return -1
+		case a.Worker > b.Worker:
+			return 1
+		}
+		return 0
+	})
+	return out
+}

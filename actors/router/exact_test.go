@@ -1,0 +1,248 @@
+package router
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/routing/kvindex"
+	"github.com/tlgate/tlgate/internal/routing/policy"
+	"github.com/tlgate/tlgate/internal/routing/routes"
+)
+
+const ebs = 16 // block size of the exact tests
+
+func etoks(from, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(from + i)
+	}
+	return out
+}
+
+// storedBatch is a batch storing tokens as blocks named base+1, base+2...
+func storedBatch(tokens []uint32, base uint64) kvindex.Batch {
+	n := len(tokens) / ebs
+	hs := make([]uint64, n)
+	for i := range hs {
+		hs[i] = base + uint64(i) + 1
+	}
+	return kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.Stored, Hashes: hs, Tokens: tokens[:n*ebs], BlockSize: ebs}}}
+}
+
+func exactState(t *testing.T, cfg Config, ids ...string) *State {
+	t.Helper()
+	cfg.Policy = policy.NameCacheAware
+	s := NewState(cfg, nil, 1)
+	for _, id := range ids {
+		s.SetWorker(caWorker(id))
+	}
+	return s
+}
+
+// events applies m to s as the router does.
+func events(t *testing.T, s *State, id string, st kvindex.State, bs ...kvindex.Batch) {
+	t.Helper()
+	if r := s.ApplyKV(&KVEvents{Worker: id, State: st, Batches: bs}, now); r.Failed != 0 {
+		t.Fatalf("applied %+v", r)
+	}
+}
+
+func TestExactPickAsksForTokens(t *testing.T) {
+	s := exactState(t, Config{Tokenizers: map[string]string{"other": "http://tok:1"}}, "a", "b")
+	events(t, s, "b", kvindex.Exact)
+	req := &Request{Model: "m", RequestID: "r", Prompt: words("p", 400)}
+	_, err := s.Pick(req, now)
+	var nt *NeedTokensError
+	if !errors.As(err, &nt) || !errors.Is(err, ErrNeedTokens) || nt.Base != "m" || nt.Model != "m" || nt.URL != "" || nt.Worker != "127.0.0.1:1" {
+		t.Fatalf("pick without tokens: %v %+v", err, nt)
+	}
+	if s.InFlight("a")+s.InFlight("b") != 0 {
+		t.Fatal("a pick that asked for tokens counted a request")
+	}
+	// A tokenizer configured for the model is named.
+	s.cfg.Tokenizers = map[string]string{"m": "http://tok:1"}
+	if _, err := s.Pick(req, now); !errors.As(err, &nt) || nt.URL != "http://tok:1" {
+		t.Fatalf("configured tokenizer: %v %+v", err, nt)
+	}
+	// Tokens that could not be had, or a waiter: the prefix index.
+	for _, r := range []*Request{{Model: "m", RequestID: "r", NoTokens: map[string]bool{"m": true}}, {Model: "m", RequestID: "r", NoAsk: true}} {
+		tg, err := s.Pick(r, now)
+		if err != nil || tg.CacheView != "approximate" {
+			t.Fatalf("%+v: %+v %v", r, tg, err)
+		}
+		s.Release(tg.Worker.ID)
+	}
+	// No usable view among the candidates: nothing is asked.
+	events(t, s, "b", kvindex.Stale)
+	if tg, err := s.Pick(&Request{Model: "m", RequestID: "r"}, now); err != nil || tg.CacheView != "approximate" {
+		t.Fatalf("stale view: %+v %v", tg, err)
+	}
+}
+
+// TestExactPickFollowsEvents: blocks a worker's events say it holds draw
+// the prompt there, whatever the gateway sent; removed ones no longer do.
+func TestExactPickFollowsEvents(t *testing.T) {
+	s := exactState(t, Config{}, "a", "b", "c")
+	for _, id := range []string{"a", "b", "c"} {
+		events(t, s, id, kvindex.Exact)
+	}
+	doc := etoks(0, 64*ebs)
+	events(t, s, "c", kvindex.Exact, storedBatch(doc, 0))
+	prompt := append(append([]uint32{}, doc...), etoks(9000, 40)...)
+	req := func() *Request {
+		return &Request{Model: "m", RequestID: "r", Prompt: words("x", 100), Tokens: map[string][]uint32{"m": prompt}, Keys: &TokenKeys{}}
+	}
+	tg, err := s.Pick(req(), now)
+	if err != nil || tg.Worker.ID != "c" || tg.CacheView != "exact" || tg.MatchedTokens != len(doc) || tg.PromptTokens != len(prompt) || tg.Reason != policy.ReasonCache {
+		t.Fatalf("pick: %s %s %s matched %d of %d, %v", tg.Worker.ID, tg.CacheView, tg.Reason, tg.MatchedTokens, tg.PromptTokens, err)
+	}
+	if tg.Indexing.Exact.Expect != true {
+		t.Error("the prompt's tail is new to c: its events are expected")
+	}
+	s.Release("c")
+	// c evicts the document's second block: only the first block matches
+	// now, and the speculation of the last pick ends with its TTL.
+	events(t, s, "c", kvindex.Exact, kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.Removed, Hashes: []uint64{2}}}})
+	later := now.Add(kvindex.DefaultSpeculativeTTL)
+	tg, err = s.Pick(req(), later)
+	if err != nil || tg.MatchedTokens != ebs {
+		t.Fatalf("after the removal: %s matched %d, %v", tg.Worker.ID, tg.MatchedTokens, err)
+	}
+}
+
+// TestExactSpeculation: a burst of one prefix goes where the first of it
+// went, before any event says so, until the TTL.
+func TestExactSpeculation(t *testing.T) {
+	s := exactState(t, Config{KVIndex: kvindex.Config{SpeculativeTTL: time.Second}}, "a", "b")
+	events(t, s, "a", kvindex.Exact)
+	events(t, s, "b", kvindex.Exact)
+	prompt := etoks(0, 100*ebs)
+	req := &Request{Model: "m", RequestID: "r", Tokens: map[string][]uint32{"m": prompt}}
+	first, err := s.Pick(req, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.Pick(req, now.Add(500*time.Millisecond))
+	if err != nil || second.Worker.ID != first.Worker.ID || second.MatchedTokens != len(prompt) {
+		t.Fatalf("second of the burst: %s matched %d (first on %s), %v", second.Worker.ID, second.MatchedTokens, first.Worker.ID, err)
+	}
+	s.Release(first.Worker.ID)
+	s.Release(second.Worker.ID)
+	if tg, _ := s.Pick(req, now.Add(2*time.Second)); tg.MatchedTokens != 0 {
+		t.Fatalf("speculation outlived its TTL: matched %d", tg.MatchedTokens)
+	}
+}
+
+// TestExactMixedFleet: a worker with no events is scored on the prefix
+// index, in the request's tokens.
+func TestExactMixedFleet(t *testing.T) {
+	s := exactState(t, Config{}, "a", "b")
+	events(t, s, "b", kvindex.Exact)
+	prompt := words("sys", 4000)
+	tokens := etoks(0, 1000)
+	// a answered the prompt before: the prefix index holds it there.
+	tg, err := s.Pick(&Request{Model: "m", RequestID: "r", Prompt: prompt, NoTokens: map[string]bool{"m": true}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Release(tg.Worker.ID)
+	answered(s, Target{Worker: fleet.Worker{ID: "a"}, Indexing: Indexing{Worker: "a", Model: "m", Hashes: s.prefix.index.Hashes(nil, prompt)}})
+	tg, err = s.Pick(&Request{Model: "m", RequestID: "r", Prompt: prompt, Tokens: map[string][]uint32{"m": tokens}}, now)
+	if err != nil || tg.Worker.ID != "a" || tg.CacheView != "approximate" || tg.PromptTokens != len(tokens) || tg.MatchedTokens < len(tokens)*9/10 {
+		t.Fatalf("pick: %s %s matched %d of %d, %v", tg.Worker.ID, tg.CacheView, tg.MatchedTokens, tg.PromptTokens, err)
+	}
+}
+
+// TestExactViewStates: late events make a view stale, a batch ends it; a
+// restarted worker's view is emptied; admin shows the view.
+func TestExactViewStates(t *testing.T) {
+	s := exactState(t, Config{KVIndex: kvindex.Config{EventTimeout: time.Second}}, "a")
+	events(t, s, "a", kvindex.Exact, storedBatch(etoks(0, 4*ebs), 0))
+	ws := s.Workers(now)
+	if ws[0].CacheView != "exact" || ws[0].KVBlocks["gpu"] != 4 {
+		t.Fatalf("admin view %+v %v", ws[0].CacheView, ws[0].KVBlocks)
+	}
+	s.Indexed(Indexing{Worker: "a", Exact: ExactIndexing{Expect: true}}, now)
+	if s.exact.State("a", now.Add(time.Second)) != kvindex.Stale || s.Workers(now.Add(time.Second))[0].CacheView != "stale" {
+		t.Fatal("late events did not make the view stale")
+	}
+	events(t, s, "a", kvindex.Exact, kvindex.Batch{})
+	if !s.exact.Usable("a", now.Add(time.Second)) {
+		t.Fatal("a batch did not make the view exact again")
+	}
+	x := caWorker("a")
+	x.StartedAt = now.Add(time.Minute)
+	s.SetWorker(x)
+	if st, _ := s.exact.Stats("a", now); st.Blocks != 0 {
+		t.Fatalf("a restarted worker kept %d blocks", st.Blocks)
+	}
+	// A bad batch clears the view; the subscription's end forgets it.
+	if r := s.ApplyKV(&KVEvents{Worker: "a", State: kvindex.Exact, Batches: []kvindex.Batch{{Rank: -1}}}, now); r.Failed != 1 || s.exact.State("a", now) != kvindex.Stale {
+		t.Fatalf("bad batch: %+v %s", r, s.exact.State("a", now))
+	}
+	s.ApplyKV(&KVEvents{Worker: "a", State: kvindex.None}, now)
+	if s.Workers(now)[0].CacheView != "approximate" {
+		t.Fatal("an ended subscription still shows a view")
+	}
+	s.RemoveWorker("a")
+}
+
+// TestExactNotRelayedBySync: fleet sync relays the prefix-index records of
+// approximate workers only; every replica follows the others' events.
+func TestExactNotRelayedBySync(t *testing.T) {
+	s, rec := syncState(t, policy.NameCacheAware, SyncConfig{}, "a", "b")
+	s.ApplyKV(&KVEvents{Worker: "a", State: kvindex.Exact}, now)
+	s.ApplyKV(&KVEvents{Worker: "b", State: kvindex.Exact}, now)
+	tokens := etoks(0, 400)
+	tg, err := s.Pick(&Request{Model: "m", RequestID: "r", Prompt: words("z", 2000), Tokens: map[string][]uint32{"m": tokens}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range rec.events {
+		if len(e) > 5 && e[:5] == "index" {
+			t.Fatalf("an exact pick on %s was relayed: %v", tg.Worker.ID, rec.events)
+		}
+	}
+	s.ApplyKV(&KVEvents{Worker: "a", State: kvindex.None}, now)
+	s.ApplyKV(&KVEvents{Worker: "b", State: kvindex.None}, now)
+	rec.events = nil
+	if _, err := s.Pick(&Request{Model: "m", RequestID: "r", Prompt: words("z", 2000)}, now); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range rec.events {
+		found = found || len(e) > 5 && e[:5] == "index"
+	}
+	if !found {
+		t.Fatalf("an approximate pick was not relayed: %v", rec.events)
+	}
+}
+
+// TestExactCascadeAsksPerModel: each cascade step's model is tokenized by
+// its own tokenizer.
+func TestExactCascadeAsksPerModel(t *testing.T) {
+	table, err := routes.NewTable([]routes.Route{{Model: "auto", Cascade: []routes.Step{{Model: "small", AcceptIf: "mean_logprob > -1"}, {Model: "big"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewState(Config{Policy: policy.NameCacheAware}, table, 1)
+	for _, x := range []fleet.Worker{w("s1", "small", fleet.RoleUnified, 0, 0), w("b1", "big", fleet.RoleUnified, 0, 0)} {
+		s.SetWorker(x)
+		events(t, s, x.ID, kvindex.Exact)
+	}
+	req := &Request{Model: "auto", RequestID: "r"}
+	var nt *NeedTokensError
+	if _, err := s.Pick(req, now); !errors.As(err, &nt) || nt.Base != "small" {
+		t.Fatalf("step 0: %v", err)
+	}
+	req.Tokens = map[string][]uint32{"small": etoks(0, 100)}
+	if tg, err := s.Pick(req, now); err != nil || tg.Worker.ID != "s1" || tg.CacheView != "exact" {
+		t.Fatalf("step 0 with tokens: %+v %v", tg, err)
+	}
+	req.Step = 1
+	if _, err := s.Pick(req, now); !errors.As(err, &nt) || nt.Base != "big" {
+		t.Fatalf("step 1: %v", err)
+	}
+}

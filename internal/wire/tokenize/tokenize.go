@@ -1,0 +1,476 @@
+// Package tokenize gets a request's prompt tokens exactly as the engine
+// will see them, for routing on the engines' KV cache events: it asks
+// vLLM's POST /tokenize (of the engine, or of a tokenizer configured for
+// the model) with the request's chat messages and what else shapes its
+// chat template's rendering (tools, the template and its arguments,
+// add_generation_prompt), or its completions prompt, and keeps what it
+// learnt.
+//
+// Two things are reused, both exactly:
+//
+//   - a request seen before (the same model, messages, tools, template
+//     fields, byte for byte) takes its tokens from the cache (a retry, a
+//     cascade step, the same question asked again);
+//   - a conversation's next turn (its messages extend those of a request
+//     tokenized before) is routed on that earlier request's tokens at once,
+//     a prefix of its own, once the model's chat template has shown that it
+//     keeps a conversation's earlier turns as a prefix: the first
+//     VerifyRuns such turns of a model are tokenized whole and compared
+//     (one that differs stops the reuse for the model for good), and every
+//     turn that reuses is tokenized whole off the request's path
+//     afterwards (Refresh), which keeps it for the turn after and checks
+//     the reuse again.
+//
+// An endpoint that fails is not asked again for Backoff, so a model whose
+// engines serve no /tokenize costs one failed call per Backoff, not one
+// per request. A Client is safe for concurrent use.
+package tokenize
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/tidwall/gjson"
+
+	"github.com/tlgate/tlgate/internal/adapter/tracing"
+)
+
+// Defaults of Options.
+const (
+	// DefaultBackoff is how long an endpoint that failed is not asked.
+	DefaultBackoff = 30 * time.Second
+	// VerifyRuns is how many conversation turns of a model are tokenized
+	// whole and compared before its earlier turns' tokens are reused.
+	VerifyRuns = 3
+	// MaxResponse bounds a tokenizer's answer.
+	MaxResponse = 64 << 20
+	// MaxRefresh bounds the tokenizations run off requests' paths at once.
+	MaxRefresh = 2
+	// RefreshShare: a turn that reuses an earlier turn's tokens is
+	// tokenized whole off its path when its messages after that turn are
+	// more than this share of its messages' bytes; the others are not
+	// tokenized at all.
+	RefreshShare = 0.25
+	// ReuseMargin is how many of an earlier turn's last tokens a reuse
+	// leaves out: a tokenizer may merge the end of a turn with what follows
+	// it (a line break and the answer's first one), so only what comes
+	// before is certain.
+	ReuseMargin = 8
+)
+
+// Errors of Tokenize.
+var (
+	// ErrUnsupported: the request cannot be tokenized for routing (a batch
+	// of prompts, a body that is not an OpenAI request).
+	ErrUnsupported = errors.New("tokenize: the request cannot be tokenized for routing")
+	// ErrUnavailable: the endpoint failed lately and is not asked.
+	ErrUnavailable = errors.New("tokenize: the tokenizer failed lately")
+	// ErrTokenizer: the tokenizer's answer was not tokens.
+	ErrTokenizer = errors.New("tokenize: tokenizer failed")
+)
+
+// Options configure a Client.
+type Options struct {
+	// HTTP makes the requests (nil: http.DefaultClient).
+	HTTP *http.Client
+	// CacheTokens bounds the tokens kept (0 keeps none).
+	CacheTokens int
+	// Backoff is how long an endpoint that failed is not asked (zero:
+	// DefaultBackoff).
+	Backoff time.Duration
+	// Now is the clock of the backoff (nil: time.Now).
+	Now func() time.Time
+}
+
+// Request is one prompt to tokenize.
+type Request struct {
+	// URL is the tokenizer's base URL (scheme://host:port): the gateway
+	// posts to URL/tokenize.
+	URL string
+	// Model is the model id to tokenize as.
+	Model string
+	// Chat: Body is a chat completions request (else completions).
+	Chat bool
+	// Body is the client's request body.
+	Body []byte
+}
+
+// Lookup results, as the tokenize_cache metric names them.
+const (
+	Hit    = "hit"
+	Prefix = "prefix"
+	Miss   = "miss"
+)
+
+// Client tokenizes prompts and keeps their tokens.
+type Client struct {
+	o       Options
+	mu      sync.Mutex
+	lru     *list.List // of *entry, most recent first
+	byKey   map[uint64]*list.Element
+	held    int                  // tokens held
+	down    map[string]time.Time // endpoint -> not asked until
+	models  map[string]*verdict  // by model: whether its template keeps a prefix
+	refresh chan struct{}        // slots of MaxRefresh
+	wg      sync.WaitGroup
+}
+
+type entry struct {
+	key    uint64
+	model  string
+	tokens []uint32
+}
+
+// verdict is what a model's turns showed of its chat template.
+type verdict struct {
+	agreed int  // turns whose earlier turn's tokens were a prefix of theirs
+	broke  bool // one was not
+}
+
+// New returns a client.
+func New(o Options) *Client {
+	if o.HTTP == nil {
+		o.HTTP = http.DefaultClient
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = DefaultBackoff
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Client{o: o, lru: list.New(), byKey: map[uint64]*list.Element{}, down: map[string]time.Time{},
+		models: map[string]*verdict{}, refresh: make(chan struct{}, MaxRefresh)}
+}
+
+// Close waits for the tokenizations run off requests' paths.
+func (c *Client) Close() { c.wg.Wait() }
+
+// shape is what of a request its tokens depend on, hashed: the whole
+// request's key, and for a chat the keys of its message prefixes.
+type shape struct {
+	key      uint64   // the whole request
+	prefixes []uint64 // chat: prefixes[j] names messages[0..j] with the same other fields
+	ends     []int    // chat: the bytes of messages[0..j]
+	tokens   []uint32 // a completions prompt given as token ids
+	whole    bool     // tokens is the prompt itself
+}
+
+// The chat fields that shape the template's rendering.
+var chatFields = []string{"tools", "chat_template", "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "add_special_tokens", "documents", "mm_processor_kwargs"}
+
+// shapeOf reads req's body.
+func shapeOf(req Request) (shape, error) {
+	if !gjson.ValidBytes(req.Body) {
+		return shape{}, fmt.Errorf("%w: the body is not JSON", ErrUnsupported)
+	}
+	root := gjson.ParseBytes(req.Body)
+	d := xxhash.New()
+	write := func(tag, s string) {
+		var l [8]byte
+		binary.LittleEndian.PutUint64(l[:], uint64(len(s)))
+		_, _ = d.WriteString(tag)
+		_, _ = d.Write(l[:])
+		_, _ = d.WriteString(s)
+	}
+	write("model", req.Model)
+	if !req.Chat {
+		p := root.Get("prompt")
+		switch {
+		case p.Type == gjson.String:
+			write("prompt", p.Str)
+		case p.IsArray():
+			items := p.Array()
+			if len(items) == 1 && items[0].Type == gjson.String {
+				write("prompt", items[0].Str)
+				break
+			}
+			toks, ok := tokenArray(items)
+			if !ok {
+				return shape{}, fmt.Errorf("%w: a prompt of %d parts", ErrUnsupported, len(items))
+			}
+			return shape{tokens: toks, whole: true}, nil
+		default:
+			return shape{}, fmt.Errorf("%w: no prompt", ErrUnsupported)
+		}
+		write("add_special_tokens", root.Get("add_special_tokens").Raw)
+		return shape{key: d.Sum64()}, nil
+	}
+	for _, f := range chatFields {
+		write(f, root.Get(f).Raw)
+	}
+	msgs := root.Get("messages")
+	if !msgs.IsArray() {
+		return shape{}, fmt.Errorf("%w: no messages", ErrUnsupported)
+	}
+	base := d.Sum64()
+	s := shape{}
+	h, n := base, 0
+	for _, m := range msgs.Array() {
+		h = chainHash(h, m.Raw)
+		n += len(m.Raw)
+		s.prefixes = append(s.prefixes, h)
+		s.ends = append(s.ends, n)
+	}
+	if len(s.prefixes) == 0 {
+		return shape{}, fmt.Errorf("%w: no messages", ErrUnsupported)
+	}
+	s.key = s.prefixes[len(s.prefixes)-1]
+	return s, nil
+}
+
+// chainHash mixes one message's raw JSON into its prefix's hash.
+func chainHash(prev uint64, raw string) uint64 {
+	d := xxhash.New()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], prev)
+	_, _ = d.Write(b[:])
+	_, _ = d.WriteString(raw)
+	return d.Sum64()
+}
+
+// tokenArray reads a prompt given as token ids.
+func tokenArray(items []gjson.Result) ([]uint32, bool) {
+	out := make([]uint32, 0, len(items))
+	for _, it := range items {
+		if it.Type != gjson.Number || it.Num < 0 || it.Num > 1<<32-1 || it.Num != float64(uint32(it.Num)) {
+			return nil, false
+		}
+		out = append(out, uint32(it.Num))
+	}
+	return out, len(out) > 0
+}
+
+// Lookup returns what the client knows of req's tokens without asking
+// anyone: the whole prompt's (Hit), or a verified prefix of them, a
+// conversation's earlier turn's (Prefix); else Miss. Tokens are shared:
+// the caller does not change them. With a prefix, refresh says the turn
+// should be tokenized whole off the request's path (Refresh), so that
+// the turns after it reuse a longer prefix: when the messages after the
+// earlier turn are more than RefreshShare of the request's.
+func (c *Client) Lookup(req Request) (tokens []uint32, kind string, refresh bool) {
+	s, err := shapeOf(req)
+	if err != nil {
+		return nil, Miss, false
+	}
+	if s.whole {
+		return s.tokens, Hit, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.get(s.key); e != nil {
+		return e.tokens, Hit, false
+	}
+	if v := c.models[req.Model]; v == nil || v.broke || v.agreed < VerifyRuns {
+		return nil, Miss, false
+	}
+	for j := len(s.prefixes) - 2; j >= 0; j-- {
+		if e := c.get(s.prefixes[j]); e != nil && len(e.tokens) > ReuseMargin {
+			total := s.ends[len(s.ends)-1]
+			return e.tokens[:len(e.tokens)-ReuseMargin], Prefix, float64(total-s.ends[j]) > RefreshShare*float64(total)
+		}
+	}
+	return nil, Miss, false
+}
+
+// get returns the entry of key, made the most recent; c.mu is held.
+func (c *Client) get(key uint64) *entry {
+	el := c.byKey[key]
+	if el == nil {
+		return nil
+	}
+	c.lru.MoveToFront(el)
+	return el.Value.(*entry)
+}
+
+// Tokenize asks the tokenizer for req's tokens (ctx bounds the call),
+// keeps them, and judges the model's template against an earlier turn's
+// tokens.
+func (c *Client) Tokenize(ctx context.Context, req Request) ([]uint32, error) {
+	s, err := shapeOf(req)
+	if err != nil {
+		return nil, err
+	}
+	if s.whole {
+		return s.tokens, nil
+	}
+	now := c.o.Now()
+	c.mu.Lock()
+	if until, ok := c.down[req.URL]; ok && now.Before(until) {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s, until %s", ErrUnavailable, req.URL, until.Format(time.RFC3339))
+	}
+	c.mu.Unlock()
+	toks, err := c.call(ctx, req)
+	if err != nil {
+		if ctx.Err() == nil { // the tokenizer's failure, not the deadline
+			c.mu.Lock()
+			c.down[req.URL] = c.o.Now().Add(c.o.Backoff)
+			c.mu.Unlock()
+		}
+		return nil, err
+	}
+	c.learn(req.Model, s, toks)
+	return toks, nil
+}
+
+// learn keeps toks as s's, and judges the model's template against the
+// longest earlier turn kept.
+func (c *Client) learn(model string, s shape, toks []uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for j := len(s.prefixes) - 2; j >= 0; j-- {
+		if e := c.get(s.prefixes[j]); e != nil {
+			v := c.models[model]
+			if v == nil {
+				v = &verdict{}
+				c.models[model] = v
+			}
+			if len(e.tokens) <= len(toks) && slicesEqual(e.tokens, toks[:len(e.tokens)]) {
+				v.agreed++
+			} else {
+				v.broke = true
+			}
+			break
+		}
+	}
+	c.put(model, s.key, toks)
+}
+
+func slicesEqual(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// put keeps toks under key, dropping the least recent entries past the
+// bound; c.mu is held.
+func (c *Client) put(model string, key uint64, toks []uint32) {
+	if c.o.CacheTokens <= 0 || len(toks) > c.o.CacheTokens {
+		return
+	}
+	if el := c.byKey[key]; el != nil {
+		c.held -= len(el.Value.(*entry).tokens)
+		c.lru.Remove(el)
+	}
+	c.byKey[key] = c.lru.PushFront(&entry{key: key, model: model, tokens: toks})
+	c.held += len(toks)
+	for c.held > c.o.CacheTokens {
+		el := c.lru.Back()
+		e := el.Value.(*entry)
+		c.lru.Remove(el)
+		delete(c.byKey, e.key)
+		c.held -= len(e.tokens)
+	}
+}
+
+// Refresh tokenizes req whole off the caller's path (a turn routed on
+// its earlier turn's tokens), within timeout, when fewer than MaxRefresh
+// such tokenizations run; it reports whether it started one.
+func (c *Client) Refresh(req Request, timeout time.Duration) bool {
+	select {
+	case c.refresh <- struct{}{}:
+	default:
+		return false
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer func() { <-c.refresh }()
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, _ = c.Tokenize(ctx, req)
+	}()
+	return true
+}
+
+// Reusable reports whether the model's turns reuse their earlier turns'
+// tokens.
+func (c *Client) Reusable(model string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := c.models[model]
+	return v != nil && !v.broke && v.agreed >= VerifyRuns
+}
+
+// call posts req to the tokenizer.
+func (c *Client) call(ctx context.Context, req Request) ([]uint32, error) {
+	body, err := tokenizeBody(req)
+	if err != nil {
+		return nil, err
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(req.URL, "/")+"/tokenize", bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTokenizer, err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	tracing.Inject(ctx, hr.Header)
+	resp, err := c.o.HTTP.Do(hr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTokenizer, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTokenizer, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%w: %s/tokenize answered %d", ErrTokenizer, req.URL, resp.StatusCode)
+	}
+	var tr struct {
+		Tokens []uint32 `json:"tokens"`
+	}
+	if err := json.Unmarshal(data, &tr); err != nil {
+		return nil, fmt.Errorf("%w: %s/tokenize: %v", ErrTokenizer, req.URL, err)
+	}
+	if tr.Tokens == nil {
+		return nil, fmt.Errorf("%w: %s/tokenize answered no tokens", ErrTokenizer, req.URL)
+	}
+	return tr.Tokens, nil
+}
+
+// tokenizeBody is vLLM's TokenizeChatRequest (or TokenizeCompletionRequest)
+// of req: the model, and the client's fields that shape its prompt.
+func tokenizeBody(req Request) ([]byte, error) {
+	root := gjson.ParseBytes(req.Body)
+	out := map[string]json.RawMessage{}
+	model, _ := json.Marshal(req.Model)
+	out["model"] = model
+	fields := []string{"prompt", "add_special_tokens"}
+	if req.Chat {
+		fields = append([]string{"messages"}, chatFields...)
+	}
+	for _, f := range fields {
+		if v := root.Get(f); v.Exists() {
+			out[f] = json.RawMessage(v.Raw)
+		}
+	}
+	if req.Chat {
+		if _, ok := out["add_generation_prompt"]; !ok {
+			out["add_generation_prompt"] = json.RawMessage("true")
+		}
+	} else if p := root.Get("prompt"); p.IsArray() {
+		out["prompt"] = json.RawMessage(p.Array()[0].Raw) // one string, checked by shapeOf
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
+	}
+	return b, nil
+}

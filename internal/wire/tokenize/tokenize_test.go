@@ -1,0 +1,298 @@
+package tokenize_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tlgate/tlgate/enginesim/tokenizer"
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
+	"github.com/tlgate/tlgate/internal/wire/tokenize"
+)
+
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+
+type msg struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// server is a tokenizer serving vLLM's POST /tokenize with the reference
+// engine's tokenizer; render is its chat template.
+func server(t *testing.T, render func([]msg, bool) string) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	calls := &atomic.Int32{}
+	tok := tokenizer.Default()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.URL.Path != "/tokenize" {
+			http.NotFound(w, r)
+			return
+		}
+		var body struct {
+			Model    string `json:"model"`
+			Messages []msg  `json:"messages"`
+			Prompt   string `json:"prompt"`
+			AddGen   *bool  `json:"add_generation_prompt"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		text := body.Prompt
+		if body.Messages != nil {
+			text = render(body.Messages, body.AddGen == nil || *body.AddGen)
+		}
+		ids := tok.Encode(text)
+		_ = json.NewEncoder(w).Encode(map[string]any{"tokens": ids, "count": len(ids), "max_model_len": 1 << 15})
+	}))
+	t.Cleanup(srv.Close)
+	return srv, calls
+}
+
+// chatML renders messages as the reference engine does (role, content,
+// each line-ended), the generation prompt last.
+func chatML(ms []msg, gen bool) string {
+	var b strings.Builder
+	for _, m := range ms {
+		b.WriteString(m.Role + "\n" + m.Content + "\n")
+	}
+	if gen {
+		b.WriteString("assistant\n")
+	}
+	return b.String()
+}
+
+// headed renders like chatML but prompts the answer with another header
+// than the one an answer is rendered with afterwards ("assistant:" then
+// "assistant"), as some templates do: no turn's tokens are a prefix of the
+// next one's.
+func headed(ms []msg, gen bool) string {
+	s := chatML(ms, false)
+	if gen {
+		s += "assistant:\n"
+	}
+	return s
+}
+
+func body(t *testing.T, ms []msg, extra string) []byte {
+	t.Helper()
+	b, err := json.Marshal(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []byte(`{"model":"m","messages":` + string(b) + extra + `}`)
+}
+
+var words = strings.Fields("the a cache of tokens routes every request to where its prefix lives and answers faster than before when caches are warm")
+
+func sentence(r *rand.Rand, n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(words[r.IntN(len(words))])
+	}
+	return b.String()
+}
+
+// TestTokenizationReuseIsExact: over random conversations, every reuse of
+// an earlier turn's tokens is a prefix of the turn's own tokens as the
+// tokenizer makes them, whole requests seen before come back equal, and a
+// template that does not keep earlier turns as a prefix is never reused.
+func TestTokenizationReuseIsExact(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		render func([]msg, bool) string
+		reuse  bool
+	}{{"prefix-stable template", chatML, true}, {"another answer header", headed, false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, calls := server(t, tt.render)
+			c := tokenize.New(tokenize.Options{CacheTokens: 1 << 20})
+			defer c.Close()
+			r := rand.New(rand.NewPCG(1, 2))
+			reused, refreshed := 0, 0
+			for conv := range 20 {
+				ms := []msg{{"system", fmt.Sprintf("conversation %d: %s", conv, sentence(r, 30))}}
+				for turn := range 6 {
+					ms = append(ms, msg{"user", sentence(r, 5+r.IntN(40))})
+					req := tokenize.Request{URL: srv.URL, Model: "m", Chat: true, Body: body(t, ms, "")}
+					truth := tokenizer.Default().Encode(tt.render(ms, true))
+					got, kind, refresh := c.Lookup(req)
+					switch kind {
+					case tokenize.Prefix:
+						reused++
+						if !tt.reuse {
+							t.Fatalf("conversation %d turn %d: a template that keeps no prefix was reused", conv, turn)
+						}
+						if len(got) > len(truth) || !slices.Equal(got, truth[:len(got)]) {
+							t.Fatalf("conversation %d turn %d: reused tokens are not a prefix of the turn's", conv, turn)
+						}
+						if refresh {
+							refreshed++
+						}
+					case tokenize.Hit:
+						t.Fatalf("conversation %d turn %d: a new turn hit the cache whole", conv, turn)
+					}
+					// Every turn is tokenized whole here, to compare.
+					toks, err := c.Tokenize(context.Background(), req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Equal(toks, truth) {
+						t.Fatalf("conversation %d turn %d: tokens differ from the tokenizer's", conv, turn)
+					}
+					if again, kind, _ := c.Lookup(req); kind != tokenize.Hit || !slices.Equal(again, truth) {
+						t.Fatalf("conversation %d turn %d: the same request again: %s", conv, turn, kind)
+					}
+					ms = append(ms, msg{"assistant", sentence(r, 10+r.IntN(60))})
+				}
+			}
+			if tt.reuse && reused < 80 {
+				t.Errorf("%d turns reused their earlier turns' tokens, want most of 100", reused)
+			}
+			if tt.reuse != c.Reusable("m") {
+				t.Errorf("Reusable = %v", c.Reusable("m"))
+			}
+			t.Logf("%d tokenizer calls, %d reuses, %d of them to refresh", calls.Load(), reused, refreshed)
+		})
+	}
+}
+
+// TestTokenizationReuseSavesCalls runs conversations as the request
+// actor does (a reuse is tokenized whole off the path only when Lookup
+// says so): their turns past the first few cost far fewer tokenizer calls
+// than turns.
+func TestTokenizationReuseSavesCalls(t *testing.T) {
+	srv, calls := server(t, chatML)
+	c := tokenize.New(tokenize.Options{CacheTokens: 1 << 22})
+	defer c.Close()
+	r := rand.New(rand.NewPCG(3, 4))
+	turns := 0
+	for conv := range 10 {
+		ms := []msg{{"system", fmt.Sprintf("conversation %d: %s", conv, sentence(r, 300))}}
+		for range 12 {
+			turns++
+			ms = append(ms, msg{"user", sentence(r, 20)})
+			req := tokenize.Request{URL: srv.URL, Model: "m", Chat: true, Body: body(t, ms, "")}
+			if _, kind, refresh := c.Lookup(req); kind == tokenize.Miss || refresh {
+				if _, err := c.Tokenize(context.Background(), req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ms = append(ms, msg{"assistant", sentence(r, 40)})
+		}
+	}
+	if n := int(calls.Load()); n*2 > turns {
+		t.Errorf("%d tokenizer calls for %d turns", n, turns)
+	} else {
+		t.Logf("%d tokenizer calls for %d turns", n, turns)
+	}
+}
+
+func TestTokenizeShapes(t *testing.T) {
+	srv, calls := server(t, chatML)
+	c := tokenize.New(tokenize.Options{CacheTokens: 1 << 20})
+	defer c.Close()
+	ctx := context.Background()
+	// A completions prompt as text, as one string in an array, as tokens.
+	for _, b := range []string{`{"model":"m","prompt":"hello world"}`, `{"model":"m","prompt":["hello world"]}`} {
+		toks, err := c.Tokenize(ctx, tokenize.Request{URL: srv.URL, Model: "m", Body: []byte(b)})
+		if err != nil || !slices.Equal(toks, tokenizer.Default().Encode("hello world")) {
+			t.Fatalf("%s: %v %v", b, toks, err)
+		}
+	}
+	n := calls.Load()
+	if toks, kind, _ := c.Lookup(tokenize.Request{URL: srv.URL, Model: "m", Body: []byte(`{"model":"m","prompt":[1,2,3]}`)}); kind != tokenize.Hit || !slices.Equal(toks, []uint32{1, 2, 3}) {
+		t.Fatalf("token prompt: %v %s", toks, kind)
+	}
+	if calls.Load() != n {
+		t.Fatal("a prompt of token ids was sent to the tokenizer")
+	}
+	for _, b := range []string{`{"prompt":["a","b"]}`, `{"prompt":[[1],[2]]}`, `{"prompt":7}`, `not json`} {
+		if _, err := c.Tokenize(ctx, tokenize.Request{URL: srv.URL, Model: "m", Body: []byte(b)}); !errors.Is(err, tokenize.ErrUnsupported) {
+			t.Errorf("%s: %v", b, err)
+		}
+	}
+	if _, err := c.Tokenize(ctx, tokenize.Request{URL: srv.URL, Model: "m", Chat: true, Body: []byte(`{"messages":[]}`)}); !errors.Is(err, tokenize.ErrUnsupported) {
+		t.Errorf("no messages: %v", err)
+	}
+	// Another tool list is another prompt: no hit.
+	ms := []msg{{"user", "hi"}}
+	if _, err := c.Tokenize(ctx, tokenize.Request{URL: srv.URL, Model: "m", Chat: true, Body: body(t, ms, "")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, kind, _ := c.Lookup(tokenize.Request{URL: srv.URL, Model: "m", Chat: true, Body: body(t, ms, `,"tools":[{"type":"function"}]`)}); kind != tokenize.Miss {
+		t.Fatalf("other tools: %s", kind)
+	}
+}
+
+func TestTokenizeFailures(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Unix(1000, 0).UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	notFound := httptest.NewServer(http.NotFoundHandler())
+	defer notFound.Close()
+	c := tokenize.New(tokenize.Options{CacheTokens: 1 << 10, Backoff: time.Minute, Now: clock})
+	defer c.Close()
+	req := tokenize.Request{URL: notFound.URL, Model: "m", Body: []byte(`{"prompt":"x"}`)}
+	if _, err := c.Tokenize(context.Background(), req); !errors.Is(err, tokenize.ErrTokenizer) {
+		t.Fatalf("404: %v", err)
+	}
+	if _, err := c.Tokenize(context.Background(), req); !errors.Is(err, tokenize.ErrUnavailable) {
+		t.Fatalf("within the backoff: %v", err)
+	}
+	now.Add(int64(time.Minute))
+	if _, err := c.Tokenize(context.Background(), req); !errors.Is(err, tokenize.ErrTokenizer) {
+		t.Fatalf("after the backoff: %v", err)
+	}
+	// A slow tokenizer: the deadline ends the call and is no failure of it.
+	block := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+	}))
+	defer slow.Close()
+	defer close(block)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	sreq := tokenize.Request{URL: slow.URL, Model: "m", Body: []byte(`{"prompt":"x"}`)}
+	if _, err := c.Tokenize(ctx, sreq); err == nil {
+		t.Fatal("a slow tokenizer answered")
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel2()
+	if _, err := c.Tokenize(ctx2, sreq); errors.Is(err, tokenize.ErrUnavailable) {
+		t.Fatal("a deadline made the tokenizer unavailable")
+	}
+}
+
+func TestTokenizeCacheBounded(t *testing.T) {
+	srv, _ := server(t, chatML)
+	c := tokenize.New(tokenize.Options{CacheTokens: 100})
+	defer c.Close()
+	for i := range 50 {
+		b := []byte(fmt.Sprintf(`{"prompt":"prompt number %d of many"}`, i))
+		if _, err := c.Tokenize(context.Background(), tokenize.Request{URL: srv.URL, Model: "m", Body: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, kind, _ := c.Lookup(tokenize.Request{URL: srv.URL, Model: "m", Body: []byte(`{"prompt":"prompt number 0 of many"}`)}); kind != tokenize.Miss {
+		t.Fatal("the oldest prompt outlived the bound")
+	}
+	if _, kind, _ := c.Lookup(tokenize.Request{URL: srv.URL, Model: "m", Body: []byte(`{"prompt":"prompt number 49 of many"}`)}); kind != tokenize.Hit {
+		t.Fatal("the newest prompt is gone")
+	}
+}
