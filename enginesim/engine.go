@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -277,6 +278,10 @@ func (e *Engine) KVEventsAddr() string {
 	return e.kvpub.Addr()
 }
 
+// KVEventsPublisher returns the engine's KV events publisher (nil
+// without KV events), for tests and drills to inject its faults.
+func (e *Engine) KVEventsPublisher() *kvevents.Publisher { return e.kvpub }
+
 // KVEventsReplayAddr returns the KV events replay endpoint ("" without
 // one).
 func (e *Engine) KVEventsReplayAddr() string {
@@ -518,7 +523,24 @@ func (e *Engine) Status() *controlv1.WorkerStatus {
 		KvBlockTokens:   BlockTokens,
 		StartedAtUnixMs: uint64(e.started.UnixMilli()),
 		LoraAdapters:    e.Adapters(),
+		KvEvents:        e.kvEventsStatus(),
 	}
+}
+
+// kvEventsStatus is where the engine's KV events are, as its heartbeats
+// tell the gateway (nil without KV events, or when the PUB socket
+// connects to a subscriber rather than binding).
+func (e *Engine) kvEventsStatus() *controlv1.KvEvents {
+	if e.kvpub == nil || e.cfg.KVEvents.Connect {
+		return nil
+	}
+	tcp := func(ep string) string {
+		if hp, ok := strings.CutPrefix(ep, "tcp://"); ok {
+			return "tcp://" + e.advertised(hp)
+		}
+		return ep
+	}
+	return &controlv1.KvEvents{Endpoint: tcp(e.kvpub.Addr()), ReplayEndpoint: tcp(e.kvpub.ReplayAddr()), Topic: e.kvpub.Topic()}
 }
 
 // Kill stops the engine abruptly, like a process death: every listener and

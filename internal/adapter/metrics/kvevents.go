@@ -41,7 +41,6 @@ const (
 )
 
 var (
-	kvSources   = fixedSet{KVLive, KVReplayed}
 	kvProblems  = fixedSet{"malformed", "oversized", "flood", "queue_full", "backwards", "restart", "disconnected", "unrecovered"}
 	kvTiers     = fixedSet{"gpu", "cpu", "disk", "other"}
 	kvViews     = fixedSet{ViewExact, ViewApproximate}
