@@ -149,6 +149,7 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("enginesim: KV events: %w", err)
 		}
 		e.core.publish = e.kvpub.Publish
+		e.kvpub.SetFaults(cfg.Faults.kvEvents())
 	}
 	if sched := e.core.sched; sched != nil {
 		e.wg.Go(func() { sched.loop(e.ctx) })
@@ -331,10 +332,16 @@ func (e *Engine) SetFaults(f Faults) error {
 		return err
 	}
 	e.mu.Lock()
-	was := e.faults.Refuse
+	was, restarted := e.faults.Refuse, e.faults.KVEventsRestartSeq
 	e.faults = f
 	e.mu.Unlock()
 	e.log.Info().Interface("faults", f).Msg("faults set")
+	if e.kvpub != nil {
+		e.kvpub.SetFaults(f.kvEvents())
+		if f.KVEventsRestartSeq && !restarted {
+			e.kvpub.RestartSequence()
+		}
+	}
 	if f.Refuse == was {
 		return nil
 	}

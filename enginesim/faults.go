@@ -3,6 +3,9 @@ package enginesim
 import (
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/tlgate/tlgate/enginesim/kvevents"
 )
 
 // Faults are the failures an engine injects, for drills and tests. The zero
@@ -35,6 +38,25 @@ type Faults struct {
 	// UnreachablePrefill makes a decode engine fail to reach any prefill
 	// engine (KV pulls and bootstrap joins fail with kv_transfer_failed).
 	UnreachablePrefill bool `json:"unreachable_prefill"`
+	// KVEventsDrop numbers KV event batches and keeps them for replay but
+	// does not send them: subscribers see gaps that replay can fill.
+	KVEventsDrop bool `json:"kv_events_drop"`
+	// KVEventsDelayMS sends every KV event batch that many milliseconds
+	// late (in order).
+	KVEventsDelayMS int `json:"kv_events_delay_ms"`
+	// KVEventsRestartSeq, when it turns on, numbers the next KV event
+	// batch 0 again and empties the replay buffer, as a restarted engine's
+	// publisher does (turn it off and on to restart again).
+	KVEventsRestartSeq bool `json:"kv_events_restart_seq"`
+	// KVEventsRefuseReplay answers every replay request with the end
+	// marker alone.
+	KVEventsRefuseReplay bool `json:"kv_events_refuse_replay"`
+}
+
+// kvEvents returns the publisher's share of the faults.
+func (f Faults) kvEvents() kvevents.Faults {
+	return kvevents.Faults{Drop: f.KVEventsDrop, Delay: time.Duration(f.KVEventsDelayMS) * time.Millisecond,
+		RefuseReplay: f.KVEventsRefuseReplay}
 }
 
 // ErrFaults is wrapped by errors of invalid faults.
@@ -46,6 +68,9 @@ func (f Faults) validate() error {
 	}
 	if f.StallMS < 0 {
 		return fmt.Errorf("%w: stall_ms %d < 0", ErrFaults, f.StallMS)
+	}
+	if f.KVEventsDelayMS < 0 {
+		return fmt.Errorf("%w: kv_events_delay_ms %d < 0", ErrFaults, f.KVEventsDelayMS)
 	}
 	return nil
 }

@@ -628,3 +628,70 @@ func TestKVEventsMatchCacheState(t *testing.T) {
 		})
 	}
 }
+
+// TestKVEventsFaults checks the KV event faults: dropped batches keep
+// their numbers (a gap) and replay fills it; a refused replay answers only
+// the end marker; delayed batches come in order; a sequence restart
+// numbers the next batch 0 and empties the replay buffer.
+func TestKVEventsFaults(t *testing.T) {
+	cfg := Config{KVBlocks: 256}
+	cfg.KVEvents.ReplayEndpoint = "tcp://127.0.0.1:0"
+	e := kvEngine(t, kvevents.EncodingMap, kvevents.HashInt, cfg)
+	sub := subscribe(t, e, "kv@m")
+	replay := replayClient(t, e.KVEventsReplayAddr())
+	c := newClient(t)
+	n := 0
+	request := func() {
+		t.Helper()
+		complete(t, c, e.URL(), false, map[string]any{"model": "m", "prompt": words(40*n, 20), "max_tokens": 1})
+		n++
+	}
+	set := func(f Faults) {
+		t.Helper()
+		if err := e.SetFaults(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	request()
+	if m := sub.next(t); m.seq != 0 {
+		t.Fatalf("seq %d", m.seq)
+	}
+	set(Faults{KVEventsDrop: true})
+	request()
+	request()
+	waitFor(t, "the dropped batches", func() bool { st := e.kvpub.Stats(); return st.Dropped == 2 && st.Queued == 0 })
+	set(Faults{})
+	request()
+	if m := sub.next(t); m.seq != 3 {
+		t.Fatalf("after two dropped batches, seq %d, want 3 (a gap)", m.seq)
+	}
+	if got := replay(nil, seqStart(1)); len(got) != 3 || got[0].seq != 1 || got[1].seq != 2 {
+		t.Fatalf("replay of the gap: %d batches", len(got))
+	}
+	set(Faults{KVEventsRefuseReplay: true})
+	if got := replay(nil, seqStart(0)); len(got) != 0 {
+		t.Fatalf("a refused replay sent %d batches", len(got))
+	}
+	set(Faults{KVEventsDelayMS: 20})
+	request()
+	request()
+	for want := int64(4); want <= 5; want++ {
+		if m := sub.next(t); m.seq != want {
+			t.Fatalf("delayed batch seq %d, want %d", m.seq, want)
+		}
+	}
+	set(Faults{KVEventsRestartSeq: true})
+	request()
+	if m := sub.next(t); m.seq != 0 {
+		t.Fatalf("after a restart, seq %d, want 0", m.seq)
+	}
+	if got := replay(nil, seqStart(0)); len(got) != 1 || got[0].seq != 0 {
+		t.Fatalf("after a restart the replay buffer holds %d batches, want the one since", len(got))
+	}
+	set(Faults{})
+	set(Faults{KVEventsRestartSeq: true}) // off and on again: another restart
+	request()
+	if m := sub.next(t); m.seq != 0 {
+		t.Fatalf("after a second restart, seq %d, want 0", m.seq)
+	}
+}

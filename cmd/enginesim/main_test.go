@@ -38,6 +38,7 @@ func TestParseFlags(t *testing.T) {
 			"-kv-events", "tcp://127.0.0.1:5557", "-kv-events-connect", "-kv-events-replay", "tcp://127.0.0.1:5558",
 			"-kv-events-topic", "kv", "-kv-events-encoding", "array", "-kv-events-hash", "bytes", "-kv-events-buffer-steps", "10",
 			"-hash-seed", "42", "-remote-decode-timeout", "9s", "-room-timeout", "8s", "-fault-refuse-pull", "-fault-unreachable-prefill",
+			"-fault-kv-events-drop", "-fault-kv-events-delay-ms", "5", "-fault-kv-events-refuse-replay",
 		}, nil, func(c *enginesim.Config) {
 			c.RemoteDecodeTimeout, c.RoomTimeout = 9*time.Second, 8*time.Second
 			c.KVEvents = kvevents.Config{Endpoint: "tcp://127.0.0.1:5557", Connect: true, ReplayEndpoint: "tcp://127.0.0.1:5558",
@@ -52,7 +53,7 @@ func TestParseFlags(t *testing.T) {
 			c.HoldTimeout, c.ShutdownTimeout, c.MaxBodyBytes = 5*time.Second, time.Second, 1000
 			c.Step = nil // the per-token times select the flat mode
 			c.Faults = enginesim.Faults{Refuse: true, Unavailable: true, Die: true, DieAfterTokens: 3, StallMS: 100, NoHeartbeat: true,
-				RefusePull: true, UnreachablePrefill: true}
+				RefusePull: true, UnreachablePrefill: true, KVEventsDrop: true, KVEventsDelayMS: 5, KVEventsRefuseReplay: true}
 		}},
 		{"token from the environment", nil, map[string]string{tokenEnv: "from-env"}, func(c *enginesim.Config) { c.RegistryToken = "from-env" }},
 		{"die before the first byte", []string{"-fault-die-after", "0"}, nil, func(c *enginesim.Config) { c.Faults.Die = true }},
@@ -129,7 +130,8 @@ func TestParseFlagsErrors(t *testing.T) {
 		"-kv-events-replay", "-kv-events-topic", "-kv-events-encoding", "-kv-events-hash", "-kv-events-buffer-steps",
 		"-hash-seed", "-timing", "-preset", "-max-num-batched-tokens", "-step-fixed", "-step-per-prefill-token",
 		"-step-per-decode-seq", "-step-per-context-token", "-remote-decode-timeout", "-bootstrap", "-room-timeout",
-		"-fault-refuse-pull", "-fault-unreachable-prefill"} {
+		"-fault-refuse-pull", "-fault-unreachable-prefill", "-fault-kv-events-drop", "-fault-kv-events-delay-ms",
+		"-fault-kv-events-refuse-replay"} {
 		if !strings.Contains(out.String(), "  "+f+" ") && !strings.Contains(out.String(), "  "+f+"\n") {
 			t.Errorf("-h does not document %s", f)
 		}

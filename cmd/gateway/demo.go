@@ -65,8 +65,14 @@ func startDemo(ctx context.Context, gw *gateway.Gateway, tc config.Tracing, logg
 	for _, c := range demoEngines {
 		c.Gateways = []string{gw.RegistryAddr()}
 		c.HeartbeatInterval = 2 * time.Second
-		c.DecodePerToken = 20 * time.Millisecond // a visible stream
-		c.PrefillPerToken = 200 * time.Microsecond
+		// The step model, timed like the real thing: the small models as
+		// Llama-3.1-8B and the large one as Llama-3.1-70B (FP8), each on
+		// one H100 (enginesim.Presets).
+		preset := enginesim.PresetLlama8BH100
+		if c.Model == "big" {
+			preset = enginesim.PresetLlama70BFP8H100
+		}
+		preset.Apply(&c)
 		c.Logger = logger.With().Str("engine", c.ID).Logger().Level(zerolog.WarnLevel)
 		if tp.Enabled() {
 			c.Tracer = tp.TracerProvider()
@@ -86,7 +92,8 @@ func startDemo(ctx context.Context, gw *gateway.Gateway, tc config.Tracing, logg
 	fmt.Fprintf(out, `
 tlgate demo is up: %[1]s  (gRPC registry on %[2]s)
 %[3]d reference engines: smol-v3 and smol-v4 (a 90/10 canary behind "smol"), big (unified),
-and big behind "big-pd" as one prefill and two decode workers.
+and big behind "big-pd" as one prefill and two decode workers, on the step model
+(smol timed as Llama-3.1-8B, big as Llama-3.1-70B FP8, each on one H100).
 
 Stream a chat completion:
   curl -N %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
