@@ -63,7 +63,7 @@ func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 	if !contains(heads, "prefix index blocks") {
 		t.Errorf("no prefix index column: %q", heads)
 	}
-	cells := eval[[]string](u, `[...document.querySelectorAll("tr[data-worker]")].map(tr => tr.children[8].textContent)`)
+	cells := eval[[]string](u, `[...document.querySelectorAll("tr[data-worker]")].map(tr => tr.children[9].textContent)`)
 	if strings.Join(cells, ",") != "1.2k,7,–,–" {
 		t.Errorf("prefix index cells %q, want 1.2k, 7 and – (absent) twice", cells)
 	}
@@ -75,6 +75,42 @@ func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 	}
 	if got := eval[string](u, `document.getElementById("live").textContent`); !strings.Contains(got, "no keys") {
 		t.Errorf("status %q, want it to say no keys are configured", got)
+	}
+}
+
+// TestFleetShowsCacheView: each worker's cache view (exact from its KV
+// events, with the blocks held per tier; stale; approximate) is shown.
+func TestFleetShowsCacheView(t *testing.T) {
+	path := chromium(t)
+	beat := time.Now().UTC().Format(time.RFC3339Nano)
+	mux := http.NewServeMux()
+	console.Register(mux)
+	mux.HandleFunc("GET /admin/v1/workers", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"epoch":1,"workers":[
+			{"id":"w-exact","model":"m","role":"unified","source":"heartbeat","routable":true,"last_heartbeat":%[1]q,"cache_view":"exact","kv_blocks":{"gpu":1200,"cpu":40},"kv_events":"tcp://10.0.0.1:5557"},
+			{"id":"w-stale","model":"m","role":"unified","source":"heartbeat","routable":true,"last_heartbeat":%[1]q,"cache_view":"stale","kv_blocks":{},"kv_events":"tcp://10.0.0.2:5557"},
+			{"id":"w-approx","model":"m","role":"unified","source":"probe","kind":"vllm","routable":true,"last_heartbeat":%[1]q,"cache_view":"approximate"}
+		]}`, beat)
+	})
+	u := openFake(t, path, mux)
+	u.waitJS("rows", `document.querySelectorAll("tr[data-worker]").length === 3`)
+	type cell struct{ View, Text, Title string }
+	got := eval[map[string]cell](u, `Object.fromEntries([...document.querySelectorAll("tr[data-worker]")].map(tr => {
+		const c = tr.querySelector("[data-cache-view]");
+		return [tr.dataset.worker, {View: c.dataset.cacheView, Text: c.textContent, Title: c.title}]; }))`)
+	if c := got["w-exact"]; c.View != "exact" || c.Title != "from its KV events: 40 cpu, 1.2k gpu held" {
+		t.Errorf("exact worker: %+v", c)
+	}
+	if c := got["w-stale"]; c.View != "stale" || !strings.Contains(c.Title, "prefix index until they flow again") {
+		t.Errorf("stale worker: %+v", c)
+	}
+	if c := got["w-approx"]; c.View != "approximate" || c.Title != "no KV events: the prefix index" {
+		t.Errorf("approximate worker: %+v", c)
+	}
+	heads := eval[[]string](u, `[...document.querySelectorAll(".card.model thead th")].map(th => th.textContent)`)
+	if !contains(heads, "Cache view") {
+		t.Errorf("no cache view column: %q", heads)
 	}
 }
 

@@ -110,6 +110,14 @@ type Worker struct {
 	// PrefixIndexChunks is the worker's share of the cache_aware prefix
 	// index in chunks (0 under other policies).
 	PrefixIndexChunks int `json:"prefix_index_chunks"`
+	// CacheView is how cache_aware sees the worker's KV cache: exact (from
+	// its KV events), stale (its events were lost or are late: routed on
+	// the prefix index until they flow again) or approximate (the prefix
+	// index). KVBlocks are the blocks its exact view holds per tier;
+	// KVEvents is its events' PUB endpoint ("" when it publishes none).
+	CacheView string         `json:"cache_view"`
+	KVBlocks  map[string]int `json:"kv_blocks,omitempty"`
+	KVEvents  string         `json:"kv_events,omitempty"`
 	// EjectedUntil (RFC 3339) and EjectionReason are set while passive
 	// health keeps the worker out; Ejections counts its ejections.
 	// ConcurrencyLimit is admission control's in-flight limit (0: none).
@@ -218,6 +226,7 @@ func workerOf(v router.WorkerView) Worker {
 		LastHeartbeat: v.LastHeartbeat.UTC().Format(time.RFC3339Nano),
 		Source:        v.Source, Kind: v.Kind,
 		PrefixIndexChunks: v.PrefixIndexChunks,
+		CacheView:         v.CacheView, KVBlocks: v.KVBlocks, KVEvents: v.KVEvents.Endpoint,
 	}
 	if !v.StartedAt.IsZero() {
 		out.StartedAt = v.StartedAt.UTC().Format(time.RFC3339Nano)

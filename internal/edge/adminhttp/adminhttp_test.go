@@ -192,7 +192,7 @@ func TestAdminRoutesWorkersDrain(t *testing.T) {
 		}
 		for _, name := range []string{"id", "http_address", "grpc_address", "kv_address", "role", "model", "kv_format",
 			"queue_depth", "running", "kv_free_blocks", "kv_total_blocks", "draining", "in_flight", "routable",
-			"last_heartbeat", "source", "kind", "prefix_index_chunks"} {
+			"last_heartbeat", "source", "kind", "prefix_index_chunks", "cache_view"} {
 			if _, ok := raw[0][name]; !ok {
 				t.Errorf("worker JSON lacks %q: %v", name, raw[0])
 			}

@@ -247,6 +247,21 @@
       el("span", { class: "num", text: total ? Math.round(pct) + "%" : "–" }));
   }
 
+  // cacheChip shows how cache_aware sees the worker's KV cache: exact
+  // (its KV events, with the blocks held per tier), stale (events lost or
+  // late: the prefix index until they flow) or approximate (the prefix
+  // index).
+  function cacheChip(w) {
+    const view = w.cache_view || "approximate";
+    const blocks = w.kv_blocks || {};
+    const tiers = Object.keys(blocks).sort().map((t) => `${fmtNum(blocks[t])} ${t}`).join(", ");
+    const cls = view === "exact" ? "ok" : view === "stale" ? "warn" : "";
+    const title = view === "exact" ? `from its KV events: ${tiers || "no block"} held` :
+      view === "stale" ? "its KV events were lost or are late: routed on the prefix index until they flow again" :
+      w.kv_events ? "subscribed to its KV events, none yet: routed on the prefix index" : "no KV events: the prefix index";
+    return el("span", { class: "chip " + cls, "data-cache-view": view, text: view, title });
+  }
+
   function fleetPage() { poll(refreshFleet, FLEET_POLL_MS); }
 
   async function refreshFleet() {
@@ -302,11 +317,11 @@
   }
 
   function fillCard(c, ws, prefixKeys, waiting) {
-    const heads = ["Worker", "Role", "Source", "State", "Queue", "Running", "In flight", "KV used", ...prefixKeys.map((k) => k.replace(/_/g, " ")), "Heartbeat"];
+    const heads = ["Worker", "Role", "Source", "State", "Queue", "Running", "In flight", "KV used", "Cache view", ...prefixKeys.map((k) => k.replace(/_/g, " ")), "Heartbeat"];
     const headKey = heads.join("|");
     if (c.headKey !== headKey) {
       clear(c.thead);
-      c.thead.append(el("tr", null, heads.map((h, i) => el("th", { class: i === 7 ? "kvh" : i >= 4 ? "r" : "", text: h }))));
+      c.thead.append(el("tr", null, heads.map((h, i) => el("th", { class: i === 7 ? "kvh" : i === 8 ? "" : i >= 4 ? "r" : "", text: h }))));
       c.headKey = headKey;
     }
     const drained = ws.filter((w) => w.drained).length;
@@ -332,6 +347,7 @@
         el("td", { class: "r num", text: w.running }),
         el("td", { class: "r num", text: w.in_flight }),
         el("td", null, kvBar(w)),
+        el("td", null, cacheChip(w)),
         prefixKeys.map((k) => el("td", { class: "r num", text: w[k] === undefined ? "–" : fmtNum(w[k]) })),
         el("td", { class: "r num", text: ago(w.last_heartbeat) })));
     }
