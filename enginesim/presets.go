@@ -54,7 +54,7 @@ var PresetLlama8BH100 = Preset{
 		Cost: StepCost{
 			Fixed:           6300 * time.Microsecond,
 			PerPrefillToken: 27 * time.Microsecond,
-			PerDecodeSeq:    50 * time.Microsecond,
+			PerDecodeSeq:    280 * time.Microsecond,
 			PerContextToken: 48 * time.Nanosecond,
 		},
 		MaxNumBatchedTokens: 8192,
