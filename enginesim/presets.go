@@ -37,8 +37,9 @@ type Preset struct {
 // KV per context token (32 layers x 8 KV heads x 128 x K,V x 2 bytes) at
 // the same bandwidth is ~48 ns (PerContextToken); 16 GFLOP per token at
 // ~60% of 989 TFLOPS dense BF16 is ~27 us (PerPrefillToken); a decode
-// token's share of the batched matmuls and sampling ~50 us
-// (PerDecodeSeq). KV: 0.9 x 80 GB - 16 GB weights - ~4 GB activations is
+// sequence costs 0.28 ms (PerDecodeSeq: its share of the batched matmuls
+// and sampling, and vLLM's per-sequence work beside the GPU), fitted to
+// the cited TPOT at concurrency 16. KV: 0.9 x 80 GB - 16 GB weights - ~4 GB activations is
 // ~52 GB, 410k tokens.
 //
 // Checked against the InferenceBench concurrency sweep of
