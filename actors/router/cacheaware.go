@@ -46,7 +46,8 @@ func newExact(cfg Config) *kvindex.Index {
 func (s *State) observeWorker(w fleet.Worker) {
 	c := s.counter(w.ID)
 	if old, ok := s.workers[w.ID]; !ok || !old.LastHeartbeat.Equal(w.LastHeartbeat) {
-		sample := w.Running + w.QueueDepth - c.n - c.peer
+		c.reported, c.ownAtReport, c.peerPicks = w.Running+w.QueueDepth, c.n, 0
+		sample := w.Running + w.QueueDepth - c.n - c.peerLoad()
 		c.foreign = sample
 		if c.sampled {
 			c.foreign = min(sample, c.lastSample)
@@ -90,11 +91,11 @@ func (s *State) retainWorkers() {
 // gateway the only sender this is its in-flight count, exact between
 // heartbeats; another replica's load shows from its second heartbeat.
 //
-// Fleet sync's peer in-flight (c.peer) counts too, and is left out of the
-// heartbeats' foreign load, which is then only what neither the gateway
-// nor its peers sent.
+// Fleet sync's peer in-flight counts too (as far as the engine bears it
+// out: peerLoad), and is left out of the heartbeats' foreign load, which
+// is then only what neither the gateway nor its peers sent.
 func slotLoad(c *counter) int {
-	return c.n + c.peer + max(0, c.foreign)
+	return c.n + c.peerLoad() + max(0, c.foreign)
 }
 
 // pickCacheAware picks among s.cands by policy.CacheAware. A candidate

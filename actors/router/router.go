@@ -168,7 +168,7 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		}
 		st.ExpirePending(time.Now())
 		if st.syncing() {
-			st.cfg.Sync.Syncer.Tick(TickReport{Own: st.OwnLoad(), Peers: len(st.peers)})
+			st.cfg.Sync.Syncer.Tick(TickReport{Own: st.OwnLoad(), Peers: len(st.peers), Uncorroborated: st.Uncorroborated()})
 		}
 	case *SyncSnapshot:
 		a.snapshotStep(ctx, snapshotStep{job: st.PlanSnapshot(m.MaxChunks, m.MaxBytes, time.Now()), to: ctx.Sender()})

@@ -312,8 +312,14 @@ type counter struct {
 	sampled             bool
 	// peer is the other replicas' in-flight requests on the worker, as
 	// fleet sync reports them (sync.go); foreign is then what the
-	// heartbeats show beyond both.
-	peer int
+	// heartbeats show beyond both. The claims count only as far as the
+	// engine's reports bear them out (peerLoad, peerAdmitted): reported is
+	// its running + queued at its last heartbeat, ownAtReport the
+	// gateway's in flight then, peerPicks the peers' picks told since, and
+	// margin the most of those that count (SyncConfig.ClaimMargin).
+	peer                             int
+	reported, ownAtReport, peerPicks int
+	margin                           int
 	slot int // the worker's prefix index slot (cache_aware)
 	// tie is the worker's policy.Candidate.Tie (tieRank).
 	tie uint64
@@ -331,12 +337,40 @@ type counter struct {
 // ejectedAt reports whether the worker is ejected at now; atLimit whether
 // it is at its admission limit.
 func (c *counter) ejectedAt(now time.Time) bool { return now.Before(c.until) }
-func (c *counter) atLimit() bool                { return c.limit > 0 && c.n+c.peer >= c.limit }
+func (c *counter) atLimit() bool                { return c.limit > 0 && c.n+c.peerAdmitted() >= c.limit }
+
+// corroborated is the in-flight load the engine's last report shows
+// beyond the gateway's own requests: the most of the peers' claims it
+// bears out.
+func (c *counter) corroborated() int { return max(0, c.reported-c.ownAtReport) }
+
+// peerLoad is the peers' claims as routing counts them: at most what the
+// engine's last report corroborates, plus the peers' picks since that
+// report (at most margin of them: the engine could not show those yet),
+// and at most the worker's limit.
+func (c *counter) peerLoad() int {
+	n := min(c.peer, c.corroborated()+min(c.peerPicks, c.margin))
+	if c.limit > 0 {
+		n = min(n, c.limit)
+	}
+	return n
+}
+
+// peerAdmitted is the peers' claims as admission control counts them:
+// only what the engine's last report corroborates, so claims the engine
+// does not bear out never fill the worker's slots.
+func (c *counter) peerAdmitted() int {
+	n := min(c.peer, c.corroborated())
+	if c.limit > 0 {
+		n = min(n, c.limit)
+	}
+	return n
+}
 
 func (s *State) counter(id string) *counter {
 	c := s.inflight[id]
 	if c == nil {
-		c = &counter{tie: tieRank(s.cfg.Sync.TieSalt, id)}
+		c = &counter{tie: tieRank(s.cfg.Sync.TieSalt, id), margin: s.cfg.Sync.claimMargin()}
 		s.inflight[id] = c
 	}
 	return c
@@ -592,7 +626,7 @@ func (s *State) collect(p *pool, req *Request, now time.Time, keep func(*fleet.W
 			passed++
 			continue
 		}
-		s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: c.n + c.peer + w.QueueDepth, Weight: w.KVTotalBlocks, Tie: c.tie})
+		s.cands = append(s.cands, policy.Candidate{ID: w.ID, Load: c.n + c.peerLoad() + w.QueueDepth, Weight: w.KVTotalBlocks, Tie: c.tie})
 		s.members = append(s.members, w)
 		s.ctrs = append(s.ctrs, c)
 	}

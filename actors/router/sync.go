@@ -27,6 +27,7 @@ const (
 	DefaultSyncMaxPeers        = 32
 	DefaultSyncMaxPeerInFlight = 256
 	DefaultSyncPeerTimeout     = 5 * time.Second
+	DefaultSyncClaimMargin     = 8
 	// KnownPeerWindow is how long a replica heard from is remembered as
 	// known: back within it, it displaces a replica that was new when it
 	// was admitted (see SyncConfig.MaxPeers).
@@ -53,6 +54,14 @@ type SyncConfig struct {
 	// MaxPeerInFlight caps the in-flight requests one replica may claim on
 	// one worker.
 	MaxPeerInFlight int
+	// ClaimMargin is how many of the peers' picks told since a worker's
+	// last report count beyond what the report bears out: the peers'
+	// claims on a worker count in routing up to the engine's running +
+	// queued at its last heartbeat less the gateway's own requests then,
+	// plus at most ClaimMargin picks since, and in admission control up to
+	// the report alone (uncorroborated claims never fill a slot); both at
+	// most the worker's limit. Negative: none count.
+	ClaimMargin int
 	// PeerTimeout forgets a replica's in-flight requests when nothing was
 	// heard from it for that long (its load reports come every second or so).
 	PeerTimeout time.Duration
@@ -79,6 +88,16 @@ func (c SyncConfig) maxInFlight() int {
 		return c.MaxPeerInFlight
 	}
 	return DefaultSyncMaxPeerInFlight
+}
+
+func (c SyncConfig) claimMargin() int {
+	switch {
+	case c.ClaimMargin > 0:
+		return c.ClaimMargin
+	case c.ClaimMargin < 0:
+		return 0
+	}
+	return DefaultSyncClaimMargin
 }
 
 func (c SyncConfig) peerTimeout() time.Duration {
@@ -121,6 +140,10 @@ type TickReport struct {
 	Own []WorkerLoad
 	// Peers is how many other replicas are tracked.
 	Peers int
+	// Uncorroborated is the peers' claims in flight that routing does not
+	// count, summed over the workers: beyond what the engines' reports
+	// bear out (counter.peerLoad).
+	Uncorroborated int
 }
 
 // WorkerLoad is one worker's in-flight count.
@@ -337,6 +360,7 @@ func (s *State) ApplyPeer(b *PeerBatch, now time.Time) PeerApplied {
 				r.drop(ev.Kind, DropCapped)
 			} else {
 				s.setPeer(p, ev.Worker, p.n[ev.Worker]+1)
+				s.counter(ev.Worker).peerPicks++
 			}
 			if len(ev.Hashes) > 0 && !s.applyPeerHashes(ev, hashesOK, &r) {
 				continue
@@ -555,7 +579,18 @@ func (s *State) ExpirePeers(now time.Time) (released bool) {
 	return released
 }
 
-// PeerInFlight is the other replicas' in-flight count on worker id.
+// Uncorroborated is the peers' claims in flight that routing does not
+// count, summed over the workers (TickReport.Uncorroborated).
+func (s *State) Uncorroborated() int {
+	n := 0
+	for _, c := range s.inflight {
+		n += c.peer - c.peerLoad()
+	}
+	return n
+}
+
+// PeerInFlight is the other replicas' in-flight count on worker id: what
+// they claim, of which routing counts what the engine bears out.
 func (s *State) PeerInFlight(id string) int {
 	if c := s.inflight[id]; c != nil {
 		return c.peer

@@ -136,6 +136,10 @@ func TestSyncPeerLoadCountsAgainstLimits(t *testing.T) {
 	s.cfg.Admission = AdmissionConfig{Enabled: true, Worker: 2, QueueSize: 4, QueueTimeout: time.Second}
 	s.SetWorker(*s.workers["a"])
 	s.ApplyPeer(&PeerBatch{Replica: "r2", Events: picks(2, "a")}, now)
+	// The engine's report shows them running: they fill the slots.
+	hb := *s.workers["a"]
+	hb.Running, hb.LastHeartbeat = 2, now.Add(time.Second)
+	s.SetWorker(hb)
 	ad := s.Admit(&Request{Model: "m"}, "k", nil, now)
 	if ad.Queued == nil {
 		t.Fatalf("admit %+v, want queued behind the peer's 2 at the limit of 2", ad)
@@ -146,6 +150,65 @@ func TestSyncPeerLoadCountsAgainstLimits(t *testing.T) {
 	}
 	if d := s.Dispatch(now); len(d) != 1 || d[0].Err != nil || d[0].Target.Worker.ID != "a" {
 		t.Fatalf("dispatch after the peer's release: %+v", d)
+	}
+}
+
+// TestSyncPeerClaimsCorroborated: the peers' claims on a worker count in
+// routing up to what the engine's last report shows beyond the gateway's
+// own requests, plus the peers' picks since (at most the margin), and in
+// admission up to the report alone; both at most the worker's limit.
+func TestSyncPeerClaimsCorroborated(t *testing.T) {
+	tests := []struct {
+		name       string
+		limit      int
+		running    int // the engine's report after the claims; -1: none
+		own        int // the gateway's requests on the worker before the report
+		claims     []PeerEvent
+		after      []PeerEvent // peer events after the report
+		load, adm  int
+		uncorrobor int
+	}{
+		{"a load report the engine does not show", 0, 0, 0,
+			[]PeerEvent{{Kind: PeerLoad, Loads: []WorkerLoad{{"a", 256}}}}, nil, 0, 0, 256},
+		{"borne out by the report", 0, 5, 1,
+			[]PeerEvent{{Kind: PeerLoad, Loads: []WorkerLoad{{"a", 10}}}}, nil, 4, 4, 6},
+		{"picks since the report count, up to the margin", 0, -1, 0,
+			picks(20, "a"), nil, 8, 0, 12},
+		{"picks after a report that showed none count anew", 0, 0, 0,
+			picks(20, "a"), picks(3, "a"), 3, 0, 20},
+		{"at most the worker's limit", 4, 100, 0,
+			[]PeerEvent{{Kind: PeerLoad, Loads: []WorkerLoad{{"a", 256}}}}, nil, 4, 4, 252},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := syncState(t, policy.NameLeastOutstanding, SyncConfig{MaxPeerInFlight: 256}, "a")
+			if tt.limit > 0 {
+				s.cfg.Admission = AdmissionConfig{Enabled: true, Worker: tt.limit, QueueSize: 4, QueueTimeout: time.Second}
+				s.SetWorker(*s.workers["a"])
+			}
+			for range tt.own {
+				if _, err := s.Pick(&Request{Model: "m"}, now); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.ApplyPeer(&PeerBatch{Replica: "r2", Events: tt.claims}, now)
+			if tt.running >= 0 {
+				hb := *s.workers["a"]
+				hb.Running, hb.LastHeartbeat = tt.running, now.Add(time.Second)
+				s.SetWorker(hb)
+			}
+			s.ApplyPeer(&PeerBatch{Replica: "r2", Events: tt.after}, now)
+			c := s.inflight["a"]
+			if got := c.peerLoad(); got != tt.load {
+				t.Errorf("peer load in routing %d, want %d", got, tt.load)
+			}
+			if got := c.peerAdmitted(); got != tt.adm {
+				t.Errorf("peer load in admission %d, want %d", got, tt.adm)
+			}
+			if got := s.Uncorroborated(); got != tt.uncorrobor {
+				t.Errorf("uncorroborated %d, want %d", got, tt.uncorrobor)
+			}
+		})
 	}
 }
 

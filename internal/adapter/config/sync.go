@@ -27,6 +27,7 @@ const (
 	DefaultSyncStaleAfter      = 10 * time.Second
 	DefaultSyncMaxPeers        = 32
 	DefaultSyncMaxPeerInFlight = 256
+	DefaultSyncPeerClaimMargin = 8
 	DefaultSyncSnapshotTimeout = 2 * time.Second
 	DefaultSyncConnectTimeout  = 2 * time.Second
 	DefaultSyncReconnectWait   = 500 * time.Millisecond
@@ -92,6 +93,9 @@ type Sync struct {
 	// one replica may claim on one worker.
 	MaxPeers        int `toml:"max_peers"`
 	MaxPeerInFlight int `toml:"max_peer_in_flight"`
+	// PeerClaimMargin is how many of the peers' requests picked since an
+	// engine's last report count on it beyond what the report shows.
+	PeerClaimMargin int `toml:"peer_claim_margin"`
 	// SnapshotTimeout bounds the wait for a peer's snapshot at start and
 	// on reconnection; SnapshotChunks bounds each worker's index entries in
 	// a snapshot sent.
@@ -133,7 +137,7 @@ func defaultSync() Sync {
 		BatchInterval: D(DefaultSyncBatchInterval), ReleaseHold: D(DefaultSyncReleaseHold), MaxBatchBytes: DefaultSyncMaxBatchBytes, MaxQueue: DefaultSyncMaxQueue,
 		MaxMessageBytes: DefaultSyncMaxMessageBytes, PeerRate: DefaultSyncPeerRate,
 		LoadInterval: D(DefaultSyncLoadInterval), PeerTimeout: D(DefaultSyncPeerTimeout), StaleAfter: D(DefaultSyncStaleAfter),
-		MaxPeers: DefaultSyncMaxPeers, MaxPeerInFlight: DefaultSyncMaxPeerInFlight,
+		MaxPeers: DefaultSyncMaxPeers, MaxPeerInFlight: DefaultSyncMaxPeerInFlight, PeerClaimMargin: DefaultSyncPeerClaimMargin,
 		SnapshotTimeout: D(DefaultSyncSnapshotTimeout), SnapshotChunks: DefaultSyncSnapshotChunks,
 		ConnectTimeout: D(DefaultSyncConnectTimeout), ReconnectWait: D(DefaultSyncReconnectWait),
 	}
@@ -219,7 +223,8 @@ func (v *checker) sync(s *Sync) {
 	}{
 		{"max_batch_bytes", s.MaxBatchBytes, 1024, 64 << 20}, {"max_queue", s.MaxQueue, 1, 1 << 20},
 		{"max_message_bytes", s.MaxMessageBytes, 1024, 64 << 20}, {"max_peers", s.MaxPeers, 1, 1024},
-		{"max_peer_in_flight", s.MaxPeerInFlight, 1, 1 << 20}, {"snapshot_chunks", s.SnapshotChunks, 0, 1 << 20},
+		{"max_peer_in_flight", s.MaxPeerInFlight, 1, 1 << 20}, {"peer_claim_margin", s.PeerClaimMargin, 0, 1 << 20},
+		{"snapshot_chunks", s.SnapshotChunks, 0, 1 << 20},
 	}
 	for _, k := range ints {
 		if k.n < k.lo || k.n > k.h {

@@ -172,10 +172,11 @@ func (c *Client) Load(own []router.WorkerLoad) {
 }
 
 // Tick implements router.Syncer: the replica's load goes to the peers,
-// the peers tracked to tlgate_sync_peers.
+// the peers tracked and their uncorroborated claims to the metrics.
 func (c *Client) Tick(r router.TickReport) {
 	c.Load(r.Own)
 	c.m.Peers(r.Peers)
+	c.m.Uncorroborated(r.Uncorroborated)
 }
 
 // Applied implements router.Syncer: it counts what a peer's batch did,

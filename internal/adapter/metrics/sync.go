@@ -77,6 +77,7 @@ var (
 type SyncMetrics struct {
 	up        prometheus.Gauge
 	peers     prometheus.Gauge
+	uncorrob  prometheus.Gauge
 	sent      *prometheus.CounterVec
 	received  *prometheus.CounterVec
 	dropped   *prometheus.CounterVec
@@ -95,7 +96,7 @@ func NewSyncMetrics(reg prometheus.Registerer) (*SyncMetrics, error) {
 		return nil, ErrNilRegisterer
 	}
 	s := newSyncMetrics()
-	cs := []prometheus.Collector{s.up, s.peers, s.sent, s.received, s.dropped, s.bytesSent, s.bytesRecv, s.lag, s.snapBytes, s.snapTime, s.snapshots}
+	cs := []prometheus.Collector{s.up, s.peers, s.uncorrob, s.sent, s.received, s.dropped, s.bytesSent, s.bytesRecv, s.lag, s.snapBytes, s.snapTime, s.snapshots}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -116,6 +117,8 @@ func newSyncMetrics() *SyncMetrics {
 			Help: "1 while fleet sync is connected to NATS, else 0 (the replica routes on its own view)."}),
 		peers: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "sync_peers",
 			Help: "Other replicas tracked (heard from within peer_timeout), at most max_peers."}),
+		uncorrob: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "sync_peer_claims_uncorroborated",
+			Help: "Requests in flight that peers claim on the workers beyond what the engines' reports bear out (plus peer_claim_margin picks since), summed over the workers: not counted in routing."}),
 		sent: counter("sync_messages_sent_total",
 			"Fleet-sync messages published, by kind (pick, release, load, eject: events; batch: the NATS messages that carry them; snapshot: snapshots served).", lKind),
 		received: counter("sync_messages_received_total",
@@ -171,6 +174,13 @@ func (s *SyncMetrics) Up(up bool) {
 func (s *SyncMetrics) Peers(n int) {
 	if s != nil {
 		s.peers.Set(float64(n))
+	}
+}
+
+// Uncorroborated sets tlgate_sync_peer_claims_uncorroborated.
+func (s *SyncMetrics) Uncorroborated(n int) {
+	if s != nil {
+		s.uncorrob.Set(float64(n))
 	}
 }
 

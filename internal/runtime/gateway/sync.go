@@ -38,9 +38,13 @@ func (g *Gateway) newSync(gw *config.Gateway, reg prometheus.Registerer, log zer
 		Root: g.sys.Root, Logger: log.With().Str("component", "fleetsync").Logger(), Metrics: m,
 		ChunkBytes: gw.CacheAwareChunkBytes, Stored: stored,
 	})
+	margin := s.PeerClaimMargin
+	if margin == 0 {
+		margin = -1 // none: the router's zero is its default
+	}
 	rcfg.Sync = router.SyncConfig{
-		Syncer: g.sync, MaxPeers: s.MaxPeers, Listed: s.Peers, MaxPeerInFlight: s.MaxPeerInFlight, PeerTimeout: s.PeerTimeout.Duration,
-		Stored: stored, TieSalt: tieSalt(),
+		Syncer: g.sync, MaxPeers: s.MaxPeers, Listed: s.Peers, MaxPeerInFlight: s.MaxPeerInFlight, ClaimMargin: margin,
+		PeerTimeout: s.PeerTimeout.Duration, Stored: stored, TieSalt: tieSalt(),
 	}
 	// Stopped after the HTTP server's drain (stops run in reverse), so the
 	// releases of the requests it lets finish are told.
