@@ -3,6 +3,7 @@ package request
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -141,6 +142,18 @@ const CodeResponseNotFound = "response_not_found"
 func pinnedGone(id, worker string) Outcome {
 	return Outcome{Status: http.StatusNotFound, Code: CodeResponseNotFound,
 		Message: fmt.Sprintf("Response %q was stored by worker %q, which is no longer in the fleet; stored responses live in the engine's memory and are lost with it.", id, worker)}
+}
+
+// pinnedUnavailable is the answer when the worker that stores id cannot
+// take the request now (why: ejected, at its limit with no queue).
+func pinnedUnavailable(id, worker, why string, retryAfter time.Duration) Outcome {
+	if why == "" {
+		why = fmt.Sprintf("worker %q, which stores it, cannot take a request now", worker)
+	}
+	secs := int((retryAfter + time.Second - 1) / time.Second)
+	return Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeNoCapacity,
+		Message: fmt.Sprintf("Response %q cannot be reached right now: %s; no other worker knows the id.", id, why),
+		Header:  http.Header{"Retry-After": {strconv.Itoa(max(secs, 1))}}}
 }
 
 // pinnedFailed is the answer when the attempt on the worker that stores

@@ -328,6 +328,13 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 		switch {
 		case errors.Is(m.Err, router.ErrPinnedGone):
 			a.finish(ctx, pinnedGone(a.storedID(), a.pin))
+		case a.pin != "" && a.attempts == 0 && errors.Is(m.Err, router.ErrNoCapacity):
+			var nc *router.NoCapacityError
+			why := ""
+			if errors.As(m.Err, &nc) {
+				why = nc.Why
+			}
+			a.finish(ctx, pinnedUnavailable(a.storedID(), a.pin, why, m.RetryAfter))
 		case errors.Is(m.Err, router.ErrModelNotFound):
 			a.finish(ctx, Outcome{Status: http.StatusNotFound, Code: openai.CodeModelNotFound,
 				Message: fmt.Sprintf("The model %q does not exist.", a.ex.Req.Model)})

@@ -91,6 +91,7 @@ func (s *State) AttemptSucceeded(id string) {
 	if h := s.health[id]; h != nil {
 		h.fails = 0
 	}
+	delete(s.votes, id) // the peers' word that it is to be ejected is belied
 	if c := s.inflight[id]; c != nil {
 		c.suspect, c.trials = false, 0
 	}
@@ -106,8 +107,9 @@ func (s *State) AttemptSucceeded(id string) {
 func suspectBusy(c *counter) bool { return c.suspect && c.trials > 0 }
 
 // AttemptFailed records a failure of worker id before the first byte and
-// ejects the worker when it has failed enough times in a row and its
-// pool's cap allows. Failures of a worker already ejected (attempts sent
+// ejects the worker when it has failed enough times in a row, or once
+// while peers' word that it is to be ejected waits for evidence (sync.go),
+// and its pool's cap allows. Failures of a worker already ejected (attempts sent
 // before the ejection) change nothing.
 func (s *State) AttemptFailed(id, reason string, now time.Time) Ejection {
 	ec := s.cfg.Ejection
@@ -134,7 +136,9 @@ func (s *State) AttemptFailed(id, reason string, now time.Time) Ejection {
 	if reason == FailureRefused {
 		need = max(ec.Refused, 1)
 	}
-	if h.fails < need {
+	// Peers' word that it is to be ejected (sync.go) and this failure are
+	// evidence enough.
+	if h.fails < need && s.liveVotes(id, now) == 0 {
 		s.counter(id).suspect = true
 		return Ejection{}
 	}
@@ -153,6 +157,7 @@ func (s *State) AttemptFailed(id, reason string, now time.Time) Ejection {
 	h.fails = 0
 	h.reason = reason
 	h.until = now.Add(EjectionTime(ec, h.times))
+	delete(s.votes, id)
 	c := s.counter(id)
 	c.until, c.suspect = h.until, false
 	out.Ejected, out.Until = true, h.until

@@ -23,6 +23,10 @@ func (s *State) pickPinned(req *Request, now time.Time) (Target, error) {
 	if req.Model != "" && !s.Known(req.Model) {
 		return Target{}, fmt.Errorf("router: %q: %w", req.Model, ErrModelNotFound)
 	}
+	if h := s.health[w.ID]; h != nil && now.Before(h.until) {
+		return Target{}, &NoCapacityError{Model: w.Model,
+			Why: fmt.Sprintf("worker %q, which stores it, is ejected until %s after %s", w.ID, h.until.UTC().Format(time.RFC3339), h.reason)}
+	}
 	if req.Exclude[w.ID] || s.held(s.counter(w.ID), now) {
 		return Target{}, fmt.Errorf("router: worker %q: %w", req.Pin, ErrNoCapacity)
 	}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,5 +49,23 @@ func TestPickPinned(t *testing.T) {
 				t.Fatalf("in flight %d, want 1", s.InFlight(tc.want))
 			}
 		})
+	}
+}
+
+// TestPickPinnedEjected: a pinned request whose worker is ejected is
+// refused with the ejection named, not sent elsewhere.
+func TestPickPinnedEjected(t *testing.T) {
+	s := NewState(Config{Policy: policy.NameLeastOutstanding, Ejection: testEjection}, nil, 1)
+	for _, id := range []string{"a", "b"} {
+		s.SetWorker(w(id, "m", fleet.RoleUnified, 0, 0))
+	}
+	s.AttemptFailed("b", FailureRefused, now)
+	_, err := s.Pick(&Request{Pin: "b"}, now)
+	var nc *NoCapacityError
+	if !errors.As(err, &nc) || nc.Model != "m" || !strings.Contains(nc.Why, `worker "b", which stores it, is ejected until`) || !strings.Contains(nc.Why, "refused") {
+		t.Fatalf("err %v, want no capacity naming b's ejection", err)
+	}
+	if s.InFlight("a") != 0 || s.InFlight("b") != 0 {
+		t.Fatal("a pinned request to an ejected worker was counted in flight")
 	}
 }

@@ -73,6 +73,15 @@ type ListAdapters struct{}
 // responds with bool.
 type Known struct{ Model string }
 
+// LiftEjection ends a worker's ejection on an operator's word, and has
+// the peers end it too; the router responds with *LiftResult.
+type LiftEjection struct{ Worker string }
+
+// LiftResult is the answer to LiftEjection: whether the router knows the
+// worker, whether it was ejected, and whether the peers were told (fleet
+// sync on).
+type LiftResult struct{ Known, Lifted, Told bool }
+
 // Crash makes the router panic: drills use it to check a restarted router
 // rebuilds its view from the registry and keeps its in-flight counts.
 type Crash struct{}
@@ -174,6 +183,21 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		a.snapshotStep(ctx, snapshotStep{job: st.PlanSnapshot(m.MaxChunks, m.MaxBytes, time.Now()), to: ctx.Sender()})
 	case snapshotStep:
 		a.snapshotStep(ctx, m)
+	case *LiftEjection:
+		now := time.Now()
+		known := st.workers[m.Worker] != nil
+		res := &LiftResult{Known: known}
+		if known {
+			res.Lifted = st.LiftEjection(m.Worker, now)
+			if st.syncing() {
+				st.cfg.Sync.Syncer.Lifted(m.Worker)
+				res.Told = true
+			}
+		}
+		ctx.Respond(res)
+		if res.Lifted {
+			a.dispatch(ctx)
+		}
 	case *Crash:
 		panic("router: crash requested")
 	}

@@ -174,8 +174,11 @@ type State struct {
 	exact    *kvindex.Index     // the exact views (cache_aware only)
 	needTok  *NeedTokensError   // set by a pick that needs the prompt's tokens
 
-	// Passive health and admission control (ejection.go, admission.go).
+	// Passive health and admission control (ejection.go, admission.go);
+	// votes are the peers' ejections waiting for evidence (sync.go), by
+	// worker and replica.
 	health  map[string]*health
+	votes   map[string]map[string]time.Time
 	learned map[string]learned
 	queues  map[string]*fairQueue
 	waiters map[uint64]*Waiter
@@ -252,6 +255,7 @@ func (s *State) RemoveWorker(id string) {
 	}
 	s.forgetWorker(id)
 	delete(s.health, id)
+	delete(s.votes, id)
 	if c := s.inflight[id]; c != nil {
 		c.until, c.suspect, c.trials = time.Time{}, false, 0
 		s.dropIdle(id, c)
@@ -320,6 +324,7 @@ type counter struct {
 	peer                             int
 	reported, ownAtReport, peerPicks int
 	margin                           int
+
 	slot int // the worker's prefix index slot (cache_aware)
 	// tie is the worker's policy.Candidate.Tie (tieRank).
 	tie uint64

@@ -28,6 +28,7 @@ const (
 	DefaultSyncMaxPeerInFlight = 256
 	DefaultSyncPeerTimeout     = 5 * time.Second
 	DefaultSyncClaimMargin     = 8
+	DefaultSyncEjectionQuorum  = 2
 	// KnownPeerWindow is how long a replica heard from is remembered as
 	// known: back within it, it displaces a replica that was new when it
 	// was admitted (see SyncConfig.MaxPeers).
@@ -54,6 +55,12 @@ type SyncConfig struct {
 	// MaxPeerInFlight caps the in-flight requests one replica may claim on
 	// one worker.
 	MaxPeerInFlight int
+	// EjectionQuorum is how many peers' ejections of a worker, in force,
+	// eject it here without evidence of this replica's own (zero: 2). One
+	// peer's word alone does not: it makes the worker suspect (one request
+	// at a time), and the first failure of this replica's own there ejects
+	// it at once, the first success drops the peers' word.
+	EjectionQuorum int
 	// ClaimMargin is how many of the peers' picks told since a worker's
 	// last report count beyond what the report bears out: the peers'
 	// claims on a worker count in routing up to the engine's running +
@@ -88,6 +95,13 @@ func (c SyncConfig) maxInFlight() int {
 		return c.MaxPeerInFlight
 	}
 	return DefaultSyncMaxPeerInFlight
+}
+
+func (c SyncConfig) ejectionQuorum() int {
+	if c.EjectionQuorum > 0 {
+		return c.EjectionQuorum
+	}
+	return DefaultSyncEjectionQuorum
 }
 
 func (c SyncConfig) claimMargin() int {
@@ -126,6 +140,9 @@ type Syncer interface {
 	Released(worker string)
 	// Ejected: worker of model was ejected until until after reason.
 	Ejected(worker, model, reason string, until time.Time)
+	// Lifted: an operator lifted worker's ejection through this replica
+	// (LiftEjection): the peers lift it too.
+	Lifted(worker string)
 	// Tick: this replica's in-flight requests per worker and what it
 	// tracks of its peers, answering SyncTick.
 	Tick(r TickReport)
@@ -165,7 +182,11 @@ const (
 
 // PeerIndex is a prompt sent to Worker: its Hashes are indexed there, in
 // the peer share (the request's in-flight count comes with its PeerPick).
-const PeerIndex PeerEventKind = 7
+// PeerLift is an operator's lifting of Worker's ejection.
+const (
+	PeerIndex PeerEventKind = 7
+	PeerLift  PeerEventKind = 8
+)
 
 // String is the kind's name in metrics.
 func (k PeerEventKind) String() string {
@@ -184,6 +205,8 @@ func (k PeerEventKind) String() string {
 		return "forget"
 	case PeerIndex:
 		return "index"
+	case PeerLift:
+		return "lift"
 	}
 	return "unknown"
 }
@@ -266,6 +289,10 @@ const (
 	DropChunkBytes    = "chunk_bytes"
 	DropUnknownKind   = "unknown_kind"
 	DropEjectionOff   = "ejection_refused"
+	// DropNoEvidence: a peer's ejection of a worker this replica has seen
+	// no failure of, fewer than EjectionQuorum peers reporting it: the
+	// worker is suspect here, not ejected.
+	DropNoEvidence = "no_evidence"
 )
 
 // PeerDrop counts one dropped peer event.
@@ -382,12 +409,21 @@ func (s *State) ApplyPeer(b *PeerBatch, now time.Time) PeerApplied {
 			}
 			r.applied(ev.Kind)
 		case PeerEject:
-			until, reason := s.applyPeerEjection(ev.Worker, ev.Model, ev.Reason, ev.For, now)
+			until, reason := s.applyPeerEjection(b.Replica, ev.Worker, ev.Model, ev.Reason, ev.For, now)
 			if reason != "" {
 				r.drop(ev.Kind, reason)
 				continue
 			}
 			r.Ejected = append(r.Ejected, until)
+			r.applied(ev.Kind)
+		case PeerLift:
+			if _, ok := s.workers[ev.Worker]; !ok {
+				r.drop(ev.Kind, DropUnknownWorker)
+				continue
+			}
+			if s.LiftEjection(ev.Worker, now) {
+				r.Released = true
+			}
 			r.applied(ev.Kind)
 		case PeerStored, PeerForget:
 			s.applyPeerStored(ev, now, &r)
@@ -488,6 +524,9 @@ func (s *State) dropPeer(id string) (released bool) {
 		released = true
 	}
 	delete(s.peers, id)
+	for _, v := range s.votes {
+		delete(v, id)
+	}
 	return released
 }
 
@@ -621,11 +660,18 @@ func (s *State) OwnLoad() []WorkerLoad {
 	return out
 }
 
-// applyPeerEjection ejects worker (of model) for d at now on a peer's word:
-// only a known worker of that model, when ejection is on here, it is not
-// ejected already and its pool's cap allows; d is capped at the local
-// maximum. It returns the ejection's end, or the reason it was refused.
-func (s *State) applyPeerEjection(id, model, reason string, d time.Duration, now time.Time) (time.Time, string) {
+// applyPeerEjection takes replica's word that worker id (of model) is to
+// be ejected for d at now. Only a known worker of that model, when
+// ejection is on here and it is not ejected already, and only with
+// evidence: a failure of this replica's own on it since its last answer,
+// or EjectionQuorum peers' ejections of it in force (this one's
+// included); then within its pool's cap and for at most the local
+// ejection's maximum. Without evidence the word is kept (until its end)
+// and the worker made suspect: the next request there is a trial, whose
+// failure ejects it at once (AttemptFailed) and whose success drops the
+// word (AttemptSucceeded). It returns the ejection's end, or the reason
+// it was not applied.
+func (s *State) applyPeerEjection(replica, id, model, reason string, d time.Duration, now time.Time) (time.Time, string) {
 	ec := s.cfg.Ejection
 	w, ok := s.workers[id]
 	switch {
@@ -633,13 +679,21 @@ func (s *State) applyPeerEjection(id, model, reason string, d time.Duration, now
 		return time.Time{}, DropUnknownWorker
 	case w.Model != model:
 		return time.Time{}, DropOtherModel
-	case ec.MaxPercent <= 0 || d <= 0 || s.ejected(id, now) || !s.ejectionRoom(w, now):
+	case ec.MaxPercent <= 0 || d <= 0 || s.ejected(id, now):
 		return time.Time{}, DropEjectionOff
 	}
 	if ec.Max > 0 {
 		d = min(d, ec.Max)
 	} else {
 		d = min(d, max(ec.Base, time.Second))
+	}
+	s.vote(id, replica, now.Add(d))
+	if h := s.health[id]; (h == nil || h.fails == 0) && s.liveVotes(id, now) < s.cfg.Sync.ejectionQuorum() {
+		s.counter(id).suspect = true
+		return time.Time{}, DropNoEvidence
+	}
+	if !s.ejectionRoom(w, now) {
+		return time.Time{}, DropEjectionOff
 	}
 	if s.health == nil {
 		s.health = map[string]*health{}
@@ -652,7 +706,50 @@ func (s *State) applyPeerEjection(id, model, reason string, d time.Duration, now
 	h.fails, h.reason, h.until = 0, reason, now.Add(d)
 	c := s.counter(id)
 	c.until, c.suspect = h.until, false
+	delete(s.votes, id)
 	return h.until, ""
+}
+
+// vote keeps replica's word that worker id is to be ejected until until.
+func (s *State) vote(id, replica string, until time.Time) {
+	if s.votes == nil {
+		s.votes = map[string]map[string]time.Time{}
+	}
+	v := s.votes[id]
+	if v == nil {
+		v = map[string]time.Time{}
+		s.votes[id] = v
+	}
+	v[replica] = until
+}
+
+// liveVotes counts the tracked peers whose word that worker id is to be
+// ejected is in force at now (dropping the others).
+func (s *State) liveVotes(id string, now time.Time) int {
+	v := s.votes[id]
+	for replica, until := range v {
+		if _, tracked := s.peers[replica]; !tracked || !now.Before(until) {
+			delete(v, replica)
+		}
+	}
+	if len(v) == 0 {
+		delete(s.votes, id)
+	}
+	return len(v)
+}
+
+// LiftEjection ends worker id's ejection at now (an operator's word,
+// through this replica or a peer): its passive-health record starts
+// afresh, and the peers' word waiting for evidence is dropped. It reports
+// whether the worker was ejected.
+func (s *State) LiftEjection(id string, now time.Time) (was bool) {
+	was = s.ejected(id, now)
+	delete(s.health, id)
+	if c := s.inflight[id]; c != nil {
+		c.until, c.suspect, c.trials = time.Time{}, false, 0
+	}
+	delete(s.votes, id)
+	return was
 }
 
 // MakeSnapshot is the router's view at now for a peer's warm start, whole

@@ -25,6 +25,7 @@ func (r *recorder) Released(worker string) { r.events = append(r.events, "releas
 func (r *recorder) Ejected(worker, model, reason string, until time.Time) {
 	r.events = append(r.events, fmt.Sprintf("eject %s %s %s %s", worker, model, reason, until.Sub(now)))
 }
+func (r *recorder) Lifted(worker string)  { r.events = append(r.events, "lift "+worker) }
 func (r *recorder) Tick(tr TickReport)    { r.events = append(r.events, fmt.Sprint("load ", tr.Own)) }
 func (r *recorder) Applied(a PeerApplied) { r.applied = append(r.applied, a) }
 
@@ -299,30 +300,64 @@ func TestSyncTellsOwnDecisions(t *testing.T) {
 }
 
 func TestSyncPeerEjection(t *testing.T) {
+	eject := func(replica, worker string, d time.Duration) *PeerBatch {
+		return &PeerBatch{Replica: replica, Events: []PeerEvent{{Kind: PeerEject, Model: "m", Worker: worker, Reason: "refused", For: d}}}
+	}
 	tests := []struct {
 		name    string
-		ev      PeerEvent
-		pre     func(s *State)
+		run     func(s *State) PeerApplied // the last ejection's
 		ejected bool
 		until   time.Duration
+		suspect bool
 	}{
-		{"ejected for what the peer says", PeerEvent{Kind: PeerEject, Model: "m", Worker: "a", Reason: "refused", For: 10 * time.Second}, nil, true, 10 * time.Second},
-		{"at most the local maximum", PeerEvent{Kind: PeerEject, Model: "m", Worker: "a", Reason: "refused", For: time.Hour}, nil, true, 25 * time.Second},
-		{"within the pool's cap", PeerEvent{Kind: PeerEject, Model: "m", Worker: "a", For: 10 * time.Second}, func(s *State) {
-			s.ApplyPeer(&PeerBatch{Replica: "r2", Events: []PeerEvent{{Kind: PeerEject, Model: "m", Worker: "b", For: time.Second}}}, now)
-		}, false, 0},
-		{"not another model's worker", PeerEvent{Kind: PeerEject, Model: "x", Worker: "a", For: 10 * time.Second}, nil, false, 0},
-		{"not with ejection off", PeerEvent{Kind: PeerEject, Model: "m", Worker: "a", For: 10 * time.Second}, func(s *State) { s.cfg.Ejection.MaxPercent = 0 }, false, 0},
+		{"one peer's word alone: suspect, not ejected", func(s *State) PeerApplied {
+			return s.ApplyPeer(eject("r2", "a", 10*time.Second), now)
+		}, false, 0, true},
+		{"with a failure of the replica's own", func(s *State) PeerApplied {
+			s.AttemptFailed("a", "reset", now)
+			return s.ApplyPeer(eject("r2", "a", 10*time.Second), now)
+		}, true, 10 * time.Second, false},
+		{"with a quorum of two peers", func(s *State) PeerApplied {
+			s.ApplyPeer(eject("r2", "a", 10*time.Second), now)
+			return s.ApplyPeer(eject("r3", "a", 20*time.Second), now)
+		}, true, 20 * time.Second, false},
+		{"a peer's word twice is one word", func(s *State) PeerApplied {
+			s.ApplyPeer(eject("r2", "a", 10*time.Second), now)
+			return s.ApplyPeer(eject("r2", "a", 10*time.Second), now)
+		}, false, 0, true},
+		{"a word past its end counts no more", func(s *State) PeerApplied {
+			s.ApplyPeer(eject("r2", "a", 10*time.Second), now)
+			return s.ApplyPeer(eject("r3", "a", 10*time.Second), now.Add(10*time.Second))
+		}, false, 0, true},
+		{"at most the local maximum", func(s *State) PeerApplied {
+			s.AttemptFailed("a", "reset", now)
+			return s.ApplyPeer(eject("r2", "a", time.Hour), now)
+		}, true, 25 * time.Second, false},
+		{"within the pool's cap", func(s *State) PeerApplied {
+			for range 3 {
+				s.AttemptFailed("b", "reset", now)
+			}
+			s.AttemptFailed("a", "reset", now)
+			return s.ApplyPeer(eject("r2", "a", 10*time.Second), now)
+		}, false, 0, true},
+		{"not another model's worker", func(s *State) PeerApplied {
+			s.AttemptFailed("a", "reset", now)
+			return s.ApplyPeer(&PeerBatch{Replica: "r2", Events: []PeerEvent{{Kind: PeerEject, Model: "x", Worker: "a", For: 10 * time.Second}}}, now)
+		}, false, 0, true},
+		{"not with ejection off", func(s *State) PeerApplied {
+			s.cfg.Ejection.MaxPercent = 0
+			return s.ApplyPeer(eject("r2", "a", 10*time.Second), now)
+		}, false, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, _ := syncState(t, policy.NameLeastOutstanding, SyncConfig{}, "a", "b")
-			if tt.pre != nil {
-				tt.pre(s)
-			}
-			r := s.ApplyPeer(&PeerBatch{Replica: "r2", Events: []PeerEvent{tt.ev}}, now)
+			r := tt.run(s)
 			if got := s.ejected("a", now); got != tt.ejected {
 				t.Fatalf("ejected %v, want %v (%+v)", got, tt.ejected, r)
+			}
+			if got := s.inflight["a"].suspect; got != tt.suspect {
+				t.Fatalf("suspect %v, want %v", got, tt.suspect)
 			}
 			if tt.ejected {
 				if len(r.Ejected) != 1 || r.Ejected[0].Sub(now) != tt.until {
@@ -334,6 +369,35 @@ func TestSyncPeerEjection(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSyncPeerEjectionTrial: a worker a peer alone ejected is suspect: the
+// next request there is a trial whose failure ejects it at once, and
+// whose success drops the peer's word.
+func TestSyncPeerEjectionTrial(t *testing.T) {
+	word := &PeerBatch{Replica: "r2", Events: []PeerEvent{{Kind: PeerEject, Model: "m", Worker: "a", Reason: "refused", For: 10 * time.Second}}}
+	t.Run("a failure ejects", func(t *testing.T) {
+		s, rec := syncState(t, policy.NameLeastOutstanding, SyncConfig{}, "a", "b")
+		s.ApplyPeer(word, now)
+		e := s.AttemptFailed("a", "reset", now) // 3 in a row eject without the word
+		if !e.Ejected || !s.ejected("a", now) || e.Until.Sub(now) != testEjection.Base {
+			t.Fatalf("after one failure with the peer's word: %+v, want ejected for one base time", e)
+		}
+		if !slices.Contains(rec.events, "eject a m reset 10s") {
+			t.Fatalf("the ejection was not told to the peers: %q", rec.events)
+		}
+	})
+	t.Run("a success drops the word", func(t *testing.T) {
+		s, _ := syncState(t, policy.NameLeastOutstanding, SyncConfig{}, "a", "b")
+		s.ApplyPeer(word, now)
+		s.AttemptSucceeded("a")
+		if e := s.AttemptFailed("a", "reset", now); e.Ejected {
+			t.Fatal("one failure after a success ejected: the peer's word was kept")
+		}
+		if r := s.ApplyPeer(&PeerBatch{Replica: "r3", Events: word.Events}, now); len(r.Ejected) != 1 {
+			t.Fatal("a second peer's word with a failure of the replica's own did not eject")
+		}
+	})
 }
 
 func TestSyncSnapshotWarmsAReplica(t *testing.T) {
@@ -354,8 +418,9 @@ func TestSyncSnapshotWarmsAReplica(t *testing.T) {
 	}
 	dst, _ := syncState(t, policy.NameCacheAware, SyncConfig{}, "a", "b", "c")
 	dst.ApplySnapshot("r1", snap, now)
-	if dst.PeerInFlight("a") != 1 || !dst.ejected("b", now) {
-		t.Fatalf("warm view: a peer in flight %d, b ejected %v", dst.PeerInFlight("a"), dst.ejected("b", now))
+	// One peer's ejection is its word, not evidence: b is suspect.
+	if dst.PeerInFlight("a") != 1 || dst.ejected("b", now) || !dst.inflight["b"].suspect {
+		t.Fatalf("warm view: a peer in flight %d, b ejected %v suspect %v", dst.PeerInFlight("a"), dst.ejected("b", now), dst.inflight["b"].suspect)
 	}
 	dst.ApplyPeer(&PeerBatch{Replica: "r1", Events: []PeerEvent{{Kind: PeerRelease, Worker: "a"}}}, now)
 	if tg, _ := dst.Pick(&Request{Model: "m", Prompt: prompt + "more"}, now); tg.Worker.ID != "a" || tg.MatchedTokens == 0 {

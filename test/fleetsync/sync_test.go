@@ -208,43 +208,56 @@ func TestSyncNATSDownKeepsServing(t *testing.T) {
 	}
 }
 
+// TestSyncSharesEjection: an ejection is shared with evidence. A ejects a
+// dead engine on its own failure; B takes A's word as a suspicion, tries
+// the engine once and ejects it on that failure; C, with the word of two
+// peers (ejection_quorum 2), ejects it without trying it.
 func TestSyncSharesEjection(t *testing.T) {
 	// Ejections last a minute, so a slow machine cannot see one expire
-	// before B is asked.
-	f := newTweakedFleet(t, cluster.StartNATS(t), "least_outstanding", 2, engineConfigs(2, 0), func(g *config.Gateway) {
+	// before C is asked.
+	f := newTweakedFleet(t, cluster.StartNATS(t), "least_outstanding", 3, engineConfigs(2, 0), func(g *config.Gateway) {
 		g.Ejection.BaseTime = config.D(time.Minute)
 	})
 	if err := f.Engines[0].SetFaults(enginesim.Faults{Refuse: true}); err != nil {
 		t.Fatal(err)
 	}
-	// w1 holds its answers for a while, so A's second request finds it
-	// busy and tries w0, whichever worker A's tie-break put first: w0
-	// refuses, A ejects it and fails over to w1.
+	// w1 holds its answers for a while, so a replica's second request
+	// finds it busy and tries w0, whichever worker its tie-break put
+	// first: w0 refuses, the replica ejects it and fails over to w1.
 	if err := f.Engines[1].SetFaults(enginesim.Faults{StallMS: 500}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	first := make(chan cluster.Reply, 1)
-	go func() { first <- f.complete(ctx, 0, "hello", 2) }()
-	f.WaitWorker(0, "w1", func(w router.WorkerView) bool { return w.InFlight > 0 }, "busy on A")
-	for _, r := range []cluster.Reply{f.complete(ctx, 0, "hello", 2), <-first} {
-		if r.Err != nil || r.Status != 200 || r.Route() != "w1" {
-			t.Fatalf("A: %d %v %q, want 200 from w1", r.Status, r.Err, r.Route())
+	for i, who := range []string{"A", "B"} {
+		first := make(chan cluster.Reply, 1)
+		go func() { first <- f.complete(ctx, i, "hello", 2) }()
+		f.WaitWorker(i, "w1", func(w router.WorkerView) bool { return w.InFlight > 0 }, "busy")
+		for _, r := range []cluster.Reply{f.complete(ctx, i, "hello", 2), <-first} {
+			if r.Err != nil || r.Status != 200 || r.Route() != "w1" {
+				t.Fatalf("%s: %d %v %q, want 200 from w1", who, r.Status, r.Err, r.Route())
+			}
+		}
+		f.WaitWorker(i, "w0", func(w router.WorkerView) bool { return !w.EjectedUntil.IsZero() }, "ejected")
+		if n := f.Metric(i, "tlgate_failovers_total"); n > 1 {
+			t.Fatalf("%s failed over %v times, want at most one failure of its own", who, n)
 		}
 	}
 	if err := f.Engines[1].SetFaults(enginesim.Faults{}); err != nil {
 		t.Fatal(err)
 	}
-	f.WaitWorker(0, "w0", func(w router.WorkerView) bool { return !w.EjectedUntil.IsZero() }, "ejected on A")
-	f.WaitWorker(1, "w0", func(w router.WorkerView) bool { return !w.EjectedUntil.IsZero() }, "ejected on B by A's word")
+	// B took A's word alone as no evidence.
+	if n := f.Metric(1, "tlgate_sync_messages_dropped_total", "kind", "eject", "reason", "no_evidence"); n < 1 {
+		t.Fatalf("B counted %v ejections without evidence, want A's", n)
+	}
+	f.WaitWorker(2, "w0", func(w router.WorkerView) bool { return !w.EjectedUntil.IsZero() }, "ejected on C by A's and B's word")
 	for range 4 {
-		if r := f.complete(ctx, 1, "hello", 2); r.Err != nil || r.Status != 200 || r.Route() != "w1" {
-			t.Fatalf("B: %d %v %q, want 200 from w1", r.Status, r.Err, r.Route())
+		if r := f.complete(ctx, 2, "hello", 2); r.Err != nil || r.Status != 200 || r.Route() != "w1" {
+			t.Fatalf("C: %d %v %q, want 200 from w1", r.Status, r.Err, r.Route())
 		}
 	}
-	if n := f.Metric(1, "tlgate_failovers_total"); n > 0 {
-		t.Fatalf("B failed over %v times: it tried the engine A had ejected", n)
+	if n := f.Metric(2, "tlgate_failovers_total"); n > 0 {
+		t.Fatalf("C failed over %v times: it tried the engine two peers had ejected", n)
 	}
 }
 

@@ -28,6 +28,7 @@ const (
 	DefaultSyncMaxPeers        = 32
 	DefaultSyncMaxPeerInFlight = 256
 	DefaultSyncPeerClaimMargin = 8
+	DefaultSyncEjectionQuorum  = 2
 	DefaultSyncSnapshotTimeout = 2 * time.Second
 	DefaultSyncConnectTimeout  = 2 * time.Second
 	DefaultSyncReconnectWait   = 500 * time.Millisecond
@@ -93,6 +94,9 @@ type Sync struct {
 	// one replica may claim on one worker.
 	MaxPeers        int `toml:"max_peers"`
 	MaxPeerInFlight int `toml:"max_peer_in_flight"`
+	// EjectionQuorum is how many peers' ejections of a worker, in force,
+	// eject it here without a failure of this replica's own there.
+	EjectionQuorum int `toml:"ejection_quorum"`
 	// PeerClaimMargin is how many of the peers' requests picked since an
 	// engine's last report count on it beyond what the report shows.
 	PeerClaimMargin int `toml:"peer_claim_margin"`
@@ -138,6 +142,7 @@ func defaultSync() Sync {
 		MaxMessageBytes: DefaultSyncMaxMessageBytes, PeerRate: DefaultSyncPeerRate,
 		LoadInterval: D(DefaultSyncLoadInterval), PeerTimeout: D(DefaultSyncPeerTimeout), StaleAfter: D(DefaultSyncStaleAfter),
 		MaxPeers: DefaultSyncMaxPeers, MaxPeerInFlight: DefaultSyncMaxPeerInFlight, PeerClaimMargin: DefaultSyncPeerClaimMargin,
+		EjectionQuorum:  DefaultSyncEjectionQuorum,
 		SnapshotTimeout: D(DefaultSyncSnapshotTimeout), SnapshotChunks: DefaultSyncSnapshotChunks,
 		ConnectTimeout: D(DefaultSyncConnectTimeout), ReconnectWait: D(DefaultSyncReconnectWait),
 	}
@@ -224,6 +229,7 @@ func (v *checker) sync(s *Sync) {
 		{"max_batch_bytes", s.MaxBatchBytes, 1024, 64 << 20}, {"max_queue", s.MaxQueue, 1, 1 << 20},
 		{"max_message_bytes", s.MaxMessageBytes, 1024, 64 << 20}, {"max_peers", s.MaxPeers, 1, 1024},
 		{"max_peer_in_flight", s.MaxPeerInFlight, 1, 1 << 20}, {"peer_claim_margin", s.PeerClaimMargin, 0, 1 << 20},
+		{"ejection_quorum", s.EjectionQuorum, 1, 1024},
 		{"snapshot_chunks", s.SnapshotChunks, 0, 1 << 20},
 	}
 	for _, k := range ints {

@@ -22,6 +22,7 @@ import (
 // A replica sends a pick's hashes in an index event beside it (n is 0 in
 // its picks); a pick with hashes is indexed alike.
 //	release  = worker:str
+//	lift     = worker:str
 //	load     = n:uvarint (worker:str count:uvarint)*n
 //	eject    = model:str worker:str reason:str for_ms:uvarint
 //	stored   = id:str worker:str ttl_ms:uvarint
@@ -102,7 +103,7 @@ func (w *writer) chunkBytes(n int) { w.bounded(int64(n), MaxChunkBytes) }
 // knownKind reports whether the codec can write an event of kind k.
 func knownKind(k router.PeerEventKind) bool {
 	switch k {
-	case router.PeerPick, router.PeerIndex, router.PeerRelease, router.PeerLoad, router.PeerEject, router.PeerStored, router.PeerForget:
+	case router.PeerPick, router.PeerIndex, router.PeerRelease, router.PeerLoad, router.PeerEject, router.PeerStored, router.PeerForget, router.PeerLift:
 		return true
 	}
 	return false
@@ -116,7 +117,7 @@ func appendEvent(w *writer, ev *router.PeerEvent) {
 		w.str(ev.Model)
 		w.str(ev.Worker)
 		w.hashes(ev.Hashes)
-	case router.PeerRelease:
+	case router.PeerRelease, router.PeerLift:
 		w.str(ev.Worker)
 	case router.PeerLoad:
 		ls := ev.Loads[:min(len(ev.Loads), MaxLoads)]
@@ -338,7 +339,7 @@ func DecodeBatch(data []byte) (*router.PeerBatch, error) {
 		case router.PeerPick, router.PeerIndex:
 			ev.Model, ev.Worker = r.str("model"), r.str("worker")
 			ev.Hashes = r.hashes()
-		case router.PeerRelease:
+		case router.PeerRelease, router.PeerLift:
 			ev.Worker = r.str("worker")
 		case router.PeerLoad:
 			m := r.count(MaxLoads, 2, "loads")

@@ -24,6 +24,7 @@ func sampleBatch() *router.PeerBatch {
 		{Kind: router.PeerStored, ID: "resp_0123456789abcdef", Worker: "a", For: time.Hour},
 		{Kind: router.PeerForget, ID: "resp_fedcba9876543210"},
 		{Kind: router.PeerIndex, Model: "smol-v3", Worker: "b", Hashes: []uint64{3, 4}},
+		{Kind: router.PeerLift, Worker: "b"},
 	}}
 }
 

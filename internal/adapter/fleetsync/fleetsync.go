@@ -147,6 +147,11 @@ func (c *Client) Ejected(worker, model, reason string, until time.Time) {
 	c.enqueue(router.PeerEvent{Kind: router.PeerEject, Worker: worker, Model: model, Reason: reason, For: time.Until(until)})
 }
 
+// Lifted implements router.Syncer.
+func (c *Client) Lifted(worker string) {
+	c.enqueue(router.PeerEvent{Kind: router.PeerLift, Worker: worker})
+}
+
 // Stored tells the peers that worker stores the Responses API response
 // id, for ttl from now. An id over MaxString is not told (counted as
 // dropped, oversized): a peer would refuse it.

@@ -18,6 +18,7 @@ const (
 	SyncStored   = "stored"
 	SyncForget   = "forget"
 	SyncIndex    = "index"
+	SyncLift     = "lift"
 	SyncBatch    = "batch"
 	SyncSnapshot = "snapshot"
 )
@@ -52,6 +53,10 @@ const (
 	SyncDropBacklog = "backlog"
 	// SyncDropUnasked: a snapshot that came when no warm start waited.
 	SyncDropUnasked = "unasked"
+	// SyncDropNoEvidence: a peer's ejection of a worker this replica saw
+	// no failure of, too few peers reporting it: the worker is suspect
+	// here, not ejected.
+	SyncDropNoEvidence = "no_evidence"
 )
 
 // Outcomes of a warm start's snapshot request: the outcome label of
@@ -64,10 +69,10 @@ const (
 )
 
 var (
-	syncKinds       = fixedSet{SyncPick, SyncRelease, SyncLoad, SyncEject, SyncStored, SyncForget, SyncIndex, SyncBatch, SyncSnapshot}
+	syncKinds       = fixedSet{SyncPick, SyncRelease, SyncLoad, SyncEject, SyncStored, SyncForget, SyncIndex, SyncLift, SyncBatch, SyncSnapshot}
 	syncDropReasons = fixedSet{SyncDropMalformed, SyncDropOversized, SyncDropStale, SyncDropDuplicateID, SyncDropRate, SyncDropQueueFull,
 		SyncDropDisconnected, SyncDropSlowConsumer, SyncDropUnknownWorker, SyncDropOtherModel, SyncDropTooManyPeers, SyncDropCapped,
-		SyncDropChunkBytes, SyncDropUnknownKind, SyncDropEjection, SyncDropInvalid, SyncDropSpoofed, SyncDropBacklog, SyncDropUnasked}
+		SyncDropChunkBytes, SyncDropUnknownKind, SyncDropEjection, SyncDropInvalid, SyncDropSpoofed, SyncDropBacklog, SyncDropUnasked, SyncDropNoEvidence}
 	snapshotOutcomes = fixedSet{SnapshotApplied, SnapshotNone, SnapshotFailed, SnapshotServed}
 )
 

@@ -7,6 +7,7 @@
 //	PUT  /admin/v1/routes                  If-Match required; 200 with the new body and ETag
 //	POST /admin/v1/models/{model}:drain    202 {"model":...,"drained":[...],"workers":n}
 //	POST /admin/v1/models/{model}:resume   202 {"model":...,"resumed":[...],"workers":n}
+//	POST /admin/v1/workers/{id}:lift-ejection  200 {"worker":...,"lifted":bool,"fleet":bool}
 //	GET  /admin/v1/traffic                 the last 15 minutes per model (when Deps.Traffic is set)
 //
 // Errors are OpenAI-shaped: 400 invalid_routes (param names the bad
@@ -170,6 +171,7 @@ func New(d Deps) http.Handler {
 	// ServeMux cannot match "{model}:drain" inside one segment: match the
 	// rest of the path (model ids may hold '/') and split at the last ':'.
 	mux.HandleFunc("POST /admin/v1/models/{target...}", h.drain)
+	mux.HandleFunc("POST /admin/v1/workers/{target...}", h.liftEjection)
 	if d.Traffic != nil {
 		mux.HandleFunc("GET /admin/v1/traffic", func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, d.Traffic.Snapshot())
@@ -179,6 +181,7 @@ func New(d Deps) http.Handler {
 	mux.Handle("/admin/v1/workers", openai.MethodNotAllowed("GET, HEAD"))
 	mux.Handle("/admin/v1/routes", openai.MethodNotAllowed("GET, HEAD, PUT"))
 	mux.Handle("/admin/v1/models/", openai.MethodNotAllowed("POST"))
+	mux.Handle("/admin/v1/workers/", openai.MethodNotAllowed("POST"))
 	mux.HandleFunc("/admin/v1/", func(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("No admin endpoint %s %s.", echo.Clip(r.Method), echo.Clip(r.URL.Path)), nil)
 	})

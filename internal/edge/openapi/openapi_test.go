@@ -24,7 +24,7 @@ func TestDocumentIsValidOpenAPI31(t *testing.T) {
 		t.Fatalf("validate: %v", err)
 	}
 	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/{model}",
-		"/admin/v1/workers", "/admin/v1/routes", "/admin/v1/models/{model}:drain", "/admin/v1/models/{model}:resume", "/admin/v1/traffic",
+		"/admin/v1/workers", "/admin/v1/routes", "/admin/v1/models/{model}:drain", "/admin/v1/models/{model}:resume", "/admin/v1/workers/{worker}:lift-ejection", "/admin/v1/traffic",
 		"/healthz", "/readyz", "/metrics", "/openapi.json"} {
 		if doc.Paths.Find(p) == nil {
 			t.Errorf("path %s is not documented", p)

@@ -43,7 +43,7 @@ func (g *Gateway) newSync(gw *config.Gateway, reg prometheus.Registerer, log zer
 		margin = -1 // none: the router's zero is its default
 	}
 	rcfg.Sync = router.SyncConfig{
-		Syncer: g.sync, MaxPeers: s.MaxPeers, Listed: s.Peers, MaxPeerInFlight: s.MaxPeerInFlight, ClaimMargin: margin,
+		Syncer: g.sync, MaxPeers: s.MaxPeers, Listed: s.Peers, MaxPeerInFlight: s.MaxPeerInFlight, ClaimMargin: margin, EjectionQuorum: s.EjectionQuorum,
 		PeerTimeout: s.PeerTimeout.Duration, Stored: stored, TieSalt: tieSalt(),
 	}
 	// Stopped after the HTTP server's drain (stops run in reverse), so the

@@ -1,6 +1,6 @@
 // Package tlctl is the admin command line of tlgate: it lists the workers,
-// gets and puts the route table with its ETag, and drains and resumes
-// models, over the gateway's admin API. cmd/tlctl is its main; the logic
+// gets and puts the route table with its ETag, drains and resumes models,
+// and lifts a worker's ejection, over the gateway's admin API. cmd/tlctl is its main; the logic
 // lives here so tests can run it against a real gateway in-process.
 //
 //	tlctl [flags] workers
@@ -8,6 +8,7 @@
 //	tlctl [flags] routes put -f FILE [-etag ETAG]
 //	tlctl [flags] drain MODEL
 //	tlctl [flags] resume MODEL
+//	tlctl [flags] lift WORKER
 //
 // TLGATE_URL and TLGATE_KEY give the gateway's address and the admin key;
 // -url overrides the address and -key-file FILE the key (read from FILE). A
@@ -101,6 +102,7 @@ Commands:
   routes put -f FILE [-etag ETAG]   replace the table; If-Match is ETAG or FILE.etag
   drain MODEL                       stop routing to MODEL's workers
   resume MODEL                      route to MODEL's workers again
+  lift WORKER                       end WORKER's ejection (every replica, with fleet sync)
 
 Environment: TLGATE_URL (default ` + DefaultURL + `), TLGATE_KEY (an admin key;
 -key-file FILE reads it from FILE instead). The key is never given on the
@@ -176,6 +178,11 @@ func run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) 
 			return fmt.Errorf("%w: %s MODEL", ErrUsage, cmd)
 		}
 		return c.drain(ctx, cmd, rest[0])
+	case "lift":
+		if len(rest) != 1 || rest[0] == "" {
+			return fmt.Errorf("%w: lift WORKER", ErrUsage)
+		}
+		return c.lift(ctx, rest[0])
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -542,6 +549,36 @@ func (c *client) drain(ctx context.Context, action, model string) error {
 		models, verb = body.Resumed, "resumed"
 	}
 	fmt.Fprintf(c.out, "%s %s: served models %s, %d worker(s)\n", verb, body.Model, dash(strings.Join(models, ", ")), body.Workers)
+	return nil
+}
+
+// lift ends worker's ejection through the gateway (and, with fleet sync,
+// on every replica).
+func (c *client) lift(ctx context.Context, worker string) error {
+	b, _, err := c.call(ctx, http.MethodPost, "/admin/v1/workers/"+url.PathEscape(worker)+":lift-ejection", nil, nil, http.StatusOK)
+	if err != nil {
+		return err
+	}
+	if c.output == "json" {
+		return writeAll(c.out, b)
+	}
+	var body struct {
+		Worker string `json:"worker"`
+		Lifted bool   `json:"lifted"`
+		Fleet  bool   `json:"fleet"`
+	}
+	if err := json.Unmarshal(b, &body); err != nil {
+		return fmt.Errorf("lift: the gateway's answer is not a lift result: %w", err)
+	}
+	here := "was not ejected on this replica"
+	if body.Lifted {
+		here = "ejection lifted on this replica"
+	}
+	fleet := "; fleet sync is off: the other replicas keep theirs"
+	if body.Fleet {
+		fleet = "; the other replicas were told to lift theirs"
+	}
+	fmt.Fprintf(c.out, "%s: %s%s\n", body.Worker, here, fleet)
 	return nil
 }
 
