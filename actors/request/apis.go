@@ -123,11 +123,11 @@ func (a *requestActor) pinStored(ctx actor.Context) bool {
 	var w string
 	ok := false
 	if a.d.Stored != nil {
-		w, ok = a.d.Stored.Worker(id, time.Now())
+		w, ok = a.d.Stored.Worker(id, a.ex.KeyName, time.Now())
 	}
 	if !ok {
 		a.finish(ctx, Outcome{Status: http.StatusNotFound, Code: CodeResponseNotFound,
-			Message: fmt.Sprintf("Response %q is not known to the gateway: it was not produced through it, or its record expired.", id)})
+			Message: fmt.Sprintf("Response %q is not known to the gateway for this API key: it was not produced through it with this key, or its record expired.", id)})
 		return false
 	}
 	a.pin = w
@@ -177,7 +177,7 @@ func (a *requestActor) remember(resp *proxy.Response) {
 	default:
 		if a.ex.Req.Store {
 			if id := gjson.GetBytes(resp.Body, "id"); id.Type == gjson.String && id.Str != "" {
-				a.d.Stored.Put(id.Str, a.target.Worker.ID, time.Now())
+				a.d.Stored.Put(id.Str, a.target.Worker.ID, a.ex.KeyName, time.Now())
 			}
 		}
 	}
@@ -190,6 +190,6 @@ func (a *requestActor) rememberStreamed(r proxy.Result) {
 		return
 	}
 	if id := a.sniff.ResponseID(); id != "" {
-		a.d.Stored.Put(id, a.target.Worker.ID, time.Now())
+		a.d.Stored.Put(id, a.target.Worker.ID, a.ex.KeyName, time.Now())
 	}
 }

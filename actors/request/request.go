@@ -172,10 +172,12 @@ type Deps struct {
 	OnTokenCache    func(result string)
 }
 
-// StoredResponses maps stored response ids to the worker that holds them.
+// StoredResponses maps stored response ids to the worker that holds them
+// and the API key (its name) that owns them: Worker finds only a key's
+// own.
 type StoredResponses interface {
-	Put(id, worker string, now time.Time)
-	Worker(id string, now time.Time) (string, bool)
+	Put(id, worker, key string, now time.Time)
+	Worker(id, key string, now time.Time) (string, bool)
 	Forget(id string)
 }
 

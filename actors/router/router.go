@@ -171,6 +171,8 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		if m.Snapshot != nil {
 			a.applied(ctx, st.ApplySnapshot(m.Replica, m.Snapshot, time.Now()))
 		}
+	case *ApplyStored:
+		a.applied(ctx, st.ApplyStored(m.Replica, m.Stored, time.Now()))
 	case *SyncTick:
 		if st.ExpirePeers(time.Now()) {
 			a.dispatch(ctx)

@@ -191,9 +191,10 @@ type State struct {
 	peers        map[string]*peerState
 	known        map[string]time.Time
 	pendingIndex map[string]pendingEntry
-	// pendingStored are a snapshot's stored responses waiting for their
-	// workers (stored.go), by worker.
-	pendingStored map[string][]pendingStored
+	// pendingStored are peers' stored responses waiting for their workers
+	// (stored.go), by worker; pendingStoredN counts them.
+	pendingStored  map[string][]pendingStored
+	pendingStoredN int
 }
 
 // NewState returns a router state with the given table and epoch.

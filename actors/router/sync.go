@@ -220,7 +220,8 @@ type PeerEvent struct {
 	Loads  []WorkerLoad // PeerLoad
 	Reason string       // PeerEject
 	For    time.Duration
-	ID     string // PeerStored, PeerForget: the stored response's id
+	ID     string // PeerStored, PeerForget: the stored response's id's digest (sticky.Digest)
+	Owner  string // PeerStored: its owner's tag (sticky.OwnerTag)
 }
 
 // PeerBatch is a decoded batch of another replica's events.
@@ -251,15 +252,13 @@ type SyncTick struct{}
 type SyncSnapshot struct{ MaxChunks, MaxBytes int }
 
 // Snapshot is the view a starting replica warms up with: the prefix index,
-// this replica's in-flight counts, the ejections in force and the stored
-// responses' workers (added by the Syncer's side: the router's snapshot
-// holds none).
+// the answering replica's in-flight counts and the ejections in force
+// (its stored responses come apart: ApplyStored).
 type Snapshot struct {
 	ChunkBytes int
 	Index      []SnapshotEntry
 	InFlight   []WorkerLoad
 	Ejections  []SnapshotEjection
-	Stored     []SnapshotStored
 }
 
 // SnapshotEntry is one worker's indexed chunk hashes, most recent first.
@@ -426,7 +425,7 @@ func (s *State) ApplyPeer(b *PeerBatch, now time.Time) PeerApplied {
 			}
 			r.applied(ev.Kind)
 		case PeerStored, PeerForget:
-			s.applyPeerStored(ev, now, &r)
+			s.applyPeerStored(b.Replica, ev, now, &r)
 		default:
 			r.drop(ev.Kind, DropUnknownKind)
 		}
@@ -846,8 +845,7 @@ func (s *State) FillSnapshot(job *SnapshotJob, maxHashes int) (done bool) {
 // ApplySnapshot applies replica's snapshot at now: its index as its
 // peers' share of each worker (every chunk, up to the worker's capacity,
 // whatever the index holds already: prefixindex.ImportPeer), its in-flight
-// counts as its load report, its ejections as its ejections, its stored
-// responses as its reports of them. The index entries of workers not known
+// counts as its load report, its ejections as its ejections. The index entries of workers not known
 // yet (a starting replica hears the engines' first heartbeats within an
 // interval) wait for them, for PeerTimeout at most (ExpirePending drops
 // them after).
@@ -861,7 +859,6 @@ func (s *State) ApplySnapshot(replica string, snap *Snapshot, now time.Time) Pee
 	if r.Refused {
 		return r
 	}
-	s.applySnapshotStored(snap.Stored, now, &r)
 	if s.prefix == nil || len(snap.Index) == 0 {
 		return r
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/routing/sticky"
 )
 
 // The wire format is compact binary, little-endian, every count and length
@@ -25,22 +26,29 @@ import (
 //	lift     = worker:str
 //	load     = n:uvarint (worker:str count:uvarint)*n
 //	eject    = model:str worker:str reason:str for_ms:uvarint
-//	stored   = id:str worker:str ttl_ms:uvarint
-//	forget   = id:str
+//	stored   = id:digest owner:digest worker:str ttl_ms:uvarint
+//	forget   = id:digest
 //	snapshot = 'S' version replica:str chunk_bytes:uvarint
 //	           n:uvarint (model:str worker:str m:uvarint hash:u64*m)*n
 //	           n:uvarint (worker:str count:uvarint)*n
 //	           n:uvarint (worker:str model:str reason:str for_ms:uvarint)*n
-//	           n:uvarint (id:str worker:str ttl_ms:uvarint)*n
+//	records  = 'R' version replica:str
+//	           n:uvarint (id:digest owner:digest worker:str ttl_ms:uvarint)*n
 //	str      = len:uvarint byte*len (len <= MaxString)
+//	digest   = byte*DigestBytes (a stored response's id and owner are
+//	           digests, sticky.Digest and sticky.OwnerTag: never in clear)
 //
 // Anything else, or bytes left over, is malformed.
 
 const (
 	magicBatch    = 'B'
 	magicSnapshot = 'S'
-	version       = 1
+	magicRecords  = 'R'
+	version       = 2
 )
+
+// DigestBytes is the length of a stored response's id and owner digests.
+const DigestBytes = sticky.DigestBytes
 
 // Bounds of a decoded message.
 const (
@@ -83,6 +91,13 @@ func (w *writer) str(s string) {
 	}
 	w.uvarint(uint64(len(s)))
 	w.b = append(w.b, s...)
+}
+
+// digest writes exactly DigestBytes of d (cut, or padded with zeros).
+func (w *writer) digest(d string) {
+	var b [DigestBytes]byte
+	copy(b[:], d)
+	w.b = append(w.b, b[:]...)
 }
 
 func (w *writer) hashes(hs []uint64) {
@@ -132,18 +147,19 @@ func appendEvent(w *writer, ev *router.PeerEvent) {
 		w.str(ev.Reason)
 		w.forMs(ev.For)
 	case router.PeerStored:
-		w.str(ev.ID)
+		w.digest(ev.ID)
+		w.digest(ev.Owner)
 		w.str(ev.Worker)
 		w.ttlMs(ev.For)
 	case router.PeerForget:
-		w.str(ev.ID)
+		w.digest(ev.ID)
 	}
 }
 
 // eventSize is an upper bound of an event's encoded size.
 func eventSize(ev *router.PeerEvent) int {
 	n := 1 + 5*binary.MaxVarintLen64 // kind, string lengths, counts
-	n += len(ev.Model) + len(ev.Worker) + len(ev.Reason) + len(ev.ID) + 8*len(ev.Hashes) + binary.MaxVarintLen64
+	n += len(ev.Model) + len(ev.Worker) + len(ev.Reason) + 2*DigestBytes + 8*len(ev.Hashes) + binary.MaxVarintLen64
 	for _, l := range ev.Loads {
 		n += len(l.Worker) + 2*binary.MaxVarintLen64
 	}
@@ -202,15 +218,27 @@ func EncodeSnapshot(dst []byte, replica string, s *router.Snapshot) []byte {
 		w.str(e.Reason)
 		w.forMs(e.For)
 	}
-	stored := s.Stored[:min(len(s.Stored), router.MaxSnapshotStored)]
-	w.uvarint(uint64(len(stored)))
-	for _, e := range stored {
-		w.str(e.ID)
+	return w.b
+}
+
+// EncodeRecords encodes the stored responses replica relayed itself,
+// cut to router.MaxSnapshotStored.
+func EncodeRecords(dst []byte, replica string, rs []router.StoredRecord) []byte {
+	w := &writer{b: append(dst, magicRecords, version)}
+	w.str(replica)
+	rs = rs[:min(len(rs), router.MaxSnapshotStored)]
+	w.uvarint(uint64(len(rs)))
+	for _, e := range rs {
+		w.digest(e.ID)
+		w.digest(e.Owner)
 		w.str(e.Worker)
 		w.ttlMs(e.For)
 	}
 	return w.b
 }
+
+// recordBytes bounds a stored response's encoded size beside its worker.
+const recordBytes = 2*DigestBytes + 2*binary.MaxVarintLen32
 
 type reader struct {
 	b   []byte
@@ -283,6 +311,16 @@ func (r *reader) count(limit uint64, minSize int, what string) int {
 	return int(n)
 }
 
+func (r *reader) digest(what string) string {
+	if len(r.b) < DigestBytes {
+		r.fail("truncated %s", what)
+		return ""
+	}
+	d := string(r.b[:DigestBytes])
+	r.b = r.b[DigestBytes:]
+	return d
+}
+
 func (r *reader) hashes() []uint64 {
 	n := r.count(MaxHashes, 8, "hashes")
 	if r.err != nil || n == 0 {
@@ -350,10 +388,10 @@ func DecodeBatch(data []byte) (*router.PeerBatch, error) {
 			ev.Model, ev.Worker, ev.Reason = r.str("model"), r.str("worker"), r.str("reason")
 			ev.For = r.forMs()
 		case router.PeerStored:
-			ev.ID, ev.Worker = r.str("id"), r.str("worker")
+			ev.ID, ev.Owner, ev.Worker = r.digest("id"), r.digest("owner"), r.str("worker")
 			ev.For = r.ttlMs()
 		case router.PeerForget:
-			ev.ID = r.str("id")
+			ev.ID = r.digest("id")
 		default:
 			r.fail("unknown event kind %d", ev.Kind)
 		}
@@ -387,14 +425,30 @@ func DecodeSnapshot(data []byte) (string, *router.Snapshot, error) {
 		e.For = r.forMs()
 		s.Ejections = append(s.Ejections, e)
 	}
-	n = r.count(router.MaxSnapshotStored, 3, "stored")
-	for i := 0; i < n && r.err == nil; i++ {
-		e := router.SnapshotStored{ID: r.str("id"), Worker: r.str("worker")}
-		e.For = r.ttlMs()
-		s.Stored = append(s.Stored, e)
-	}
 	if err := r.done(); err != nil {
 		return "", nil, err
 	}
 	return replica, s, nil
+}
+
+// DecodeRecords decodes a list of stored responses and the replica that
+// sent it.
+func DecodeRecords(data []byte) (string, []router.StoredRecord, error) {
+	r := &reader{b: data}
+	r.header(magicRecords)
+	replica := r.str("replica")
+	n := r.count(router.MaxSnapshotStored, 2*DigestBytes+2, "stored")
+	var rs []router.StoredRecord
+	if r.err == nil {
+		rs = make([]router.StoredRecord, 0, n)
+	}
+	for i := 0; i < n && r.err == nil; i++ {
+		e := router.StoredRecord{ID: r.digest("id"), Owner: r.digest("owner"), Worker: r.str("worker")}
+		e.For = r.ttlMs()
+		rs = append(rs, e)
+	}
+	if err := r.done(); err != nil {
+		return "", nil, err
+	}
+	return replica, rs, nil
 }

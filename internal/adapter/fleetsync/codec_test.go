@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,8 +22,8 @@ func sampleBatch() *router.PeerBatch {
 		{Kind: router.PeerRelease, Worker: "a"},
 		{Kind: router.PeerLoad, Loads: []router.WorkerLoad{{Worker: "a", N: 3}, {Worker: "b", N: 1}}},
 		{Kind: router.PeerEject, Model: "smol-v3", Worker: "b", Reason: "refused", For: 10 * time.Second},
-		{Kind: router.PeerStored, ID: "resp_0123456789abcdef", Worker: "a", For: time.Hour},
-		{Kind: router.PeerForget, ID: "resp_fedcba9876543210"},
+		{Kind: router.PeerStored, ID: "0123456789abcdef", Owner: "owner-tag-16byte", Worker: "a", For: time.Hour},
+		{Kind: router.PeerForget, ID: "fedcba9876543210"},
 		{Kind: router.PeerIndex, Model: "smol-v3", Worker: "b", Hashes: []uint64{3, 4}},
 		{Kind: router.PeerLift, Worker: "b"},
 	}}
@@ -33,7 +34,13 @@ func sampleSnapshot() *router.Snapshot {
 		Index:     []router.SnapshotEntry{{Model: "m", Worker: "a", Hashes: []uint64{7, 8}}, {Model: "m", Worker: "b", Hashes: []uint64{9}}},
 		InFlight:  []router.WorkerLoad{{Worker: "a", N: 2}},
 		Ejections: []router.SnapshotEjection{{Worker: "b", Model: "m", Reason: "reset", For: 1500 * time.Millisecond}},
-		Stored:    []router.SnapshotStored{{ID: "resp_1", Worker: "a", For: 59 * time.Minute}, {ID: "resp_2", Worker: "b", For: 1234 * time.Millisecond}},
+	}
+}
+
+func sampleRecords() []router.StoredRecord {
+	return []router.StoredRecord{
+		{ID: "digest-of-resp-1", Owner: "owner-of-resp-1.", Worker: "a", For: 59 * time.Minute},
+		{ID: "digest-of-resp-2", Owner: "owner-of-resp-2.", Worker: "b", For: 1234 * time.Millisecond},
 	}
 }
 
@@ -54,6 +61,26 @@ func TestCodecRoundTrip(t *testing.T) {
 	id, gs, err := DecodeSnapshot(EncodeSnapshot(nil, "gw-1", s))
 	if err != nil || id != "gw-1" || !reflect.DeepEqual(gs, s) {
 		t.Fatalf("snapshot %q %+v %v, want gw-1 %+v", id, gs, err, s)
+	}
+	rs := sampleRecords()
+	id, grs, err := DecodeRecords(EncodeRecords(nil, "gw-1", rs))
+	if err != nil || id != "gw-1" || !reflect.DeepEqual(grs, rs) {
+		t.Fatalf("records %q %+v %v, want gw-1 %+v", id, grs, err, rs)
+	}
+}
+
+// TestCodecStoredNeverInClear: a stored response's id and owner travel
+// as fixed-length digests: whatever the encoder is handed, it writes
+// DigestBytes of it, never more.
+func TestCodecStoredNeverInClear(t *testing.T) {
+	id := "resp_" + strings.Repeat("secret", 10)
+	data := EncodeBatch(nil, &router.PeerBatch{Replica: "r", Events: []router.PeerEvent{{Kind: router.PeerStored, ID: id, Owner: "alice", Worker: "a", For: time.Hour}}})
+	if bytes.Contains(data, []byte(id[:DigestBytes+1])) {
+		t.Fatalf("the encoded batch holds more than %d bytes of the id", DigestBytes)
+	}
+	b, err := DecodeBatch(data)
+	if err != nil || len(b.Events[0].ID) != DigestBytes || len(b.Events[0].Owner) != DigestBytes {
+		t.Fatalf("decoded %+v %v", b, err)
 	}
 }
 
@@ -82,13 +109,14 @@ func TestCodecRejects(t *testing.T) {
 			w.uvarint(0)
 			w.uvarint(1)
 			w.b = append(w.b, byte(router.PeerStored))
-			w.str("resp_1")
+			w.digest("digest")
+			w.digest("owner")
 			w.str("a")
 			w.uvarint(uint64(MaxStoredFor.Milliseconds()) + 1)
 			return w.b
 		}()},
 		{"a forget cut short", EncodeBatch(nil, &router.PeerBatch{Replica: "r", Events: []router.PeerEvent{
-			{Kind: router.PeerForget, ID: "resp_1"}}})[:20]},
+			{Kind: router.PeerForget, ID: "digest"}}})[:20]},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,9 +139,10 @@ func TestCodecRejects(t *testing.T) {
 func FuzzDecodeSync(f *testing.F) {
 	f.Add(EncodeBatch(nil, sampleBatch()))
 	f.Add(EncodeSnapshot(nil, "gw", sampleSnapshot()))
-	f.Add([]byte("B\x01\x01r\x00\x00\x01\x01\x01m\x01a\xff\xff\x03"))
-	f.Add([]byte("B\x01\x01r\x00\x00\x01\x05\x06resp_1\x01a\xff\xff\xff\xff\x0f"))                                                        // a stored ttl far above the bound
-	f.Add(append(EncodeSnapshot(nil, "gw", &router.Snapshot{})[:len(EncodeSnapshot(nil, "gw", &router.Snapshot{}))-1], 0xff, 0xff, 0x03)) // a lying stored count
+	f.Add(EncodeRecords(nil, "gw", sampleRecords()))
+	f.Add([]byte("B\x02\x01r\x00\x00\x01\x01\x01m\x01a\xff\xff\x03"))
+	f.Add([]byte("B\x02\x01r\x00\x00\x01\x050123456789abcdefowner-tag-16byte\x01a\xff\xff\xff\xff\x0f"))  // a stored ttl far above the bound
+	f.Add(append(EncodeRecords(nil, "gw", nil)[:len(EncodeRecords(nil, "gw", nil))-1], 0xff, 0xff, 0x03)) // a lying stored count
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if b, err := DecodeBatch(data); err == nil {
@@ -131,6 +160,14 @@ func FuzzDecodeSync(f *testing.F) {
 			id2, s2, err := DecodeSnapshot(EncodeSnapshot(nil, id, s))
 			if err != nil || id2 != id || !reflect.DeepEqual(s2, s) {
 				t.Fatalf("re-encoded snapshot differs: %q %+v %v", id2, s2, err)
+			}
+		} else if !errors.Is(err, ErrMalformed) {
+			t.Fatalf("error %v does not wrap ErrMalformed", err)
+		}
+		if id, rs, err := DecodeRecords(data); err == nil {
+			id2, rs2, err := DecodeRecords(EncodeRecords(nil, id, rs))
+			if err != nil || id2 != id || !reflect.DeepEqual(rs2, rs) {
+				t.Fatalf("re-encoded records differ: %q %+v %v", id2, rs2, err)
 			}
 		} else if !errors.Is(err, ErrMalformed) {
 			t.Fatalf("error %v does not wrap ErrMalformed", err)
@@ -155,8 +192,8 @@ func TestSyncCodecAtBounds(t *testing.T) {
 		{Kind: router.PeerPick, Model: long('m'), Worker: long('w'), Hashes: hashes},
 		{Kind: router.PeerLoad, Loads: loads},
 		{Kind: router.PeerEject, Model: long('m'), Worker: long('w'), Reason: long('x'), For: MaxFor},
-		{Kind: router.PeerStored, ID: long('i'), Worker: long('w'), For: MaxStoredFor},
-		{Kind: router.PeerForget, ID: long('i')},
+		{Kind: router.PeerStored, ID: strings.Repeat("i", DigestBytes), Owner: strings.Repeat("o", DigestBytes), Worker: long('w'), For: MaxStoredFor},
+		{Kind: router.PeerForget, ID: strings.Repeat("i", DigestBytes)},
 	}}
 	got, err := DecodeBatch(EncodeBatch(nil, b))
 	if err != nil {
@@ -176,11 +213,14 @@ func TestSyncCodecAtBounds(t *testing.T) {
 		Index:     []router.SnapshotEntry{{Model: long('m'), Worker: long('w'), Hashes: hashes}},
 		InFlight:  loads,
 		Ejections: []router.SnapshotEjection{{Worker: long('w'), Model: long('m'), Reason: long('x'), For: MaxFor}},
-		Stored:    []router.SnapshotStored{{ID: long('i'), Worker: long('w'), For: MaxStoredFor}},
 	}
 	id, gs, err := DecodeSnapshot(EncodeSnapshot(nil, long('r'), s))
 	if err != nil || id != long('r') || !reflect.DeepEqual(gs, s) {
 		t.Fatalf("a snapshot at the bounds: %v", err)
+	}
+	rs := []router.StoredRecord{{ID: strings.Repeat("i", DigestBytes), Owner: strings.Repeat("o", DigestBytes), Worker: long('w'), For: MaxStoredFor}}
+	if id, grs, err := DecodeRecords(EncodeRecords(nil, long('r'), rs)); err != nil || id != long('r') || !reflect.DeepEqual(grs, rs) {
+		t.Fatalf("records at the bounds: %v", err)
 	}
 
 	// One past each bound: clamped to it.
@@ -190,7 +230,7 @@ func TestSyncCodecAtBounds(t *testing.T) {
 		{Kind: router.PeerLoad, Loads: []router.WorkerLoad{{Worker: "w", N: MaxInFlight + 1}, {Worker: "v", N: -1}}},
 		{Kind: router.PeerEject, Model: "m", Worker: "w", Reason: "r", For: MaxFor + time.Millisecond},
 		{Kind: router.PeerEject, Model: "m", Worker: "w", Reason: "r", For: -time.Second},
-		{Kind: router.PeerStored, ID: "i", Worker: "w", For: MaxStoredFor + time.Millisecond},
+		{Kind: router.PeerStored, ID: "i", Owner: "o", Worker: "w", For: MaxStoredFor + time.Millisecond},
 		{Kind: 99},
 	}}
 	got, err = DecodeBatch(EncodeBatch(nil, over))
@@ -231,6 +271,15 @@ func FuzzSyncEncodeDecode(f *testing.F) {
 		}
 		if again := EncodeSnapshot(nil, id, gs); !bytes.Equal(again, enc) {
 			t.Fatalf("a decoded snapshot encodes differently")
+		}
+		replica, rs := g.str(), g.records()
+		enc = EncodeRecords(nil, replica, rs)
+		id, grs, err := DecodeRecords(enc)
+		if err != nil {
+			t.Fatalf("EncodeRecords wrote what DecodeRecords refuses: %v", err)
+		}
+		if again := EncodeRecords(nil, id, grs); !bytes.Equal(again, enc) {
+			t.Fatalf("decoded records encode differently")
 		}
 	})
 }
@@ -293,7 +342,7 @@ func (g *gen) batch() *router.PeerBatch {
 	b := &router.PeerBatch{Replica: g.str(), Sent: time.Unix(0, g.i64()), ChunkBytes: int(g.i64())}
 	for range g.count(MaxEvents) % 16 {
 		ev := router.PeerEvent{Kind: router.PeerEventKind(g.byte() % 10)}
-		ev.Model, ev.Worker, ev.Reason, ev.ID = g.str(), g.str(), g.str(), g.str()
+		ev.Model, ev.Worker, ev.Reason, ev.ID, ev.Owner = g.str(), g.str(), g.str(), g.str(), g.str()
 		ev.Hashes, ev.Loads, ev.For = g.hashes(), g.loads(), time.Duration(g.i64())
 		b.Events = append(b.Events, ev)
 	}
@@ -310,9 +359,22 @@ func (g *gen) snapshot() *router.Snapshot {
 	for range g.count(MaxLoads) % 4 {
 		s.Index = append(s.Index, router.SnapshotEntry{Model: g.str(), Worker: g.str(), Hashes: g.hashes()})
 		s.Ejections = append(s.Ejections, router.SnapshotEjection{Worker: g.str(), Model: g.str(), Reason: g.str(), For: time.Duration(g.i64())})
-		s.Stored = append(s.Stored, router.SnapshotStored{ID: g.str(), Worker: g.str(), For: time.Duration(g.i64())})
 	}
 	return s
+}
+
+func (g *gen) records() []router.StoredRecord {
+	n := g.count(router.MaxSnapshotStored)
+	if n > 16 {
+		n = router.MaxSnapshotStored + 1
+	}
+	rs := make([]router.StoredRecord, n)
+	for i := range rs {
+		if i < 4 {
+			rs[i] = router.StoredRecord{ID: g.str(), Owner: g.str(), Worker: g.str(), For: time.Duration(g.i64())}
+		}
+	}
+	return rs
 }
 
 // TestDefaultIDIsASubjectToken: the default replica id is one NATS

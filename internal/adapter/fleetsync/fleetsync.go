@@ -50,9 +50,17 @@ type Options struct {
 	// ChunkBytes is the router's prefix-index chunk size (sent with the
 	// hashes, so a peer with another chunking ignores them).
 	ChunkBytes int
-	// Stored is the record of stored responses a snapshot this replica
-	// answers carries (nil: none).
-	Stored router.StoredShare
+	// Stored is the record of stored responses whose own entries this
+	// replica tells a peer that asks (nil: none).
+	Stored OwnRecords
+}
+
+// OwnRecords are the stored responses a replica relayed itself
+// (*sticky.Map).
+type OwnRecords interface {
+	// ExportOwn calls fn for at most limit live entries as of now, newest
+	// first: the id's digest, the owner's tag, the worker, the time left.
+	ExportOwn(limit int, now time.Time, fn func(digest, owner, worker string, ttl time.Duration))
 }
 
 // Client is one replica's fleet sync: the router's Syncer, and the NATS
@@ -153,22 +161,16 @@ func (c *Client) Lifted(worker string) {
 }
 
 // Stored tells the peers that worker stores the Responses API response
-// id, for ttl from now. An id over MaxString is not told (counted as
-// dropped, oversized): a peer would refuse it.
-func (c *Client) Stored(id, worker string, ttl time.Duration) {
-	if len(id) > MaxString {
-		c.m.Dropped(metrics.SyncStored, metrics.SyncDropOversized, 1)
-		return
-	}
-	c.enqueue(router.PeerEvent{Kind: router.PeerStored, ID: id, Worker: worker, For: ttl})
+// whose id's digest is digest, owned by owner (sticky.OwnerTag), for ttl
+// from now.
+func (c *Client) Stored(digest, owner, worker string, ttl time.Duration) {
+	c.enqueue(router.PeerEvent{Kind: router.PeerStored, ID: digest, Owner: owner, Worker: worker, For: ttl})
 }
 
-// Forgot tells the peers that the response id was deleted.
-func (c *Client) Forgot(id string) {
-	if len(id) > MaxString {
-		return
-	}
-	c.enqueue(router.PeerEvent{Kind: router.PeerForget, ID: id})
+// Forgot tells the peers that the response whose id's digest is digest
+// was deleted.
+func (c *Client) Forgot(digest string) {
+	c.enqueue(router.PeerEvent{Kind: router.PeerForget, ID: digest})
 }
 
 // Load tells the peers this replica's in-flight count per worker.
@@ -195,6 +197,9 @@ func (c *Client) Applied(r router.PeerApplied) {
 	}
 	for d, n := range r.Dropped {
 		c.m.Dropped(d.Kind.String(), d.Reason, n)
+	}
+	if r.Joined {
+		c.askRecords(r.Replica)
 	}
 	if r.Refused && c.peersWarn.allow() {
 		c.log.Warn().Str("peer", r.Replica).Int("max_peers", c.cfg.MaxPeers).Msg("fleet sync: max_peers replicas are tracked; " +
@@ -235,6 +240,7 @@ func (c *Client) Start(id string, pid *actor.PID) error {
 	}{
 		{c.subject(subjectEvents + ".*"), "", c.onEvents},
 		{c.subject(subjectSnapshot), snapshotQueue, c.onSnapshotRequest},
+		{c.subject(subjectStored + "." + id), "", c.onRecordsRequest},
 		{c.subject(subjectSnapshots + ".*." + id), "", c.onSnapshot},
 	} {
 		s, err := nc.QueueSubscribe(sub.subject, sub.queue, sub.handler)

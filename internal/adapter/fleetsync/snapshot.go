@@ -2,6 +2,7 @@ package fleetsync
 
 import (
 	"context"
+	"encoding/binary"
 	"strings"
 	"time"
 
@@ -14,7 +15,9 @@ import (
 // Warm starts: a replica that starts, or reconnects, publishes its id on
 // P.snapshot; one replica of the queue group answers on its own subject
 // P.snapshots.<replica>.<asker>, which only it may publish to under
-// per-replica NATS users, so the asker knows whose view it applies.
+// per-replica NATS users, so the asker knows whose view it applies. A
+// replica first heard from is asked on P.stored.<replica> for the stored
+// responses it relayed itself, and answers on the same subject of its own.
 
 // onSnapshotRequest answers a peer's warm start with the router's view,
 // sized to fit one message before the router copies anything.
@@ -60,23 +63,10 @@ func (c *Client) snapshotLimit() int {
 }
 
 // buildSnapshot is this replica's snapshot, encoded within snapshotLimit:
-// the stored responses first (newest first: without them a follow-up
-// through the new replica is a 404, not a slower answer), then the
-// router's view in the bytes they leave, which the router sizes its index
-// to before copying it. nil: the router did not answer.
+// the router sizes its index to the bytes before copying it. nil: the
+// router did not answer.
 func (c *Client) buildSnapshot() []byte {
 	limit := c.snapshotLimit()
-	var stored []router.SnapshotStored
-	if c.o.Stored != nil {
-		size := 0
-		c.o.Stored.Export(router.MaxSnapshotStored, time.Now(), func(id, worker string, ttl time.Duration) {
-			if n := len(id) + len(worker) + storedEntryBytes; size+n <= limit-snapshotReserve {
-				stored = append(stored, router.SnapshotStored{ID: id, Worker: worker, For: ttl})
-				size += n
-			}
-		})
-		limit -= size
-	}
 	res, err := c.o.Root.RequestFuture(c.router, &router.SyncSnapshot{MaxChunks: c.cfg.SnapshotChunks, MaxBytes: limit},
 		c.cfg.SnapshotTimeout.Duration).Result()
 	if err != nil {
@@ -87,36 +77,83 @@ func (c *Client) buildSnapshot() []byte {
 	if !ok {
 		return nil
 	}
-	snap.Stored = stored
 	data := EncodeSnapshot(nil, c.ID(), snap)
 	// The router's estimate errs on the large side; should it not, the
 	// index gives way.
-	for len(data) > c.snapshotLimit() && len(snap.Index) > 0 {
+	for len(data) > limit && len(snap.Index) > 0 {
 		snap.Index = snap.Index[:len(snap.Index)/2]
 		data = EncodeSnapshot(data[:0], c.ID(), snap)
 	}
 	return data
 }
 
-// Sizes in a snapshot's wire format, beyond strings: a stored response's
-// string lengths and time, and what the header and the other lists may
-// need besides the stored responses.
-const (
-	storedEntryBytes = 16
-	snapshotReserve  = 4096
-)
+// askRecords asks replica, just heard from, for the stored responses it
+// relayed itself (it answers on its own subject: onSnapshot).
+func (c *Client) askRecords(replica string) {
+	c.mu.Lock()
+	nc, id := c.nc, c.id
+	c.mu.Unlock()
+	if nc == nil || c.o.Stored == nil || !ValidReplicaID(replica) {
+		return
+	}
+	if err := nc.Publish(c.subject(subjectStored+"."+replica), []byte(id)); err != nil {
+		c.m.Dropped(metrics.SyncStored, metrics.SyncDropDisconnected, 1)
+	}
+}
 
-// onSnapshot takes a peer's answer to a warm start (its subject names the
-// replica that sent it): it goes to the warm start waiting for one.
+// onRecordsRequest answers a peer that asks for this replica's own stored
+// responses (newest first, as many as fit one message): never a peer's.
+func (c *Client) onRecordsRequest(msg *nats.Msg) {
+	asker := string(msg.Data)
+	switch {
+	case asker == c.ID():
+		c.warnDuplicateID()
+		return
+	case !ValidReplicaID(asker):
+		c.m.Dropped(metrics.SyncStored, metrics.SyncDropMalformed, 1)
+		return
+	case c.o.Stored == nil:
+		return
+	case !c.serveLimit.Allow():
+		c.m.Dropped(metrics.SyncStored, metrics.SyncDropRate, 1)
+		return
+	}
+	limit := c.snapshotLimit() - snapshotHeaderBytes
+	var rs []router.StoredRecord
+	size := 0
+	c.o.Stored.ExportOwn(router.MaxSnapshotStored, time.Now(), func(digest, owner, worker string, ttl time.Duration) {
+		if n := len(worker) + recordBytes; size+n <= limit {
+			rs = append(rs, router.StoredRecord{ID: digest, Owner: owner, Worker: worker, For: ttl})
+			size += n
+		}
+	})
+	c.mu.Lock()
+	nc := c.nc
+	c.mu.Unlock()
+	if nc == nil || nc.Publish(c.subject(subjectSnapshots+"."+c.ID()+"."+asker), EncodeRecords(nil, c.ID(), rs)) != nil {
+		c.m.Dropped(metrics.SyncStored, metrics.SyncDropDisconnected, 1)
+	}
+}
+
+// snapshotHeaderBytes bounds a message's header and counts.
+const snapshotHeaderBytes = 2 + 2*binary.MaxVarintLen32 + MaxString
+
+// onSnapshot takes a peer's answer (its subject names the replica that
+// sent it): a snapshot goes to the warm start waiting for one, a list of
+// stored responses to the router.
 func (c *Client) onSnapshot(msg *nats.Msg) {
 	rest, ok := strings.CutPrefix(msg.Subject, c.subject(subjectSnapshots)+".")
 	from, asker, found := strings.Cut(rest, ".")
-	if !ok || !found || asker != c.ID() || !ValidReplicaID(from) {
+	if !ok || !found || asker != c.ID() || !ValidReplicaID(from) || len(msg.Data) == 0 {
 		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropMalformed, 1)
 		return
 	}
 	if len(msg.Data) > c.cfg.MaxMessageBytes {
 		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropOversized, 1)
+		return
+	}
+	if msg.Data[0] == magicRecords {
+		c.onRecords(from, msg.Data)
 		return
 	}
 	replica, snap, err := DecodeSnapshot(msg.Data)
@@ -137,6 +174,21 @@ func (c *Client) onSnapshot(msg *nats.Msg) {
 	default:
 		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropUnasked, 1)
 	}
+}
+
+// onRecords hands replica from's stored responses to the router.
+func (c *Client) onRecords(from string, data []byte) {
+	replica, rs, err := DecodeRecords(data)
+	switch {
+	case err != nil:
+		c.m.Dropped(metrics.SyncStored, metrics.SyncDropMalformed, 1)
+		return
+	case replica != from:
+		c.m.Dropped(metrics.SyncStored, metrics.SyncDropSpoofed, 1)
+		c.warnSpoofed(from, replica)
+		return
+	}
+	c.o.Root.Send(c.router, &router.ApplyStored{Replica: replica, Stored: rs})
 }
 
 // peerSnapshot is a peer's snapshot on its way to the warm start.
@@ -188,6 +240,6 @@ func (c *Client) warmStart(ctx context.Context) {
 	c.o.Root.Send(c.router, &router.ApplySnapshot{Replica: got.replica, Snapshot: got.snap})
 	c.m.Received(metrics.SyncSnapshot, 1)
 	c.m.Snapshot(metrics.SnapshotApplied, got.bytes, time.Since(start))
-	c.log.Info().Str("peer", got.replica).Int("bytes", got.bytes).Int("workers", len(got.snap.Index)).Int("stored_responses", len(got.snap.Stored)).
+	c.log.Info().Str("peer", got.replica).Int("bytes", got.bytes).Int("workers", len(got.snap.Index)).
 		Dur("took", time.Since(start)).Msg("fleet sync: warm start from a peer's snapshot")
 }

@@ -16,10 +16,14 @@ import (
 //	P.events.<replica>               its batches of events
 //	P.snapshot                       warm-start requests (payload: the asker's id),
 //	                                 answered by one replica (a queue group)
-//	P.snapshots.<replica>.<asker>    its answer to asker's request
+//	P.stored.<replica>               asking replica for the stored responses it
+//	                                 relayed (payload: the asker's id)
+//	P.snapshots.<replica>.<asker>    its answers to asker: a snapshot, its stored
+//	                                 responses
 const (
 	subjectEvents    = "events"
 	subjectSnapshot  = "snapshot"
+	subjectStored    = "stored"
 	subjectSnapshots = "snapshots"
 	// snapshotQueue is the queue group of the snapshot subject.
 	snapshotQueue = "tlgate-snapshot"
@@ -30,8 +34,8 @@ const (
 // (docs/DEPLOYMENT.md shows a nats-server configuration).
 func Permissions(prefix, replica string) (publish, subscribe []string) {
 	p := prefix + "."
-	publish = []string{p + subjectEvents + "." + replica, p + subjectSnapshot, p + subjectSnapshots + "." + replica + ".*"}
-	subscribe = []string{p + subjectEvents + ".*", p + subjectSnapshot, p + subjectSnapshots + ".*." + replica}
+	publish = []string{p + subjectEvents + "." + replica, p + subjectSnapshot, p + subjectStored + ".*", p + subjectSnapshots + "." + replica + ".*"}
+	subscribe = []string{p + subjectEvents + ".*", p + subjectSnapshot, p + subjectStored + "." + replica, p + subjectSnapshots + ".*." + replica}
 	return publish, subscribe
 }
 

@@ -1,15 +1,28 @@
 // Package sticky records which worker holds each piece of engine-side
 // state a later request refers to (a stored Responses API response, by
-// its id), for a bounded time and a bounded number of entries: the oldest
-// entry goes first when the map is full, and an entry past its time is
-// not found. What other gateway replicas report (fleet sync) is kept in a
-// share of its own under the same bounds, so it never pushes out what
-// this replica recorded itself, and a lookup prefers the replica's own
+// its id), and which API key it belongs to, for a bounded time and a
+// bounded number of entries: the oldest entry goes first when the map is
+// full, and an entry past its time is not found.
+//
+// An entry is kept under the id's digest (Digest), never the id itself,
+// with its owner's tag (OwnerTag: a digest of the id and the key's name),
+// so what fleet sync tells the other gateway replicas names neither the
+// response nor the key: a peer can check a request's key against the tag,
+// and learns nothing it could fetch the response with. A lookup with
+// another key's name finds nothing, as an unknown id does.
+//
+// What other replicas report (fleet sync) is kept apart, per replica, so
+// it never pushes out what this replica recorded itself, and the peers
+// share their bound fairly: when it is full, the replica holding the most
+// gives up its oldest entry, so one flooding replica pushes out only its
+// own once it holds more than its share. A digest a peer holds is not
+// taken over by another peer, and a lookup prefers the replica's own
 // record. It is safe for concurrent use.
 package sticky
 
 import (
 	"container/list"
+	"crypto/sha256"
 	"sync"
 	"time"
 )
@@ -20,8 +33,24 @@ const (
 	DefaultMaxEntries = 100_000
 )
 
-// MaxIDBytes bounds the id of a peer's entry; a longer one is refused.
-const MaxIDBytes = 256
+// DigestBytes is the length of a Digest and of an OwnerTag.
+const DigestBytes = 16
+
+// Digest is the name an entry is kept and shared under: the first
+// DigestBytes of the SHA-256 of the id (response ids are random, so the
+// digest names the response without letting anyone fetch it).
+func Digest(id string) string {
+	sum := sha256.Sum256([]byte("tlgate/stored/id\x00" + id))
+	return string(sum[:DigestBytes])
+}
+
+// OwnerTag is the owner of a response as an entry keeps it: a digest of
+// the id and the API key's name. Only who knows both can match it, and the
+// tags of two responses of one key are unrelated.
+func OwnerTag(id, key string) string {
+	sum := sha256.Sum256([]byte("tlgate/stored/owner\x00" + id + "\x00" + key))
+	return string(sum[:DigestBytes])
+}
 
 // Config bounds a Map.
 type Config struct {
@@ -31,11 +60,15 @@ type Config struct {
 	MaxEntries int
 }
 
-// Map is id → worker id, bounded by Config.
+// Map is response id → worker and owner, bounded by Config.
 type Map struct {
-	mu        sync.Mutex
-	cfg       Config
-	own, peer share
+	mu   sync.Mutex
+	cfg  Config
+	own  share
+	peer map[string]*share // by replica
+	// held is the replica whose share holds each digest of a peer's.
+	held map[string]string
+	n    int // entries of every peer
 }
 
 // New returns an empty Map bounded by cfg (zero fields take the defaults).
@@ -46,84 +79,179 @@ func New(cfg Config) *Map {
 	if cfg.MaxEntries <= 0 {
 		cfg.MaxEntries = DefaultMaxEntries
 	}
-	return &Map{cfg: cfg, own: newShare(), peer: newShare()}
+	return &Map{cfg: cfg, own: newShare(), peer: map[string]*share{}, held: map[string]string{}}
 }
 
 // TTL is how long an entry lives.
 func (m *Map) TTL() time.Duration { return m.cfg.TTL }
 
-// Put records that worker holds id, as of now, for the TTL; a known id
-// moves to now.
-func (m *Map) Put(id, worker string, now time.Time) {
+// Put records that worker holds id, owned by the API key named key, as of
+// now, for the TTL; a known id moves to now.
+func (m *Map) Put(id, worker, key string, now time.Time) {
 	if id == "" || worker == "" {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.own.put(id, worker, now.Add(m.cfg.TTL), now, m.cfg.MaxEntries)
+	m.own.put(Digest(id), OwnerTag(id, key), worker, now.Add(m.cfg.TTL), now, m.cfg.MaxEntries)
 }
 
-// PutPeer records, in the peers' share, that another replica saw worker
-// store id, for ttl from now (at most the TTL). It reports false, and
-// records nothing, for an empty id or worker, an id over MaxIDBytes or a
-// ttl that is not positive.
-func (m *Map) PutPeer(id, worker string, ttl time.Duration, now time.Time) bool {
-	if id == "" || worker == "" || len(id) > MaxIDBytes || ttl <= 0 {
+// PutPeer records, in replica's share, that replica saw worker store the
+// response of digest, owned by owner (an OwnerTag), for ttl from now (at
+// most the TTL). It reports false, and records nothing, for a digest or
+// owner that is not DigestBytes long, no worker or replica, a ttl that is
+// not positive, or a digest another peer's share holds.
+func (m *Map) PutPeer(replica, digest, owner, worker string, ttl time.Duration, now time.Time) bool {
+	if replica == "" || len(digest) != DigestBytes || len(owner) != DigestBytes || worker == "" || ttl <= 0 {
 		return false
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.peer.put(id, worker, now.Add(min(ttl, m.cfg.TTL)), now, m.cfg.MaxEntries)
+	if other, ok := m.held[digest]; ok && other != replica && m.peerGet(other, digest, now) != nil {
+		return false
+	}
+	s := m.peer[replica]
+	if s == nil {
+		s = &share{byID: map[string]*list.Element{}, order: list.New()}
+		m.peer[replica] = s
+	}
+	until := now.Add(min(ttl, m.cfg.TTL))
+	if el, ok := s.byID[digest]; ok {
+		e := el.Value.(*entry)
+		e.owner, e.worker, e.until = owner, worker, until
+		s.order.MoveToBack(el)
+		return true
+	}
+	m.expirePeer(replica, s, now)
+	for m.n >= m.cfg.MaxEntries && m.evictFairly(replica) {
+	}
+	s.byID[digest] = s.order.PushBack(&entry{digest: digest, owner: owner, worker: worker, until: until})
+	m.peer[replica] = s
+	m.held[digest] = replica
+	m.n++
 	return true
 }
 
-// Worker returns the worker that holds id, as of now: the replica's own
-// record, else a peer's.
-func (m *Map) Worker(id string, now time.Time) (string, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if e := m.own.get(id, now); e != nil {
-		return e.worker, true
+// evictFairly removes the oldest entry of the replica holding the most
+// (replica, about to add one, counting one more; it goes first on a tie);
+// false when no peer holds any.
+func (m *Map) evictFairly(replica string) bool {
+	most, mostN, mostID := (*share)(nil), 0, ""
+	for id, s := range m.peer {
+		n := s.order.Len()
+		if id == replica {
+			n++
+		}
+		if s.order.Len() > 0 && (n > mostN || n == mostN && id == replica) {
+			most, mostN, mostID = s, n, id
+		}
 	}
-	if e := m.peer.get(id, now); e != nil {
-		return e.worker, true
+	if most == nil {
+		return false
 	}
-	return "", false
+	m.removePeer(mostID, most, most.order.Front())
+	return true
 }
 
-// Forget drops id from both shares (this replica deleted it).
+// peerGet returns replica's entry of digest unless it is past its time at
+// now (then it is dropped).
+func (m *Map) peerGet(replica, digest string, now time.Time) *entry {
+	s := m.peer[replica]
+	if s == nil {
+		return nil
+	}
+	el, ok := s.byID[digest]
+	if !ok {
+		return nil
+	}
+	if e := el.Value.(*entry); e.until.After(now) {
+		return e
+	}
+	m.removePeer(replica, s, el)
+	return nil
+}
+
+// expirePeer drops the oldest entries of replica's share s while they are
+// past their time at now.
+func (m *Map) expirePeer(replica string, s *share, now time.Time) {
+	for el := s.order.Front(); el != nil && !el.Value.(*entry).until.After(now); el = s.order.Front() {
+		m.removePeer(replica, s, el)
+	}
+}
+
+// removePeer removes el of replica's share s, and the share once empty.
+func (m *Map) removePeer(replica string, s *share, el *list.Element) {
+	e := el.Value.(*entry)
+	s.remove(el)
+	m.n--
+	delete(m.held, e.digest)
+	if s.order.Len() == 0 {
+		delete(m.peer, replica)
+	}
+}
+
+// Worker returns the worker that holds id, as of now, when the API key
+// named key owns it: the replica's own record, else a peer's. Another
+// key's response is not found, as an unknown id is not.
+func (m *Map) Worker(id, key string, now time.Time) (string, bool) {
+	d, owner := Digest(id), OwnerTag(id, key)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.own.get(d, now)
+	if e == nil {
+		if replica, ok := m.held[d]; ok {
+			e = m.peerGet(replica, d, now)
+		}
+	}
+	if e == nil || e.owner != owner {
+		return "", false
+	}
+	return e.worker, true
+}
+
+// Forget drops id from every share (this replica deleted it).
 func (m *Map) Forget(id string) {
+	d := Digest(id)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.own.forget(id)
-	m.peer.forget(id)
+	m.own.forget(d)
+	m.forgetPeer(d)
 }
 
-// ForgetPeer drops id from the peers' share only (a peer deleted it): a
-// record of the replica's own stays, and its worker answers for the id.
-func (m *Map) ForgetPeer(id string) {
+// ForgetPeer drops the peers' entry of digest (a peer deleted the
+// response): a record of the replica's own stays, and its worker answers
+// for the id.
+func (m *Map) ForgetPeer(digest string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.peer.forget(id)
+	m.forgetPeer(digest)
 }
 
-// Export calls fn for at most limit live entries as of now, with the time
-// each has left: the most recently recorded first, the replica's own
-// before the peers' (an id in both once, as its own), leaving out ids over
-// MaxIDBytes, which a peer would refuse.
-func (m *Map) Export(limit int, now time.Time, fn func(id, worker string, ttl time.Duration)) {
+func (m *Map) forgetPeer(digest string) {
+	if replica, ok := m.held[digest]; ok {
+		if s := m.peer[replica]; s != nil {
+			if el, ok := s.byID[digest]; ok {
+				m.removePeer(replica, s, el)
+			}
+		}
+	}
+}
+
+// ExportOwn calls fn for at most limit of the replica's own live entries
+// as of now, the most recently recorded first, with the time each has
+// left: what the replica tells its peers. The peers' entries are never
+// exported: each replica vouches only for what it relayed.
+func (m *Map) ExportOwn(limit int, now time.Time, fn func(digest, owner, worker string, ttl time.Duration)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := 0
-	for _, s := range []*share{&m.own, &m.peer} {
-		for el := s.order.Back(); el != nil && n < limit; el = el.Prev() {
-			e := el.Value.(*entry)
-			if !e.until.After(now) || len(e.id) > MaxIDBytes || (s == &m.peer && m.own.get(e.id, now) != nil) {
-				continue
-			}
-			fn(e.id, e.worker, e.until.Sub(now))
-			n++
+	for el := m.own.order.Back(); el != nil && n < limit; el = el.Prev() {
+		e := el.Value.(*entry)
+		if !e.until.After(now) {
+			continue
 		}
+		fn(e.digest, e.owner, e.worker, e.until.Sub(now))
+		n++
 	}
 }
 
@@ -132,7 +260,17 @@ func (m *Map) Export(limit int, now time.Time, fn func(id, worker string, ttl ti
 func (m *Map) Len() (own, peer int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.own.order.Len(), m.peer.order.Len()
+	return m.own.order.Len(), m.n
+}
+
+// PeerLen returns the number of replica's entries.
+func (m *Map) PeerLen(replica string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.peer[replica]; s != nil {
+		return s.order.Len()
+	}
+	return 0
 }
 
 // share is one bounded set of entries, in the order they were recorded.
@@ -142,26 +280,26 @@ type share struct {
 }
 
 type entry struct {
-	id, worker string
-	until      time.Time
+	digest, owner, worker string
+	until                 time.Time
 }
 
 func newShare() share { return share{byID: map[string]*list.Element{}, order: list.New()} }
 
-// put records id on worker until until, at now, keeping at most limit
-// entries (the oldest go).
-func (s *share) put(id, worker string, until, now time.Time, limit int) {
+// put records digest on worker for owner until until, at now, keeping at
+// most limit entries (the oldest go).
+func (s *share) put(digest, owner, worker string, until, now time.Time, limit int) {
 	s.expire(now)
-	s.forget(id)
-	s.byID[id] = s.order.PushBack(&entry{id: id, worker: worker, until: until})
+	s.forget(digest)
+	s.byID[digest] = s.order.PushBack(&entry{digest: digest, owner: owner, worker: worker, until: until})
 	for s.order.Len() > limit {
 		s.remove(s.order.Front())
 	}
 }
 
-// get returns id's entry unless it is past its time at now.
-func (s *share) get(id string, now time.Time) *entry {
-	el, ok := s.byID[id]
+// get returns digest's entry unless it is past its time at now.
+func (s *share) get(digest string, now time.Time) *entry {
+	el, ok := s.byID[digest]
 	if !ok {
 		return nil
 	}
@@ -173,8 +311,8 @@ func (s *share) get(id string, now time.Time) *entry {
 	return e
 }
 
-func (s *share) forget(id string) {
-	if el, ok := s.byID[id]; ok {
+func (s *share) forget(digest string) {
+	if el, ok := s.byID[digest]; ok {
 		s.remove(el)
 	}
 }
@@ -189,6 +327,6 @@ func (s *share) expire(now time.Time) {
 }
 
 func (s *share) remove(el *list.Element) {
-	delete(s.byID, el.Value.(*entry).id)
+	delete(s.byID, el.Value.(*entry).digest)
 	s.order.Remove(el)
 }

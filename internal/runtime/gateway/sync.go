@@ -92,16 +92,17 @@ type sharedStored struct {
 	sync *fleetsync.Client
 }
 
-// Put records id on worker and tells the peers.
-func (s sharedStored) Put(id, worker string, now time.Time) {
-	s.Map.Put(id, worker, now)
-	s.sync.Stored(id, worker, s.TTL())
+// Put records id on worker, owned by the key named key, and tells the
+// peers: its digest and its owner's tag, never the id or the key.
+func (s sharedStored) Put(id, worker, key string, now time.Time) {
+	s.Map.Put(id, worker, key, now)
+	s.sync.Stored(sticky.Digest(id), sticky.OwnerTag(id, key), worker, s.TTL())
 }
 
 // Forget drops id (deleted through this replica) and tells the peers.
 func (s sharedStored) Forget(id string) {
 	s.Map.Forget(id)
-	s.sync.Forgot(id)
+	s.sync.Forgot(sticky.Digest(id))
 }
 
 // tieSalt is this replica's router.SyncConfig.TieSalt: random, never 0
