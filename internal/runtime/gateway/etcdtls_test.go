@@ -70,11 +70,11 @@ func TestEtcdStoreOverTLSWithAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := clientv3.New(clientv3.Config{Endpoints: []string{client.String()}, TLS: adminTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	admin, err := clientv3.New(clientv3.Config{Endpoints: []string{client.String()}, TLS: adminTLS, DialTimeout: 20 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if _, err := admin.UserAdd(ctx, "root", "root-secret"); err != nil {
 		t.Fatal(err)
@@ -90,7 +90,9 @@ func TestEtcdStoreOverTLSWithAuth(t *testing.T) {
 	t.Setenv("TLGATE_TEST_ETCD_PW", "root-secret")
 	t.Setenv("TLGATE_TEST_ETCD_BAD_PW", "wrong")
 	base := config.Store{Kind: config.StoreEtcd, Endpoints: []string{client.String()}, Prefix: "/tls-test/",
-		DialTimeout: config.D(3 * time.Second), Username: "root", PasswordEnv: "TLGATE_TEST_ETCD_PW",
+		// Generous: a TLS handshake and a bcrypt check under -race on a
+		// busy machine can take seconds.
+		DialTimeout: config.D(20 * time.Second), Username: "root", PasswordEnv: "TLGATE_TEST_ETCD_PW",
 		CAFile: caFile, CertFile: clientCert, KeyFile: clientKey}
 	open := func(s config.Store) (*etcdstore.Store, store.Snapshot, error) {
 		c, err := EtcdConfig(&s)
