@@ -261,6 +261,7 @@ type requestActor struct {
 	// keys, the router's to fill.
 	tokens   map[string][]uint32
 	noTokens map[string]bool
+	partial  map[string]bool
 	keys     router.TokenKeys
 }
 
@@ -310,7 +311,7 @@ func (a *requestActor) route(ctx actor.Context) {
 		Model: a.ex.Req.Model, RequestID: a.ex.RequestID, PrefixKey: a.ex.Req.PrefixKey,
 		Stream: a.ex.Req.Stream, Step: step, Exclude: a.exclude, Key: a.ex.KeyName, Prompt: a.ex.Req.Prompt,
 		LeastLoaded: a.ex.Req.Endpoint.Pooling(), AnyRole: a.ex.Req.Endpoint.Tokenizer(), Pin: a.pin, CacheSalt: a.ex.Req.CacheSalt,
-		Hashes: &a.hashes, Tokens: a.tokens, NoTokens: a.noTokens, NoAsk: a.noAsk(), Keys: &a.keys,
+		Hashes: &a.hashes, Tokens: a.tokens, NoTokens: a.noTokens, NoAsk: a.noAsk(), Partial: a.partial, Keys: &a.keys,
 	}})
 	a.routing = true
 }

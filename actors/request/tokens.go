@@ -65,6 +65,12 @@ func (a *requestActor) needTokens(ctx actor.Context, nt *router.NeedTokensError)
 			a.d.Tokenizer.Refresh(tr, refreshTimeout)
 		}
 		a.tokens[nt.Base] = ids
+		if kind == tokenize.Prefix {
+			if a.partial == nil {
+				a.partial = map[string]bool{}
+			}
+			a.partial[nt.Base] = true
+		}
 		a.route(ctx)
 		return
 	}

@@ -127,6 +127,9 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request, now time.T
 	prompt, scale := est, 1.0
 	if haveTokens {
 		prompt = len(tokens)
+		if req.Partial[base] {
+			prompt = max(prompt, est)
+		}
 		if est > 0 {
 			scale = float64(prompt) / float64(est)
 		}
@@ -167,6 +170,9 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request, now time.T
 			t.Indexing.Exact.Expect = s.exact.Holds(id, keys) < len(keys)
 		}
 		s.exact.Speculate(id, keys, bs, now)
+		if ca.exact.usable[i] {
+			s.syncSpeculated(id, keys)
+		}
 	}
 	return i, reason
 }

@@ -199,6 +199,49 @@ func (s *State) exactHeld(i int, req *Request, base, lora, salt string, tokens [
 	return m.Tokens, keys, bs
 }
 
+// PeerSpeculate is a pick another replica made on a worker's exact view:
+// its prompt's blocks (Hashes: the block keys, kvindex.Keys) are held
+// speculatively on the worker here too, until the worker's events (which
+// every replica follows itself) confirm them.
+const PeerSpeculate PeerEventKind = 9
+
+// SpeculationSyncer is a Syncer that also tells the peers of the blocks
+// an exact pick holds speculatively (fleetsync.Client). It runs inside
+// the router actor and must copy what it keeps.
+type SpeculationSyncer interface {
+	Speculated(worker string, keys []uint64)
+}
+
+// syncSpeculated tells the peers of a pick's speculative blocks.
+func (s *State) syncSpeculated(worker string, keys []uint64) {
+	if !s.syncing() || len(keys) == 0 {
+		return
+	}
+	if sp, ok := s.cfg.Sync.Syncer.(SpeculationSyncer); ok {
+		sp.Speculated(worker, keys)
+	}
+}
+
+// applyPeerSpeculate holds a peer's pick's blocks on the worker's exact
+// view at now.
+func (s *State) applyPeerSpeculate(ev *PeerEvent, now time.Time, r *PeerApplied) {
+	w, ok := s.workers[ev.Worker]
+	switch {
+	case !ok:
+		r.drop(ev.Kind, DropUnknownWorker)
+		return
+	case s.exact == nil:
+		r.applied(ev.Kind) // no exact view here: nothing to hold
+		return
+	}
+	bs := s.exact.BlockSize(ev.Worker)
+	if bs <= 0 {
+		bs = max(w.KVBlockTokens, 16)
+	}
+	s.exact.Speculate(ev.Worker, ev.Hashes, bs, now)
+	r.applied(ev.Kind)
+}
+
 // ExactIndexing is what an exact pick does once its answer begins: the
 // worker's events must show the blocks it computed within the event
 // timeout (kvindex.Index.Expect).

@@ -246,3 +246,61 @@ func TestExactCascadeAsksPerModel(t *testing.T) {
 		t.Fatalf("step 1: %v", err)
 	}
 }
+
+// TestExactSpeculationShared: an exact pick's speculative blocks reach the
+// peers, which hold them on the worker until its events come.
+func TestExactSpeculationShared(t *testing.T) {
+	s, rec := syncState(t, policy.NameCacheAware, SyncConfig{}, "a", "b")
+	spec := &specRecorder{recorder: rec}
+	s.cfg.Sync.Syncer = spec
+	for _, id := range []string{"a", "b"} {
+		s.ApplyKV(&KVEvents{Worker: id, State: kvindex.Exact}, now)
+	}
+	prompt := etoks(0, 40*ebs)
+	tg, err := s.Pick(&Request{Model: "m", RequestID: "r", Tokens: map[string][]uint32{"m": prompt}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.worker != tg.Worker.ID || len(spec.keys) != 40 {
+		t.Fatalf("told the peers %s %d keys, picked %s", spec.worker, len(spec.keys), tg.Worker.ID)
+	}
+	peer, _ := syncState(t, policy.NameCacheAware, SyncConfig{}, "a", "b")
+	for _, id := range []string{"a", "b"} {
+		peer.ApplyKV(&KVEvents{Worker: id, State: kvindex.Exact}, now)
+	}
+	r := peer.ApplyPeer(&PeerBatch{Replica: "r2", Events: []PeerEvent{{Kind: PeerSpeculate, Worker: tg.Worker.ID, Hashes: spec.keys}, {Kind: PeerSpeculate, Worker: "zz", Hashes: spec.keys}}}, now)
+	if r.Dropped[PeerDrop{PeerSpeculate, DropUnknownWorker}] != 1 {
+		t.Fatalf("applied %+v", r)
+	}
+	got, err := peer.Pick(&Request{Model: "m", RequestID: "r", Tokens: map[string][]uint32{"m": prompt}}, now.Add(time.Second))
+	if err != nil || got.Worker.ID != tg.Worker.ID || got.MatchedTokens != len(prompt) {
+		t.Fatalf("the peer's pick: %s matched %d, %v", got.Worker.ID, got.MatchedTokens, err)
+	}
+}
+
+// specRecorder is a recorder that also hears speculated blocks.
+type specRecorder struct {
+	*recorder
+	worker string
+	keys   []uint64
+}
+
+func (r *specRecorder) Speculated(worker string, keys []uint64) {
+	r.worker, r.keys = worker, append([]uint64(nil), keys...)
+}
+
+// TestExactPartialTokens: tokens that are only a prefix of the prompt (a
+// conversation's earlier turn's) count the prompt at its estimated length.
+func TestExactPartialTokens(t *testing.T) {
+	s := exactState(t, Config{}, "a")
+	events(t, s, "a", kvindex.Exact)
+	req := &Request{Model: "m", RequestID: "r", Prompt: words("p", 4000), Tokens: map[string][]uint32{"m": etoks(0, 100)}}
+	tg, err := s.Pick(req, now)
+	if err != nil || tg.PromptTokens != 100 {
+		t.Fatalf("whole tokens: prompt %d, %v", tg.PromptTokens, err)
+	}
+	req.Partial = map[string]bool{"m": true}
+	if tg, err = s.Pick(req, now); err != nil || tg.PromptTokens != 1000 {
+		t.Fatalf("a prefix of the tokens: prompt %d, %v", tg.PromptTokens, err)
+	}
+}

@@ -99,6 +99,10 @@ type Request struct {
 	Tokens   map[string][]uint32
 	NoTokens map[string]bool
 	NoAsk    bool
+	// Partial names the models whose Tokens are a prefix of the prompt's
+	// only (a conversation's earlier turn's): the prompt's length is then
+	// estimated from its bytes, at least theirs.
+	Partial map[string]bool
 	// Keys, when set, keeps the tokens' block keys across Routes (like
 	// Hashes).
 	Keys *TokenKeys

@@ -207,6 +207,8 @@ func (k PeerEventKind) String() string {
 		return "index"
 	case PeerLift:
 		return "lift"
+	case PeerSpeculate:
+		return "speculate"
 	}
 	return "unknown"
 }
@@ -426,6 +428,8 @@ func (s *State) ApplyPeer(b *PeerBatch, now time.Time) PeerApplied {
 			r.applied(ev.Kind)
 		case PeerStored, PeerForget:
 			s.applyPeerStored(b.Replica, ev, now, &r)
+		case PeerSpeculate:
+			s.applyPeerSpeculate(ev, now, &r)
 		default:
 			r.drop(ev.Kind, DropUnknownKind)
 		}

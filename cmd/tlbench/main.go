@@ -62,13 +62,13 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	only := fs.String("only", "", "comma-separated experiments to run (default "+strings.Join(tlbench.Experiments, ",")+"; also "+strings.Join(tlbench.Optional, ",")+")")
 	nginx := fs.String("nginx", "", "nginx binary for the overhead comparison (default: nginx on PATH; missing: skipped)")
 	timeout := fs.Duration("timeout", 0, "bound on the whole run (default 15m, 2m with -quick; with openloop 4h, 10m with -quick)")
-	openRates := fs.String("open-rates", "", "openloop: arrival rates in percent of least_outstanding's single-replica capacity (default 50,70,90,110; 70 with -quick)")
+	openRates := fs.String("open-rates", "", "openloop, kvevents: arrival rates in percent of least_outstanding's single-replica capacity (default 50,70,90,110; 70 with -quick)")
 	openGoodputRates := fs.String("open-goodput-rates", "", "openloop: rates beyond -open-rates, in percent, run through the most replicas only to find where each policy's goodput ends (default 130,160,200; none with -quick; \"none\" for none)")
 	openReplicas := fs.String("open-replicas", "", "openloop: gateway replica counts (default 1,2,3; 1,3 with -quick)")
 	openSync := fs.String("open-sync", "", "openloop: fleet sync settings to compare, off and/or on (default off,on)")
-	openRepeats := fs.Int("open-repeats", 0, "openloop, synccost: runs of every configuration (default 3, 1 with -quick)")
-	openDuration := fs.Duration("open-duration", 0, "openloop, synccost: how long each run sends, its warmup included (default 8s, 4s with -quick)")
-	openWorkloads := fs.String("open-workloads", "", "openloop: workloads (default multi-turn,rag)")
+	openRepeats := fs.Int("open-repeats", 0, "openloop, synccost, kvevents: runs of every configuration (default 3, 1 with -quick)")
+	openDuration := fs.Duration("open-duration", 0, "openloop, synccost, kvevents: how long each run sends, its warmup included (default 8s, 4s with -quick)")
+	openWorkloads := fs.String("open-workloads", "", "openloop, kvevents: workloads (default multi-turn,rag)")
 	openOneEntry := fs.Bool("open-one-entry", false, "openloop: send every request to the first replica, the others only heartbeating and syncing (a control)")
 	sharePeersSilent := fs.Bool("share-peers-silent", false, "openloop, synccost: the sync cost's mirror peers publish nothing, so one replica's share prices its own publishing alone")
 	shareProfile := fs.Bool("share-profile", false, "openloop, synccost: take a CPU profile of the sync cost share's gateway in each run and report where its CPU goes (the profiles are kept in -out)")
@@ -143,7 +143,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	if *timeout < 0 || *rate < 0 {
 		return tlbench.Config{}, errors.New("-timeout and -rate must not be negative")
 	}
-	if slices.Contains(c.Only, tlbench.ExpOpenLoop) {
+	if slices.Contains(c.Only, tlbench.ExpOpenLoop) || slices.Contains(c.Only, tlbench.ExpKVEvents) {
 		c.Timeout = 4 * time.Hour // the default sweep runs about two hours on 2 cores
 		if *quick {
 			c.Timeout = 10 * time.Minute

@@ -118,7 +118,7 @@ func (w *writer) chunkBytes(n int) { w.bounded(int64(n), MaxChunkBytes) }
 // knownKind reports whether the codec can write an event of kind k.
 func knownKind(k router.PeerEventKind) bool {
 	switch k {
-	case router.PeerPick, router.PeerIndex, router.PeerRelease, router.PeerLoad, router.PeerEject, router.PeerStored, router.PeerForget, router.PeerLift:
+	case router.PeerPick, router.PeerIndex, router.PeerRelease, router.PeerLoad, router.PeerEject, router.PeerStored, router.PeerForget, router.PeerLift, router.PeerSpeculate:
 		return true
 	}
 	return false
@@ -128,7 +128,7 @@ func knownKind(k router.PeerEventKind) bool {
 func appendEvent(w *writer, ev *router.PeerEvent) {
 	w.b = append(w.b, byte(ev.Kind))
 	switch ev.Kind {
-	case router.PeerPick, router.PeerIndex:
+	case router.PeerPick, router.PeerIndex, router.PeerSpeculate:
 		w.str(ev.Model)
 		w.str(ev.Worker)
 		w.hashes(ev.Hashes)
@@ -374,7 +374,7 @@ func DecodeBatch(data []byte) (*router.PeerBatch, error) {
 	for i := 0; i < n && r.err == nil; i++ {
 		ev := router.PeerEvent{Kind: router.PeerEventKind(r.byte())}
 		switch ev.Kind {
-		case router.PeerPick, router.PeerIndex:
+		case router.PeerPick, router.PeerIndex, router.PeerSpeculate:
 			ev.Model, ev.Worker = r.str("model"), r.str("worker")
 			ev.Hashes = r.hashes()
 		case router.PeerRelease, router.PeerLift:

@@ -26,6 +26,7 @@ func sampleBatch() *router.PeerBatch {
 		{Kind: router.PeerForget, ID: "fedcba9876543210"},
 		{Kind: router.PeerIndex, Model: "smol-v3", Worker: "b", Hashes: []uint64{3, 4}},
 		{Kind: router.PeerLift, Worker: "b"},
+		{Kind: router.PeerSpeculate, Worker: "a", Hashes: []uint64{5, 6, 7}},
 	}}
 }
 

@@ -145,6 +145,15 @@ func (c *Client) Indexed(model, worker string, hashes []uint64) {
 	c.enqueue(router.PeerEvent{Kind: router.PeerIndex, Model: model, Worker: worker, Hashes: hs})
 }
 
+// Speculated implements router.SpeculationSyncer.
+func (c *Client) Speculated(worker string, keys []uint64) {
+	if len(keys) == 0 {
+		return
+	}
+	ks := append([]uint64(nil), keys[:min(len(keys), c.maxHash)]...)
+	c.enqueue(router.PeerEvent{Kind: router.PeerSpeculate, Worker: worker, Hashes: ks})
+}
+
 // Released implements router.Syncer.
 func (c *Client) Released(worker string) {
 	c.enqueue(router.PeerEvent{Kind: router.PeerRelease, Worker: worker})

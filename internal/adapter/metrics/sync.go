@@ -11,16 +11,18 @@ import (
 // Kinds of fleet-sync message: the kind label of the tlgate_sync_* counters
 // (a batch is one NATS message of events; a snapshot a warm start's).
 const (
-	SyncPick     = "pick"
-	SyncRelease  = "release"
-	SyncLoad     = "load"
-	SyncEject    = "eject"
-	SyncStored   = "stored"
-	SyncForget   = "forget"
-	SyncIndex    = "index"
-	SyncLift     = "lift"
-	SyncBatch    = "batch"
-	SyncSnapshot = "snapshot"
+	SyncPick    = "pick"
+	SyncRelease = "release"
+	SyncLoad    = "load"
+	SyncEject   = "eject"
+	SyncStored  = "stored"
+	SyncForget  = "forget"
+	SyncIndex   = "index"
+	SyncLift    = "lift"
+	// SyncSpeculate: an exact pick's speculative blocks.
+	SyncSpeculate = "speculate"
+	SyncBatch     = "batch"
+	SyncSnapshot  = "snapshot"
 )
 
 // Reasons a fleet-sync message is dropped: the reason label of
@@ -69,7 +71,7 @@ const (
 )
 
 var (
-	syncKinds       = fixedSet{SyncPick, SyncRelease, SyncLoad, SyncEject, SyncStored, SyncForget, SyncIndex, SyncLift, SyncBatch, SyncSnapshot}
+	syncKinds       = fixedSet{SyncPick, SyncRelease, SyncLoad, SyncEject, SyncStored, SyncForget, SyncIndex, SyncLift, SyncSpeculate, SyncBatch, SyncSnapshot}
 	syncDropReasons = fixedSet{SyncDropMalformed, SyncDropOversized, SyncDropStale, SyncDropDuplicateID, SyncDropRate, SyncDropQueueFull,
 		SyncDropDisconnected, SyncDropSlowConsumer, SyncDropUnknownWorker, SyncDropOtherModel, SyncDropTooManyPeers, SyncDropCapped,
 		SyncDropChunkBytes, SyncDropUnknownKind, SyncDropEjection, SyncDropInvalid, SyncDropSpoofed, SyncDropBacklog, SyncDropUnasked, SyncDropNoEvidence}

@@ -31,6 +31,8 @@ type replicaSpec struct {
 	syncHold *time.Duration
 	// pprof serves the replicas' Go profiles (gateway.pprof).
 	pprof bool
+	// extra is TOML appended to every replica's configuration.
+	extra string
 }
 
 // replicaFleet is N gateway processes (the real gateway binary, each its
@@ -64,6 +66,7 @@ func replicaTOML(s replicaSpec, i int, listen, registry, stateDir string) string
 			fmt.Fprintf(&b, "release_hold = %q\n", s.syncHold.String())
 		}
 	}
+	b.WriteString(s.extra)
 	return b.String()
 }
 

@@ -44,6 +44,9 @@ const (
 	ExpOverload = "overload"
 	ExpOpenLoop = "openloop"
 	ExpSyncCost = "synccost"
+	// ExpKVEvents is exact routing on the engines' KV cache events (an
+	// open-loop sweep under eviction pressure, a drill, the costs).
+	ExpKVEvents = "kvevents"
 )
 
 // Experiments are the experiments a run runs unless told otherwise, in
@@ -53,7 +56,7 @@ var Experiments = []string{ExpRouting, ExpOverhead, ExpScale, ExpMemory, ExpOver
 // Optional are the experiments run only when named: the open-loop sweep
 // takes an hour or more; the sync cost measurement, which ends it, can
 // also run alone.
-var Optional = []string{ExpOpenLoop, ExpSyncCost}
+var Optional = []string{ExpOpenLoop, ExpSyncCost, ExpKVEvents}
 
 // Config is everything a run needs; Preset gives the full and quick ones
 // and cmd/tlbench's flags override parts.
@@ -226,9 +229,10 @@ type binaries struct {
 // them.
 func buildBinaries(ctx context.Context, c Config, logOut io.Writer) (_ binaries, err error) {
 	syncCost := slices.Contains(c.Only, ExpSyncCost)
-	gateway := slices.Contains(c.Only, ExpOverhead) || slices.Contains(c.Only, ExpOpenLoop) || syncCost
+	kvEvents := slices.Contains(c.Only, ExpKVEvents)
+	gateway := slices.Contains(c.Only, ExpOverhead) || slices.Contains(c.Only, ExpOpenLoop) || syncCost || kvEvents
 	engine := slices.Contains(c.Only, ExpOverhead)
-	nats := slices.Contains(c.Only, ExpOpenLoop) && slices.Contains(c.OpenSync, true) || syncCost
+	nats := slices.Contains(c.Only, ExpOpenLoop) && slices.Contains(c.OpenSync, true) || syncCost || kvEvents
 	if !gateway && !engine {
 		return binaries{}, nil
 	}
@@ -316,6 +320,8 @@ func Run(ctx context.Context, c Config, out, logOut io.Writer) error {
 			sec, ps, err = openLoopExperiment(ctx, c, bins, logOut)
 		case ExpSyncCost:
 			sec, err = syncCostExperiment(ctx, c, bins, logOut)
+		case ExpKVEvents:
+			sec, err = kvEventsExperiment(ctx, c, bins, logOut)
 		default:
 			err = fmt.Errorf("unknown experiment %q", e)
 		}

@@ -1,0 +1,46 @@
+package kvsub_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/routing/kvindex"
+	"github.com/tlgate/tlgate/internal/routing/policy"
+	"github.com/tlgate/tlgate/internal/testkit/kvpub"
+	"github.com/tlgate/tlgate/internal/wire/kvevents"
+)
+
+// BenchmarkKVEventsDecodeApply is the gateway's work for one engine
+// step's events past the socket: a batch (vLLM's map encoding) storing a
+// block and evicting another, decoded and applied to the worker's exact
+// view by the router's state. ns/event is per event.
+//
+//	go test -run '^$' -bench KVEventsDecodeApply -benchmem ./internal/adapter/kvsub/
+func BenchmarkKVEventsDecodeApply(b *testing.B) {
+	s := router.NewState(router.Config{Policy: policy.NameCacheAware}, nil, 1)
+	now := time.Unix(1000, 0)
+	s.ApplyKV(&router.KVEvents{Worker: "w", State: kvindex.Exact}, now)
+	const n = 4096
+	payloads := make([][]byte, n)
+	for i := range payloads {
+		st := kvpub.Stored{Hashes: []uint64{uint64(i + 1)}, Tokens: toks(i*16, 16), BlockSize: 16, Medium: kvpub.Ptr("GPU")}
+		ev := []any{st}
+		if i > 0 {
+			st.Parent = kvpub.Ptr(uint64(i))
+			ev = []any{st, kvpub.Removed{Hashes: []uint64{uint64(i)}, Medium: kvpub.Ptr("GPU")}}
+		}
+		payloads[i] = kvpub.Encode(kvpub.Batch{TS: 1, Rank: kvpub.Ptr(0), Events: ev}, kvpub.Options{Encoding: kvpub.Map})
+	}
+	d := kvevents.NewDecoder(kvevents.Limits{})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		batch, err := d.Decode(payloads[i%n])
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.ApplyKV(&router.KVEvents{Worker: "w", State: kvindex.Exact, Batches: []kvindex.Batch{batch}}, now)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/event")
+}
