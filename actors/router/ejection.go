@@ -91,7 +91,7 @@ func (s *State) AttemptSucceeded(id string) {
 	if h := s.health[id]; h != nil {
 		h.fails = 0
 	}
-	delete(s.votes, id) // the peers' word that it is to be ejected is belied
+	s.belie(id) // the peers' word that it is to be ejected
 	if c := s.inflight[id]; c != nil {
 		c.suspect, c.trials = false, 0
 	}
@@ -138,7 +138,7 @@ func (s *State) AttemptFailed(id, reason string, now time.Time) Ejection {
 	}
 	// Peers' word that it is to be ejected (sync.go) and this failure are
 	// evidence enough.
-	if h.fails < need && s.liveVotes(id, now) == 0 {
+	if h.fails < need && s.liveVotes(id, now, false) == 0 {
 		s.counter(id).suspect = true
 		return Ejection{}
 	}

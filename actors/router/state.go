@@ -180,9 +180,11 @@ type State struct {
 
 	// Passive health and admission control (ejection.go, admission.go);
 	// votes are the peers' ejections waiting for evidence (sync.go), by
-	// worker and replica.
+	// worker and replica, belied those an answer belied, until the end
+	// they claimed.
 	health  map[string]*health
 	votes   map[string]map[string]time.Time
+	belied  map[string]map[string]time.Time
 	learned map[string]learned
 	queues  map[string]*fairQueue
 	waiters map[uint64]*Waiter
@@ -261,6 +263,7 @@ func (s *State) RemoveWorker(id string) {
 	s.forgetWorker(id)
 	delete(s.health, id)
 	delete(s.votes, id)
+	delete(s.belied, id)
 	if c := s.inflight[id]; c != nil {
 		c.until, c.suspect, c.trials = time.Time{}, false, 0
 		s.dropIdle(id, c)

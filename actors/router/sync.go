@@ -56,10 +56,12 @@ type SyncConfig struct {
 	// one worker.
 	MaxPeerInFlight int
 	// EjectionQuorum is how many peers' ejections of a worker, in force,
-	// eject it here without evidence of this replica's own (zero: 2). One
-	// peer's word alone does not: it makes the worker suspect (one request
-	// at a time), and the first failure of this replica's own there ejects
-	// it at once, the first success drops the peers' word.
+	// eject it here without evidence of this replica's own (zero: 2); with
+	// Listed, only listed replicas count. One peer's word alone does not:
+	// it makes the worker suspect (one request at a time), and the first
+	// failure of this replica's own there ejects it at once, the first
+	// answer drops the peers' word (and ignores theirs about the worker
+	// until the end they claimed).
 	EjectionQuorum int
 	// ClaimMargin is how many of the peers' picks told since a worker's
 	// last report count beyond what the report bears out: the peers'
@@ -530,6 +532,9 @@ func (s *State) dropPeer(id string) (released bool) {
 	for _, v := range s.votes {
 		delete(v, id)
 	}
+	for _, b := range s.belied {
+		delete(b, id)
+	}
 	return released
 }
 
@@ -690,8 +695,11 @@ func (s *State) applyPeerEjection(replica, id, model, reason string, d time.Dura
 	} else {
 		d = min(d, max(ec.Base, time.Second))
 	}
+	if until, ok := s.belied[id][replica]; ok && now.Before(until) {
+		return time.Time{}, DropNoEvidence // an answer belied its word already
+	}
 	s.vote(id, replica, now.Add(d))
-	if h := s.health[id]; (h == nil || h.fails == 0) && s.liveVotes(id, now) < s.cfg.Sync.ejectionQuorum() {
+	if h := s.health[id]; (h == nil || h.fails == 0) && s.liveVotes(id, now, true) < s.cfg.Sync.ejectionQuorum() {
 		s.counter(id).suspect = true
 		return time.Time{}, DropNoEvidence
 	}
@@ -727,18 +735,47 @@ func (s *State) vote(id, replica string, until time.Time) {
 }
 
 // liveVotes counts the tracked peers whose word that worker id is to be
-// ejected is in force at now (dropping the others).
-func (s *State) liveVotes(id string, now time.Time) int {
+// ejected is in force at now (dropping the others); for a quorum, when
+// SyncConfig.Listed names the fleet, only listed replicas count.
+func (s *State) liveVotes(id string, now time.Time, quorum bool) int {
 	v := s.votes[id]
+	n := 0
 	for replica, until := range v {
 		if _, tracked := s.peers[replica]; !tracked || !now.Before(until) {
 			delete(v, replica)
+			continue
+		}
+		if !quorum || len(s.cfg.Sync.Listed) == 0 || slices.Contains(s.cfg.Sync.Listed, replica) {
+			n++
 		}
 	}
 	if len(v) == 0 {
 		delete(s.votes, id)
 	}
-	return len(v)
+	return n
+}
+
+// belie drops the peers' word that worker id is to be ejected: an attempt
+// on it answered. Each of those peers' words about it is ignored until the
+// end it claimed, so a peer that keeps saying so costs one trial per
+// ejection it claims, not one per message.
+func (s *State) belie(id string) {
+	v := s.votes[id]
+	if len(v) == 0 {
+		return
+	}
+	if s.belied == nil {
+		s.belied = map[string]map[string]time.Time{}
+	}
+	b := s.belied[id]
+	if b == nil {
+		b = map[string]time.Time{}
+		s.belied[id] = b
+	}
+	for replica, until := range v {
+		b[replica] = until
+	}
+	delete(s.votes, id)
 }
 
 // LiftEjection ends worker id's ejection at now (an operator's word,

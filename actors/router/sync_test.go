@@ -325,6 +325,16 @@ func TestSyncPeerEjection(t *testing.T) {
 			s.ApplyPeer(eject("r2", "a", 10*time.Second), now)
 			return s.ApplyPeer(eject("r2", "a", 10*time.Second), now)
 		}, false, 0, true},
+		{"with the fleet listed, only listed replicas make a quorum", func(s *State) PeerApplied {
+			s.cfg.Sync.Listed = []string{"r2", "r9"}
+			s.ApplyPeer(eject("r2", "a", 10*time.Second), now)
+			return s.ApplyPeer(eject("made-up", "a", 10*time.Second), now)
+		}, false, 0, true},
+		{"two listed replicas do", func(s *State) PeerApplied {
+			s.cfg.Sync.Listed = []string{"r2", "r3"}
+			s.ApplyPeer(eject("r2", "a", 10*time.Second), now)
+			return s.ApplyPeer(eject("r3", "a", 20*time.Second), now)
+		}, true, 20 * time.Second, false},
 		{"a word past its end counts no more", func(s *State) PeerApplied {
 			s.ApplyPeer(eject("r2", "a", 10*time.Second), now)
 			return s.ApplyPeer(eject("r3", "a", 10*time.Second), now.Add(10*time.Second))
@@ -396,6 +406,19 @@ func TestSyncPeerEjectionTrial(t *testing.T) {
 		}
 		if r := s.ApplyPeer(&PeerBatch{Replica: "r3", Events: word.Events}, now); len(r.Ejected) != 1 {
 			t.Fatal("a second peer's word with a failure of the replica's own did not eject")
+		}
+	})
+	t.Run("a belied peer's word is ignored until the end it claimed", func(t *testing.T) {
+		s, _ := syncState(t, policy.NameLeastOutstanding, SyncConfig{}, "a", "b")
+		s.ApplyPeer(word, now)
+		s.AttemptSucceeded("a")
+		r := s.ApplyPeer(word, now.Add(9*time.Second))
+		if s.inflight["a"].suspect || r.Dropped[PeerDrop{PeerEject, DropNoEvidence}] != 1 {
+			t.Fatalf("the same peer's word again: suspect %v, dropped %v; want ignored", s.inflight["a"].suspect, r.Dropped)
+		}
+		s.ApplyPeer(word, now.Add(10*time.Second))
+		if !s.inflight["a"].suspect {
+			t.Fatal("the peer's word after the end it claimed was ignored too")
 		}
 	})
 }
