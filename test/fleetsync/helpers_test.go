@@ -44,8 +44,9 @@ type fleet struct {
 	// tweak, when set, changes every replica's configuration last.
 	tweak func(*config.Gateway)
 	// users: the NATS server has a user per replica (cluster.StartNATSUsers):
-	// replica i is gw-<i> and logs in as its own user.
-	users bool
+	// replica i is gw-<i> and logs in as its own user. named: replica i is
+	// gw-<i>, with the shared token.
+	users, named bool
 }
 
 // newFleet starts n replicas under policy syncing through ns (nil: sync
@@ -115,6 +116,9 @@ func (f *fleet) startReplica(registryListen string) *cluster.Replica {
 			g.Sync.User, g.Sync.Password = g.Sync.ReplicaID, cluster.NATSPassword(g.Sync.ReplicaID)
 		} else {
 			g.Sync.Token = f.nats.Token()
+			if f.named {
+				g.Sync.ReplicaID = replicaID(len(f.Replicas))
+			}
 		}
 		g.Sync.ReconnectWait = config.D(100 * time.Millisecond)
 		g.Sync.ConnectTimeout = config.D(time.Second)
