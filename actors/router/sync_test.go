@@ -687,3 +687,31 @@ func TestSyncPeerStandingAtMaxPeers(t *testing.T) {
 		})
 	}
 }
+
+// TestSnapshotFilledInShares: a snapshot's index is copied a share at a
+// time (at least one worker's, at most maxHashes unless one worker holds
+// more), so the router serves its other messages between the shares.
+func TestSnapshotFilledInShares(t *testing.T) {
+	s, _ := syncState(t, policy.NameCacheAware, SyncConfig{}, "a", "b", "c")
+	for _, id := range []string{"a", "b", "c"} {
+		hs := make([]uint64, 100)
+		for i := range hs {
+			hs[i] = uint64(id[0])<<32 | uint64(i)
+		}
+		s.ApplyPeer(&PeerBatch{Replica: "r2", ChunkBytes: 128, Events: []PeerEvent{{Kind: PeerIndex, Model: "m", Worker: id, Hashes: hs}}}, now)
+	}
+	job := s.PlanSnapshot(1<<20, 1<<20, now)
+	var steps []int
+	for done := false; !done; {
+		before := len(job.Snapshot.Index)
+		done = s.FillSnapshot(job, 150)
+		steps = append(steps, len(job.Snapshot.Index)-before)
+	}
+	if !slices.Equal(steps, []int{1, 1, 1}) {
+		t.Fatalf("workers copied per step %v, want one at a time (100 hashes each, 150 a step)", steps)
+	}
+	job = s.PlanSnapshot(1<<20, 1<<20, now)
+	if !s.FillSnapshot(job, 1000) || len(job.Snapshot.Index) != 3 {
+		t.Fatalf("a step of 1000 hashes copied %d workers, want all 3", len(job.Snapshot.Index))
+	}
+}
