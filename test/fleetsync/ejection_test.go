@@ -21,7 +21,7 @@ import (
 // wrong hands eject two workers of three every 150 ms. One peer's word is
 // no evidence: the workers stay routable, requests reach all three (each
 // trial answers, and drops the word), and the words are counted as
-// no_evidence. A second peer saying the same (ejection_quorum 2) is.
+// no_evidence. Two peers saying the same (ejection_quorum 2) are.
 func TestSyncForgedEjectionNeedsEvidence(t *testing.T) {
 	f := newUsersFleet(t, "least_outstanding", 1, engineConfigs(3, 5*time.Millisecond), func(g *config.Gateway) {
 		g.Ejection.MaxPercent = 100
@@ -51,10 +51,13 @@ func TestSyncForgedEjectionNeedsEvidence(t *testing.T) {
 		}
 	}
 
-	// A second replica's word is the quorum.
+	// Two replicas' word is the quorum (about w2: their words about w0 and
+	// w1 were belied by answers, and are ignored for the 5 minutes they
+	// claim).
 	rogue2, _ := f.connectAs("rogue2")
-	publishAs(t, rogue2, "rogue2", "rogue2", eject("w0"))
-	f.WaitWorker(0, "w0", func(w router.WorkerView) bool { return !w.EjectedUntil.IsZero() }, "ejected on two peers' word")
+	publishAs(t, rogue, "rogue", "rogue", eject("w2"))
+	publishAs(t, rogue2, "rogue2", "rogue2", eject("w2"))
+	f.WaitWorker(0, "w2", func(w router.WorkerView) bool { return !w.EjectedUntil.IsZero() }, "ejected on two peers' word")
 }
 
 // storedOn stores responses through replica i until one is stored on
