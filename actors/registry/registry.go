@@ -37,6 +37,8 @@ type Heartbeat struct {
 	Arrived time.Time
 	Source  string // fleet.SourceHeartbeat or fleet.SourceProbe
 	Kind    string // the probed engine's kind, if any
+	// BootstrapPort is a probed SGLang prefill engine's bootstrap port.
+	BootstrapPort int
 }
 
 // Refused answers a heartbeat the registry did not take: Err wraps
@@ -230,7 +232,7 @@ func (a *registryActor) terminated(ctx actor.Context, who *actor.PID) {
 func (a *registryActor) heartbeat(ctx actor.Context, m *Heartbeat) any {
 	st := a.st
 	w := fleet.FromStatus(m.Status, m.Arrived, st.cfg.TTL(), m.Source)
-	w.Kind = m.Kind
+	w.Kind, w.BootstrapPort = m.Kind, m.BootstrapPort
 	w.Drained = st.drained[w.Model]
 	e, known := st.entries[w.ID]
 	var err error

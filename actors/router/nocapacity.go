@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,7 +59,7 @@ const (
 	stateDraining
 	stateDrained
 	stateStale
-	stateNoKVHandles
+	stateNoProtocol
 	numStates
 )
 
@@ -71,17 +72,18 @@ var verbs = [numStates][2]string{
 	stateDraining: {"is draining", "are draining"},
 	stateDrained:  {"is drained by an operator", "are drained by an operator"},
 	stateStale:    {"missed its heartbeats", "missed their heartbeats"},
-	stateNoKVHandles: {"is a probed engine, which cannot take KV handles (tl.engine.v1 Prefill)",
-		"are probed engines, which cannot take KV handles (tl.engine.v1 Prefill)"},
+	stateNoProtocol: {"is a probed engine of a kind that speaks no disaggregation protocol (vllm and sglang do)",
+		"are probed engines of a kind that speaks no disaggregation protocol (vllm and sglang do)"},
 }
 
 // stateOf is w's state for req; pair: the route is disaggregated, so a
-// prefill or decode worker must take KV handles (KVHandles).
+// prefill or decode worker must speak a disaggregation protocol
+// (fleet.Worker.Protocol).
 func (s *State) stateOf(w *fleet.Worker, req *Request, now time.Time, pair bool) workerState {
 	c := s.inflight[w.ID]
 	switch {
-	case pair && w.Role != fleet.RoleUnified && !KVHandles(w):
-		return stateNoKVHandles
+	case pair && w.Role != fleet.RoleUnified && !speaks(w):
+		return stateNoProtocol
 	case !w.Live(now):
 		return stateStale
 	case w.Drained:
@@ -138,9 +140,28 @@ func (s *State) whyNoCapacity(r routes.Route, req *Request, now time.Time) strin
 	why := need + "; " + strings.Join(parts, "; ")
 	if p, d := counts[fleet.RolePrefill], counts[fleet.RoleDecode]; r.IsDisaggregated() && p != nil && d != nil &&
 		p[stateRoutable] > 0 && d[stateRoutable] > 0 {
-		why += "; no routable prefill worker shares a kv_format with a routable decode worker"
+		why += "; " + s.whyNoPair(served, req, now)
 	}
 	return why
+}
+
+// speaks reports whether w speaks a disaggregation protocol.
+func speaks(w *fleet.Worker) bool {
+	_, ok := w.Protocol()
+	return ok
+}
+
+// whyNoPair says why routable prefill and decode workers of the served
+// models form no pair: with only heartbeating workers, their kv_formats
+// differ; otherwise their protocols (engine kinds) do.
+func (s *State) whyNoPair(served []string, req *Request, now time.Time) string {
+	for _, w := range s.workers {
+		if w.Role != fleet.RoleUnified && w.Source == fleet.SourceProbe && slices.Contains(served, w.Model) &&
+			s.stateOf(w, req, now, true) == stateRoutable {
+			return "no routable prefill worker speaks the protocol of a routable decode worker (a probed engine pairs only with engines of its kind, a heartbeating worker only with heartbeating workers of its kv_format)"
+		}
+	}
+	return "no routable prefill worker shares a kv_format with a routable decode worker"
 }
 
 // describe is one role's workers by state: "1 unified worker is

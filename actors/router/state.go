@@ -106,6 +106,10 @@ type Request struct {
 	// Keys, when set, keeps the tokens' block keys across Routes (like
 	// Hashes).
 	Keys *TokenKeys
+	// KeepPrefill, on a disaggregated route, is the prefill worker that
+	// holds the prompt's KV for the request already (its decode failed
+	// before the first byte): the pair keeps it while it is routable.
+	KeepPrefill string
 }
 
 // Target is the router's answer: where an attempt goes.
@@ -115,6 +119,9 @@ type Target struct {
 	Route       string        // the public route model the request named
 	ServedModel string        // the id the engine answers to
 	Reason      string        // policy reason: least_outstanding, weighted, affinity, load
+	// PrefillReason and DecodeReason say why a disaggregated pair's
+	// workers were picked (pair.go); Reason is PrefillReason then.
+	PrefillReason, DecodeReason string
 	// CascadeStep and CascadeSteps locate the answered step of a cascade
 	// route (0 and 1 for any other route); AcceptIf is the step's rule (empty
 	// on the last step).
@@ -177,6 +184,9 @@ type State struct {
 	prefix   *cacheState        // the cache_aware policy's index; nil for others
 	exact    *kvindex.Index     // the exact views (cache_aware only)
 	needTok  *NeedTokensError   // set by a pick that needs the prompt's tokens
+
+	// dcands is the scratch of a disaggregated pair's decode pick.
+	dcands []policy.DecodeCandidate
 
 	// Passive health and admission control (ejection.go, admission.go);
 	// votes are the peers' ejections waiting for evidence (sync.go), by
@@ -700,63 +710,6 @@ func (s *State) pickOneBy(pol policy.Name, t *Target, model string, role fleet.R
 	t.Policy, t.Candidates = string(pol), len(s.cands)
 	return nil
 }
-
-// pickPair picks the decode worker by the policy and the least loaded
-// prefill worker of the same model and kv_format. Under cache_aware the
-// prompt's KV is computed, and cached, on the prefill worker: that one is
-// picked by cache_aware (and the prompt indexed there), the decode worker
-// by least_outstanding. Only workers that speak the KV-handle contract
-// (KVHandles) are paired: a probed engine's Prefill call would fail.
-func (s *State) pickPair(t *Target, model string, req *Request, now time.Time) error {
-	decodeBy := s.cfg.Policy
-	if decodeBy == policy.NameCacheAware {
-		decodeBy = policy.NameLeastOutstanding
-	}
-	// Try decode workers in policy order until one has a prefill partner.
-	excl := req.Exclude
-	tried := map[string]bool{}
-	for range 64 {
-		r2 := *req
-		r2.Exclude = func() map[string]bool {
-			if len(tried) == 0 {
-				return excl
-			}
-			m := make(map[string]bool, len(excl)+len(tried))
-			for k := range excl {
-				m[k] = true
-			}
-			for k := range tried {
-				m[k] = true
-			}
-			return m
-		}()
-		if err := s.pickOneBy(decodeBy, t, model, fleet.RoleDecode, &r2, now, KVHandles); err != nil {
-			return err
-		}
-		d := t.Worker
-		if _, ok := s.candidates(model, fleet.RolePrefill, req, now, func(w *fleet.Worker) bool { return KVHandles(w) && w.KVFormat == d.KVFormat }); ok {
-			var i int
-			if s.cfg.Policy == policy.NameCacheAware {
-				i, t.Reason = s.pickCacheAware(t, model, req, now)
-				t.Policy = string(policy.NameCacheAware)
-			} else {
-				i = policy.LeastOutstanding(s.cands)
-			}
-			pw := *s.members[i]
-			t.Prefill = &pw
-			return nil
-		}
-		tried[d.ID] = true
-	}
-	return ErrNoCapacity
-}
-
-// KVHandles reports whether w can take part in a disaggregated pair: a
-// worker that registers by heartbeat speaks tlgate's contracts (tl.engine.v1
-// Prefill, tl.kv.v1 and X-TL-KV-Handle); a probed engine (vLLM, SGLang,
-// llama.cpp, any OpenAI server) speaks none of them, whatever role its
-// discovery labels give it.
-func KVHandles(w *fleet.Worker) bool { return w.Source != fleet.SourceProbe }
 
 // WorkerView is one worker as the admin API lists it.
 type WorkerView struct {

@@ -112,42 +112,103 @@ func TestPickDisaggregatedPair(t *testing.T) {
 	}
 }
 
-// probed is w as the probe manager reports it (a stock engine).
-func probed(x fleet.Worker) fleet.Worker {
-	x.Source, x.Kind = fleet.SourceProbe, "vllm"
+// probed is w as the probe manager reports it (a stock vLLM engine).
+func probed(x fleet.Worker) fleet.Worker { return probedKind(x, "vllm") }
+
+// probedKind is w as the probe manager reports an engine of kind.
+func probedKind(x fleet.Worker, kind string) fleet.Worker {
+	x.Source, x.Kind, x.KVFormat = fleet.SourceProbe, kind, 0
 	return x
 }
 
-// A disaggregated route pairs only workers that speak the KV-handle
-// contract: probed prefill or decode engines are passed over, whatever
-// their load, and a route with only those is no_capacity.
-func TestPickDisaggregatedRefusesProbedWorkers(t *testing.T) {
+// A disaggregated route pairs workers that speak one protocol: probed
+// vLLM engines with each other, probed SGLang engines with each other,
+// heartbeating workers (tlgate's contract) with each other; never two of
+// different kinds, and never probed engines of a kind that speaks none.
+func TestPickDisaggregatedPairsByProtocol(t *testing.T) {
 	rs := []routes.Route{{Model: "big-pd", Backends: []routes.Backend{{Model: "big", Weight: 1}}, Targets: []string{"disaggregated"}}}
-	s := state(t, policy.NameLeastOutstanding, rs,
-		probed(w("d0", "big", fleet.RoleDecode, 0, 1)),
-		w("d1", "big", fleet.RoleDecode, 5, 1),
-		probed(w("p0", "big", fleet.RolePrefill, 0, 1)),
-		w("p1", "big", fleet.RolePrefill, 5, 1))
-	for i := range 3 {
-		tg, err := s.Pick(&Request{Model: "big-pd", RequestID: "x"}, now)
+	pairOf := func(t *testing.T, s *State) (string, error) {
+		t.Helper()
+		tg, err := s.Pick(&Request{Model: "big-pd", RequestID: "x", Prompt: "hello"}, now)
 		if err != nil {
-			t.Fatal(err)
+			return "", err
 		}
-		if tg.Worker.ID != "d1" || tg.Prefill == nil || tg.Prefill.ID != "p1" {
-			t.Fatalf("pick %d: pair %s/%v, want d1 with p1 (the probed ones take no KV handles)", i, tg.Worker.ID, tg.Prefill)
-		}
+		defer s.Release(tg.Worker.ID)
+		defer s.Release(tg.Prefill.ID)
+		return tg.Prefill.ID + "/" + tg.Worker.ID, nil
 	}
 	for _, pol := range []policy.Name{policy.NameLeastOutstanding, policy.NameCacheAware, policy.NameWeighted, policy.NameAffinity} {
-		s := state(t, pol, rs, probed(w("d0", "big", fleet.RoleDecode, 0, 1)), probed(w("p0", "big", fleet.RolePrefill, 0, 1)))
-		if _, err := s.Pick(&Request{Model: "big-pd", RequestID: "x", Prompt: "hello"}, now); !errors.Is(err, ErrNoCapacity) {
-			t.Fatalf("%s: only probed workers: %v, want ErrNoCapacity", pol, err)
-		}
+		t.Run(string(pol), func(t *testing.T) {
+			// The idlest prefill is vLLM's, the idlest decode SGLang's:
+			// neither pairs with the other.
+			s := state(t, pol, rs,
+				probedKind(w("p-vllm", "big", fleet.RolePrefill, 0, 1), "vllm"),
+				probedKind(w("d-vllm", "big", fleet.RoleDecode, 5, 1), "vllm"),
+				probedKind(w("p-sgl", "big", fleet.RolePrefill, 5, 1), "sglang"),
+				probedKind(w("d-sgl", "big", fleet.RoleDecode, 0, 1), "sglang"))
+			for range 4 {
+				pair, err := pairOf(t, s)
+				if err != nil || (pair != "p-vllm/d-vllm" && pair != "p-sgl/d-sgl") {
+					t.Fatalf("pair %q (%v): want two engines of one kind", pair, err)
+				}
+			}
+			// A vLLM prefill engine with SGLang and heartbeating decode
+			// workers only: no pair.
+			s = state(t, pol, rs,
+				probedKind(w("p-vllm", "big", fleet.RolePrefill, 0, 1), "vllm"),
+				probedKind(w("d-sgl", "big", fleet.RoleDecode, 0, 1), "sglang"),
+				w("d-tl", "big", fleet.RoleDecode, 0, 0))
+			if pair, err := pairOf(t, s); !errors.Is(err, ErrNoCapacity) {
+				t.Fatalf("kinds that differ paired: %q %v", pair, err)
+			}
+			// llama.cpp's server speaks no disaggregation protocol.
+			s = state(t, pol, rs, probedKind(w("p", "big", fleet.RolePrefill, 0, 1), "llamacpp"),
+				probedKind(w("d", "big", fleet.RoleDecode, 0, 1), "llamacpp"))
+			if pair, err := pairOf(t, s); !errors.Is(err, ErrNoCapacity) {
+				t.Fatalf("llama.cpp engines paired: %q %v", pair, err)
+			}
+		})
 	}
 	// A pooling request on that route still goes to a unified worker,
 	// probed or not.
-	s = state(t, policy.NameLeastOutstanding, rs, probed(w("u0", "big", fleet.RoleUnified, 0, 1)))
+	s := state(t, policy.NameLeastOutstanding, rs, probed(w("u0", "big", fleet.RoleUnified, 0, 1)))
 	if tg, err := s.Pick(&Request{Model: "big-pd", RequestID: "x", LeastLoaded: true}, now); err != nil || tg.Worker.ID != "u0" {
 		t.Fatalf("pooling request: %+v %v, want u0", tg.Worker.ID, err)
+	}
+}
+
+// The decode worker of a pair goes by load: the fewest running sequences,
+// ties to the most free KV; one whose KV is nearly full is passed over
+// while another has room. KeepPrefill keeps the prefill worker that holds
+// the request's KV while it is a candidate.
+func TestPickDisaggregatedDecodeByLoadAndKeep(t *testing.T) {
+	rs := []routes.Route{{Model: "big-pd", Backends: []routes.Backend{{Model: "big", Weight: 1}}, Targets: []string{"disaggregated"}}}
+	kv := func(x fleet.Worker, running, free, total int) fleet.Worker {
+		x.Running, x.KVFreeBlocks, x.KVTotalBlocks = running, free, total
+		return x
+	}
+	s := state(t, policy.NameLeastOutstanding, rs,
+		w("p1", "big", fleet.RolePrefill, 0, 1), w("p2", "big", fleet.RolePrefill, 1, 1),
+		kv(w("d1", "big", fleet.RoleDecode, 0, 1), 3, 900, 1000),
+		kv(w("d2", "big", fleet.RoleDecode, 0, 1), 1, 10, 1000), // nearly full
+		kv(w("d3", "big", fleet.RoleDecode, 0, 1), 3, 950, 1000))
+	tg, err := s.Pick(&Request{Model: "big-pd", RequestID: "x"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg.Worker.ID != "d3" || tg.DecodeReason != policy.ReasonDecodeKV || tg.Prefill.ID != "p1" || tg.PrefillReason != policy.ReasonLeastOutstanding {
+		t.Fatalf("pair %s/%s (%s, %s), want p1/d3: d2 runs least but is full, d3 has more free KV than d1", tg.Prefill.ID, tg.Worker.ID, tg.PrefillReason, tg.DecodeReason)
+	}
+	kept, err := s.Pick(&Request{Model: "big-pd", RequestID: "y", KeepPrefill: "p2", Exclude: map[string]bool{"d3": true}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept.Prefill.ID != "p2" || kept.PrefillReason != policy.ReasonKept || kept.Worker.ID != "d1" {
+		t.Fatalf("kept pair %s/%s (%s), want p2 kept with d1", kept.Prefill.ID, kept.Worker.ID, kept.PrefillReason)
+	}
+	gone, err := s.Pick(&Request{Model: "big-pd", RequestID: "z", KeepPrefill: "p9"}, now)
+	if err != nil || gone.PrefillReason == policy.ReasonKept {
+		t.Fatalf("a kept prefill worker that is gone: %+v %v, want a pair picked as usual", gone.PrefillReason, err)
 	}
 }
 
@@ -188,7 +249,8 @@ func TestStepRequestKeepsTheRequest(t *testing.T) {
 	req := &Request{Model: "auto", RequestID: "r1", PrefixKey: []byte("p"), Stream: true, Step: 0,
 		Exclude: map[string]bool{"w1": true}, Prompt: "system\nhello\n", Key: "team-a",
 		LeastLoaded: true, AnyRole: true, Pin: "w2", CacheSalt: "s", Hashes: &prefixindex.PromptHashes{},
-		Tokens: map[string][]uint32{"smol": {1}}, NoTokens: map[string]bool{"big": true}, NoAsk: true, Partial: map[string]bool{"smol": true}, Keys: &TokenKeys{}}
+		Tokens: map[string][]uint32{"smol": {1}}, NoTokens: map[string]bool{"big": true}, NoAsk: true, Partial: map[string]bool{"smol": true}, Keys: &TokenKeys{},
+		KeepPrefill: "p1"}
 	got := stepRequest(req, routes.Route{Model: "smol", Cascade: []routes.Step{{Model: "a", AcceptIf: "mean_logprob > -1"}, {Model: "b"}}})
 	if got.Model != "smol" || got.Step != 1 {
 		t.Fatalf("model %q step %d, want smol and 1", got.Model, got.Step)
@@ -279,10 +341,12 @@ func TestPickSaysWhyNoCapacity(t *testing.T) {
 		{"failed this request", []fleet.Worker{w("a", "m", fleet.RoleUnified, 0, 0), w("b", "m", fleet.RoleUnified, 0, 0)}, "m", map[string]bool{"a": true, "b": true},
 			"model m needs unified workers of m; 2 unified workers failed this request"},
 		{"cascade: both steps empty", nil, "auto", nil, "model big needs unified workers of big; no worker of big is registered"},
-		{"probed prefill and decode", []fleet.Worker{probed(w("p", "big", fleet.RolePrefill, 0, 0)), probed(w("d1", "big", fleet.RoleDecode, 0, 0)), probed(w("d2", "big", fleet.RoleDecode, 0, 0))}, "big-pd", nil,
-			"route big-pd needs prefill and decode workers of big; 1 prefill worker is a probed engine, which cannot take KV handles (tl.engine.v1 Prefill); 2 decode workers are probed engines, which cannot take KV handles (tl.engine.v1 Prefill)"},
+		{"probed llama.cpp prefill and decode", []fleet.Worker{probedKind(w("p", "big", fleet.RolePrefill, 0, 0), "llamacpp"), probedKind(w("d1", "big", fleet.RoleDecode, 0, 0), "openai"), probedKind(w("d2", "big", fleet.RoleDecode, 0, 0), "llamacpp")}, "big-pd", nil,
+			"route big-pd needs prefill and decode workers of big; 1 prefill worker is a probed engine of a kind that speaks no disaggregation protocol (vllm and sglang do); 2 decode workers are probed engines of a kind that speaks no disaggregation protocol (vllm and sglang do)"},
 		{"probed decode beside a heartbeat prefill", []fleet.Worker{w("p", "big", fleet.RolePrefill, 0, 0), probed(w("d", "big", fleet.RoleDecode, 0, 0))}, "big-pd", nil,
-			"route big-pd needs prefill and decode workers of big; 1 prefill worker is routable; 1 decode worker is a probed engine, which cannot take KV handles (tl.engine.v1 Prefill)"},
+			"route big-pd needs prefill and decode workers of big; 1 prefill worker is routable; 1 decode worker is routable; no routable prefill worker speaks the protocol of a routable decode worker (a probed engine pairs only with engines of its kind, a heartbeating worker only with heartbeating workers of its kv_format)"},
+		{"vllm prefill, sglang decode", []fleet.Worker{probed(w("p", "big", fleet.RolePrefill, 0, 0)), probedKind(w("d", "big", fleet.RoleDecode, 0, 0), "sglang")}, "big-pd", nil,
+			"route big-pd needs prefill and decode workers of big; 1 prefill worker is routable; 1 decode worker is routable; no routable prefill worker speaks the protocol of a routable decode worker (a probed engine pairs only with engines of its kind, a heartbeating worker only with heartbeating workers of its kv_format)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

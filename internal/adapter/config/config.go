@@ -323,8 +323,17 @@ type Engine struct {
 	HTTPAddress string `toml:"http_address"`
 	// Model is the model id the engine serves.
 	Model string `toml:"model"`
-	// Kind is vllm, sglang, llamacpp or openai: how to read its load.
+	// Kind is vllm, sglang, llamacpp or openai: how to read its load,
+	// and which disaggregation protocol a prefill or decode engine speaks
+	// (vllm: kv_transfer_params; sglang: bootstrap rooms).
 	Kind string `toml:"kind"`
+	// Role is unified (empty means unified), prefill or decode: the part
+	// the engine takes in serving its model. Routes with targets =
+	// ["disaggregated"] pair a prefill and a decode engine of one kind.
+	Role string `toml:"role"`
+	// BootstrapPort is an SGLang prefill engine's bootstrap port (its
+	// --disaggregation-bootstrap-port); 0 means SGLang's default, 8998.
+	BootstrapPort int `toml:"bootstrap_port"`
 	// ProbeInterval is the probe period; zero or absent means 2s.
 	ProbeInterval Duration `toml:"probe_interval"`
 	// AuthHeader is sent as Authorization to the engine ("Bearer xyz");

@@ -285,6 +285,25 @@ func TestConfigValidation(t *testing.T) {
 		{"engine ids unique", "[[gateway.engines]]\nid = \"e\"\nhttp_address = \"h:1\"\nmodel = \"m\"\nkind = \"vllm\"\n[[gateway.engines]]\nid = \"e\"\nhttp_address = \"h:2\"\nmodel = \"m\"\nkind = \"sglang\"", []string{
 			`gateway.engines[1].id: "e" already names engines[0]`,
 		}},
+		{"engine roles ok", "[[gateway.engines]]\nid = \"p\"\nhttp_address = \"h:1\"\nkind = \"sglang\"\nrole = \"prefill\"\nbootstrap_port = 9000\n" +
+			"[[gateway.engines]]\nid = \"d\"\nhttp_address = \"h:2\"\nkind = \"vllm\"\nrole = \"decode\"", nil},
+		{"engine role and bootstrap port", "[[gateway.engines]]\nid = \"p\"\nhttp_address = \"h:1\"\nkind = \"vllm\"\nrole = \"both\"\nbootstrap_port = 9000\n" +
+			"[[gateway.engines]]\nid = \"q\"\nhttp_address = \"h:2\"\nkind = \"sglang\"\nrole = \"prefill\"\nbootstrap_port = 70000\n" +
+			"[[gateway.engines]]\nid = \"r\"\nhttp_address = \"h:3\"\nkind = \"sglang\"\nbootstrap_port = 8998", []string{
+			`gateway.engines[0].role: must be "unified", "prefill" or "decode", got "both"`,
+			`gateway.engines[0].bootstrap_port: applies to SGLang prefill engines only (kind = "sglang", role = "prefill"), got kind = "vllm", role = "both"`,
+			"gateway.engines[1].bootstrap_port: must be a port number in 1..65535, got 70000",
+			`gateway.engines[2].bootstrap_port: applies to SGLang prefill engines only (kind = "sglang", role = "prefill"), got kind = "sglang", role = "unified"`,
+		}},
+		{"discovery bootstrap keys", "[[gateway.discovery]]\nname = \"sg\"\nkind = \"kubernetes\"\nengine_kind = \"sglang\"\nnamespaces = [\"a\"]\nselector = \"app=sglang\"\nport = 30000\nbootstrap_port = 9000\nbootstrap_port_label = \"tlgate.io/bootstrap-port\"\nbootstrap_port_annotation = \"x/y\"\n" +
+			"[[gateway.discovery]]\nname = \"vl\"\nkind = \"kubernetes\"\nengine_kind = \"vllm\"\nnamespaces = [\"a\"]\nservice = \"vllm\"\nport = 8000\nbootstrap_port = 0\nbootstrap_port_label = \"p\"\n" +
+			"[[gateway.discovery]]\nname = \"dn\"\nkind = \"dns\"\nengine_kind = \"sglang\"\nhost = \"sg.test\"\nport = 30000\nbootstrap_port = -1\nbootstrap_port_annotation = \"a\"", []string{
+			"gateway.discovery[0].bootstrap_port_annotation: cannot be combined with bootstrap_port_label",
+			`gateway.discovery[1].bootstrap_port_label: applies to engine_kind = "sglang" only (SGLang's prefill engines), got "vllm"`,
+			"gateway.discovery[1].bootstrap_port_label: needs selector: EndpointSlices carry no pod labels or annotations (set model or role for the Service instead)",
+			"gateway.discovery[2].bootstrap_port: must be a port number in 1..65535, got -1",
+			`gateway.discovery[2].bootstrap_port_annotation: does not apply to kind = "dns"`,
+		}},
 		{"engine auth both", "[[gateway.engines]]\nid = \"e\"\nhttp_address = \"h:1\"\nmodel = \"m\"\nkind = \"openai\"\nauth_header = \"Bearer x\"\nauth_header_env = \"TLGATE_TEST_SET\"", []string{"gateway.engines[0].auth_header_env: cannot be combined with auth_header"}},
 		{"dns source ok", "[[gateway.discovery]]\nname = \"vllm\"\nkind = \"dns\"\nengine_kind = \"vllm\"\nhost = \"vllm.default.svc.cluster.local\"\nport = 8000", nil},
 		{"dns srv source ok", "[[gateway.discovery]]\nname = \"vllm\"\nkind = \"dns\"\nengine_kind = \"vllm\"\nhost = \"_http._tcp.vllm.default.svc.cluster.local.\"\nrecord = \"srv\"\nresolver = \"10.96.0.10:53\"", nil},

@@ -91,6 +91,13 @@ type Discovery struct {
 	ModelLabel      string `toml:"model_label"`
 	ModelAnnotation string `toml:"model_annotation"`
 	RoleLabel       string `toml:"role_label"`
+	// BootstrapPort is the bootstrap port of every SGLang prefill engine
+	// found (engine_kind sglang; 0: SGLang's default, 8998) unless
+	// BootstrapPortLabel or BootstrapPortAnnotation, a pod label or
+	// annotation holding it (Selector or Pool only), says otherwise.
+	BootstrapPort           int    `toml:"bootstrap_port"`
+	BootstrapPortLabel      string `toml:"bootstrap_port_label"`
+	BootstrapPortAnnotation string `toml:"bootstrap_port_annotation"`
 
 	// Host is the DNS name resolved (kind dns).
 	Host string `toml:"host"`
@@ -224,6 +231,7 @@ func (v *checker) discovery(ds []Discovery) {
 		default:
 			v.add(at+".role", "must be %q, %q or %q, got %q", RoleUnified, RolePrefill, RoleDecode, d.Role)
 		}
+		v.bootstrapKeys(at, d)
 		if d.ProbeInterval.Duration < 0 {
 			v.add(at+".probe_interval", "must be > 0, got %s", d.ProbeInterval.Duration)
 		}
@@ -292,7 +300,8 @@ func (v *checker) namespaces(at string, nss []string) {
 // podKeys checks the keys that read pod labels and annotations; service
 // says the source watches EndpointSlices, which carry none.
 func (v *checker) podKeys(at string, d Discovery, service bool) {
-	for _, kv := range [][2]string{{"model_label", d.ModelLabel}, {"model_annotation", d.ModelAnnotation}, {"role_label", d.RoleLabel}} {
+	for _, kv := range [][2]string{{"model_label", d.ModelLabel}, {"model_annotation", d.ModelAnnotation}, {"role_label", d.RoleLabel},
+		{"bootstrap_port_label", d.BootstrapPortLabel}, {"bootstrap_port_annotation", d.BootstrapPortAnnotation}} {
 		key, val := kv[0], kv[1]
 		switch {
 		case val == "":
@@ -364,7 +373,30 @@ func (v *checker) dnsSource(at string, d Discovery) {
 		}
 	}
 	v.notFor(at, "dns", map[string]bool{"kubeconfig": d.Kubeconfig != "", "namespaces": len(d.Namespaces) > 0, "service": d.Service != "", "pool": d.Pool != "",
-		"selector": d.Selector != "", "model_label": d.ModelLabel != "", "model_annotation": d.ModelAnnotation != "", "role_label": d.RoleLabel != ""})
+		"selector": d.Selector != "", "model_label": d.ModelLabel != "", "model_annotation": d.ModelAnnotation != "", "role_label": d.RoleLabel != "",
+		"bootstrap_port_label": d.BootstrapPortLabel != "", "bootstrap_port_annotation": d.BootstrapPortAnnotation != ""})
+}
+
+// bootstrapKeys checks a source's bootstrap port keys, which only SGLang
+// engines have.
+func (v *checker) bootstrapKeys(at string, d Discovery) {
+	if d.BootstrapPort != 0 && (d.BootstrapPort < 1 || d.BootstrapPort > 65535) {
+		v.add(at+".bootstrap_port", "must be a port number in 1..65535, got %d", d.BootstrapPort)
+	}
+	if d.BootstrapPortLabel != "" && d.BootstrapPortAnnotation != "" {
+		v.add(at+".bootstrap_port_annotation", "cannot be combined with bootstrap_port_label")
+	}
+	if d.EngineKind == KindSGLang {
+		return
+	}
+	for _, kv := range []struct {
+		key string
+		set bool
+	}{{"bootstrap_port", d.BootstrapPort != 0}, {"bootstrap_port_label", d.BootstrapPortLabel != ""}, {"bootstrap_port_annotation", d.BootstrapPortAnnotation != ""}} {
+		if kv.set {
+			v.add(at+"."+kv.key, "applies to engine_kind = %q only (SGLang's prefill engines), got %q", KindSGLang, d.EngineKind)
+		}
+	}
 }
 
 // notFor reports each key set that a source of kind does not use.

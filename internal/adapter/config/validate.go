@@ -362,6 +362,7 @@ func (v *checker) engines(es []Engine) {
 		if e.ProbeInterval.Duration < 0 {
 			v.add(at+".probe_interval", "must be > 0, got %s", e.ProbeInterval.Duration)
 		}
+		v.engineRole(at, e.Kind, e.Role, e.BootstrapPort)
 		v.kvEndpoints(at, e)
 		switch {
 		case e.AuthHeader != "" && e.AuthHeaderEnv != "":
@@ -372,6 +373,31 @@ func (v *checker) engines(es []Engine) {
 			}
 		}
 	}
+}
+
+// engineRole checks an engine's role and bootstrap port: the port is an
+// SGLang prefill engine's, a TCP port when set.
+func (v *checker) engineRole(at, kind, role string, bootstrapPort int) {
+	switch role {
+	case "", RoleUnified, RolePrefill, RoleDecode:
+	default:
+		v.add(at+".role", "must be %q, %q or %q, got %q", RoleUnified, RolePrefill, RoleDecode, role)
+	}
+	switch {
+	case bootstrapPort == 0:
+	case bootstrapPort < 1 || bootstrapPort > 65535:
+		v.add(at+".bootstrap_port", "must be a port number in 1..65535, got %d", bootstrapPort)
+	case kind != KindSGLang || role != RolePrefill:
+		v.add(at+".bootstrap_port", "applies to SGLang prefill engines only (kind = %q, role = %q), got kind = %q, role = %q", KindSGLang, RolePrefill, kind, roleOrUnified(role))
+	}
+}
+
+// roleOrUnified is role, "unified" when empty.
+func roleOrUnified(role string) string {
+	if role == "" {
+		return RoleUnified
+	}
+	return role
 }
 
 // checkEngineID reports whether id is a valid worker id:

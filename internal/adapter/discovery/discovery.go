@@ -55,6 +55,9 @@ type Endpoint struct {
 	// Role is unified, prefill or decode as the cluster says; empty means
 	// the source's role.
 	Role string
+	// BootstrapPort is an SGLang prefill engine's bootstrap port as the
+	// cluster says (a pod label or annotation); 0 means the source's.
+	BootstrapPort int
 	// Draining: routed nothing new (not ready, terminating, gone from DNS).
 	Draining bool
 }
@@ -177,12 +180,21 @@ func Engines(c config.Discovery, auth string, eps []Endpoint) []probe.Engine {
 		if role == "" {
 			role = c.Role
 		}
+		boot := ep.BootstrapPort
+		if boot == 0 {
+			boot = c.BootstrapPort
+		}
+		if c.EngineKind != config.KindSGLang || role != config.RolePrefill {
+			boot = 0
+		}
 		e := probe.Engine{
 			Engine: config.Engine{
 				ID:            WorkerID(c.Name, ep.Key),
 				HTTPAddress:   c.Scheme + "://" + ep.Address,
 				Model:         model,
 				Kind:          c.EngineKind,
+				Role:          role,
+				BootstrapPort: boot,
 				ProbeInterval: c.ProbeInterval,
 				AuthHeader:    auth,
 			},
@@ -204,15 +216,7 @@ func Engines(c config.Discovery, auth string, eps []Endpoint) []probe.Engine {
 
 // RoleOf maps a configured role (unified, prefill, decode) to the
 // contract's; anything else is unified.
-func RoleOf(role string) controlv1.Role {
-	switch role {
-	case config.RolePrefill:
-		return controlv1.Role_ROLE_PREFILL
-	case config.RoleDecode:
-		return controlv1.Role_ROLE_DECODE
-	}
-	return controlv1.Role_ROLE_UNIFIED
-}
+func RoleOf(role string) controlv1.Role { return probe.RoleOf(role) }
 
 // maxID is the longest worker id (tl.control.v1).
 const maxID = 128

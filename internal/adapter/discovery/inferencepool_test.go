@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 
@@ -112,5 +113,37 @@ func TestInferencePoolEndpoints(t *testing.T) {
 	}
 	if got := s.endpoints(poolSpec{selector: labels.Set{"app": "none"}, ports: []int{8000}}, objs); len(got) != 0 {
 		t.Errorf("a selector picking no pod gave %+v", got)
+	}
+}
+
+// TestBootstrapPortOfPods: an SGLang pool's pods give their bootstrap port
+// by label (a pod whose value is no port is skipped), and Engines hands it
+// to the prefill engines only, the source's own port to those without one.
+func TestBootstrapPortOfPods(t *testing.T) {
+	c := config.Discovery{Name: "sg", Kind: config.DiscoveryInferencePool, Namespaces: []string{"inf"}, Pool: "p",
+		EngineKind: config.KindSGLang, Scheme: "http", RoleLabel: "tlgate.io/role", BootstrapPortLabel: "tlgate.io/bootstrap-port", BootstrapPort: 9100}
+	s := newInferencePool(c, zerolog.Nop(), nil, nil)
+	pod := func(name, ip string, lbl map[string]string) *corev1.Pod {
+		lbl["app"] = "sglang"
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "inf", Labels: lbl},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	}
+	objs := []any{
+		pod("p1", "10.0.0.1", map[string]string{"tlgate.io/role": "prefill", "tlgate.io/bootstrap-port": "9001"}),
+		pod("p2", "10.0.0.2", map[string]string{"tlgate.io/role": "prefill"}),
+		pod("p3", "10.0.0.3", map[string]string{"tlgate.io/role": "prefill", "tlgate.io/bootstrap-port": "none"}),
+		pod("d1", "10.0.0.4", map[string]string{"tlgate.io/role": "decode", "tlgate.io/bootstrap-port": "9002"}),
+	}
+	eps := s.endpoints(poolSpec{selector: labels.Set{"app": "sglang"}, ports: []int{30000}}, objs)
+	got := map[string]int{}
+	for _, e := range Engines(c, "", eps) {
+		got[e.ID] = e.BootstrapPort
+		if e.Role != RoleOf(e.Engine.Role) {
+			t.Errorf("%s: role %v, its config says %q", e.ID, e.Role, e.Engine.Role)
+		}
+	}
+	want := map[string]int{"sg:inf:p1:30000": 9001, "sg:inf:p2:30000": 9100, "sg:inf:d1:30000": 0}
+	if !maps.Equal(got, want) {
+		t.Fatalf("bootstrap ports %v, want %v (p3's label is no port: skipped; a decode engine has none)", got, want)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
 )
 
 // Kubernetes is a source that watches the Kubernetes API with informers
@@ -288,6 +289,9 @@ func (k *Kubernetes) podEndpointAt(p *corev1.Pod, port int) (Endpoint, bool) {
 			return Endpoint{}, false
 		}
 	}
+	if !k.bootstrapPort(p, key, &ep) {
+		return Endpoint{}, false
+	}
 	ready := false
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
@@ -296,6 +300,33 @@ func (k *Kubernetes) podEndpointAt(p *corev1.Pod, port int) (Endpoint, bool) {
 	}
 	ep.Draining = !ready || p.DeletionTimestamp != nil
 	return ep, true
+}
+
+// bootstrapPort reads pod p's bootstrap port from the configured label or
+// annotation into ep; it reports false (and logs once) when the pod holds
+// one that is not a port number, and the pod is skipped.
+func (k *Kubernetes) bootstrapPort(p *corev1.Pod, key string, ep *Endpoint) bool {
+	name, val := k.cfg.BootstrapPortLabel, ""
+	switch {
+	case name != "":
+		val = p.Labels[name]
+	case k.cfg.BootstrapPortAnnotation != "":
+		name = k.cfg.BootstrapPortAnnotation
+		val = p.Annotations[name]
+	}
+	if val == "" {
+		return true
+	}
+	port, ok := fleet.ParseBootstrapPort(val)
+	if !ok {
+		k.warnOnce(key, func() {
+			k.log.Error().Str("pod", key).Str("key", name).Str("bootstrap_port", val).
+				Msg("discovery: pod skipped: its bootstrap port is not a port number")
+		})
+		return false
+	}
+	ep.BootstrapPort = port
+	return true
 }
 
 func (k *Kubernetes) warnOnce(key string, log func()) {

@@ -124,6 +124,8 @@ type target struct {
 	probe    Config
 	interval time.Duration
 	role     controlv1.Role
+	// bootstrapPort is an SGLang prefill engine's bootstrap port.
+	bootstrapPort int
 }
 
 // targetOf resolves a configured engine: its kind, its Authorization header
@@ -150,7 +152,23 @@ func (m *Manager) targetOf(e Engine) (target, error) {
 	if err := pc.Validate(); err != nil {
 		return target{}, err
 	}
-	return target{probe: pc, interval: interval, role: e.Role}, nil
+	role := e.Role
+	if role == controlv1.Role_ROLE_UNSPECIFIED && e.Engine.Role != "" {
+		role = RoleOf(e.Engine.Role)
+	}
+	return target{probe: pc, interval: interval, role: role, bootstrapPort: e.BootstrapPort}, nil
+}
+
+// RoleOf maps a configured role (unified, prefill, decode; empty is
+// unified) to the contract's; anything else is unified.
+func RoleOf(role string) controlv1.Role {
+	switch role {
+	case config.RolePrefill:
+		return controlv1.Role_ROLE_PREFILL
+	case config.RoleDecode:
+		return controlv1.Role_ROLE_DECODE
+	}
+	return controlv1.Role_ROLE_UNIFIED
 }
 
 // Apply makes the running loops match the configured engines and the
@@ -238,7 +256,7 @@ func (m *Manager) reconcile() {
 		switch {
 		case running && old.target == t:
 			l = old
-		case running && old.target.probe == t.probe && old.target.role == t.role:
+		case running && old.target.probe == t.probe && old.target.role == t.role && old.target.bootstrapPort == t.bootstrapPort:
 			old.stop()
 			l = m.start(t, old.tracker, old.last)
 			m.cfg.Logger.Info().Str("engine", id).Dur("interval", t.interval).Msg("probe: interval changed")
@@ -387,7 +405,8 @@ func (l *loop) heartbeat(last *controlv1.WorkerStatus) {
 		}
 		st.Draining = st.Draining || l.draining.Load()
 	}
-	msg := &registry.Heartbeat{Status: st, Arrived: time.Now(), Source: fleet.SourceProbe, Kind: string(l.target.probe.Kind)}
+	msg := &registry.Heartbeat{Status: st, Arrived: time.Now(), Source: fleet.SourceProbe, Kind: string(l.target.probe.Kind),
+		BootstrapPort: l.target.bootstrapPort}
 	res, err := l.m.cfg.Root.RequestFuture(l.m.cfg.Registry, msg, RegistryTimeout).Result()
 	if err != nil {
 		l.log.Warn().Err(err).Msg("probe: registry did not answer the heartbeat")

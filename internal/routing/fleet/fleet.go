@@ -61,6 +61,9 @@ type Worker struct {
 	Deadline time.Time `json:"-"`
 	Source   string    `json:"source"`
 	Kind     string    `json:"kind,omitempty"`
+	// BootstrapPort is a probed SGLang prefill engine's bootstrap port
+	// (BootstrapAddress; 0: DefaultBootstrapPort).
+	BootstrapPort int `json:"bootstrap_port,omitempty"`
 	// KVEvents is where the worker publishes its KV cache events (zero:
 	// nowhere).
 	KVEvents KVEvents `json:"kv_events,omitzero"`
