@@ -103,6 +103,8 @@ func (a *requestActor) onPrefilled(ctx actor.Context, m *prefilled) {
 	if a.d.OnKV != nil {
 		a.d.OnKV(PhasePrefill, m.took)
 	}
+	a.pdReport().Prefill, a.pd.prefillEnd = m.took, time.Now()
+	a.pdDecodeStarted()
 	a.handle = m.handle
 	// Phase 3: decode from D, resuming from the pushed KV.
 	a.attempt(ctx, http.Header{"X-Tl-Kv-Handle": {m.handle}})

@@ -26,6 +26,7 @@ import (
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/routing/cascade"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 	"github.com/tlgate/tlgate/internal/wire/proxy"
@@ -138,6 +139,13 @@ type Log struct {
 	// no answer (a generation timeout, the client gone) whose estimated
 	// engine work is in Usage (chargeAbandoned).
 	AbandonedAttempts int
+	// Disaggregated requests (pd.go): the pair's protocol, why each of its
+	// workers was picked, the pairs tried, the last pair's legs and the
+	// legs that failed ("prefill p1: timeout").
+	Protocol, PrefillReason, DecodeReason string
+	Pairs                                 int
+	PrefillLeg, DecodeLeg, TransferWait   time.Duration
+	LegFailures                           []string
 }
 
 // Deps are the actor's collaborators.
@@ -154,6 +162,8 @@ type Deps struct {
 	OnFailover func(ex *Exchange, t router.Target, reason string)
 	OnCascade  func(ex *Exchange, route string, step int, accepted bool)
 	OnKV       func(event string, d time.Duration) // "prefill", "release", "failure:<phase>"
+	// OnPD receives a disaggregated request's report when it ends.
+	OnPD func(ex *Exchange, r PDReport)
 	// Tracer records the request's spans (trace.go); nil: tracing off.
 	Tracer trace.Tracer
 	// Dispatcher runs the request actors' mailboxes (an actorsys.Pool);
@@ -253,6 +263,8 @@ type requestActor struct {
 	// generations counts the attempts that timed out generating a whole
 	// answer (proxy.IsGenerating).
 	generations int
+	// pd is a disaggregated request's state across its pairs (pd.go).
+	pd *pdState
 	// hashes keeps the prompt's chunk hashes across the request's Routes
 	// (router.Request.Hashes): the router's to fill, never touched here.
 	hashes prefixindex.PromptHashes
@@ -288,6 +300,8 @@ func (a *requestActor) Receive(ctx actor.Context) {
 		a.onTokens(ctx, m)
 	case *prefilled:
 		a.onPrefilled(ctx, m)
+	case *legAnswered:
+		a.onLegAnswered(ctx, m)
 	case *actor.Stopped:
 		a.cleanup(ctx)
 	}
@@ -312,6 +326,7 @@ func (a *requestActor) route(ctx actor.Context) {
 		Stream: a.ex.Req.Stream, Step: step, Exclude: a.exclude, Key: a.ex.KeyName, Prompt: a.ex.Req.Prompt,
 		LeastLoaded: a.ex.Req.Endpoint.Pooling(), AnyRole: a.ex.Req.Endpoint.Tokenizer(), Pin: a.pin, CacheSalt: a.ex.Req.CacheSalt,
 		Hashes: &a.hashes, Tokens: a.tokens, NoTokens: a.noTokens, NoAsk: a.noAsk(), Partial: a.partial, Keys: &a.keys,
+		KeepPrefill: a.keepPrefill(),
 	}})
 	a.routing = true
 }
@@ -368,12 +383,7 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 		a.d.OnRouted(a.ex, t, m.Took)
 	}
 	if t.Disaggregated() {
-		if !a.api.completions() {
-			a.finish(ctx, Outcome{Status: http.StatusBadRequest, Code: openai.CodeInvalidRequest,
-				Message: fmt.Sprintf("Model %q is served disaggregated (prefill/decode), which %s does not support.", a.ex.Req.Model, a.ex.Path)})
-			return
-		}
-		a.tokenize(ctx)
+		a.disaggregate(ctx) // pd.go
 		return
 	}
 	a.attempt(ctx, nil)
@@ -425,10 +435,13 @@ func (a *requestActor) salted(b []byte) ([]byte, error) {
 // attempt sends the request to the target's worker from a goroutine.
 func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 	var seed *uint64
-	if a.target.Disaggregated() {
-		seed = &a.seed
+	if a.target.Protocol() == fleet.ProtocolTLGate {
+		seed = &a.seed // tlgate's contract: the seed P prefilled with
 	}
 	body, err := a.body(seed)
+	if err == nil {
+		body, err = a.pdBody(body)
+	}
 	if err != nil {
 		a.finish(ctx, Outcome{Status: http.StatusBadRequest, Code: openai.CodeInvalidRequest, Message: err.Error()})
 		return
@@ -441,6 +454,7 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 		h[k] = v
 	}
 	a.traceInject(h)
+	a.traceDecodeLeg()
 	scheme := a.d.Scheme
 	if scheme == "" {
 		scheme = "http"
@@ -476,11 +490,19 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 	a.endAttempt(ctx)
 	a.traceAnswered(statusOf(m.resp), 0, m.err)
+	a.pdDecodeEnded(0)
 	if m.err != nil {
-		a.failed(ctx, m.err, "attempt")
+		phase := "attempt"
+		if a.target.Disaggregated() {
+			phase = PhaseDecode
+		}
+		a.failed(ctx, m.err, phase)
 		return
 	}
-	a.answered(ctx, m.resp)
+	if a.pdHold(m.resp) { // pd_sglang.go: the prefill's prompt logprobs are to come
+		return
+	}
+	a.answered(ctx, a.withPromptLogprobs(m.resp))
 }
 
 // answered handles an engine's whole answer: judged by a cascade step, or
@@ -551,9 +573,14 @@ func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 		r.ClientGone = false
 		a.log.StreamFailure = openai.CodeRateLimitExceeded
 	}
+	if !r.Committed && r.ClientGone && a.ex.Ctx.Err() == nil && a.pd != nil && a.pd.prefillErr != nil {
+		// Canceled here when its pair's prefill leg failed (pd_sglang.go).
+		r.ClientGone = false
+	}
 	a.rememberStreamed(r)
 	a.countStreamed(r)
 	a.traceAnswered(r.Status, r.FirstByte, r.Err)
+	a.pdDecodeEnded(r.FirstByte)
 	a.log.FirstByte = r.FirstByte
 	a.log.Committed = r.Committed
 	a.log.ClientGone = r.ClientGone
@@ -586,6 +613,7 @@ func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 // failed handles an attempt that failed before the first byte: exclude the
 // worker(s) and route again, within MaxAttempts.
 func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
+	err, phase = a.pdFailure(err, phase)
 	reason := "error"
 	var ae *proxy.AttemptError
 	if errors.As(err, &ae) {
@@ -622,6 +650,9 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 	}
 	blamed := ExcludeAfter(a.target, phase, a.prefillFailed)
 	a.exclude[blamed] = true
+	if also := a.pdFailed(phase, reason, blamed); also != "" {
+		a.exclude[also] = true
+	}
 	a.reportFailure(ctx, blamed, reason, generating)
 	if a.engineAnswered(ctx, err, blamed) {
 		return
@@ -652,13 +683,21 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 }
 
 // ExcludeAfter returns the worker to exclude after an attempt failed in
-// phase. Tokenize runs on the prefill worker alone, so it is the one to
-// blame; a failed Prefill may be the prefill worker's fault or the decode
-// worker's (P pushes the KV to D), so D is excluded first and P only when
-// it fails a second time, with another D.
+// phase. Under the engines' protocols each leg is one engine's request: a
+// failed prefill leg blames the prefill worker, any other the decode
+// worker. Under tlgate's contract, tokenize runs on the prefill worker
+// alone, so it is the one to blame; a failed Prefill may be the prefill
+// worker's fault or the decode worker's (P pushes the KV to D), so D is
+// excluded first and P only when it fails a second time, with another D.
 func ExcludeAfter(t router.Target, phase string, prefillFailed []string) string {
 	switch {
 	case t.Prefill == nil:
+		return t.Worker.ID
+	case t.Protocol() != fleet.ProtocolTLGate:
+		// The engines' protocols: each leg is one engine's request.
+		if phase == PhasePrefill {
+			return t.Prefill.ID
+		}
 		return t.Worker.ID
 	case phase == PhaseTokenize:
 		return t.Prefill.ID
@@ -692,6 +731,7 @@ func (a *requestActor) finish(ctx actor.Context, o Outcome) {
 	a.stopWatching()
 	a.releaseHeld(ctx)
 	a.endAttempt(ctx)
+	a.pdEnd()
 	if o.Header == nil {
 		o.Header = http.Header{}
 	}
@@ -726,6 +766,7 @@ func (a *requestActor) cleanup(ctx actor.Context) {
 	}
 	a.releaseHeld(ctx)
 	a.endAttempt(ctx)
+	a.pdEnd()
 	a.log.Committed = a.ex.Committed()
 	o := Outcome{Status: http.StatusInternalServerError, Code: "internal_error",
 		Message: "The gateway failed while handling the request.", Header: http.Header{"X-Request-Id": {a.ex.RequestID}}, Log: a.log}

@@ -38,6 +38,8 @@ const (
 	lReason   = "reason"
 	lStep     = "step"
 	lPhase    = "phase"
+	lProtocol = "protocol"
+	lLeg      = "leg"
 	lRole     = "role"
 	lState    = "state"
 	lCode     = "code"
@@ -131,6 +133,7 @@ type Metrics struct {
 	workersLast map[[3]string]struct{}
 
 	overload overloadMetrics // overload.go
+	pd       pdMetrics       // disagg.go
 }
 
 // New creates the gateway's metrics and registers them on reg. It fails,
@@ -222,6 +225,7 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 		workerNames: newNames(maxWorkers),
 		modelNames:  newNames(maxModels),
 		overload:    newOverloadMetrics(),
+		pd:          newPDMetrics(),
 	}
 	m.decisionBy = make([]prometheus.Observer, len(decisionReasons))
 	for i, r := range decisionReasons {
@@ -257,7 +261,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.inflight, m.workers, m.evictions, m.registrations, m.hbRejected, m.drains, m.epoch, m.storeUp,
 		m.cascade, m.prefill, m.kvReleased, m.disagg, m.probes, m.admin, m.rejected,
 		m.connRefused, m.endpoints,
-	}, m.overload.collectors()...)
+	}, append(m.overload.collectors(), m.pd.collectors()...)...)
 }
 
 // route returns the pre-curried series of route r.

@@ -54,6 +54,7 @@ func touchAll(m *Metrics) {
 	m.Prefill(40 * time.Millisecond)
 	m.KVReleased(true)
 	m.DisaggFailure(PhasePrefill)
+	m.Disaggregated(ProtocolVLLM, 2, 30*time.Millisecond, time.Second, 5*time.Millisecond, []LegFailure{{LegDecode, FailoverStatus503}, {"bogus", "bogus"}})
 	m.Eviction("smol-v3")
 	m.Registration("smol-v3", SourceHeartbeat)
 	m.HeartbeatRejected(codes.InvalidArgument)
@@ -189,6 +190,10 @@ func TestEveryMetricExposed(t *testing.T) {
 		"tlgate_store_up":                         {dto.MetricType_GAUGE, nil},
 		"tlgate_http_connections_refused_total":   {dto.MetricType_COUNTER, []string{"reason"}},
 		"tlgate_endpoint_requests_total":          {dto.MetricType_COUNTER, []string{"endpoint", "outcome"}},
+		"tlgate_disagg_leg_duration_seconds":      {dto.MetricType_HISTOGRAM, []string{"leg", "protocol"}},
+		"tlgate_disagg_transfer_wait_seconds":     {dto.MetricType_HISTOGRAM, []string{"protocol"}},
+		"tlgate_disagg_pairs_tried":               {dto.MetricType_HISTOGRAM, []string{"protocol"}},
+		"tlgate_disagg_leg_failures_total":        {dto.MetricType_COUNTER, []string{"leg", "protocol", "reason"}},
 	}
 	mfs, err := reg.Gather()
 	if err != nil {

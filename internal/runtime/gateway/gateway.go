@@ -590,7 +590,14 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 		Bool("stream", ex.Req.Stream).Bool("committed", lg.Committed || ex.Committed()).
 		Dur("ttfb", lg.FirstByte).Dur("duration", time.Since(ex.Received))
 	if lg.Prefill != "" {
-		ev.Str("prefill", lg.Prefill)
+		ev.Str("prefill", lg.Prefill).Str("protocol", lg.Protocol).Str("prefill_reason", lg.PrefillReason).
+			Str("decode_reason", lg.DecodeReason).Int("pairs", lg.Pairs).Dur("prefill_leg", lg.PrefillLeg).Dur("decode_leg", lg.DecodeLeg)
+		if lg.TransferWait > 0 {
+			ev.Dur("transfer_wait", lg.TransferWait)
+		}
+		if len(lg.LegFailures) > 0 {
+			ev.Strs("leg_failures", lg.LegFailures)
+		}
 	}
 	if len(lg.Failures) > 0 {
 		ev.Strs("failures", lg.Failures).Str("last_error", lg.LastError)

@@ -19,6 +19,13 @@ func instrument(d *request.Deps, m *metrics.Metrics) {
 		m.Attempt(t.Route, t.Worker.ID)
 	}
 	d.OnFailover = func(_ *request.Exchange, t router.Target, reason string) { m.Failover(t.Route, reason) }
+	d.OnPD = func(_ *request.Exchange, r request.PDReport) {
+		fs := make([]metrics.LegFailure, len(r.Failures))
+		for i, f := range r.Failures {
+			fs[i] = metrics.LegFailure{Leg: f.Leg, Reason: f.Reason}
+		}
+		m.Disaggregated(string(r.Protocol), r.Pairs, r.Prefill, r.Decode, r.TransferWait, fs)
+	}
 	d.OnCascade = func(_ *request.Exchange, route string, step int, accepted bool) { m.Cascade(route, step, accepted) }
 	d.OnKV = func(event string, took time.Duration) {
 		switch {

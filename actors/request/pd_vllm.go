@@ -1,0 +1,76 @@
+package request
+
+import (
+	"net/http"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/wire/disagg"
+	"github.com/tlgate/tlgate/internal/wire/openai"
+	"github.com/tlgate/tlgate/internal/wire/proxy"
+)
+
+// vllmPair runs a vLLM pair: its prefill leg, or straight its decode leg
+// when the pair kept the prefill worker that holds the request's KV under
+// the params a failed decode leg did not use.
+func (a *requestActor) vllmPair(ctx actor.Context) {
+	pd := a.pd
+	if pd.params != nil && a.target.Prefill.ID == pd.holder {
+		a.releasePrefillSlot(ctx)
+		a.pdDecodeStarted()
+		a.attempt(ctx, nil)
+		return
+	}
+	pd.params, pd.holder, pd.reused = nil, "", false
+	body, err := a.body(nil)
+	if err == nil {
+		body, err = disagg.VLLMPrefill(body)
+	}
+	if err != nil {
+		a.finish(ctx, Outcome{Status: http.StatusBadRequest, Code: openai.CodeInvalidRequest, Message: err.Error()})
+		return
+	}
+	a.prefillLeg(ctx, a.ex.Ctx, body, true)
+}
+
+// vllmPrefilled takes a vLLM prefill leg's answer: its kv_transfer_params
+// go to the decode leg; a failure excludes the prefill worker.
+func (a *requestActor) vllmPrefilled(ctx actor.Context, m *legAnswered) {
+	if ans := answerOf(m); ans != nil {
+		a.relayLegAnswer(ctx, ans)
+		return
+	}
+	if m.err != nil {
+		a.failed(ctx, prefillFailure(m), PhasePrefill)
+		return
+	}
+	params, err := disagg.KVTransferParams(m.resp.Body)
+	if err != nil {
+		a.failed(ctx, &proxy.AttemptError{Reason: proxy.FailBadAnswer, Err: err}, PhasePrefill)
+		return
+	}
+	pd := a.pd
+	pd.params, pd.holder, pd.prefillBody, pd.prefilled = params, a.target.Prefill.ID, m.resp.Body, true
+	a.prefillDone(ctx)
+	a.pdDecodeStarted()
+	a.attempt(ctx, nil)
+}
+
+// prefillDone ends a prefill leg that answered: the prefill worker's slot
+// goes back, and its answer counts for its passive health.
+func (a *requestActor) prefillDone(ctx actor.Context) {
+	ctx.Send(a.d.Router, &router.AttemptSucceeded{WorkerID: a.target.Prefill.ID})
+	a.releasePrefillSlot(ctx)
+}
+
+// relayLegAnswer answers the client with a prefill engine's client error
+// (a 4xx): the request itself is at fault, as a unified engine would have
+// said.
+func (a *requestActor) relayLegAnswer(ctx actor.Context, ans *proxy.Response) {
+	h := http.Header{}
+	if ct := ans.Header.Get("Content-Type"); ct != "" {
+		h.Set("Content-Type", ct)
+	}
+	a.finish(ctx, Outcome{Status: ans.Status, Header: h, Body: ans.Body})
+}

@@ -1,0 +1,516 @@
+package test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/adapter/config"
+)
+
+// clientBody is a chat request's body with every field a vLLM prefill leg
+// drops or rewrites, and some it keeps.
+func clientBody(chat bool) (string, map[string]any) {
+	b := map[string]any{"model": "big-pd", "stream": true, "stream_options": map[string]any{"include_usage": true},
+		"min_tokens": 2, "seed": 5, "temperature": 0.7, "top_p": 0.9, "user": "u-1", "max_tokens": 24}
+	if chat {
+		b["messages"] = []map[string]string{{"role": "user", "content": "Say something about prefill."}}
+		b["max_completion_tokens"], b["min_completion_tokens"] = 20, 2
+		return "/v1/chat/completions", b
+	}
+	b["prompt"] = "Say something about prefill."
+	return "/v1/completions", b
+}
+
+// asJSON is v through JSON, numbers as json.Number (as the front reads).
+func asJSON(t *testing.T, v any) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestVLLMPrefillSeesOneTokenNoStream checks the prefill leg's body field
+// by field against vLLM's proxy protocol (toy_proxy_server.py): the
+// client's body with kv_transfer_params asking for a remote decode (every
+// remote_* field null), stream false, max_tokens 1, max_completion_tokens
+// 1 when the client sent one, without stream_options, min_tokens and
+// min_completion_tokens; the model the served id; every other field as
+// sent. The decode leg gets the client's body (min_tokens kept) with the
+// kv_transfer_params the prefill engine answered, and both legs carry the
+// same X-Request-Id.
+func TestVLLMPrefillSeesOneTokenNoStream(t *testing.T) {
+	f := newPDFleet(t, pdOpts{}, pdSpec{id: "p", kind: "vllm", role: "prefill"}, pdSpec{id: "d", kind: "vllm", role: "decode"})
+	p, d := f.byID["p"], f.byID["d"]
+	for i, chat := range []bool{true, false} {
+		path, body := clientBody(chat)
+		r := f.post(path, "", body)
+		if r.status != 200 || !strings.Contains(string(r.body), "data: [DONE]") {
+			t.Fatalf("chat=%v: %d %s", chat, r.status, r.body)
+		}
+		id := r.header.Get("X-Request-Id")
+		pr, dr := p.front.requests(), d.front.requests()
+		if len(pr) != i+1 || len(dr) != i+1 {
+			t.Fatalf("chat=%v: the prefill engine got %d requests, the decode engine %d", chat, len(pr), len(dr))
+		}
+		pb, db := pr[i], dr[i]
+		if pb.path != path || db.path != path || pb.requestID != id || db.requestID != id {
+			t.Fatalf("chat=%v: legs %s %q and %s %q, want %s with the request's id %q", chat, pb.path, pb.requestID, db.path, db.requestID, path, id)
+		}
+		want := asJSON(t, body)
+		want["model"] = "big"
+		want["stream"] = false
+		want["max_tokens"] = json.Number("1")
+		if chat {
+			want["max_completion_tokens"] = json.Number("1")
+		}
+		delete(want, "stream_options")
+		delete(want, "min_tokens")
+		delete(want, "min_completion_tokens")
+		want["kv_transfer_params"] = map[string]any{"do_remote_decode": true, "do_remote_prefill": false, "remote_engine_id": nil,
+			"remote_block_ids": nil, "remote_host": nil, "remote_port": nil}
+		for k, v := range want {
+			if !reflect.DeepEqual(pb.body[k], v) {
+				t.Errorf("chat=%v: prefill leg's %s = %#v, want %#v", chat, k, pb.body[k], v)
+			}
+		}
+		for k := range pb.body {
+			if _, ok := want[k]; !ok {
+				t.Errorf("chat=%v: prefill leg has %s = %#v, which vLLM's proxy protocol does not send", chat, k, pb.body[k])
+			}
+		}
+		// The decode leg: the client's request, with the params.
+		kv, _ := db.body["kv_transfer_params"].(map[string]any)
+		_, grpcPort, _ := net.SplitHostPort(p.e.GRPCAddr())
+		if kv["do_remote_prefill"] != true || kv["remote_engine_id"] != "p" || kv["remote_host"] != "127.0.0.1" ||
+			fmt.Sprint(kv["remote_port"]) != grpcPort || kv["remote_block_ids"] == nil || kv["remote_request_id"] == nil {
+			t.Errorf("chat=%v: decode leg's kv_transfer_params %v: want the prefill engine's answer", chat, kv)
+		}
+		for k, v := range asJSON(t, body) {
+			if k == "model" {
+				v = "big"
+			}
+			if !reflect.DeepEqual(db.body[k], v) {
+				t.Errorf("chat=%v: decode leg's %s = %#v, want the client's %#v", chat, k, db.body[k], v)
+			}
+		}
+	}
+}
+
+// TestSGLangRoomIsRandomAndShared: each request goes to its prefill and its
+// decode engine with one bootstrap room, the prefill engine's host and
+// bootstrap port; rooms are drawn at random, never twice, within SGLang's
+// [0, 2^63), and differ between requests, streamed or not.
+func TestSGLangRoomIsRandomAndShared(t *testing.T) {
+	f := newPDFleet(t, pdOpts{}, pdSpec{id: "p", kind: "sglang", role: "prefill"}, pdSpec{id: "d", kind: "sglang", role: "decode"})
+	p, d := f.byID["p"], f.byID["d"]
+	_, bootPort, _ := net.SplitHostPort(p.e.BootstrapAddr())
+	const n = 16
+	for i := range n {
+		path, body := pdBody("big-pd", i%2 == 0, i%3 == 0, i)
+		if r := f.post(path, "", body); r.status != 200 {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
+	}
+	rooms := map[string]uint64{}
+	for _, q := range p.front.requests() {
+		if q.body["bootstrap_host"] != "127.0.0.1" || fmt.Sprint(q.body["bootstrap_port"]) != bootPort || q.body["stream"] != false {
+			t.Fatalf("prefill leg %v: want host 127.0.0.1, the bootstrap port %s, whole", q.body, bootPort)
+		}
+		room, err := strconv.ParseUint(fmt.Sprint(q.body["bootstrap_room"]), 10, 64)
+		if err != nil || room >= 1<<63 {
+			t.Fatalf("room %v: %v, want an integer in [0, 2^63)", q.body["bootstrap_room"], err)
+		}
+		rooms[q.requestID] = room
+	}
+	dr := d.front.requests()
+	if len(rooms) != n || len(dr) != n {
+		t.Fatalf("%d prefill legs, %d decode legs for %d requests", len(rooms), len(dr), n)
+	}
+	var all []uint64
+	for _, q := range dr {
+		room, _ := strconv.ParseUint(fmt.Sprint(q.body["bootstrap_room"]), 10, 64)
+		if want, ok := rooms[q.requestID]; !ok || room != want || q.body["bootstrap_host"] != "127.0.0.1" || fmt.Sprint(q.body["bootstrap_port"]) != bootPort {
+			t.Fatalf("decode leg of %s: room %d, host %v, port %v; its prefill leg's room %d", q.requestID, room, q.body["bootstrap_host"], q.body["bootstrap_port"], want)
+		}
+		all = append(all, room)
+	}
+	slices.Sort(all)
+	for i := 1; i < len(all); i++ {
+		// 16 rooms drawn uniformly from 2^63 fall closer than 2^40 with
+		// a chance of about 1 in 30000; counted rooms always would.
+		if all[i]-all[i-1] < 1<<40 {
+			t.Fatalf("rooms %d and %d are %d apart: not drawn at random", all[i-1], all[i], all[i]-all[i-1])
+		}
+	}
+}
+
+// pdFailoverFleet is one protocol's fleet for the failover tests: a
+// unified engine, prefill engines p1 and p2, decode engines d1 and d2.
+func pdFailoverFleet(t *testing.T, kind string, o pdOpts, cfg map[string]enginesim.Config) *pdFleet {
+	specs := []pdSpec{{id: "u", kind: kind}, {id: "p1", kind: kind, role: "prefill"}, {id: "p2", kind: kind, role: "prefill"},
+		{id: "d1", kind: kind, role: "decode"}, {id: "d2", kind: kind, role: "decode"}}
+	for i := range specs {
+		specs[i].cfg = cfg[specs[i].id]
+	}
+	return newPDFleet(t, o, specs...)
+}
+
+// unifiedEquals checks that answer r of a disaggregated request equals the
+// unified engine's answer to the same body.
+func (f *pdFleet) unifiedEquals(t *testing.T, path string, body map[string]any, r reply) {
+	t.Helper()
+	ub := map[string]any{}
+	for k, v := range body {
+		ub[k] = v
+	}
+	ub["model"] = "big"
+	u := f.post(path, "", ub)
+	if r.status != 200 || u.status != 200 {
+		t.Fatalf("disaggregated %d %s, unified %d %s", r.status, r.body, u.status, u.body)
+	}
+	if gd, gu := generationOf(t, r.body), generationOf(t, u.body); !reflect.DeepEqual(gd, gu) {
+		t.Fatalf("disaggregated %+v\nunified %+v", gd, gu)
+	}
+}
+
+// TestDisaggregatedPrefillFailover: a prefill engine that fails its leg
+// (answers 503, drops the connection, or, under vLLM, sends nothing within
+// first_byte_timeout) is excluded and the request prefills on the other;
+// the answer equals the unified engine's. The idle fleet's first pick is
+// p1 (ties go to the smallest id).
+func TestDisaggregatedPrefillFailover(t *testing.T) {
+	for _, kind := range []string{"vllm", "sglang"} {
+		modes := []string{"503", "drop"}
+		if kind == "vllm" {
+			modes = append(modes, "stall")
+		}
+		for _, mode := range modes {
+			t.Run(kind+"/"+mode, func(t *testing.T) {
+				o := pdOpts{cfg: []clusterOpt{func(c *config.Config) { c.Gateway.FirstByteTimeout = config.D(time.Second) }}}
+				f := pdFailoverFleet(t, kind, o, nil)
+				f.byID["p1"].front.setMode(mode)
+				path, body := pdBody("big-pd", kind == "sglang", true, 3)
+				r := f.post(path, "", body)
+				f.unifiedEquals(t, path, body, r)
+				p1, p2 := f.byID["p1"].front.requests(), f.byID["p2"].front.requests()
+				d := len(f.byID["d1"].front.requests()) + len(f.byID["d2"].front.requests())
+				if len(p1) != 1 || len(p2) != 1 {
+					t.Fatalf("prefill legs: p1 %d, p2 %d; want one each (p1 failed, p2 served)", len(p1), len(p2))
+				}
+				// Under SGLang the first pair's decode leg is canceled with
+				// its prefill leg, maybe before it was sent.
+				if want := map[string]int{"vllm": 1, "sglang": 2}[kind]; d != want && (kind == "vllm" || d != 1) {
+					t.Fatalf("%d decode legs, want %d", d, want)
+				}
+			})
+		}
+	}
+}
+
+// TestDisaggregatedDecodeFailoverBeforeFirstByte: a decode engine that fails
+// before its first byte is excluded and another tried. vLLM: a decode
+// engine that did not take the request (refused connections, answered 503)
+// is followed by another with the same kv_transfer_params while the
+// prefill engine still holds the KV (one prefill leg); one that took it
+// and broke (dropped the connection) is followed by a new prefill leg.
+// SGLang: a new room on both.
+func TestDisaggregatedDecodeFailoverBeforeFirstByte(t *testing.T) {
+	for _, tc := range []struct {
+		kind, mode string
+		prefills   int
+	}{{"vllm", "refuse", 1}, {"vllm", "503", 1}, {"vllm", "drop", 2}, {"sglang", "503", 2}, {"sglang", "drop", 2}} {
+		t.Run(tc.kind+"/"+tc.mode, func(t *testing.T) {
+			o := pdOpts{}
+			var specs []pdSpec
+			if tc.mode == "refuse" {
+				// d1 is probed at its own address (its refusals are the
+				// gateway's to see) and seldom, so that the request meets
+				// its closed port before the probes drop it.
+				o.probe = "1s"
+			}
+			for _, s := range []pdSpec{{id: "u", kind: tc.kind}, {id: "p1", kind: tc.kind, role: "prefill"},
+				{id: "d1", kind: tc.kind, role: "decode", direct: tc.mode == "refuse"}, {id: "d2", kind: tc.kind, role: "decode"}} {
+				specs = append(specs, s)
+			}
+			f := newPDFleet(t, o, specs...)
+			if tc.mode == "refuse" {
+				if err := f.byID["d1"].e.SetFaults(enginesim.Faults{Refuse: true}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				f.byID["d1"].front.setMode(tc.mode)
+			}
+			for _, stream := range []bool{true, false} {
+				path, body := pdBody("big-pd", true, stream, 9)
+				before := len(f.byID["p1"].front.requests())
+				r := f.post(path, "", body)
+				f.unifiedEquals(t, path, body, r)
+				pr := f.byID["p1"].front.requests()[before:]
+				d2 := f.byID["d2"].front.requests()
+				last := d2[len(d2)-1]
+				switch tc.kind {
+				case "vllm":
+					if len(pr) != tc.prefills {
+						t.Fatalf("stream=%v: %d prefill legs, want %d", stream, len(pr), tc.prefills)
+					}
+					kv, _ := last.body["kv_transfer_params"].(map[string]any)
+					if kv["remote_engine_id"] != "p1" || kv["do_remote_prefill"] != true {
+						t.Fatalf("d2's params %v", kv)
+					}
+				case "sglang":
+					// A new room on both; the first pair's prefill leg is
+					// canceled with its decode leg, maybe before it was sent.
+					d1 := f.byID["d1"].front.requests()
+					room := last.body["bootstrap_room"]
+					if len(pr) < 1 || len(pr) > 2 || pr[len(pr)-1].body["bootstrap_room"] != room || d1[len(d1)-1].body["bootstrap_room"] == room {
+						t.Fatalf("stream=%v: rooms: prefill legs %v, d1 %v, d2 %v: want a new room on both", stream, pr, d1[len(d1)-1].body["bootstrap_room"], room)
+					}
+				}
+			}
+			if tc.prefills == 1 {
+				eventually(t, 5*eventuallyUnit, func() bool { return f.byID["p1"].e.Stats().HeldHandles == 0 },
+					"the prefill engine holds no KV: d2 read it with the same params")
+			}
+		})
+	}
+}
+
+// TestDisaggregatedNoSpliceAfterFirstByte: a decode engine that dies after
+// three tokens: the client gets them and one SSE error event, no [DONE];
+// no other decode engine, and no second prefill, is asked.
+func TestDisaggregatedNoSpliceAfterFirstByte(t *testing.T) {
+	for _, kind := range []string{"vllm", "sglang"} {
+		t.Run(kind, func(t *testing.T) {
+			f := pdFailoverFleet(t, kind, pdOpts{}, map[string]enginesim.Config{"d1": {Faults: enginesim.Faults{Die: true, DieAfterTokens: 3}}})
+			path, body := pdBody("big-pd", false, true, 1)
+			r := f.post(path, "", body)
+			if r.status != 200 || strings.Contains(string(r.body), "data: [DONE]") || !strings.Contains(string(r.body), "upstream_failed") {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+			tokens := 0
+			for _, p := range sseEvents(r.body) {
+				if strings.Contains(p, `"text"`) {
+					tokens++
+				}
+			}
+			if tokens != 3 {
+				t.Fatalf("%d tokens before the error event, want 3: %s", tokens, r.body)
+			}
+			if n := len(f.byID["d2"].front.requests()); n != 0 {
+				t.Fatalf("d2 was asked %d times after d1 committed", n)
+			}
+			if n := len(f.byID["p1"].front.requests()) + len(f.byID["p2"].front.requests()); n != 1 {
+				t.Fatalf("%d prefill legs, want 1", n)
+			}
+		})
+	}
+}
+
+// TestDisaggregatedClientGoneCancelsBoth: a client that goes away cancels
+// both engines' requests at once: under SGLang the prefill engine's (still
+// prefilling) and the decode engine's (waiting in the room); under vLLM the
+// prefill leg (the decode engine never asked) or the decode leg.
+func TestDisaggregatedClientGoneCancelsBoth(t *testing.T) {
+	cases := []struct {
+		name, kind string
+		cfg        map[string]enginesim.Config
+		readFirst  bool // cancel after the first streamed line (decode under way)
+		decodeLegs int
+	}{
+		{"sglang prefilling", "sglang", map[string]enginesim.Config{"p1": {Faults: enginesim.Faults{StallMS: 600000}}}, false, 1},
+		{"vllm prefilling", "vllm", map[string]enginesim.Config{"p1": {Faults: enginesim.Faults{StallMS: 600000}}}, false, 0},
+		{"vllm decoding", "vllm", map[string]enginesim.Config{"d1": {DecodePerToken: 50 * time.Millisecond}}, true, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			specs := []pdSpec{{id: "p1", kind: tc.kind, role: "prefill", cfg: tc.cfg["p1"]}, {id: "d1", kind: tc.kind, role: "decode", cfg: tc.cfg["d1"]}}
+			f := newPDFleet(t, pdOpts{}, specs...)
+			p, d := f.byID["p1"], f.byID["d1"]
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			_, body := pdBody("big-pd", false, true, 1)
+			body["max_tokens"] = 2000
+			b, _ := json.Marshal(body)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url+"/v1/completions", strings.NewReader(string(b)))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return
+				}
+				defer resp.Body.Close()
+				if tc.readFirst {
+					line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+					if !strings.HasPrefix(line, "data: ") {
+						t.Errorf("first line %q", line)
+					}
+					cancel()
+				}
+			}()
+			if !tc.readFirst {
+				eventually(t, 10*eventuallyUnit, func() bool {
+					return p.e.Stats().Requests >= 1 && len(d.front.requests()) >= tc.decodeLegs
+				}, "the legs reached the engines")
+				cancel()
+			}
+			<-done
+			// The engines see their requests end: canceled, never answered.
+			eventually(t, 10*eventuallyUnit, func() bool {
+				ps, ds := p.e.Stats(), d.e.Stats()
+				prefillGone := tc.readFirst || ps.Aborted == 1
+				decodeGone := tc.decodeLegs == 0 || ds.Aborted == 1
+				return prefillGone && decodeGone && ps.Running == 0 && ps.Waiting == 0 && ds.Running == 0 && ds.Waiting == 0 && ds.HeldHandles == 0
+			}, "both engines' requests canceled")
+			if ps, ds := p.e.Stats(), d.e.Stats(); ds.Completed != 0 || (!tc.readFirst && ps.Completed != 0) {
+				t.Fatalf("completed: prefill engine %d, decode engine %d; want the requests canceled", ps.Completed, ds.Completed)
+			}
+			if n := len(d.front.requests()); n != tc.decodeLegs {
+				t.Fatalf("%d decode legs, want %d", n, tc.decodeLegs)
+			}
+		})
+	}
+}
+
+// TestDisaggregatedPairsOnlyOneKind: in a fleet of vLLM, SGLang and
+// heartbeating (tlgate's contract) prefill and decode engines, every pair
+// is of one kind, and every answer is right: with every engine up, when the
+// heartbeating decode engine drains (its prefill partner is left alone),
+// and when the SGLang decode engine then fails the request (its prefill
+// engine is not paired with another kind's decode engine). A prefill
+// engine of one kind with a decode engine of another is no pair at all
+// (503 no_capacity, saying so).
+func TestDisaggregatedPairsOnlyOneKind(t *testing.T) {
+	pl := &pairLog{}
+	kinds := map[string]string{}
+	var specs []pdSpec
+	for _, k := range []string{"vllm", "sglang", "heartbeat"} {
+		for _, role := range []string{"prefill", "decode"} {
+			id := k + "-" + role
+			kinds[id] = k
+			specs = append(specs, pdSpec{id: id, kind: k, role: role})
+		}
+	}
+	specs = append(specs, pdSpec{id: "u", kind: "vllm"})
+	f := newPDFleet(t, pdOpts{deps: pl.hook}, specs...)
+	seen := map[string]bool{}
+	round := func(name string) {
+		t.Helper()
+		from := len(pl.snapshot())
+		for i := range 6 {
+			path, body := pdBody("big-pd", i%2 == 0, i%3 == 0, i)
+			f.unifiedEquals(t, path, body, f.post(path, "", body))
+		}
+		for _, pair := range pl.snapshot()[from:] {
+			pp, dd, _ := strings.Cut(pair, "/")
+			if kinds[pp] != kinds[dd] {
+				t.Fatalf("%s: pair %s of a %s prefill and a %s decode engine", name, pair, kinds[pp], kinds[dd])
+			}
+			seen[kinds[pp]] = true
+		}
+	}
+	round("all up")
+	f.engine("heartbeat-decode").SetDraining(true)
+	eventually(t, 10*eventuallyUnit, func() bool {
+		for _, w := range f.workers() {
+			if w.ID == "heartbeat-decode" {
+				return !w.Routable
+			}
+		}
+		return false
+	}, "the heartbeating decode engine drains")
+	round("heartbeating decode engine draining")
+	f.byID["sglang-decode"].front.setMode("503")
+	round("SGLang decode engine failing")
+	if len(seen) != 3 {
+		t.Fatalf("pairs of kinds %v, want each kind's", seen)
+	}
+
+	g := newPDFleet(t, pdOpts{}, pdSpec{id: "p", kind: "vllm", role: "prefill"}, pdSpec{id: "d", kind: "sglang", role: "decode"})
+	path, body := pdBody("big-pd", true, false, 1)
+	r := g.post(path, "", body)
+	if r.status != http.StatusServiceUnavailable || errorCode(t, r.body) != "no_capacity" || !strings.Contains(string(r.body), "protocol") {
+		t.Fatalf("a vLLM prefill and an SGLang decode engine: %d %s", r.status, r.body)
+	}
+	if n := len(g.byID["p"].front.requests()) + len(g.byID["d"].front.requests()); n != 0 {
+		t.Fatalf("%d legs sent to engines that do not pair", n)
+	}
+}
+
+// TestDisaggregatedCacheAwarePrefill: under cache_aware the prefill engine
+// is picked where the prompt's KV is cached: requests sharing a long system
+// prompt all prefill on the engine that prefilled the first (reason cache),
+// whose prefix cache then serves them, while their decode engines go by
+// load.
+func TestDisaggregatedCacheAwarePrefill(t *testing.T) {
+	pl := &pairLog{}
+	specs := []pdSpec{{id: "p1", kind: "vllm", role: "prefill"}, {id: "p2", kind: "vllm", role: "prefill"},
+		{id: "d1", kind: "vllm", role: "decode", cfg: enginesim.Config{DecodePerToken: 20 * time.Millisecond}},
+		{id: "d2", kind: "vllm", role: "decode", cfg: enginesim.Config{DecodePerToken: 20 * time.Millisecond}}}
+	f := newPDFleet(t, pdOpts{deps: pl.hook}, specs...)
+	system := strings.Repeat("The shared system prompt describes the gateway, its routes and its engines at length. ", 40)
+	ask := func(i int) reply {
+		return f.post("/v1/chat/completions", "", map[string]any{"model": "big-pd", "max_tokens": 8, "seed": i,
+			"messages": []map[string]string{{"role": "system", "content": system}, {"role": "user", "content": fmt.Sprintf("Question %d?", i)}}})
+	}
+	if r := ask(0); r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	first := pl.reasons()[0]
+	home := first.prefill
+	hits := f.byID[home].e.Stats().PrefixHits
+	// Four more at once: their decodes overlap.
+	done := make(chan reply, 4)
+	for i := 1; i <= 4; i++ {
+		go func() { done <- ask(i) }()
+	}
+	for range 4 {
+		if r := <-done; r.status != 200 {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+	}
+	decodes := map[string]bool{}
+	for _, p := range pl.reasons()[1:] {
+		if p.prefill != home || p.prefillReason != "cache" {
+			t.Fatalf("prefill on %s (%s), want %s by cache: it holds the shared prompt", p.prefill, p.prefillReason, home)
+		}
+		if !strings.HasPrefix(p.decodeReason, "decode_") {
+			t.Fatalf("decode reason %q", p.decodeReason)
+		}
+		decodes[p.decode] = true
+	}
+	if len(decodes) != 2 {
+		t.Fatalf("overlapping decodes all on %v: the decode engine goes by load", decodes)
+	}
+	if got := f.byID[home].e.Stats().PrefixHits; got-hits < 4*400 {
+		t.Fatalf("%s's prefix cache served %d tokens of the four requests, want most of their shared prompt", home, got-hits)
+	}
+}
+
+// pairReason is one pick of a disaggregated pair, with its reasons.
+type pairReason struct{ prefill, decode, prefillReason, decodeReason string }
+
+func (p *pairLog) reasons() []pairReason {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]pairReason(nil), p.why...)
+}
