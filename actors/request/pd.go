@@ -287,12 +287,12 @@ func (a *requestActor) pdDecodeEnded(firstByte time.Duration) {
 
 // pdFailure substitutes, for a decode leg that failed because it was
 // canceled when its pair's prefill leg failed, that prefill failure.
-func (a *requestActor) pdFailure(err error, phase string) (error, string) {
+func (a *requestActor) pdFailure(phase string, err error) (string, error) {
 	if a.pd != nil && a.pd.prefillErr != nil && phase == PhaseDecode {
 		err, a.pd.prefillErr = a.pd.prefillErr, nil
-		return err, PhasePrefill
+		return PhasePrefill, err
 	}
-	return err, phase
+	return phase, err
 }
 
 // pdFailed records a failed leg and decides what the next pair keeps: a

@@ -613,7 +613,7 @@ func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 // failed handles an attempt that failed before the first byte: exclude the
 // worker(s) and route again, within MaxAttempts.
 func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
-	err, phase = a.pdFailure(err, phase)
+	phase, err = a.pdFailure(phase, err)
 	reason := "error"
 	var ae *proxy.AttemptError
 	if errors.As(err, &ae) {

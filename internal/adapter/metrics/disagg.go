@@ -25,7 +25,6 @@ const (
 
 var (
 	protocols   = fixedSet{ProtocolTLGate, ProtocolVLLM, ProtocolSGLang}
-	legs        = fixedSet{LegPrefill, LegDecode}
 	failedLegs  = fixedSet{LegPrefill, LegDecode, LegTokenize}
 	legFailures = fixedSet{FailoverRefused, FailoverReset, FailoverTimeout, FailoverStatus503, FailoverEOF,
 		FailoverTransport, FailoverTooLarge, FailoverStatus5xx, FailoverBadAnswer, FailoverTruncated, "engine_error", "canceled"}
