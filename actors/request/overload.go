@@ -47,6 +47,10 @@ func (a *requestActor) stopWatching() {
 // admissionAnswer handles the router's overload answers; it reports
 // whether m was one.
 func (a *requestActor) admissionAnswer(ctx actor.Context, m *router.RouteResult) bool {
+	var (
+		objective *router.ObjectiveError
+		saturated *router.SaturatedError
+	)
 	switch {
 	case errors.Is(m.Err, router.ErrLeft):
 		a.log.ClientGone = true
@@ -60,14 +64,26 @@ func (a *requestActor) admissionAnswer(ctx actor.Context, m *router.RouteResult)
 		a.log.ClientGone = true
 		a.finish(ctx, Outcome{Status: 499, Code: "client_closed", Message: "client closed the request"})
 	case errors.Is(m.Err, router.ErrOverloaded):
-		secs := int((m.RetryAfter + time.Second - 1) / time.Second)
 		a.finish(ctx, Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeOverloaded,
-			Header:  http.Header{"Retry-After": {strconv.Itoa(max(secs, 1))}},
+			Header:  retryAfter(m.RetryAfter),
 			Message: fmt.Sprintf("Every worker of model %q is at its concurrency limit and the request could not wait; retry later.", a.ex.Req.Model)})
+	case errors.As(m.Err, &objective):
+		a.finish(ctx, Outcome{Status: http.StatusTooManyRequests, Code: openai.CodeObjectiveUnreachable,
+			Header: retryAfter(m.RetryAfter), Message: objective.Message()})
+	case errors.As(m.Err, &saturated):
+		a.finish(ctx, Outcome{Status: http.StatusTooManyRequests, Code: openai.CodeSaturated,
+			Header: retryAfter(m.RetryAfter), Message: saturated.Message()})
 	default:
 		return false
 	}
 	return true
+}
+
+// retryAfter is the Retry-After header of d, in whole seconds rounded up,
+// at least 1.
+func retryAfter(d time.Duration) http.Header {
+	secs := int((d + time.Second - 1) / time.Second)
+	return http.Header{"Retry-After": {strconv.Itoa(max(secs, 1))}}
 }
 
 // reportFailure tells the router that an attempt on worker failed before
@@ -85,7 +101,7 @@ func (a *requestActor) reportFailure(ctx actor.Context, worker, reason string, g
 // per attempt).
 func (a *requestActor) reportFetched(ctx actor.Context, status int) {
 	a.reported = a.attempts
-	reportAnswer(ctx.Send, a.d.Router, a.target, status)
+	reportAnswer(ctx.Send, a.d.Router, a.target, status, time.Since(a.attemptStart))
 }
 
 // reportAnswer tells the router that an attempt on t's worker got an
@@ -93,12 +109,14 @@ func (a *requestActor) reportFetched(ctx actor.Context, status int) {
 // passive health: the proxy turns a 5xx or a malformed answer into an
 // attempt failure, which reportFailure reports. A 2xx also has the router
 // record the prompt in its prefix index (t.Indexing): the engine computed
-// its KV. An error answer (a 4xx: a prompt too long, a bad field) leaves
-// the index as it was.
-func reportAnswer(send func(pid *actor.PID, msg any), routerPID *actor.PID, t router.Target, status int) {
+// its KV, and firstByte (the attempt's start to its first byte) in the
+// recent TTFT of its queue's band. An error answer (a 4xx: a prompt too
+// long, a bad field) leaves both as they were.
+func reportAnswer(send func(pid *actor.PID, msg any), routerPID *actor.PID, t router.Target, status int, firstByte time.Duration) {
 	m := &router.AttemptSucceeded{WorkerID: t.Worker.ID}
 	if status >= 200 && status < 300 {
 		m.Indexing = t.Indexing
+		m.FirstByte, m.Queue, m.Priority = firstByte, t.Queue, t.Priority
 	}
 	send(routerPID, m)
 }

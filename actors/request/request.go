@@ -51,8 +51,11 @@ type Exchange struct {
 	// logged and passed on, never routed on.
 	ClientRequestID string
 	KeyName         string
-	Debug           bool // the key has the debug scope: X-TL-Route and X-TL-Cascade-Step
-	Received        time.Time
+	// Ask is what the request's headers and its key say of its priority,
+	// TTFT objective and fairness id; the router resolves it.
+	Ask      router.Ask
+	Debug    bool // the key has the debug scope: X-TL-Route and X-TL-Cascade-Step
+	Received time.Time
 	// Tokens, if set, is the key's tokens budget: a stream reports its
 	// usage to it as it goes and is ended with a rate_limit_exceeded event
 	// once it refuses more.
@@ -146,6 +149,13 @@ type Log struct {
 	Pairs                                 int
 	PrefillLeg, DecodeLeg, TransferWait   time.Duration
 	LegFailures                           []string
+	// Priority and Objective are the request's class as the router
+	// resolved it (Objective 0: none); TTFT is the time from its arrival
+	// to the first byte of its answer (a whole answer, not streamed; 0
+	// when none was answered).
+	Priority  int
+	Objective time.Duration
+	TTFT      time.Duration
 }
 
 // Deps are the actor's collaborators.
@@ -268,6 +278,8 @@ type requestActor struct {
 	// hashes keeps the prompt's chunk hashes across the request's Routes
 	// (router.Request.Hashes): the router's to fill, never touched here.
 	hashes prefixindex.PromptHashes
+	// attemptStart is when the current attempt was sent.
+	attemptStart time.Time
 	// tokens and noTokens are the prompt's tokens per base model, and the
 	// models whose tokens could not be had (tokens.go); keys their block
 	// keys, the router's to fill.
@@ -325,7 +337,7 @@ func (a *requestActor) route(ctx actor.Context) {
 		Model: a.ex.Req.Model, RequestID: a.ex.RequestID, PrefixKey: a.ex.Req.PrefixKey,
 		Stream: a.ex.Req.Stream, Step: step, Exclude: a.exclude, Key: a.ex.KeyName, Prompt: a.ex.Req.Prompt,
 		LeastLoaded: a.ex.Req.Endpoint.Pooling(), AnyRole: a.ex.Req.Endpoint.Tokenizer(), Pin: a.pin, CacheSalt: a.ex.Req.CacheSalt,
-		Hashes: &a.hashes, Tokens: a.tokens, NoTokens: a.noTokens, NoAsk: a.noAsk(), Partial: a.partial, Keys: &a.keys,
+		Hashes: &a.hashes, Ask: a.ex.Ask, Tokens: a.tokens, NoTokens: a.noTokens, NoAsk: a.noAsk(), Partial: a.partial, Keys: &a.keys,
 		KeepPrefill: a.keepPrefill(),
 	}})
 	a.routing = true
@@ -334,6 +346,7 @@ func (a *requestActor) route(ctx actor.Context) {
 func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 	a.traceRouted(m)
 	a.routing = false
+	a.log.Priority, a.log.Objective = m.Class.Priority, m.Class.Objective
 	if a.admissionAnswer(ctx, m) {
 		return
 	}
@@ -463,6 +476,8 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 		Expect: a.ex.Req.Endpoint, Method: a.ex.Method, Dialect: a.api.dialect}
 	actx, cancel := context.WithCancel(a.ex.Ctx)
 	a.cancel = cancel
+	started := time.Now()
+	a.attemptStart = started
 	self, root, ex, p := ctx.Self(), ctx.ActorSystem().Root, a.ex, a.d.Proxy
 	ex.wg.Add(1)
 	if !ex.Req.Stream {
@@ -480,7 +495,7 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 		defer ex.wg.Done()
 		res := p.Stream(actx, att, sw, func(status int, uh http.Header) {
 			ex.committed.Store(true)
-			reportAnswer(root.Send, rt, target, status)
+			reportAnswer(root.Send, rt, target, status, time.Since(started))
 			responseHeaders(ex.W.Header(), ex.RequestID, debug, worker, step)
 		})
 		root.Send(self, &streamed{res: res})
@@ -534,6 +549,7 @@ func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		h.Set("Content-Type", ct)
 	}
+	a.log.TTFT = time.Since(a.ex.Received)
 	a.finish(ctx, Outcome{Status: resp.Status, Header: h, Body: body})
 }
 
@@ -582,6 +598,9 @@ func (a *requestActor) onStreamed(ctx actor.Context, m *streamed) {
 	a.traceAnswered(r.Status, r.FirstByte, r.Err)
 	a.pdDecodeEnded(r.FirstByte)
 	a.log.FirstByte = r.FirstByte
+	if r.Committed {
+		a.log.TTFT = a.attemptStart.Sub(a.ex.Received) + r.FirstByte
+	}
 	a.log.Committed = r.Committed
 	a.log.ClientGone = r.ClientGone
 	a.log.Done = r.Done

@@ -3,6 +3,7 @@ package request
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -81,13 +82,16 @@ func TestReportAnswerIndexesOnlyA2xx(t *testing.T) {
 		indexed bool
 	}{{200, true}, {201, true}, {400, false}, {404, false}, {413, false}, {429, false}} {
 		var got []any
-		reportAnswer(func(_ *actor.PID, m any) { got = append(got, m) }, nil, tg, tc.status)
+		reportAnswer(func(_ *actor.PID, m any) { got = append(got, m) }, nil, tg, tc.status, time.Second)
 		m, ok := got[0].(*router.AttemptSucceeded)
 		if len(got) != 1 || !ok || m.WorkerID != "w" {
 			t.Fatalf("status %d: sent %+v, want one AttemptSucceeded for w", tc.status, got)
 		}
 		if indexed := len(m.Indexing.Hashes) > 0; indexed != tc.indexed {
 			t.Errorf("status %d: indexing %+v, want indexed %v", tc.status, m.Indexing, tc.indexed)
+		}
+		if timed := m.FirstByte > 0; timed != tc.indexed {
+			t.Errorf("status %d: first byte %s, want it reported %v", tc.status, m.FirstByte, tc.indexed)
 		}
 	}
 }

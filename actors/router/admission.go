@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/routing/flowqueue"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
@@ -23,17 +24,25 @@ var (
 )
 
 // AdmissionConfig is admission control: a limit on the gateway's in-flight
-// requests per worker and, when every routable worker of a model is at its
-// limit, a bounded queue per model with a deadline, fair across API keys.
-// A worker's limit is Engine[id], else Model[served model], else Worker
-// when > 0, else what the engine's reports teach (see Limit).
+// requests per worker and, when a model's workers are full, a bounded
+// queue per model with a deadline, in priority bands, fair across API keys
+// (flowqueue). A worker's limit is Engine[id], else Model[served model],
+// else Worker when > 0, else what the engine's reports teach (see Limit).
+// The limits bind on a model's workers together (a request waits when the
+// gateway's requests on them reach the sum of their limits, and goes where
+// the route policy sends it otherwise), or with PerWorker on each worker
+// (one at its limit is no candidate). Saturation says when the engines'
+// own reports show a worker saturated: when all of a model's are, its
+// requests wait too and its sheddable ones are refused.
 type AdmissionConfig struct {
 	Enabled      bool
+	PerWorker    bool
 	Worker       int
 	Model        map[string]int
 	Engine       map[string]int
 	QueueSize    int
 	QueueTimeout time.Duration
+	Saturation   SaturationConfig
 }
 
 // learned is a worker's batch capacity as its reports show it.
@@ -96,14 +105,15 @@ func (s *State) Limit(w *fleet.Worker) int {
 }
 
 // held reports whether a pick must pass over the worker whose counter is
-// c: it is ejected, or at its limit. The latter marks the pick as
-// saturated, so a request that finds no worker waits instead of being
-// refused.
+// c: it is ejected, or, with limits per worker, at its limit. The latter
+// marks the pick as full, so a request that finds no worker waits instead
+// of being refused. With limits per pool (the default) no worker is passed
+// over for its limit: poolFull judges the pool as a whole.
 func (s *State) held(c *counter, now time.Time) bool {
 	if c.ejectedAt(now) {
 		return true
 	}
-	if c.atLimit() {
+	if s.cfg.Admission.PerWorker && c.atLimit() {
 		s.full = true
 		return true
 	}
@@ -112,149 +122,58 @@ func (s *State) held(c *counter, now time.Time) bool {
 
 // Waiter is a Route request waiting in a model's queue.
 type Waiter struct {
-	Seq      uint64
-	From     *actor.PID // who asked: answered when the request leaves the queue
-	Req      Request
-	Key      string // the API key's name (fair shares)
-	Queue    string // the queue's model
-	Enqueued time.Time
-	Deadline time.Time
-	Cancel   func() // stops the deadline timer (may be nil)
-	// Passed counts the times a later waiter of the same key left the
+	Seq   uint64
+	From  *actor.PID // who asked: answered when the request leaves the queue
+	Req   Request
+	Key   string // the API key's name (fair shares)
+	Class Class  // its priority, objective and fairness id
+	Queue string // the queue's model
+	// Enqueued is when it joined; Deadline when it leaves overloaded
+	// (queue_timeout); Due orders it in its flow: Enqueued + its
+	// objective, else Deadline.
+	Enqueued, Deadline, Due time.Time
+	Cancel                  func() // stops its timer (may be nil)
+	// Passed counts the times a later waiter of the same flow left the
 	// queue first, for a worker that holds more of its prompt (warmWaiter).
 	Passed int
+	entry  *flowqueue.Entry[*Waiter]
+}
+
+// modelQueue is one model's queue, and what its last pick found.
+type modelQueue struct {
+	q *flowqueue.Queue[*Waiter]
+	// saturated says why the last pick for one of its requests found every
+	// worker saturated by its engine's reports ("": it did not), for the
+	// requests that join behind waiters without a pick of their own.
+	saturated string
 }
 
 // Admission is the outcome of Admit: a target or an error to answer now,
 // or a request that waits (Queued). Displaced, when set, is a waiter the
-// new one pushed out of a full queue: answer it ErrOverloaded.
+// new one pushed out of a full queue: answer it ErrOverloaded. Shed are
+// sheddable waiters refused because the model is saturated and a request
+// of higher priority has to wait: answer them ErrSaturated.
 type Admission struct {
 	Target     Target
 	Err        error
 	Queued     *Waiter
 	Displaced  *Waiter
+	Shed       []*Waiter
 	RetryAfter time.Duration
+	Class      Class
+	// Joined: the request joined the queue behind waiters of its priority
+	// or higher without a pick of its own.
+	Joined bool
 }
 
-// Dispatched is a waiter that leaves the queue with an answer.
+// Dispatched is a waiter that leaves the queue with an answer: a target,
+// or an error (ErrOverloaded when its wait reached the queue timeout,
+// ErrObjective when its objective can no longer be met, ErrSaturated when
+// it was shed, or the pick's own).
 type Dispatched struct {
 	W      *Waiter
 	Target Target
 	Err    error
-}
-
-// fairQueue is one model's queue: first come, first served within a key,
-// round robin across keys (deficit round robin with a quantum of one
-// request, every request costing one).
-type fairQueue struct {
-	keys  []string // keys with waiting requests, in turn order
-	next  int      // index in keys of the key whose turn it is
-	byKey map[string][]*Waiter
-	n     int
-}
-
-func newFairQueue() *fairQueue { return &fairQueue{byKey: map[string][]*Waiter{}} }
-
-func (q *fairQueue) push(w *Waiter) {
-	if len(q.byKey[w.Key]) == 0 {
-		// A key that starts waiting takes its turn after the others'.
-		q.keys = append(q.keys, "")
-		if q.next > 0 {
-			copy(q.keys[q.next+1:], q.keys[q.next:])
-			q.keys[q.next] = w.Key
-			q.next++
-		} else {
-			q.keys[len(q.keys)-1] = w.Key
-		}
-	}
-	q.byKey[w.Key] = append(q.byKey[w.Key], w)
-	q.n++
-}
-
-// peek returns the waiter whose turn it is, or nil.
-func (q *fairQueue) peek() *Waiter {
-	if q.n == 0 {
-		return nil
-	}
-	return q.byKey[q.keys[q.next]][0]
-}
-
-// pop removes the waiter peek returned and passes the turn on.
-func (q *fairQueue) pop() *Waiter {
-	w := q.peek()
-	if w == nil {
-		return nil
-	}
-	q.take(w)
-	return w
-}
-
-// take removes w, a waiter of the key whose turn it is, and passes the
-// turn on.
-func (q *fairQueue) take(w *Waiter) {
-	q.remove(w)
-	if q.n > 0 && len(q.byKey[w.Key]) > 0 {
-		q.next = (q.next + 1) % len(q.keys)
-	}
-}
-
-// remove takes w out of the queue wherever it is; it reports whether w was
-// there.
-func (q *fairQueue) remove(w *Waiter) bool {
-	list := q.byKey[w.Key]
-	i := -1
-	for j, x := range list {
-		if x == w {
-			i = j
-			break
-		}
-	}
-	if i < 0 {
-		return false
-	}
-	list = append(list[:i], list[i+1:]...)
-	q.n--
-	if len(list) > 0 {
-		q.byKey[w.Key] = list
-		return true
-	}
-	delete(q.byKey, w.Key)
-	for k, key := range q.keys {
-		if key == w.Key {
-			q.keys = append(q.keys[:k], q.keys[k+1:]...)
-			if k < q.next {
-				q.next--
-			}
-			break
-		}
-	}
-	if q.next >= len(q.keys) {
-		q.next = 0
-	}
-	return true
-}
-
-// heaviest returns the key with the most waiting requests (the first in
-// turn order on a tie).
-func (q *fairQueue) heaviest() string {
-	best, n := "", -1
-	for _, k := range q.keys {
-		if len(q.byKey[k]) > n {
-			best, n = k, len(q.byKey[k])
-		}
-	}
-	return best
-}
-
-// oldest returns the earliest Enqueued among the waiters.
-func (q *fairQueue) oldest() (time.Time, bool) {
-	var t time.Time
-	for _, list := range q.byKey {
-		if len(list) > 0 && (t.IsZero() || list[0].Enqueued.Before(t)) {
-			t = list[0].Enqueued
-		}
-	}
-	return t, !t.IsZero()
 }
 
 // queueName is the queue a request waits in: its route's model (aliases
@@ -266,52 +185,132 @@ func (s *State) queueName(model string) string {
 	return model
 }
 
-// Admit routes req at now like Pick; when every routable worker it could
-// use is at its limit, the request waits in its model's queue (or is
-// refused when it cannot).
-func (s *State) Admit(req *Request, key string, from *actor.PID, now time.Time) Admission {
-	s.full = false
-	t, err := s.Pick(req, now)
-	if err == nil || !s.cfg.Admission.Enabled || !s.full || !errors.Is(err, ErrNoCapacity) {
-		return Admission{Target: t, Err: err}
-	}
-	name := s.queueName(req.Model)
+// queue returns the queue of name, creating it.
+func (s *State) queue(name string) *modelQueue {
 	if s.queues == nil {
-		s.queues = map[string]*fairQueue{}
+		s.queues = map[string]*modelQueue{}
 		s.waiters = map[uint64]*Waiter{}
 		s.byFrom = map[string]uint64{}
 	}
-	q := s.queues[name]
-	if q == nil {
-		q = newFairQueue()
-		s.queues[name] = q
+	mq := s.queues[name]
+	if mq == nil {
+		mq = &modelQueue{q: flowqueue.New[*Waiter]()}
+		s.queues[name] = mq
+	}
+	return mq
+}
+
+// Admit routes req at now like Pick, in its class (Classify). With
+// admission control on, a request waits in its model's queue (or is
+// refused when it cannot) when the pick finds the model's workers full,
+// and joins the queue at once when waiters of its priority or higher are
+// already there, so that none of them is passed by a later arrival.
+func (s *State) Admit(req *Request, key string, from *actor.PID, now time.Time) Admission {
+	cls := s.Classify(req)
+	name := s.queueName(req.Model)
+	if s.cfg.Admission.Enabled {
+		if mq := s.queues[name]; mq != nil {
+			if hi, ok := mq.q.Highest(); ok && hi >= cls.Priority {
+				ad := s.enqueue(req, key, cls, name, from, now)
+				ad.Joined = true
+				return ad
+			}
+		}
+	}
+	s.full, s.saturated, s.why = false, false, ""
+	t, err := s.Pick(req, now)
+	if err == nil || !s.cfg.Admission.Enabled || !s.full || !errors.Is(err, ErrNoCapacity) {
+		if err == nil {
+			t.Queue, t.Priority = name, cls.Priority
+			if mq := s.queues[name]; mq != nil {
+				mq.saturated = ""
+			}
+		}
+		return Admission{Target: t, Err: err, Class: cls}
+	}
+	s.queue(name).saturated = s.saturatedWhy()
+	return s.enqueue(req, key, cls, name, from, now)
+}
+
+// saturatedWhy is s.why when the last pick found its pool saturated by
+// the engines' reports, else "".
+func (s *State) saturatedWhy() string {
+	if s.saturated {
+		return s.why
+	}
+	return ""
+}
+
+// enqueue puts req of class cls in queue name, or refuses it: a
+// sheddable request while the model is saturated, a request whose
+// objective the estimated wait already misses, one that finds the queue
+// full and can push nobody out.
+func (s *State) enqueue(req *Request, key string, cls Class, name string, from *actor.PID, now time.Time) Admission {
+	a := &s.cfg.Admission
+	mq := s.queue(name)
+	defer s.dropEmpty(name)
+	if cls.Sheddable() && mq.saturated != "" {
+		return Admission{Err: &SaturatedError{Model: req.Model, Priority: cls.Priority, Why: mq.saturated}, RetryAfter: s.retryAfter(mq, now), Class: cls}
+	}
+	deadline := now.Add(a.QueueTimeout)
+	it := flowqueue.Item{Priority: cls.Priority, Key: key, Flow: cls.Flow, Due: deadline, Arrived: now, Seq: s.seq + 1}
+	if cls.Objective > 0 && now.Add(cls.Objective).Before(deadline) {
+		it.Due = now.Add(cls.Objective)
+	}
+	if cls.Objective > 0 && !cls.ServeLate {
+		ahead := mq.q.AheadOf(it)
+		wait, ttft := s.waitEstimate(name, ahead, now), s.ttftEstimate(name, cls.Priority, now)
+		if wait+ttft > cls.Objective {
+			return Admission{Err: &ObjectiveError{Model: req.Model, Objective: cls.Objective, Wait: wait, TTFT: ttft, Ahead: ahead},
+				RetryAfter: wait, Class: cls}
+		}
+	}
+	var shed []*Waiter
+	if mq.saturated != "" {
+		shed = s.shed(mq)
 	}
 	var displaced *Waiter
-	if q.n >= s.cfg.Admission.QueueSize {
-		heavy := q.heaviest()
-		if s.cfg.Admission.QueueSize == 0 || len(q.byKey[key])+1 >= len(q.byKey[heavy]) {
-			return Admission{Err: fmt.Errorf("router: %q: queue full: %w", req.Model, ErrOverloaded), RetryAfter: s.retryAfter(q, now)}
+	if mq.q.Len() >= a.QueueSize {
+		var v *flowqueue.Entry[*Waiter]
+		if a.QueueSize > 0 {
+			v = mq.q.Victim(it)
 		}
-		list := q.byKey[heavy]
-		displaced = list[len(list)-1]
-		s.drop(q, displaced)
+		if v == nil {
+			return Admission{Err: fmt.Errorf("router: %q: queue full: %w", req.Model, ErrOverloaded), RetryAfter: s.retryAfter(mq, now), Shed: shed, Class: cls}
+		}
+		displaced = v.Value
+		s.drop(mq, displaced)
 	}
 	s.seq++
-	w := &Waiter{Seq: s.seq, From: from, Req: *req, Key: key, Queue: name, Enqueued: now, Deadline: now.Add(s.cfg.Admission.QueueTimeout)}
-	q.push(w)
+	w := &Waiter{Seq: s.seq, From: from, Req: *req, Key: key, Class: cls, Queue: name, Enqueued: now, Deadline: deadline, Due: it.Due}
+	w.entry = mq.q.Push(it, w)
 	s.waiters[w.Seq] = w
 	if from != nil {
 		s.byFrom[pidKey(from)] = w.Seq
 	}
-	return Admission{Queued: w, Displaced: displaced, RetryAfter: s.retryAfter(q, now)}
+	return Admission{Queued: w, Displaced: displaced, Shed: shed, RetryAfter: s.retryAfter(mq, now), Class: cls}
+}
+
+// shed takes every sheddable waiter out of mq.
+func (s *State) shed(mq *modelQueue) []*Waiter {
+	var out []*Waiter
+	for _, e := range mq.q.ShedBelow(0) {
+		s.forget(e.Value)
+		out = append(out, e.Value)
+	}
+	return out
 }
 
 // drop takes w out of its queue and the index.
-func (s *State) drop(q *fairQueue, w *Waiter) {
-	q.remove(w)
+func (s *State) drop(mq *modelQueue, w *Waiter) {
+	mq.q.Remove(w.entry)
 	s.forget(w)
-	if q.n == 0 {
-		delete(s.queues, w.Queue)
+}
+
+// dropEmpty forgets queue name when nothing waits there.
+func (s *State) dropEmpty(name string) {
+	if mq := s.queues[name]; mq != nil && mq.q.Len() == 0 {
+		delete(s.queues, name)
 	}
 }
 
@@ -324,10 +323,10 @@ func (s *State) forget(w *Waiter) {
 }
 
 // retryAfter is the Retry-After of an overloaded answer: how long the
-// oldest waiter of q has waited, rounded up to whole seconds, at least 1 s.
-func (s *State) retryAfter(q *fairQueue, now time.Time) time.Duration {
+// oldest waiter of mq has waited, rounded up to whole seconds, at least 1 s.
+func (s *State) retryAfter(mq *modelQueue, now time.Time) time.Duration {
 	d := time.Second
-	if t, ok := q.oldest(); ok {
+	if t, ok := mq.q.Oldest(); ok {
 		d = max(d, now.Sub(t))
 	}
 	return (d + time.Second - 1).Truncate(time.Second)
@@ -335,18 +334,51 @@ func (s *State) retryAfter(q *fairQueue, now time.Time) time.Duration {
 
 // RetryAfter is the Retry-After for an overloaded answer from queue at now.
 func (s *State) RetryAfter(queue string, now time.Time) time.Duration {
-	if q := s.queues[queue]; q != nil {
-		return s.retryAfter(q, now)
+	if mq := s.queues[queue]; mq != nil {
+		return s.retryAfter(mq, now)
 	}
 	return time.Second
 }
 
+// unreachable returns the ObjectiveError of waiter w at now when its
+// objective can no longer be met (now plus the engines' recent TTFT is
+// past it) and its key does not ask to be served late; else nil.
+func (s *State) unreachable(w *Waiter, now time.Time) error {
+	c := w.Class
+	if c.Objective <= 0 || c.ServeLate {
+		return nil
+	}
+	ttft := s.ttftEstimate(w.Queue, c.Priority, now)
+	if waited := now.Sub(w.Enqueued); waited+ttft > c.Objective {
+		return &ObjectiveError{Model: w.Req.Model, Objective: c.Objective, Waited: waited, TTFT: ttft}
+	}
+	return nil
+}
+
+// CheckAt is when waiter w's timer should fire next, at now: its
+// deadline, or earlier the moment its objective becomes unreachable by
+// the current estimate.
+func (s *State) CheckAt(w *Waiter, now time.Time) time.Time {
+	c := w.Class
+	if c.Objective <= 0 || c.ServeLate {
+		return w.Deadline
+	}
+	at := w.Enqueued.Add(c.Objective - s.ttftEstimate(w.Queue, c.Priority, now))
+	if at.After(w.Deadline) {
+		return w.Deadline
+	}
+	return at
+}
+
 // Dispatch serves waiters while workers have room: in each queue (by
-// name), the waiter whose turn it is (or, under cache_aware, a later one of
-// the same key that warmWaiter prefers) is picked for until a pick finds
-// every worker at its limit. A waiter whose pick fails otherwise (no routable
-// worker left, model gone) leaves with that error; one past its deadline
-// leaves with ErrOverloaded.
+// name), the waiter whose turn it is (highest priority first; or, under
+// cache_aware, a later one of the same flow that warmWaiter prefers) is
+// picked for until a pick finds the model's workers full. A waiter whose
+// pick fails otherwise (no routable worker left, model gone) leaves with
+// that error; one past its deadline leaves with ErrOverloaded, one whose
+// objective can no longer be met with ErrObjective. A pick that finds
+// the model saturated by its engines' reports sheds its sheddable waiters
+// (ErrSaturated).
 func (s *State) Dispatch(now time.Time) []Dispatched {
 	if len(s.queues) == 0 {
 		return nil
@@ -358,51 +390,88 @@ func (s *State) Dispatch(now time.Time) []Dispatched {
 	sort.Strings(names)
 	var out []Dispatched
 	for _, name := range names {
-		q := s.queues[name]
-		for q.n > 0 {
-			w := q.peek()
+		mq := s.queues[name]
+		for mq.q.Len() > 0 {
+			w := mq.q.Peek().Value
 			if !now.Before(w.Deadline) {
-				q.pop()
-				s.forget(w)
+				s.drop(mq, w)
 				out = append(out, Dispatched{W: w, Err: fmt.Errorf("router: %q: waited %s: %w", w.Req.Model, now.Sub(w.Enqueued), ErrOverloaded)})
 				continue
 			}
+			if err := s.unreachable(w, now); err != nil {
+				s.drop(mq, w)
+				out = append(out, Dispatched{W: w, Err: err})
+				continue
+			}
 			head := w
-			w = s.warmWaiter(q, head, now)
-			s.full = false
-			w.Req.NoAsk = true // a waiter routes on what it brought
+			w = s.warmWaiter(mq, head, now)
+			s.full, s.saturated, s.why = false, false, ""
 			t, err := s.Pick(&w.Req, now)
 			if err != nil && s.full && errors.Is(err, ErrNoCapacity) {
+				if mq.saturated = s.saturatedWhy(); mq.saturated != "" {
+					for _, x := range s.shed(mq) {
+						out = append(out, Dispatched{W: x, Err: &SaturatedError{Model: x.Req.Model, Priority: x.Class.Priority, Why: mq.saturated}})
+					}
+				}
 				break
 			}
+			mq.saturated = ""
 			if w != head {
-				for _, x := range q.byKey[w.Key] {
-					if x == w {
+				for _, x := range mq.q.Turn(WarmWindow) {
+					if x.Value == w {
 						break
 					}
-					x.Passed++
+					x.Value.Passed++
 				}
 			}
-			q.take(w)
+			mq.q.Served(w.entry)
 			s.forget(w)
+			s.dispatched(name, mq.q.Len(), now)
+			if err == nil {
+				t.Queue, t.Priority = name, w.Class.Priority
+			}
 			out = append(out, Dispatched{W: w, Target: t, Err: err})
 		}
-		if q.n == 0 {
-			delete(s.queues, name)
-		}
+		s.dropEmpty(name)
 	}
 	return out
 }
 
-// Expire takes waiter seq out of its queue when its deadline has come; it
-// returns nil when the waiter already left.
-func (s *State) Expire(seq uint64, now time.Time) *Waiter {
+// Expiry is what a waiter's timer found: the waiter that leaves (nil when
+// it already left, or when it waits on) with its error (ErrOverloaded or
+// an ObjectiveError), or when to look again.
+type Expiry struct {
+	W     *Waiter
+	Err   error
+	Again time.Time
+}
+
+// Expire looks at waiter seq when its timer fires at now: past its
+// deadline it leaves with ErrOverloaded, with its objective out of reach
+// with ErrObjective; otherwise (the estimate moved) Again is its next
+// check.
+func (s *State) Expire(seq uint64, now time.Time) Expiry {
 	w := s.waiters[seq]
-	if w == nil || now.Before(w.Deadline) {
-		return nil
+	if w == nil {
+		return Expiry{}
 	}
-	s.drop(s.queues[w.Queue], w)
-	return w
+	mq := s.queues[w.Queue]
+	if !now.Before(w.Deadline) {
+		s.drop(mq, w)
+		s.dropEmpty(w.Queue)
+		return Expiry{W: w, Err: fmt.Errorf("router: %q: waited %s: %w", w.Req.Model, now.Sub(w.Enqueued), ErrOverloaded)}
+	}
+	if err := s.unreachable(w, now); err != nil {
+		s.drop(mq, w)
+		s.dropEmpty(w.Queue)
+		return Expiry{W: w, Err: err}
+	}
+	next := s.CheckAt(w, now)
+	if !next.After(now) {
+		// On the edge: just past it, it is out of reach.
+		next = now.Add(time.Millisecond)
+	}
+	return Expiry{Again: next}
 }
 
 // Leave takes the waiter asked for by from out of its queue (its client
@@ -416,6 +485,7 @@ func (s *State) Leave(from *actor.PID) *Waiter {
 		return nil
 	}
 	s.drop(s.queues[w.Queue], w)
+	s.dropEmpty(w.Queue)
 	return w
 }
 
@@ -424,35 +494,60 @@ func pidKey(p *actor.PID) string { return p.Address + "/" + p.Id }
 // QueueLengths returns the number of waiters per queue (model).
 func (s *State) QueueLengths() map[string]int {
 	out := make(map[string]int, len(s.queues))
-	for n, q := range s.queues {
-		out[n] = q.n
+	for n, mq := range s.queues {
+		out[n] = mq.q.Len()
 	}
 	return out
 }
 
-// WarmWindow is how many waiters of the key whose turn it is warmWaiter
+// QueueBand is the waiters of one key in one priority band of a queue.
+type QueueBand struct {
+	Priority int    `json:"priority"`
+	Key      string `json:"key"`
+	Waiting  int    `json:"waiting"`
+}
+
+// QueueBands returns the waiters per queue (model), band and key, bands
+// from the highest.
+func (s *State) QueueBands() map[string][]QueueBand {
+	out := make(map[string][]QueueBand, len(s.queues))
+	for n, mq := range s.queues {
+		for _, c := range mq.q.Counts() {
+			out[n] = append(out[n], QueueBand{Priority: c.Priority, Key: c.Key, Waiting: c.N})
+		}
+	}
+	return out
+}
+
+// WarmWindow is how many waiters of the flow whose turn it is warmWaiter
 // looks at, and how many times it lets the first of them be passed over.
 const WarmWindow = 16
 
 // warmWaiter chooses, under cache_aware, which of the first WarmWindow
-// waiters of head's key leaves the queue: the one with the longest prefix
-// cached (by the prefix index) on a worker that has room now, ties to the
-// earliest, head when none holds any. A slot that frees on a worker then
-// goes to a request that worker holds the prompt of, not to whichever
-// request waited longest (SGLang's engines order their waiting queues by
-// longest prefix match much the same way). Keys keep their turns; within a
-// key the head is passed over at most WarmWindow times (Dispatch counts a
-// pass when the later waiter leaves), so no request waits behind more than
-// that many later ones.
-func (s *State) warmWaiter(q *fairQueue, head *Waiter, now time.Time) *Waiter {
-	list := q.byKey[head.Key]
-	if s.prefix == nil || len(list) < 2 || head.Passed >= WarmWindow {
+// waiters of head's flow (its key and fairness id, in its band) leaves the
+// queue: the one with the longest prefix cached (by the prefix index) on
+// a worker that has room now, ties to the earliest, head when none holds
+// any. A slot that frees on a worker then goes to a request that worker
+// holds the prompt of, not to whichever request waited longest (SGLang's
+// engines order their waiting queues by longest prefix match much the
+// same way). Keys and flows keep their turns; within a flow the head is
+// passed over at most WarmWindow times (Dispatch counts a pass when the
+// later waiter leaves), so no request waits behind more than that many
+// later ones, and a head with a TTFT objective is never passed over.
+func (s *State) warmWaiter(mq *modelQueue, head *Waiter, now time.Time) *Waiter {
+	if s.prefix == nil || head.Passed >= WarmWindow || head.Class.Objective > 0 {
+		return head
+	}
+	list := mq.q.Turn(WarmWindow)
+	if len(list) < 2 {
 		return head
 	}
 	best, most := head, s.warmChunks(head, now)
-	for _, w := range list[1:min(len(list), WarmWindow)] {
-		if n := s.warmChunks(w, now); n > most && now.Before(w.Deadline) {
-			best, most = w, n
+	for _, e := range list[1:] {
+		if w := e.Value; now.Before(w.Deadline) {
+			if n := s.warmChunks(w, now); n > most {
+				best, most = w, n
+			}
 		}
 	}
 	return best

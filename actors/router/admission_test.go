@@ -3,7 +3,6 @@ package router
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,51 +11,6 @@ import (
 	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/policy"
 )
-
-func TestFairQueueRoundRobin(t *testing.T) {
-	q := newFairQueue()
-	push := func(key string, n int) {
-		for range n {
-			q.push(&Waiter{Key: key})
-		}
-	}
-	push("a", 4)
-	push("b", 2)
-	var got []string
-	pop := func(n int) {
-		for range n {
-			got = append(got, q.pop().Key)
-		}
-	}
-	pop(2) // a, b
-	push("c", 1)
-	pop(5) // c joins after the keys already waiting
-	if s := strings.Join(got, ""); s != "ababcaa" {
-		t.Fatalf("order %s, want ababcaa", s)
-	}
-	if q.pop() != nil || q.n != 0 || len(q.keys) != 0 {
-		t.Fatalf("queue not empty: %+v", q)
-	}
-}
-
-func TestFairQueueRemove(t *testing.T) {
-	q := newFairQueue()
-	ws := map[string]*Waiter{}
-	for _, k := range []string{"a1", "b1", "c1", "a2"} {
-		ws[k] = &Waiter{Key: k[:1]}
-		q.push(ws[k])
-	}
-	q.pop() // a1; turn passes to b
-	if !q.remove(ws["b1"]) || q.remove(ws["b1"]) {
-		t.Fatal("remove")
-	}
-	if w := q.pop(); w != ws["c1"] {
-		t.Fatalf("after removing b's only waiter, got %+v, want c1", w)
-	}
-	if w := q.pop(); w != ws["a2"] {
-		t.Fatalf("got %+v, want a2", w)
-	}
-}
 
 func admitState(t *testing.T, limit, size int) *State {
 	t.Helper()
@@ -116,11 +70,14 @@ func TestAdmitExpiresAndUnknownModel(t *testing.T) {
 	s.Admit(&Request{Model: "m"}, "k", nil, now)
 	s.Admit(&Request{Model: "m"}, "k", nil, now)
 	q := s.Admit(&Request{Model: "m"}, "k", nil, now).Queued
-	if s.Expire(q.Seq, now.Add(29*time.Second)) != nil {
-		t.Fatal("expired before its deadline")
+	if x := s.Expire(q.Seq, now.Add(29*time.Second)); x.W != nil || !x.Again.Equal(q.Deadline) {
+		t.Fatalf("expired before its deadline: %+v", x)
 	}
-	if s.Expire(q.Seq, now.Add(30*time.Second)) != q || s.Expire(q.Seq, now.Add(31*time.Second)) != nil {
-		t.Fatal("expire")
+	if x := s.Expire(q.Seq, now.Add(30*time.Second)); x.W != q || !errors.Is(x.Err, ErrOverloaded) {
+		t.Fatalf("expire: %+v", x)
+	}
+	if x := s.Expire(q.Seq, now.Add(31*time.Second)); x.W != nil || !x.Again.IsZero() {
+		t.Fatalf("expired twice: %+v", x)
 	}
 	// A model with no worker at all is refused at once, not queued.
 	if ad := s.Admit(&Request{Model: "nope"}, "k", nil, now); ad.Queued != nil || !errors.Is(ad.Err, ErrModelNotFound) {
@@ -282,7 +239,7 @@ func TestDispatchAfterDeadlineBeforeExpire(t *testing.T) {
 	if s.InFlight("a") != 0 {
 		t.Fatalf("a has %d in flight: the refused waiter took the slot", s.InFlight("a"))
 	}
-	if s.Expire(q.Seq, now.Add(2*time.Second)) != nil {
+	if x := s.Expire(q.Seq, now.Add(2*time.Second)); x.W != nil {
 		t.Fatal("the deadline timer found the waiter still queued")
 	}
 }

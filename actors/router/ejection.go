@@ -254,6 +254,10 @@ type Observer struct {
 	// OnOverloaded: a request to queue was answered overloaded, for reason
 	// queue_full or queue_timeout.
 	OnOverloaded func(queue, reason string)
+	// OnAdmission: a request of key in band priority of queue had outcome
+	// (AdmissionDispatched, AdmissionQueued, AdmissionShed,
+	// AdmissionObjective, AdmissionOverloaded, AdmissionGone).
+	OnAdmission func(queue string, priority int, key, outcome string)
 	// OnKVApplied: a worker's KV events were applied to its exact view.
 	OnKVApplied func(KVApplied)
 }

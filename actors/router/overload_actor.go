@@ -23,9 +23,15 @@ type AttemptFailed struct {
 // byte (or a whole answer) that is not a 5xx: the worker's failure count
 // starts again. Indexing is the pick's Target.Indexing when the answer is
 // a 2xx (the worker computed the prompt's KV): it is recorded then.
+// FirstByte, for a 2xx, is the time from the attempt's start to its first
+// byte (a whole answer, not streamed): with the pick's Queue and Priority
+// it feeds the recent TTFT that objectives are estimated by.
 type AttemptSucceeded struct {
-	WorkerID string
-	Indexing Indexing
+	WorkerID  string
+	Indexing  Indexing
+	FirstByte time.Duration
+	Queue     string
+	Priority  int
 }
 
 // Leave takes the Route request asked by PID out of its queue: its client
@@ -40,15 +46,24 @@ type queueDeadline struct{ seq uint64 }
 // is back, so waiters may be served.
 type ejectionEnded struct{}
 
-// Queue outcomes reported to Observer.OnQueueLeft, and overload reasons
-// to OnOverloaded.
+// Queue outcomes reported to Observer.OnQueueLeft, overload reasons to
+// OnOverloaded, and admission outcomes to OnAdmission.
 const (
 	QueueServed     = "served"
 	QueueOverloaded = "overloaded"
 	QueueGone       = "gone"
+	QueueShed       = "shed"
+	QueueObjective  = "objective_unreachable"
 
 	OverloadQueueFull    = "queue_full"
 	OverloadQueueTimeout = "queue_timeout"
+
+	AdmissionDispatched = "dispatched"
+	AdmissionQueued     = "queued"
+	AdmissionShed       = "shed"
+	AdmissionObjective  = "objective_unreachable"
+	AdmissionOverloaded = "overloaded"
+	AdmissionGone       = "gone"
 )
 
 func (a *routerActor) route(ctx actor.Context, m *Route) {
@@ -59,18 +74,40 @@ func (a *routerActor) route(ctx actor.Context, m *Route) {
 	if d := ad.Displaced; d != nil {
 		a.overloaded(ctx, d, OverloadQueueFull, start)
 	}
+	for _, w := range ad.Shed {
+		a.refuse(ctx, w, &SaturatedError{Model: w.Req.Model, Priority: w.Class.Priority}, start)
+	}
+	queue := st.queueName(m.Request.Model)
 	if w := ad.Queued; w != nil {
-		w.Cancel = a.timers.SendOnce(st.cfg.Admission.QueueTimeout, ctx.Self(), &queueDeadline{seq: w.Seq})
+		a.observeAdmission(queue, ad.Class.Priority, m.Request.Key, AdmissionQueued)
+		a.arm(ctx, w, st.CheckAt(w, start), start)
+		if ad.Joined {
+			// It joined behind waiters without a pick of its own: serve
+			// whatever there is room for.
+			a.dispatch(ctx)
+		}
 		return
 	}
-	res := &RouteResult{Target: ad.Target, Err: ad.Err, Took: took, RetryAfter: ad.RetryAfter}
+	res := &RouteResult{Target: ad.Target, Err: ad.Err, Took: took, RetryAfter: ad.RetryAfter, Class: ad.Class}
 	switch {
+	case ad.Err == nil:
+		a.observeAdmission(queue, ad.Class.Priority, m.Request.Key, AdmissionDispatched)
 	case errors.Is(ad.Err, ErrOverloaded):
-		a.observeOverloaded(st.queueName(m.Request.Model), OverloadQueueFull)
+		a.observeOverloaded(queue, OverloadQueueFull)
+		a.observeAdmission(queue, ad.Class.Priority, m.Request.Key, AdmissionOverloaded)
+	case errors.Is(ad.Err, ErrSaturated):
+		a.observeAdmission(queue, ad.Class.Priority, m.Request.Key, AdmissionShed)
+	case errors.Is(ad.Err, ErrObjective):
+		a.observeAdmission(queue, ad.Class.Priority, m.Request.Key, AdmissionObjective)
 	case errors.Is(ad.Err, ErrNoCapacity):
 		res.RetryAfter = st.noCapacityRetryAfter()
 	}
 	ctx.Respond(res)
+}
+
+// arm sets waiter w's timer to fire at at.
+func (a *routerActor) arm(ctx actor.Context, w *Waiter, at, now time.Time) {
+	w.Cancel = a.timers.SendOnce(max(at.Sub(now), 0), ctx.Self(), &queueDeadline{seq: w.Seq})
 }
 
 // dispatch answers the waiters that a release or a new worker can serve.
@@ -81,12 +118,19 @@ func (a *routerActor) dispatch(ctx actor.Context) {
 		if w.Cancel != nil {
 			w.Cancel()
 		}
-		if errors.Is(d.Err, ErrOverloaded) {
+		switch {
+		case errors.Is(d.Err, ErrOverloaded):
 			a.answerOverloaded(ctx, w, OverloadQueueTimeout, now)
+			continue
+		case errors.Is(d.Err, ErrSaturated), errors.Is(d.Err, ErrObjective):
+			a.refuse(ctx, w, d.Err, now)
 			continue
 		}
 		a.left(w, QueueServed, now)
-		res := &RouteResult{Target: d.Target, Err: d.Err, Waited: now.Sub(w.Enqueued)}
+		if d.Err == nil {
+			a.observeAdmission(w.Queue, w.Class.Priority, w.Key, AdmissionDispatched)
+		}
+		res := &RouteResult{Target: d.Target, Err: d.Err, Waited: now.Sub(w.Enqueued), Class: w.Class}
 		if errors.Is(d.Err, ErrNoCapacity) {
 			res.RetryAfter = a.st.noCapacityRetryAfter()
 		}
@@ -96,8 +140,16 @@ func (a *routerActor) dispatch(ctx actor.Context) {
 
 func (a *routerActor) expire(ctx actor.Context, m *queueDeadline) {
 	now := time.Now()
-	if w := a.st.Expire(m.seq, now); w != nil {
-		a.answerOverloaded(ctx, w, OverloadQueueTimeout, now)
+	x := a.st.Expire(m.seq, now)
+	switch {
+	case x.W == nil && !x.Again.IsZero():
+		if w := a.st.waiters[m.seq]; w != nil {
+			a.arm(ctx, w, x.Again, now)
+		}
+	case errors.Is(x.Err, ErrOverloaded):
+		a.answerOverloaded(ctx, x.W, OverloadQueueTimeout, now)
+	case x.Err != nil:
+		a.refuse(ctx, x.W, x.Err, now)
 	}
 }
 
@@ -111,7 +163,8 @@ func (a *routerActor) leave(ctx actor.Context, m *Leave) {
 	}
 	now := time.Now()
 	a.left(w, QueueGone, now)
-	ctx.Send(w.From, &RouteResult{Err: ErrLeft, Waited: now.Sub(w.Enqueued)})
+	a.observeAdmission(w.Queue, w.Class.Priority, w.Key, AdmissionGone)
+	ctx.Send(w.From, &RouteResult{Err: ErrLeft, Waited: now.Sub(w.Enqueued), Class: w.Class})
 }
 
 // overloaded answers a waiter pushed out of a full queue.
@@ -125,7 +178,24 @@ func (a *routerActor) overloaded(ctx actor.Context, w *Waiter, reason string, no
 func (a *routerActor) answerOverloaded(ctx actor.Context, w *Waiter, reason string, now time.Time) {
 	a.left(w, QueueOverloaded, now)
 	a.observeOverloaded(w.Queue, reason)
-	ctx.Send(w.From, &RouteResult{Err: ErrOverloaded, Waited: now.Sub(w.Enqueued), RetryAfter: a.st.RetryAfter(w.Queue, now)})
+	a.observeAdmission(w.Queue, w.Class.Priority, w.Key, AdmissionOverloaded)
+	ctx.Send(w.From, &RouteResult{Err: ErrOverloaded, Waited: now.Sub(w.Enqueued), RetryAfter: a.st.RetryAfter(w.Queue, now), Class: w.Class})
+}
+
+// refuse answers a waiter shed (ErrSaturated) or whose objective went out
+// of reach (ErrObjective).
+func (a *routerActor) refuse(ctx actor.Context, w *Waiter, err error, now time.Time) {
+	if w.Cancel != nil {
+		w.Cancel()
+	}
+	outcome, event := QueueShed, AdmissionShed
+	retry := a.st.RetryAfter(w.Queue, now)
+	if errors.Is(err, ErrObjective) {
+		outcome, event = QueueObjective, AdmissionObjective
+	}
+	a.left(w, outcome, now)
+	a.observeAdmission(w.Queue, w.Class.Priority, w.Key, event)
+	ctx.Send(w.From, &RouteResult{Err: err, Waited: now.Sub(w.Enqueued), RetryAfter: retry, Class: w.Class})
 }
 
 func (a *routerActor) attemptFailed(ctx actor.Context, m *AttemptFailed) {
@@ -148,6 +218,12 @@ func (a *routerActor) attemptFailed(ctx actor.Context, m *AttemptFailed) {
 func (a *routerActor) left(w *Waiter, outcome string, now time.Time) {
 	if f := a.st.cfg.Observe.OnQueueLeft; f != nil {
 		f(w.Queue, outcome, now.Sub(w.Enqueued))
+	}
+}
+
+func (a *routerActor) observeAdmission(queue string, prio int, key, outcome string) {
+	if f := a.st.cfg.Observe.OnAdmission; f != nil {
+		f(queue, prio, key, outcome)
 	}
 }
 

@@ -35,6 +35,9 @@ type RouteResult struct {
 	// to answer.
 	Waited     time.Duration
 	RetryAfter time.Duration
+	// Class is the request's priority, objective and fairness id as
+	// resolved from its ask, its key and its route.
+	Class Class
 }
 
 // Release ends one in-flight request on a worker.
@@ -54,8 +57,10 @@ type ListWorkers struct{}
 type WorkersResult struct {
 	Epoch   uint64
 	Workers []WorkerView
-	// Queued is the number of requests waiting per model queue.
+	// Queued is the number of requests waiting per model queue; Bands
+	// the same per priority band and key.
 	Queued map[string]int
+	Bands  map[string][]QueueBand
 }
 
 // Ready asks whether any worker is routable; the router responds with bool.
@@ -153,7 +158,7 @@ func (a *routerActor) Receive(ctx actor.Context) {
 	case *SetRoutes:
 		st.SetRoutes(m.Table, m.Epoch)
 	case *ListWorkers:
-		ctx.Respond(&WorkersResult{Epoch: st.epoch, Workers: st.Workers(time.Now()), Queued: st.QueueLengths()})
+		ctx.Respond(&WorkersResult{Epoch: st.epoch, Workers: st.Workers(time.Now()), Queued: st.QueueLengths(), Bands: st.QueueBands()})
 	case *Ready:
 		ctx.Respond(st.Ready(time.Now()))
 	case *ListModels:

@@ -74,6 +74,9 @@ type Request struct {
 	Hashes *prefixindex.PromptHashes
 	// Key is the API key's name: the queue's fair shares are per key.
 	Key string
+	// Ask is what the request and its key say of its priority, TTFT
+	// objective and fairness id (priority.go).
+	Ask Ask
 	// LeastLoaded: the request keeps no KV cache worth routing for
 	// (embeddings, rerank, score, tokenize): it goes to the least loaded
 	// worker whatever the policy, to the last step of a cascade and to a
@@ -122,6 +125,11 @@ type Target struct {
 	// PrefillReason and DecodeReason say why a disaggregated pair's
 	// workers were picked (pair.go); Reason is PrefillReason then.
 	PrefillReason, DecodeReason string
+	// Queue and Priority are the admission queue (model) the request went
+	// through and its priority there, for the TTFT it reports back
+	// (AttemptSucceeded).
+	Queue    string
+	Priority int
 	// CascadeStep and CascadeSteps locate the answered step of a cascade
 	// route (0 and 1 for any other route); AcceptIf is the step's rule (empty
 	// on the last step).
@@ -196,11 +204,19 @@ type State struct {
 	votes   map[string]map[string]time.Time
 	belied  map[string]map[string]time.Time
 	learned map[string]learned
-	queues  map[string]*fairQueue
+	queues  map[string]*modelQueue
 	waiters map[uint64]*Waiter
 	byFrom  map[string]uint64
 	seq     uint64
-	full    bool // the last pick passed over a worker at its limit
+	// full: the last pick found a pool full (its workers at their limits,
+	// or all saturated by their engines' reports: saturated, with why).
+	full, saturated bool
+	why             string
+	// Priorities and objectives (priority.go): how fast each queue drains,
+	// the recent TTFT per queue band and per worker.
+	drains     map[string]*drain
+	bandTTFT   map[bandKey]*ewma
+	workerTTFT map[string]*ewma
 
 	// Fleet sync (sync.go): the other replicas' claims, and when each
 	// replica heard from lately was last (the known ones).
@@ -360,7 +376,11 @@ type counter struct {
 // ejectedAt reports whether the worker is ejected at now; atLimit whether
 // it is at its admission limit.
 func (c *counter) ejectedAt(now time.Time) bool { return now.Before(c.until) }
-func (c *counter) atLimit() bool                { return c.limit > 0 && c.n+c.peerAdmitted() >= c.limit }
+func (c *counter) atLimit() bool                { return c.limit > 0 && c.used() >= c.limit }
+
+// used is what counts against the worker's admission limit: the gateway's
+// requests on it and the peers' as admission counts them (peerAdmitted).
+func (c *counter) used() int { return c.n + c.peerAdmitted() }
 
 // corroborated is the in-flight load the engine's last report shows
 // beyond the gateway's own requests: the most of the peers' claims it
@@ -632,6 +652,12 @@ func (s *State) candidates(model string, role fleet.Role, req *Request, now time
 	// other worker is left (suspicion never refuses a request).
 	if passed := s.collect(p, req, now, keep, false); len(s.cands) == 0 && passed > 0 {
 		s.collect(p, req, now, keep, true)
+	}
+	// With admission control on, a pool that is full as a whole takes no
+	// request: it waits in its model's queue (admission.go).
+	if s.cfg.Admission.Enabled && s.poolFull(now) {
+		s.full = true
+		s.cands, s.members, s.ctrs = s.cands[:0], s.members[:0], s.ctrs[:0]
 	}
 	return p, len(s.cands) > 0
 }

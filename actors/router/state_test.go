@@ -250,7 +250,7 @@ func TestStepRequestKeepsTheRequest(t *testing.T) {
 		Exclude: map[string]bool{"w1": true}, Prompt: "system\nhello\n", Key: "team-a",
 		LeastLoaded: true, AnyRole: true, Pin: "w2", CacheSalt: "s", Hashes: &prefixindex.PromptHashes{},
 		Tokens: map[string][]uint32{"smol": {1}}, NoTokens: map[string]bool{"big": true}, NoAsk: true, Partial: map[string]bool{"smol": true}, Keys: &TokenKeys{},
-		KeepPrefill: "p1"}
+		KeepPrefill: "p1", Ask: Ask{FairnessID: "u1"}}
 	got := stepRequest(req, routes.Route{Model: "smol", Cascade: []routes.Step{{Model: "a", AcceptIf: "mean_logprob > -1"}, {Model: "b"}}})
 	if got.Model != "smol" || got.Step != 1 {
 		t.Fatalf("model %q step %d, want smol and 1", got.Model, got.Step)

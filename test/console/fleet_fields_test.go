@@ -17,7 +17,8 @@ import (
 
 // TestFleetRendersEjectionAndPrefixIndex: fields the workers' JSON may
 // carry beyond today's (an outlier ejection with its deadline and reason,
-// a prefix-index size, LoRA adapters) are rendered when present, against a fake admin
+// a prefix-index size, LoRA adapters, the admission queue's priority
+// bands) are rendered when present, against a fake admin
 // API without keys (so the console asks for none).
 func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 	path := chromium(t)
@@ -31,7 +32,7 @@ func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"epoch":3,"queued":{"m":4},"workers":[
+		fmt.Fprintf(w, `{"epoch":3,"queued":{"m":4},"queued_bands":{"m":[{"priority":10,"key":"chat","waiting":1},{"priority":-1,"key":"batch","waiting":2},{"priority":-1,"key":"etl","waiting":1}]},"workers":[
 			{"id":"w-ok","model":"m","role":"unified","source":"heartbeat","routable":true,"kv_total_blocks":100,"kv_free_blocks":25,"last_heartbeat":%[1]q,"prefix_index_blocks":1234,"adapters":["chat-lora","sql-lora"]},
 			{"id":"w-out","model":"m","role":"unified","source":"probe","kind":"vllm","routable":false,"ejected_until":%[2]q,"ejection_reason":"5 consecutive failures","last_heartbeat":%[1]q,"prefix_index_blocks":7},
 			{"id":"w-past","model":"m","role":"unified","source":"heartbeat","routable":true,"ejected_until":"2000-01-01T00:00:00Z","last_heartbeat":%[1]q},
@@ -69,6 +70,9 @@ func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 	}
 	if got := eval[string](u, `document.querySelector('.card.model[data-model="m"] .cardhead .muted').textContent`); got != "3 of 4 routable · 4 waiting · LoRA adapters: chat-lora, sql-lora" {
 		t.Errorf("model card says %q, want 3 of 4 routable, 4 waiting for admission and the adapters", got)
+	}
+	if got := eval[string](u, `[...document.querySelectorAll('.card.model[data-model="m"] .bands .chip')].map(c => c.textContent).join(" | ")`); got != "10: 1 (chat 1) | -1 (sheddable): 3 (batch 2, etl 1)" {
+		t.Errorf("priority bands rendered %q", got)
 	}
 	if got := eval[string](u, `document.querySelector('tr[data-worker="w-ok"] .adapters').textContent`); got != "LoRA: chat-lora, sql-lora" {
 		t.Errorf("w-ok's adapters rendered %q", got)

@@ -297,6 +297,17 @@ type APIKey struct {
 	// whether the key's requests without a cache_salt share the engines'
 	// prefix caches (and the gateway's prefix index) with other keys'.
 	CacheIsolation string `toml:"cache_isolation"`
+	// Priority is the admission priority of the key's requests (absent:
+	// the route's); MaxPriority caps every priority they get, the
+	// x-tlgate-priority header's included (absent: the header may not
+	// raise a request above what it would have without it).
+	Priority    *int `toml:"priority"`
+	MaxPriority *int `toml:"max_priority"`
+	// TTFTObjectiveMs is the key's default time-to-first-token objective
+	// in milliseconds (0: the route's); ServeLate has its requests wait
+	// rather than be refused when their objective can no longer be met.
+	TTFTObjectiveMs int  `toml:"ttft_objective_ms"`
+	ServeLate       bool `toml:"serve_late"`
 }
 
 // Cache isolation of a key (gateway.api_keys[].cache_isolation). Whatever

@@ -56,7 +56,7 @@ func TestConfig(t *testing.T) {
 			CacheAwareChunkBytes: 128, CacheAwareBytesPerToken: 4, CacheAwareMaxRequestShare: 0.5,
 			Store:    Store{Kind: "file", Prefix: "/tlgate/", DialTimeout: D(5 * time.Second)},
 			Ejection: Ejection{ConsecutiveFailures: 3, ConsecutiveRefused: 1, BaseTime: D(10 * time.Second), MaxTime: D(5 * time.Minute), MaxPercent: 50},
-			Admission: Admission{Enabled: false, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{},
+			Admission: Admission{Enabled: true, LimitScope: "pool", SaturationQueueDepth: 5, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{},
 				QueueSize: 1024, QueueTimeout: D(30 * time.Second)},
 			MaxWorkers: 1024, RegistryPeerRate: 200, RegistryPeerBurst: 400,
 			TokensAdmission: TokensRefuse, MaxRoutes: 4096, MaxTableBytes: 1 << 20, TokensDefaultMaxTokens: 4096,
@@ -100,7 +100,7 @@ func TestConfig(t *testing.T) {
 			t.Errorf("Digest = %x, %v", d, err)
 		}
 		wantRoutes := []routes.Route{
-			{Model: "smol", Aliases: []string{"smol-latest"}, Backends: []routes.Backend{{Model: "smol-v3", Weight: 0.9}, {Model: "smol-v4", Weight: 0.1}}},
+			{Model: "smol", Aliases: []string{"smol-latest"}, Backends: []routes.Backend{{Model: "smol-v3", Weight: 0.9}, {Model: "smol-v4", Weight: 0.1}}, Priority: 10, TTFTObjectiveMs: 500},
 			{Model: "auto", Cascade: []routes.Step{{Model: "smol", AcceptIf: "mean_logprob > -1.2"}, {Model: "big"}}},
 			{Model: "big-pd", Backends: []routes.Backend{{Model: "big", Weight: 1}}, Targets: []string{"disaggregated"}},
 		}

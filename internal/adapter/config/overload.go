@@ -28,16 +28,27 @@ type Ejection struct {
 	MaxPercent int `toml:"max_percent"`
 }
 
-// Admission is the [gateway.admission] table: a per-worker concurrency
-// limit and, when every routable worker of a model is at its limit, a
-// bounded per-model queue, fair across API keys, with a deadline.
+// Admission is the [gateway.admission] table: a concurrency limit per
+// worker and, when a model's workers are full, a bounded per-model queue
+// with a deadline, in priority bands, fair across API keys.
 type Admission struct {
-	// Enabled turns limits and the queue on; off (the default), requests go
-	// straight to the engines' own queues. Off by default because a limit
-	// also bounds where a request may go: a worker at its limit is no
-	// candidate, so the cache-aware and affinity policies lose the choice
-	// of a short wait on a warm engine (docs/BENCHMARKS.md).
+	// Enabled turns limits and the queue on (the default); off, requests
+	// go straight to the engines' own queues.
 	Enabled bool `toml:"enabled"`
+	// LimitScope is LimitScopePool (the default: the limits bind on a
+	// model's workers together, so below their sum a request goes where
+	// the route policy sends it, as with admission off) or
+	// LimitScopeWorker (each worker's limit binds: one at its limit is no
+	// candidate).
+	LimitScope string `toml:"limit_scope"`
+	// SaturationQueueDepth, SaturationKVUse and SaturationTTFT say when an
+	// engine's reports show it saturated: that many queued or more, that
+	// share of its KV cache in use or more, a recent TTFT that long or
+	// more (0: not judged by it). When every worker of a model is, its
+	// requests wait and its sheddable ones are refused.
+	SaturationQueueDepth int      `toml:"saturation_queue_depth"`
+	SaturationKVUse      float64  `toml:"saturation_kv_use"`
+	SaturationTTFT       Duration `toml:"saturation_ttft"`
 	// WorkerConcurrency is the gateway's in-flight limit per worker; 0
 	// derives it from the engine's reports (the most sequences it reported
 	// running while it also reported a queue; no limit until it has).
@@ -63,6 +74,13 @@ const (
 	DefaultEjectionMaxPercent  = 50
 	DefaultQueueSize           = 1024
 	DefaultQueueTimeout        = 30 * time.Second
+	DefaultSaturationQueue     = 5
+)
+
+// Scopes of the admission limits (gateway.admission.limit_scope).
+const (
+	LimitScopePool   = "pool"
+	LimitScopeWorker = "worker"
 )
 
 func defaultEjection() Ejection {
@@ -73,7 +91,8 @@ func defaultEjection() Ejection {
 }
 
 func defaultAdmission() Admission {
-	return Admission{Enabled: false, ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{}, QueueSize: DefaultQueueSize, QueueTimeout: D(DefaultQueueTimeout)}
+	return Admission{Enabled: true, LimitScope: LimitScopePool, SaturationQueueDepth: DefaultSaturationQueue,
+		ModelConcurrency: map[string]int{}, EngineConcurrency: map[string]int{}, QueueSize: DefaultQueueSize, QueueTimeout: D(DefaultQueueTimeout)}
 }
 
 func (v *checker) overload(e Ejection, a Admission) {
@@ -115,6 +134,20 @@ func (v *checker) overload(e Ejection, a Admission) {
 		v.add("gateway.admission.queue_size", "must be >= 0 (0: no queue, 503 at once), got %d", a.QueueSize)
 	}
 	v.positive("gateway.admission.queue_timeout", a.QueueTimeout)
+	switch a.LimitScope {
+	case LimitScopePool, LimitScopeWorker:
+	default:
+		v.add("gateway.admission.limit_scope", "must be %q or %q, got %q", LimitScopePool, LimitScopeWorker, a.LimitScope)
+	}
+	if a.SaturationQueueDepth < 0 {
+		v.add("gateway.admission.saturation_queue_depth", "must be >= 0 (0: not judged by the queue), got %d", a.SaturationQueueDepth)
+	}
+	if !(a.SaturationKVUse >= 0 && a.SaturationKVUse <= 1) {
+		v.add("gateway.admission.saturation_kv_use", "must be from 0 (not judged by the KV cache) to 1, got %v", a.SaturationKVUse)
+	}
+	if a.SaturationTTFT.Duration < 0 {
+		v.add("gateway.admission.saturation_ttft", "must be >= 0 (0: not judged by the TTFT), got %s", a.SaturationTTFT.Duration)
+	}
 }
 
 func sortedKeys(m map[string]int) []string {

@@ -15,7 +15,8 @@ func TestOverloadDefaultsAndValidation(t *testing.T) {
 	if e.ConsecutiveFailures != 3 || e.ConsecutiveRefused != 1 || e.BaseTime.Duration != 10*time.Second || e.MaxTime.Duration != 5*time.Minute || e.MaxPercent != 50 {
 		t.Errorf("ejection defaults %+v", e)
 	}
-	if a.Enabled || a.WorkerConcurrency != 0 || a.QueueSize != 1024 || a.QueueTimeout.Duration != 30*time.Second {
+	if !a.Enabled || a.LimitScope != LimitScopePool || a.SaturationQueueDepth != 5 || a.SaturationKVUse != 0 || a.SaturationTTFT.Duration != 0 ||
+		a.WorkerConcurrency != 0 || a.QueueSize != 1024 || a.QueueTimeout.Duration != 30*time.Second {
 		t.Errorf("admission defaults %+v", a)
 	}
 	ok, err := Parse([]byte("[gateway.admission]\nmodel_concurrency = { \"smol-v3\" = 8 }\nengine_concurrency = { \"gpu-3\" = 4 }\n"))
@@ -37,6 +38,15 @@ func TestOverloadDefaultsAndValidation(t *testing.T) {
 		{"[gateway.admission]\nqueue_size = -1", "gateway.admission.queue_size: must be >= 0"},
 		{"[gateway.admission]\nqueue_timeout = \"0s\"", "gateway.admission.queue_timeout: must be > 0"},
 		{"[gateway.admission]\nqueue_depth = 3", "unknown key gateway.admission.queue_depth"},
+		{"[gateway.admission]\nlimit_scope = \"fleet\"", `gateway.admission.limit_scope: must be "pool" or "worker", got "fleet"`},
+		{"[gateway.admission]\nsaturation_queue_depth = -1", "gateway.admission.saturation_queue_depth: must be >= 0"},
+		{"[gateway.admission]\nsaturation_kv_use = 1.5", "gateway.admission.saturation_kv_use: must be from 0"},
+		{"[gateway.admission]\nsaturation_ttft = \"-1s\"", "gateway.admission.saturation_ttft: must be >= 0"},
+		{"[[gateway.api_keys]]\nname = \"a\"\nkey = \"s\"\nscopes = [\"inference\"]\npriority = 5\nmax_priority = 1", "gateway.api_keys[0].priority: must be <= max_priority (1), got 5"},
+		{"[[gateway.api_keys]]\nname = \"a\"\nkey = \"s\"\nscopes = [\"inference\"]\nmax_priority = 2000000", "gateway.api_keys[0].max_priority: must be from -1000000 to 1000000"},
+		{"[[gateway.api_keys]]\nname = \"a\"\nkey = \"s\"\nscopes = [\"inference\"]\nttft_objective_ms = -5", "gateway.api_keys[0].ttft_objective_ms: must be from 0 (none)"},
+		{"[[gateway.routes]]\nmodel = \"m\"\npriority = -2000000", "routes[0].priority: must be from -1000000"},
+		{"[[gateway.routes]]\nmodel = \"m\"\nttft_objective_ms = 4000000", "routes[0].ttft_objective_ms: must be from 0 (none) to 3600000"},
 	}
 	for _, tc := range cases {
 		_, err := Parse([]byte(tc.toml))

@@ -305,6 +305,25 @@ func (v *checker) apiKeys(keys []APIKey) {
 		default:
 			v.add(at+".cache_isolation", "must be %q or %q, got %q", CacheShared, CacheIsolationKey, k.CacheIsolation)
 		}
+		v.keyClass(at, k)
+	}
+}
+
+// keyClass checks a key's priorities and objective.
+func (v *checker) keyClass(at string, k APIKey) {
+	for _, p := range []struct {
+		name string
+		val  *int
+	}{{"priority", k.Priority}, {"max_priority", k.MaxPriority}} {
+		if p.val != nil && (*p.val < -routes.MaxPriority || *p.val > routes.MaxPriority) {
+			v.add(at+"."+p.name, "must be from %d to %d, got %d", -routes.MaxPriority, routes.MaxPriority, *p.val)
+		}
+	}
+	if k.Priority != nil && k.MaxPriority != nil && *k.Priority > *k.MaxPriority {
+		v.add(at+".priority", "must be <= max_priority (%d), got %d", *k.MaxPriority, *k.Priority)
+	}
+	if k.TTFTObjectiveMs < 0 || k.TTFTObjectiveMs > routes.MaxTTFTObjectiveMs {
+		v.add(at+".ttft_objective_ms", "must be from 0 (none) to %d, got %d", routes.MaxTTFTObjectiveMs, k.TTFTObjectiveMs)
 	}
 }
 

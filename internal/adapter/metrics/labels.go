@@ -28,14 +28,16 @@ const (
 
 // Outcomes of a client request: the outcome label of tlgate_requests_total.
 const (
-	OutcomeOK             = "ok"              // answered in full
-	OutcomeClientError    = "client_error"    // 4xx other than 404 (bad request, auth, too large)
-	OutcomeNotFound       = "not_found"       // 404 model_not_found; the route label is always None
-	OutcomeNoCapacity     = "no_capacity"     // 503: no routable worker, or every attempt failed uncommitted
-	OutcomeUpstreamFailed = "upstream_failed" // the engine failed after the first byte reached the client
-	OutcomeClientGone     = "client_gone"     // the client went away before the end
-	OutcomeInternalError  = "internal_error"  // 500: a gateway fault
-	OutcomeOverloaded     = "overloaded"      // 503: every worker at its limit and no wait possible
+	OutcomeOK             = "ok"                    // answered in full
+	OutcomeClientError    = "client_error"          // 4xx other than 404 (bad request, auth, too large)
+	OutcomeNotFound       = "not_found"             // 404 model_not_found; the route label is always None
+	OutcomeNoCapacity     = "no_capacity"           // 503: no routable worker, or every attempt failed uncommitted
+	OutcomeUpstreamFailed = "upstream_failed"       // the engine failed after the first byte reached the client
+	OutcomeClientGone     = "client_gone"           // the client went away before the end
+	OutcomeInternalError  = "internal_error"        // 500: a gateway fault
+	OutcomeOverloaded     = "overloaded"            // 503: every worker at its limit and no wait possible
+	OutcomeShed           = "shed"                  // 429 saturated: a sheddable request, its model saturated
+	OutcomeObjective      = "objective_unreachable" // 429: its TTFT objective could not be met
 )
 
 // Failover reasons: the reason label of tlgate_failovers_total. The first
@@ -158,7 +160,7 @@ var (
 	endpoints = fixedSet{EndpointChat, EndpointCompletions, EndpointEmbeddings, EndpointRerank, EndpointScore,
 		EndpointTokenize, EndpointDetokenize, EndpointResponses, EndpointMessages}
 	requestOutcomes = fixedSet{OutcomeOK, OutcomeClientError, OutcomeNotFound, OutcomeNoCapacity,
-		OutcomeUpstreamFailed, OutcomeClientGone, OutcomeInternalError, OutcomeOverloaded}
+		OutcomeUpstreamFailed, OutcomeClientGone, OutcomeInternalError, OutcomeOverloaded, OutcomeShed, OutcomeObjective}
 	failoverReasons = fixedSet{FailoverRefused, FailoverReset, FailoverTimeout, FailoverStatus503,
 		FailoverEOF, FailoverTransport, FailoverTooLarge, FailoverTokenize, FailoverPrefill,
 		FailoverStatus5xx, FailoverBadAnswer, FailoverTruncated}

@@ -134,6 +134,7 @@ type Metrics struct {
 
 	overload overloadMetrics // overload.go
 	pd       pdMetrics       // disagg.go
+	priority priorityMetrics // priority.go
 }
 
 // New creates the gateway's metrics and registers them on reg. It fails,
@@ -226,6 +227,7 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 		modelNames:  newNames(maxModels),
 		overload:    newOverloadMetrics(),
 		pd:          newPDMetrics(),
+		priority:    newPriorityMetrics(),
 	}
 	m.decisionBy = make([]prometheus.Observer, len(decisionReasons))
 	for i, r := range decisionReasons {
@@ -261,7 +263,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.inflight, m.workers, m.evictions, m.registrations, m.hbRejected, m.drains, m.epoch, m.storeUp,
 		m.cascade, m.prefill, m.kvReleased, m.disagg, m.probes, m.admin, m.rejected,
 		m.connRefused, m.endpoints,
-	}, append(m.overload.collectors(), m.pd.collectors()...)...)
+	}, append(append(m.overload.collectors(), m.pd.collectors()...), m.priority.collectors()...)...)
 }
 
 // route returns the pre-curried series of route r.

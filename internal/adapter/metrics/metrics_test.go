@@ -270,10 +270,14 @@ tlgate_requests_total{outcome="no_capacity",route="none"} 0
 tlgate_requests_total{outcome="no_capacity",route="smol"} 1
 tlgate_requests_total{outcome="not_found",route="none"} 1
 tlgate_requests_total{outcome="not_found",route="smol"} 0
+tlgate_requests_total{outcome="objective_unreachable",route="none"} 0
+tlgate_requests_total{outcome="objective_unreachable",route="smol"} 0
 tlgate_requests_total{outcome="ok",route="none"} 0
 tlgate_requests_total{outcome="ok",route="smol"} 2
 tlgate_requests_total{outcome="overloaded",route="none"} 0
 tlgate_requests_total{outcome="overloaded",route="smol"} 0
+tlgate_requests_total{outcome="shed",route="none"} 0
+tlgate_requests_total{outcome="shed",route="smol"} 0
 tlgate_requests_total{outcome="upstream_failed",route="none"} 0
 tlgate_requests_total{outcome="upstream_failed",route="smol"} 0
 # HELP tlgate_route_epoch Epoch of the route table in force.

@@ -12,9 +12,11 @@ const EjectStatus5xx = "status_5xx"
 
 // Queue outcomes: the outcome label of tlgate_queue_wait_seconds.
 const (
-	QueueServed     = "served"     // a worker freed up: the request was routed
-	QueueOverloaded = "overloaded" // timed out or displaced: 503 overloaded
-	QueueGone       = "gone"       // the client went away while waiting
+	QueueServed     = "served"                // a worker freed up: the request was routed
+	QueueOverloaded = "overloaded"            // timed out or displaced: 503 overloaded
+	QueueGone       = "gone"                  // the client went away while waiting
+	QueueShed       = "shed"                  // sheddable, shed: its model saturated (429 saturated)
+	QueueObjective  = "objective_unreachable" // its TTFT objective went out of reach (429)
 )
 
 // Overload reasons: the reason label of tlgate_overloaded_total.
@@ -25,7 +27,7 @@ const (
 
 var (
 	ejectReasons    = fixedSet{FailoverRefused, FailoverReset, FailoverTimeout, FailoverStatus503, FailoverEOF, FailoverTransport, EjectStatus5xx}
-	queueOutcomes   = fixedSet{QueueServed, QueueOverloaded, QueueGone}
+	queueOutcomes   = fixedSet{QueueServed, QueueOverloaded, QueueGone, QueueShed, QueueObjective}
 	overloadReasons = fixedSet{OverloadQueueFull, OverloadQueueTimeout}
 )
 
@@ -53,7 +55,7 @@ func newOverloadMetrics() overloadMetrics {
 		queueLen: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "queue_length",
 			Help: "Requests waiting in the admission queue, by model queue."}, []string{lModel}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "queue_wait_seconds",
-			Help: "Time requests waited in the admission queue, by model queue and outcome (served, overloaded, gone).", Buckets: waitBuckets()}, []string{lModel, lOutcome}),
+			Help: "Time requests waited in the admission queue, by model queue and outcome (served, overloaded, gone, shed, objective_unreachable).", Buckets: waitBuckets()}, []string{lModel, lOutcome}),
 		overloaded: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "overloaded_total",
 			Help: "Requests answered 503 overloaded, by model queue and reason (queue_full, queue_timeout)."}, []string{lModel, lReason}),
 	}

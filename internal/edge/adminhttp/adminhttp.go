@@ -136,8 +136,10 @@ type WorkersBody struct {
 	Epoch   uint64   `json:"epoch"`
 	Workers []Worker `json:"workers"`
 	// Queued is the number of requests waiting per model queue
-	// (admission control); absent when none waits.
-	Queued map[string]int `json:"queued,omitempty"`
+	// (admission control); absent when none waits. QueuedBands is the
+	// same per priority band (highest first) and API key.
+	Queued      map[string]int                `json:"queued,omitempty"`
+	QueuedBands map[string][]router.QueueBand `json:"queued_bands,omitempty"`
 }
 
 // DrainBody is the body of a 202 drain or resume: the model named and the
@@ -212,7 +214,7 @@ func (h *handler) workers(w http.ResponseWriter, r *http.Request) {
 		internal(w, res)
 		return
 	}
-	body := WorkersBody{Epoch: wr.Epoch, Workers: make([]Worker, len(wr.Workers)), Queued: wr.Queued}
+	body := WorkersBody{Epoch: wr.Epoch, Workers: make([]Worker, len(wr.Workers)), Queued: wr.Queued, QueuedBands: wr.Bands}
 	for i, v := range wr.Workers {
 		body.Workers[i] = workerOf(v)
 	}

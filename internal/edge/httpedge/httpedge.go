@@ -241,6 +241,11 @@ func identify(w http.ResponseWriter, r *http.Request) (*http.Request, string, st
 // outcome and writes it (errors by ew).
 func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, cid string, body []byte, req openai.Request) {
 	key, _ := auth.FromContext(r.Context())
+	ask, bad := askOf(r, key)
+	if bad != "" {
+		d.rejectAs(ew, w, r, http.StatusBadRequest, openai.CodeInvalidRequest, bad, nil)
+		return
+	}
 	adm, ok := d.admit(w, r, ew, key.Name, req)
 	if !ok {
 		return
@@ -259,6 +264,7 @@ func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, 
 	ex := request.NewExchange(rctx, w, body, req, r.URL.Path, rid)
 	ex.Method = r.Method
 	ex.KeyName = key.Name
+	ex.Ask = ask
 	ex.Salt = salt
 	ex.ClientRequestID = cid
 	if adm.Reservation != nil {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/tlgate/tlgate/internal/wire/openai"
 )
@@ -65,6 +66,19 @@ type KeySpec struct {
 	Scopes []string
 	// IsolateCache salts every request of the key (Key.CacheSalt).
 	IsolateCache bool
+	// Admission is the key's place in the admission queue.
+	Admission Admission
+}
+
+// Admission is a key's place in the admission queue: its default
+// priority (nil: its routes'), the most any of its requests may have (nil:
+// its x-tlgate-priority header may lower a request, never raise it), its
+// default TTFT objective (0: its routes'), and whether its requests wait
+// when their objective can no longer be met instead of being refused.
+type Admission struct {
+	Priority, MaxPriority *int
+	Objective             time.Duration
+	ServeLate             bool
 }
 
 // Key is an authenticated caller: the configured key's name and scopes.
@@ -78,6 +92,8 @@ type Key struct {
 	// it sent a cache_salt, so that it shares no prefix cache with
 	// another key's.
 	IsolateCache bool
+	// Admission is the key's priorities and objective (KeySpec.Admission).
+	Admission Admission
 	// digest is the SHA-256 of the key's secret: the secret of its cache
 	// salts.
 	digest [sha256.Size]byte
@@ -208,6 +224,7 @@ func newEntry(s KeySpec) (entry, error) {
 	}
 	e.key.Name = s.Name
 	e.key.IsolateCache = s.IsolateCache
+	e.key.Admission = s.Admission
 	e.key.digest = e.digest
 	for _, sc := range s.Scopes {
 		if !known(Scope(sc)) {

@@ -41,7 +41,22 @@ type Route struct {
 	Backends []Backend `toml:"backends" json:"backends,omitempty"`
 	Cascade  []Step    `toml:"cascade" json:"cascade,omitempty"`
 	Targets  []string  `toml:"targets" json:"targets,omitempty"`
+	// Priority is the admission priority of the route's requests: higher
+	// is dispatched first, negative is sheddable. A key's default or the
+	// request's x-tlgate-priority header wins over it.
+	Priority int `toml:"priority" json:"priority,omitempty"`
+	// TTFTObjectiveMs is the time-to-first-token objective of the route's
+	// requests in milliseconds (0: none); a key's default or the
+	// request's x-slo-ttft-ms header wins over it.
+	TTFTObjectiveMs int `toml:"ttft_objective_ms" json:"ttft_objective_ms,omitempty"`
 }
+
+// Bounds of a priority and of a TTFT objective (in milliseconds),
+// wherever they are set: a route, a key, a request's header.
+const (
+	MaxPriority        = 1_000_000
+	MaxTTFTObjectiveMs = 3_600_000
+)
 
 // IsCascade reports whether the route is a cascade.
 func (r Route) IsCascade() bool { return len(r.Cascade) > 0 }

@@ -185,6 +185,13 @@ func (v *validator) route(i int, r Route) {
 		}
 	}
 
+	if r.Priority < -MaxPriority || r.Priority > MaxPriority {
+		v.add(at+".priority", "must be from %d to %d, got %d", -MaxPriority, MaxPriority, r.Priority)
+	}
+	if r.TTFTObjectiveMs < 0 || r.TTFTObjectiveMs > MaxTTFTObjectiveMs {
+		v.add(at+".ttft_objective_ms", "must be from 0 (none) to %d, got %d", MaxTTFTObjectiveMs, r.TTFTObjectiveMs)
+	}
+
 	switch {
 	case len(r.Targets) > 1:
 		v.add(at+".targets", "at most one target, got %d", len(r.Targets))

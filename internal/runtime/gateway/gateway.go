@@ -483,7 +483,9 @@ func keySpecs(keys []config.APIKey) ([]auth.KeySpec, error) {
 		if err != nil {
 			return nil, err
 		}
-		specs = append(specs, auth.KeySpec{Name: k.Name, SHA256: hex.EncodeToString(d[:]), Scopes: k.Scopes, IsolateCache: k.IsolatesCache()})
+		specs = append(specs, auth.KeySpec{Name: k.Name, SHA256: hex.EncodeToString(d[:]), Scopes: k.Scopes, IsolateCache: k.IsolatesCache(),
+			Admission: auth.Admission{Priority: k.Priority, MaxPriority: k.MaxPriority,
+				Objective: time.Duration(k.TTFTObjectiveMs) * time.Millisecond, ServeLate: k.ServeLate}})
 	}
 	return specs, nil
 }
@@ -598,6 +600,12 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 		if len(lg.LegFailures) > 0 {
 			ev.Strs("leg_failures", lg.LegFailures)
 		}
+	}
+	if lg.Priority != 0 {
+		ev.Int("priority", lg.Priority)
+	}
+	if lg.Objective > 0 {
+		ev.Dur("ttft_objective", lg.Objective).Dur("ttft", lg.TTFT)
 	}
 	if len(lg.Failures) > 0 {
 		ev.Strs("failures", lg.Failures).Str("last_error", lg.LastError)

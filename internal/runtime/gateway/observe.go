@@ -9,6 +9,7 @@ import (
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/adapter/metrics"
 	"github.com/tlgate/tlgate/internal/adapter/tracing"
+	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
 // instrument points the request actors' hooks at the metrics.
@@ -52,6 +53,26 @@ func observe(m *metrics.Metrics, ex *request.Exchange, o request.Outcome) {
 	if o.Log.FirstByte > 0 {
 		m.FirstByteTraced(route, o.Log.FirstByte, tid)
 	}
+	if r := objectiveResult(o); r != "" {
+		m.Objective(o.Log.Priority, ex.KeyName, r)
+	}
+}
+
+// objectiveResult is how a request with a TTFT objective fared (a
+// metrics.Objective constant), or "" when it had none or ended otherwise
+// (a client gone, an engine's failure).
+func objectiveResult(o request.Outcome) string {
+	switch {
+	case o.Log.Objective <= 0:
+		return ""
+	case o.Code == openai.CodeObjectiveUnreachable || o.Code == openai.CodeSaturated || o.Code == openai.CodeOverloaded:
+		return metrics.ObjectiveRefused
+	case o.Status < 200 || o.Status >= 300 || o.Log.TTFT <= 0 || o.Log.ClientGone:
+		return ""
+	case o.Log.TTFT <= o.Log.Objective:
+		return metrics.ObjectiveMet
+	}
+	return metrics.ObjectiveMissed
 }
 
 // outcomeOf classifies a finished request: its metrics outcome and route
@@ -68,6 +89,10 @@ func outcomeOf(o request.Outcome) (outcome, route string) {
 		outcome = metrics.OutcomeNoCapacity
 	case o.Code == "overloaded":
 		outcome = metrics.OutcomeOverloaded
+	case o.Code == openai.CodeSaturated:
+		outcome = metrics.OutcomeShed
+	case o.Code == openai.CodeObjectiveUnreachable:
+		outcome = metrics.OutcomeObjective
 	case o.Code == "internal_error":
 		outcome = metrics.OutcomeInternalError
 	case o.Streamed && o.Log.Committed && o.Status == http.StatusOK && !o.Log.Done:
@@ -111,5 +136,12 @@ func (g *Gateway) refreshGauges() {
 	g.Metrics.SetWorkers(counts)
 	g.KV.SetViews(kvViews(wr.Workers))
 	g.Metrics.SetOverload(wr.Queued, ejectedByModel(wr.Workers))
+	var waiting []metrics.Waiting
+	for q, bands := range wr.Bands {
+		for _, b := range bands {
+			waiting = append(waiting, metrics.Waiting{Queue: q, Priority: b.Priority, Key: b.Key, N: b.Waiting})
+		}
+	}
+	g.Metrics.SetWaiting(waiting)
 	g.Metrics.Epoch(wr.Epoch)
 }

@@ -19,8 +19,10 @@ func overloadConfig(rc *router.Config, gw config.Gateway, m *metrics.Metrics, lo
 		Base: e.BaseTime.Duration, Max: e.MaxTime.Duration, MaxPercent: e.MaxPercent,
 	}
 	rc.Admission = router.AdmissionConfig{
-		Enabled: a.Enabled, Worker: a.WorkerConcurrency, Model: a.ModelConcurrency, Engine: a.EngineConcurrency,
+		Enabled: a.Enabled, PerWorker: a.LimitScope == config.LimitScopeWorker,
+		Worker: a.WorkerConcurrency, Model: a.ModelConcurrency, Engine: a.EngineConcurrency,
 		QueueSize: a.QueueSize, QueueTimeout: a.QueueTimeout.Duration,
+		Saturation: router.SaturationConfig{QueueDepth: a.SaturationQueueDepth, KVUse: a.SaturationKVUse, TTFT: a.SaturationTTFT.Duration},
 	}
 	rc.Observe = router.Observer{
 		OnEject: func(worker, model, reason string, until time.Time) {
@@ -29,6 +31,7 @@ func overloadConfig(rc *router.Config, gw config.Gateway, m *metrics.Metrics, lo
 		},
 		OnQueueLeft:  m.QueueLeft,
 		OnOverloaded: m.Overloaded,
+		OnAdmission:  m.Admission,
 	}
 }
 

@@ -28,6 +28,13 @@ const (
 	// CodeOverloaded (503, with Retry-After): every routable worker of the
 	// model is at its concurrency limit and the request could not wait.
 	CodeOverloaded = "overloaded"
+	// CodeObjectiveUnreachable (429, with Retry-After): the request's
+	// time-to-first-token objective cannot be met by the gateway's
+	// estimate, and its key is not served late.
+	CodeObjectiveUnreachable = "objective_unreachable"
+	// CodeSaturated (429, with Retry-After): the request is sheddable and
+	// its model's engines report themselves saturated.
+	CodeSaturated = "saturated"
 	// CodeUnsupportedEndpoint relays an engine's 404 or 405 to a path it
 	// does not serve (the engine's answer, not a failure).
 	CodeUnsupportedEndpoint = "unsupported_endpoint"

@@ -277,6 +277,7 @@
     const models = [...byModel.keys()].sort();
     const routable = workers.filter((w) => takesRequests(w)).length;
     const queued = (r.json && r.json.queued) || {};
+    const bands = (r.json && r.json.queued_bands) || {};
     const waiting = Object.values(queued).reduce((a, b) => a + b, 0);
     $("fleet-summary").textContent = `${workers.length} workers · ${routable} routable · ${models.length} models · epoch ${r.json ? r.json.epoch : "?"}` +
       (waiting ? ` · ${waiting} waiting for admission` : "");
@@ -298,7 +299,7 @@
       const want = prev ? prev.nextSibling : root.firstChild;
       if (want !== c.card) root.insertBefore(c.card, want);
       prev = c.card;
-      fillCard(c, byModel.get(m).sort((a, b) => a.id.localeCompare(b.id)), prefixKeys, queued[m] || 0);
+      fillCard(c, byModel.get(m).sort((a, b) => a.id.localeCompare(b.id)), prefixKeys, queued[m] || 0, bands[m] || []);
     }
   }
 
@@ -309,14 +310,39 @@
     const badge = el("span", { class: "chip" });
     const thead = el("thead");
     const tbody = el("tbody");
+    const bands = el("div", { class: "bands muted" });
     const card = el("div", { class: "card model", "data-model": model },
       el("div", { class: "cardhead" },
         el("h3", { text: model }), badge, counts, el("span", { class: "grow" }), drain, resume),
+      bands,
       el("table", { class: "grid workers" }, thead, tbody));
-    return { card, drain, resume, counts, badge, thead, tbody, headKey: "" };
+    return { card, drain, resume, counts, badge, bands, thead, tbody, headKey: "" };
   }
 
-  function fillCard(c, ws, prefixKeys, waiting) {
+  // fillBands lists the requests waiting for admission by priority band
+  // (highest first) and API key; a negative band is sheddable.
+  function fillBands(div, bands) {
+    clear(div);
+    const byPrio = new Map();
+    for (const b of bands) {
+      if (!byPrio.has(b.priority)) byPrio.set(b.priority, []);
+      byPrio.get(b.priority).push(b);
+    }
+    const prios = [...byPrio.keys()].sort((a, b) => b - a);
+    div.hidden = prios.length === 0;
+    if (!prios.length) return;
+    div.append(el("span", { text: "Waiting by priority: " }));
+    for (const p of prios) {
+      const list = byPrio.get(p);
+      const n = list.reduce((a, b) => a + b.waiting, 0);
+      div.append(el("span", { class: "chip " + (p < 0 ? "warn" : ""), "data-priority": String(p),
+        title: list.map((b) => `${b.key}: ${b.waiting}`).join(", "),
+        text: `${p}${p < 0 ? " (sheddable)" : ""}: ${n} (${list.map((b) => `${b.key} ${b.waiting}`).join(", ")})` }));
+    }
+  }
+
+  function fillCard(c, ws, prefixKeys, waiting, bands) {
+    fillBands(c.bands, bands);
     const heads = ["Worker", "Role", "Source", "State", "Queue", "Running", "In flight", "KV used", "Cache view", ...prefixKeys.map((k) => k.replace(/_/g, " ")), "Heartbeat"];
     const headKey = heads.join("|");
     if (c.headKey !== headKey) {
