@@ -222,7 +222,7 @@ func TestEjectAfterRefused(t *testing.T) {
 // than its limit.
 func TestQueueWhenSaturated(t *testing.T) {
 	c := newCluster(t, "", []clusterOpt{overloadCfg(func(a *config.Admission, _ *config.Ejection) {
-		a.Enabled, a.WorkerConcurrency, a.QueueSize = true, 2, 8
+		a.Enabled, a.LimitScope, a.WorkerConcurrency, a.QueueSize = true, config.LimitScopeWorker, 2, 8
 	})})
 	f1, f2 := newGatedEngine(), newGatedEngine()
 	c.addFake("f1", "m", f1.handler)

@@ -47,10 +47,10 @@ func (a *requestActor) stopWatching() {
 // admissionAnswer handles the router's overload answers; it reports
 // whether m was one.
 func (a *requestActor) admissionAnswer(ctx actor.Context, m *router.RouteResult) bool {
-	var (
-		objective *router.ObjectiveError
-		saturated *router.SaturatedError
-	)
+	if o, ok := refusal(m, a.ex.Req.Model); ok {
+		a.finish(ctx, o)
+		return true
+	}
 	switch {
 	case errors.Is(m.Err, router.ErrLeft):
 		a.log.ClientGone = true
@@ -63,20 +63,32 @@ func (a *requestActor) admissionAnswer(ctx actor.Context, m *router.RouteResult)
 		}
 		a.log.ClientGone = true
 		a.finish(ctx, Outcome{Status: 499, Code: "client_closed", Message: "client closed the request"})
-	case errors.Is(m.Err, router.ErrOverloaded):
-		a.finish(ctx, Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeOverloaded,
-			Header:  retryAfter(m.RetryAfter),
-			Message: fmt.Sprintf("Every worker of model %q is at its concurrency limit and the request could not wait; retry later.", a.ex.Req.Model)})
-	case errors.As(m.Err, &objective):
-		a.finish(ctx, Outcome{Status: http.StatusTooManyRequests, Code: openai.CodeObjectiveUnreachable,
-			Header: retryAfter(m.RetryAfter), Message: objective.Message()})
-	case errors.As(m.Err, &saturated):
-		a.finish(ctx, Outcome{Status: http.StatusTooManyRequests, Code: openai.CodeSaturated,
-			Header: retryAfter(m.RetryAfter), Message: saturated.Message()})
 	default:
 		return false
 	}
 	return true
+}
+
+// refusal is the answer to a request admission control refused (m.Err:
+// ErrOverloaded, ErrObjective, ErrSaturated), asked for model; ok is
+// false for any other answer.
+func refusal(m *router.RouteResult, model string) (o Outcome, ok bool) {
+	var (
+		objective *router.ObjectiveError
+		saturated *router.SaturatedError
+	)
+	switch {
+	case errors.Is(m.Err, router.ErrOverloaded):
+		return Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeOverloaded, Header: retryAfter(m.RetryAfter),
+			Message: fmt.Sprintf("Every worker of model %q is at its concurrency limit and the request could not wait; retry later.", model)}, true
+	case errors.As(m.Err, &objective):
+		return Outcome{Status: http.StatusTooManyRequests, Code: openai.CodeObjectiveUnreachable,
+			Header: retryAfter(m.RetryAfter), Message: objective.Message()}, true
+	case errors.As(m.Err, &saturated):
+		return Outcome{Status: http.StatusTooManyRequests, Code: openai.CodeSaturated,
+			Header: retryAfter(m.RetryAfter), Message: saturated.Message()}, true
+	}
+	return Outcome{}, false
 }
 
 // retryAfter is the Retry-After header of d, in whole seconds rounded up,

@@ -2,6 +2,7 @@ package request
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +94,32 @@ func TestReportAnswerIndexesOnlyA2xx(t *testing.T) {
 		if timed := m.FirstByte > 0; timed != tc.indexed {
 			t.Errorf("status %d: first byte %s, want it reported %v", tc.status, m.FirstByte, tc.indexed)
 		}
+	}
+}
+
+// Admission control's refusals are OpenAI-shaped errors with Retry-After:
+// 503 overloaded, 429 objective_unreachable and 429 saturated, each saying
+// why.
+func TestRefusalAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		retry  time.Duration
+		status int
+		code   string
+		after  string
+		says   string
+	}{
+		{fmt.Errorf("x: %w", router.ErrOverloaded), 2500 * time.Millisecond, 503, openai.CodeOverloaded, "3", `model "m" is at its concurrency limit`},
+		{&router.ObjectiveError{Model: "m", Objective: 500 * time.Millisecond, Wait: 400 * time.Millisecond, TTFT: 200 * time.Millisecond, Ahead: 3},
+			400 * time.Millisecond, 429, openai.CodeObjectiveUnreachable, "1", "objective of 500ms for model \"m\" cannot be met: the gateway estimates 600ms"},
+		{&router.SaturatedError{Model: "m", Priority: -1, Why: "w0: 6 queued"}, time.Second, 429, openai.CodeSaturated, "1", "saturated (w0: 6 queued)"},
+	} {
+		o, ok := refusal(&router.RouteResult{Err: tc.err, RetryAfter: tc.retry}, "m")
+		if !ok || o.Status != tc.status || o.Code != tc.code || o.Header.Get("Retry-After") != tc.after || !strings.Contains(o.Message, tc.says) {
+			t.Errorf("%v: %+v", tc.err, o)
+		}
+	}
+	if _, ok := refusal(&router.RouteResult{Err: router.ErrNoCapacity}, "m"); ok {
+		t.Error("no_capacity taken for an admission refusal")
 	}
 }

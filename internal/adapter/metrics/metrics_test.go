@@ -827,3 +827,44 @@ func TestCacheAwareTokens(t *testing.T) {
 		}
 	}
 }
+
+func TestPriorityMetrics(t *testing.T) {
+	m, reg := newTest(t)
+	m.Admission("chat", 10, "team", AdmissionQueued)
+	m.Admission("chat", 10, "team", AdmissionDispatched)
+	m.Admission("chat", -1, "batch", AdmissionShed)
+	m.Admission("chat", -1, "batch", "weird")
+	m.SetWaiting([]Waiting{{Queue: "chat", Priority: 10, Key: "team", N: 2}})
+	m.SetWaiting([]Waiting{{Queue: "chat", Priority: -1, Key: "batch", N: 5}})
+	m.Objective(10, "team", ObjectiveMet)
+	m.Objective(10, "team", ObjectiveMissed)
+	want := `
+# HELP tlgate_admission_total Admission control's decisions on requests, by model queue, priority band, API key and outcome (dispatched, queued, shed, objective_unreachable, overloaded, gone); a request that waits counts queued, then its way out.
+# TYPE tlgate_admission_total counter
+tlgate_admission_total{key="batch",model="chat",outcome="other",priority="-1"} 1
+tlgate_admission_total{key="batch",model="chat",outcome="shed",priority="-1"} 1
+tlgate_admission_total{key="team",model="chat",outcome="dispatched",priority="10"} 1
+tlgate_admission_total{key="team",model="chat",outcome="queued",priority="10"} 1
+# HELP tlgate_queue_waiting Requests waiting in the admission queue, by model queue, priority band and API key.
+# TYPE tlgate_queue_waiting gauge
+tlgate_queue_waiting{key="batch",model="chat",priority="-1"} 5
+# HELP tlgate_ttft_objective_total Requests with a time-to-first-token objective, by priority band, API key and result (met, missed: answered later, refused: by admission control).
+# TYPE tlgate_ttft_objective_total counter
+tlgate_ttft_objective_total{key="team",priority="10",result="met"} 1
+tlgate_ttft_objective_total{key="team",priority="10",result="missed"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "tlgate_admission_total", "tlgate_queue_waiting", "tlgate_ttft_objective_total"); err != nil {
+		t.Fatal(err)
+	}
+	// Priorities past the cap share one series.
+	for p := range MaxPriorities + 5 {
+		m.Objective(p+100, "team", ObjectiveMet)
+	}
+	if n := testutil.CollectAndCount(m.priority.objective); n > MaxPriorities+2 {
+		t.Errorf("%d objective series, want at most %d", n, MaxPriorities+2)
+	}
+	var nilM *Metrics
+	nilM.Admission("chat", 0, "k", AdmissionQueued)
+	nilM.SetWaiting(nil)
+	nilM.Objective(0, "k", ObjectiveMet)
+}

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/tlgate/tlgate/actors/request"
+	"github.com/tlgate/tlgate/internal/adapter/metrics"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
@@ -62,5 +64,27 @@ func TestAccessLogOutcome(t *testing.T) {
 				t.Errorf("last_error twice: %s", buf.String())
 			}
 		})
+	}
+}
+
+// TestObjectiveResult: how a request with a TTFT objective is counted.
+func TestObjectiveResult(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name string
+		o    request.Outcome
+		want string
+	}{
+		{"no objective", request.Outcome{Status: 200, Log: request.Log{TTFT: ms}}, ""},
+		{"met", request.Outcome{Status: 200, Log: request.Log{Objective: 500 * ms, TTFT: 300 * ms}}, metrics.ObjectiveMet},
+		{"missed", request.Outcome{Status: 200, Log: request.Log{Objective: 500 * ms, TTFT: 700 * ms}}, metrics.ObjectiveMissed},
+		{"refused early", request.Outcome{Status: 429, Code: openai.CodeObjectiveUnreachable, Log: request.Log{Objective: 500 * ms}}, metrics.ObjectiveRefused},
+		{"shed", request.Outcome{Status: 429, Code: openai.CodeSaturated, Log: request.Log{Objective: 500 * ms}}, metrics.ObjectiveRefused},
+		{"client gone", request.Outcome{Status: 499, Log: request.Log{Objective: 500 * ms, ClientGone: true}}, ""},
+		{"engine failed", request.Outcome{Status: 502, Code: openai.CodeUpstreamFailed, Log: request.Log{Objective: 500 * ms}}, ""},
+	} {
+		if got := objectiveResult(tc.o); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }
