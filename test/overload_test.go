@@ -38,10 +38,18 @@ type overloadReply struct {
 // overloadSend posts a small completions request with request id id and
 // API key key ("" for none); it never calls t.Fatal.
 func (c *cluster) overloadSend(ctx context.Context, key, id string) overloadReply {
+	return c.overloadSendWith(ctx, key, id, nil)
+}
+
+// overloadSendWith is overloadSend with the extra headers h.
+func (c *cluster) overloadSendWith(ctx context.Context, key, id string, h http.Header) overloadReply {
 	b, _ := json.Marshal(map[string]any{"model": "m", "prompt": "hello", "max_tokens": 2})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+"/v1/completions", bytes.NewReader(b))
 	if err != nil {
 		return overloadReply{id: id, err: err}
+	}
+	for k, vs := range h {
+		req.Header[k] = vs
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Id", id)

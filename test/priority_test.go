@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,33 +13,6 @@ import (
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/adapter/config"
 )
-
-// prioritySend posts a small completions request with request id id, API
-// key key and the extra headers h; it never calls t.Fatal.
-func (c *cluster) prioritySend(ctx context.Context, key, id string, h http.Header) overloadReply {
-	b, _ := json.Marshal(map[string]any{"model": "m", "prompt": "hello", "max_tokens": 2})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+"/v1/completions", bytes.NewReader(b))
-	if err != nil {
-		return overloadReply{id: id, err: err}
-	}
-	for k, vs := range h {
-		req.Header[k] = vs
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Request-Id", id)
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return overloadReply{id: id, err: err}
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	out := overloadReply{id: id, status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), err: err}
-	if resp.StatusCode != http.StatusOK {
-		out.code = drillCode(body)
-	}
-	return out
-}
 
 // bands returns the router's queue bands of model m.
 func (c *cluster) bands() []router.QueueBand {
@@ -75,13 +47,13 @@ func TestPriorityHeaderCappedByKey(t *testing.T) {
 	defer cancel()
 	prio := func(p int) http.Header { return http.Header{"X-Tlgate-Priority": {fmt.Sprint(p)}} }
 	out := make(chan overloadReply, 8)
-	go func() { out <- c.prioritySend(ctx, "key-plain", "hold", nil) }()
+	go func() { out <- c.overloadSendWith(ctx, "key-plain", "hold", nil) }()
 	eventually(t, 10*time.Second, func() bool { return f.holding() == 1 }, "the engine holds the first request")
 	for i, s := range []struct {
 		key, id string
 		p       int
 	}{{"key-capped", "capped-10", 10}, {"key-plain", "plain-7", 7}, {"key-vip", "vip-5", 5}, {"key-vip", "vip-20", 20}} {
-		go func() { out <- c.prioritySend(ctx, s.key, s.id, prio(s.p)) }()
+		go func() { out <- c.overloadSendWith(ctx, s.key, s.id, prio(s.p)) }()
 		eventually(t, 10*time.Second, func() bool { return c.queued() == i+1 }, "%s queued (queued %d)", s.id, c.queued())
 	}
 	got := fmt.Sprint(c.bands())

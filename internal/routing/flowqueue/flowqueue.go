@@ -266,63 +266,48 @@ func (q *Queue[T]) Ahead(e *Entry[T]) int {
 	if f == nil {
 		return 0
 	}
-	k := f.k
-	b := k.b
-	n := 0
-	for _, x := range q.bands {
-		if x == b {
-			break
-		}
-		n += x.n
-	}
-	inFlow := slices.Index(f.entries, e)
-	inKey := inFlow
-	for _, g := range k.turns.order {
-		if g != f {
-			inKey += min(len(g.entries), inFlow+1)
-		}
-	}
-	n += inKey
-	for _, o := range b.turns.order {
-		if o != k {
-			n += min(o.n, inKey+1)
-		}
-	}
-	return n
+	return q.ahead(f.k.b.prio, f.k, f.id, slices.Index(f.entries, e))
 }
 
 // AheadOf estimates, like Ahead, how many entries would leave before an
 // entry for it were it pushed now (it joins its flow after the entries
 // due no later than it).
 func (q *Queue[T]) AheadOf(it Item) int {
-	n := 0
-	for _, x := range q.bands {
-		if x.prio < it.Priority {
-			break
+	var k *key[T]
+	inFlow := 0
+	if b := q.band(it.Priority, false); b != nil {
+		if k = b.keys[it.Key]; k != nil {
+			if f := k.flows[it.Flow]; f != nil {
+				inFlow = sort.Search(len(f.entries), func(i int) bool { return it.before(&f.entries[i].Item) })
+			}
 		}
-		if x.prio > it.Priority {
-			n += x.n
+	}
+	return q.ahead(it.Priority, k, it.Flow, inFlow)
+}
+
+// ahead counts the entries that leave before one of priority p in flow
+// of key k (nil: a key with nothing waiting) with inFlow entries before it
+// in its flow.
+func (q *Queue[T]) ahead(p int, k *key[T], flow string, inFlow int) int {
+	n := 0
+	for _, b := range q.bands {
+		if b.prio > p {
+			n += b.n
 			continue
 		}
-		var k *key[T]
-		if k = x.keys[it.Key]; k == nil {
-			for _, o := range x.turns.order {
-				n += min(o.n, 1)
-			}
+		if b.prio < p {
 			break
 		}
-		inFlow := 0
-		if f := k.flows[it.Flow]; f != nil {
-			inFlow = sort.Search(len(f.entries), func(i int) bool { return it.before(&f.entries[i].Item) })
-		}
 		inKey := inFlow
-		for _, g := range k.turns.order {
-			if g.id != it.Flow {
-				inKey += min(len(g.entries), inFlow+1)
+		if k != nil {
+			for _, g := range k.turns.order {
+				if g.id != flow {
+					inKey += min(len(g.entries), inFlow+1)
+				}
 			}
 		}
 		n += inKey
-		for _, o := range x.turns.order {
+		for _, o := range b.turns.order {
 			if o != k {
 				n += min(o.n, inKey+1)
 			}
