@@ -94,7 +94,10 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	memprofile := fs.String("memprofile", "", "write a heap profile while the largest stream count is held open through the gateway")
 	seed := fs.Uint64("seed", 1, "seed of the workloads and the random baseline")
 	think := fs.Duration("think", -1, "a multi-turn user's think time between an answer and the next turn (default 100ms)")
-	admission := fs.Bool("admission", false, "turn admission control on (limits derived from the engines' reports) in the routing runs' gateways")
+	admission := fs.String("admission", tlbench.AdmissionDefault, "the routing runs' admission control: default (the gateway's: on, limits per pool, derived from the engines' reports), off, or worker (limits per worker)")
+	priorityRepeats := fs.Int("priority-repeats", 0, "priority: runs of every mode (default 3, 1 with -quick)")
+	priorityDuration := fs.Duration("priority-duration", 0, "priority: how long each run sends, its warmup included (default 30s, 6s with -quick)")
+	priorityModes := fs.String("priority-modes", "", "priority: modes to compare, of "+strings.Join(tlbench.PriorityModes, ",")+" (default all)")
 	loadWeight := fs.Float64("cache-load-weight", 0, "cache_aware_load_weight of the cache_aware runs (default: the gateway's)")
 	if err := fs.Parse(args); err != nil {
 		return tlbench.Config{}, err
@@ -107,7 +110,35 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	if *loadWeight < 0 {
 		return tlbench.Config{}, fmt.Errorf("-cache-load-weight: must not be negative, got %v", *loadWeight)
 	}
+	switch *admission {
+	case tlbench.AdmissionDefault, tlbench.AdmissionOff, tlbench.AdmissionWorker:
+	default:
+		return tlbench.Config{}, fmt.Errorf("-admission: want %s, %s or %s, got %q", tlbench.AdmissionDefault, tlbench.AdmissionOff, tlbench.AdmissionWorker, *admission)
+	}
 	c.CacheLoadWeight, c.Admission = *loadWeight, *admission
+	if *priorityRepeats < 0 {
+		return tlbench.Config{}, fmt.Errorf("-priority-repeats: must not be negative, got %d", *priorityRepeats)
+	} else if *priorityRepeats > 0 {
+		c.PriorityRepeats = *priorityRepeats
+	}
+	if *priorityDuration < 0 {
+		return tlbench.Config{}, fmt.Errorf("-priority-duration: must not be negative, got %v", *priorityDuration)
+	} else if *priorityDuration > 0 {
+		if *priorityDuration <= c.PriorityWarmup {
+			return tlbench.Config{}, fmt.Errorf("-priority-duration: %v is not longer than the warmup of %v", *priorityDuration, c.PriorityWarmup)
+		}
+		c.PriorityDuration = *priorityDuration
+	}
+	if *priorityModes != "" {
+		c.PriorityModes = nil
+		for _, m := range strings.Split(*priorityModes, ",") {
+			m = strings.TrimSpace(m)
+			if !slices.Contains(tlbench.PriorityModes, m) {
+				return tlbench.Config{}, fmt.Errorf("-priority-modes: %q is not %s", m, strings.Join(tlbench.PriorityModes, ", "))
+			}
+			c.PriorityModes = append(c.PriorityModes, m)
+		}
+	}
 	if *only != "" {
 		c.Only = nil
 		for _, e := range strings.Split(*only, ",") {

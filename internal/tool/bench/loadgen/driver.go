@@ -414,6 +414,9 @@ func Do(ctx context.Context, c *http.Client, base string, r Request) (latency, t
 	if err != nil {
 		return 0, 0, fmt.Errorf("loadgen: %w", err)
 	}
+	for k, vs := range r.Header {
+		req.Header[k] = vs
+	}
 	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	resp, err := c.Do(req)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 
 	"github.com/tlgate/tlgate/enginesim/tokenizer"
@@ -25,6 +26,8 @@ type Request struct {
 	Path   string
 	Body   []byte
 	Stream bool
+	// Header, when set, is sent with the request (an API key, a priority).
+	Header http.Header
 	// Prefix is the index of the shared system prompt the request opens
 	// with (the document, for RAG), or -1 for a prompt of its own.
 	Prefix int

@@ -148,8 +148,11 @@ func routingRun(ctx context.Context, c Config, kind loadgen.Kind, p string, w *l
 	var gc *gatewayConfig
 	if viaGateway(p) {
 		gc = &gatewayConfig{policy: p, loadFactor: c.LoadFactor, heartbeat: c.Heartbeat, cacheLoadWeight: c.CacheLoadWeight}
-		if c.Admission {
-			gc.tune = func(g *config.Gateway) { g.Admission.Enabled = true }
+		switch c.Admission {
+		case AdmissionOff:
+			gc.tune = func(g *config.Gateway) { g.Admission.Enabled = false }
+		case AdmissionWorker:
+			gc.tune = func(g *config.Gateway) { g.Admission.Enabled, g.Admission.LimitScope = true, config.LimitScopeWorker }
 		}
 	}
 	cl, err := startCluster(ctx, gc, routingEngines(c, kind))
@@ -259,10 +262,13 @@ func routingSection(c Config, rows []routingRow, meanTokens map[loadgen.Kind]flo
 		c.RAGSystemBytes, c.Documents, c.DocumentBytes, c.UserBytes, c.KVBlocksTurns, c.KVBlocksLong,
 		tokensOf(meanTokens, loadgen.Shared), tokensOf(meanTokens, loadgen.Distinct), tokensOf(meanTokens, loadgen.Mixed),
 		tokensOf(meanTokens, loadgen.MultiTurn), tokensOf(meanTokens, loadgen.RAG), c.LoadFactor, cacheWeights(c))
-	if c.Admission {
-		lead += " Admission control is on in the gateway (`[gateway.admission] enabled`, each worker's limit derived from its reports)."
-	} else {
-		lead += " Admission control is off (the default)."
+	switch c.Admission {
+	case AdmissionOff:
+		lead += " Admission control is off (`[gateway.admission] enabled = false`)."
+	case AdmissionWorker:
+		lead += " Admission control is on with limits per worker (`limit_scope = \"worker\"`, each worker's limit derived from its reports)."
+	default:
+		lead += " Admission control is on as by default (limits per pool, each worker's limit derived from its reports)."
 	}
 	return section{title: "Routing quality", lead: lead, tables: []*table{t}, notes: routingNotes(c, rows)}
 }

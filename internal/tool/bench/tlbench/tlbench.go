@@ -47,6 +47,19 @@ const (
 	// ExpKVEvents is exact routing on the engines' KV cache events (an
 	// open-loop sweep under eviction pressure, a drill, the costs).
 	ExpKVEvents = "kvevents"
+	// ExpPriority is two tenants at more than the fleet's capacity:
+	// interactive with a TTFT objective, batch sheddable (priority.go).
+	ExpPriority = "priority"
+)
+
+// Admission control of the routing runs' gateways (Config.Admission).
+const (
+	// AdmissionDefault: the gateway's default (on, limits per pool).
+	AdmissionDefault = "default"
+	// AdmissionOff: [gateway.admission] enabled = false.
+	AdmissionOff = "off"
+	// AdmissionWorker: on, limit_scope = "worker".
+	AdmissionWorker = "worker"
 )
 
 // Experiments are the experiments a run runs unless told otherwise, in
@@ -56,7 +69,7 @@ var Experiments = []string{ExpRouting, ExpOverhead, ExpScale, ExpMemory, ExpOver
 // Optional are the experiments run only when named: the open-loop sweep
 // takes an hour or more; the sync cost measurement, which ends it, can
 // also run alone.
-var Optional = []string{ExpOpenLoop, ExpSyncCost, ExpKVEvents}
+var Optional = []string{ExpOpenLoop, ExpSyncCost, ExpKVEvents, ExpPriority}
 
 // Config is everything a run needs; Preset gives the full and quick ones
 // and cmd/tlbench's flags override parts.
@@ -94,7 +107,7 @@ type Config struct {
 	Think                                         time.Duration // a multi-turn user's time between an answer and the next turn
 	Documents, DocumentBytes, RAGSystemBytes      int
 	CacheLoadWeight                               float64  // cache_aware_load_weight; 0: the gateway's default
-	Admission                                     bool     // admission control on in the routing runs' gateways
+	Admission                                     string   // the routing runs' admission control: AdmissionDefault, AdmissionOff or AdmissionWorker
 	RoutePolicies                                 []string // policies the routing runs compare
 
 	// Overhead.
@@ -112,6 +125,24 @@ type Config struct {
 	Streams    []int
 	MemProfile string // heap profile of the held streams, if set
 	CPUProfile string // CPU profile of the run, if set
+
+	// Priorities (priority.go): PriorityEngines engines of MaxRunning
+	// slots and PriorityKVBlocks blocks (prefill Prefill, decode
+	// OpenDecode per token); the interactive tenant's conversations are
+	// the open loop's multi-turn ones (OpenTurns turns, OpenMaxTokens
+	// tokens); the batch tenant's prompts PriorityBatchBytes long with
+	// PriorityBatchTokens-token answers. The tenants offer
+	// PriorityInteractive and PriorityBatch of their capacity alone, for
+	// PriorityDuration (PriorityWarmup not recorded), in each of
+	// PriorityModes, PriorityRepeats times; PriorityObjective is the
+	// interactive tenant's TTFT objective.
+	PriorityEngines, PriorityKVBlocks       int
+	PriorityBatchBytes, PriorityBatchTokens int
+	PriorityInteractive, PriorityBatch      float64
+	PriorityDuration, PriorityWarmup        time.Duration
+	PriorityObjective                       time.Duration
+	PriorityModes                           []string
+	PriorityRepeats                         int
 
 	// Overload (overload.go).
 	OverloadEngines, OverloadRunning, OverloadTokens, OverloadQueue int
@@ -179,7 +210,7 @@ func Preset(quick bool) Config {
 		StreamFraction: 0.5, LoadFactor: 1.25, Heartbeat: time.Second,
 		Workloads: slices.Clone(loadgen.Kinds), SweepPrompts: []int{4, 8, 16, 32, 64},
 		KVBlocksLong: 512, KVBlocksTurns: 1024, TurnRequests: 1200, Conversations: 64, TurnSystemBytes: 256, TurnUserBytes: 128, AnswerBytes: 96, Think: 100 * time.Millisecond,
-		Documents: 40, DocumentBytes: 3072, RAGSystemBytes: 256, RoutePolicies: slices.Clone(Policies),
+		Documents: 40, DocumentBytes: 3072, RAGSystemBytes: 256, RoutePolicies: slices.Clone(Policies), Admission: AdmissionDefault,
 
 		Rate: 1000, RateDuration: 3 * time.Second, Rounds: 3,
 		TputConcurrency: 32, TputDuration: 3 * time.Second, OverheadTokens: 4,
@@ -199,6 +230,11 @@ func Preset(quick bool) Config {
 		OpenRepeats: 3, OpenTurns: 6,
 		OpenMaxTokens: 8, OpenDecode: 9 * time.Millisecond,
 		OpenDuration: 8 * time.Second, OpenWarmup: 2 * time.Second, OpenSLO: 250 * time.Millisecond,
+
+		PriorityEngines: 2, PriorityKVBlocks: 1024, PriorityBatchBytes: 6144, PriorityBatchTokens: 32,
+		PriorityInteractive: 0.5, PriorityBatch: 0.7, PriorityObjective: 500 * time.Millisecond,
+		PriorityDuration: 30 * time.Second, PriorityWarmup: 5 * time.Second,
+		PriorityModes: slices.Clone(PriorityModes), PriorityRepeats: 3,
 	}
 	if quick {
 		c.Timeout = 2 * time.Minute
@@ -211,6 +247,7 @@ func Preset(quick bool) Config {
 		c.OverloadDuration, c.OverloadClientTimeout = 2*time.Second, 5*time.Second
 		c.OpenReplicas, c.OpenFractions, c.OpenGoodputFractions, c.OpenRepeats = []int{1, 3}, []float64{0.7}, nil, 1
 		c.OpenDuration, c.OpenWarmup = 4*time.Second, time.Second
+		c.PriorityDuration, c.PriorityWarmup, c.PriorityRepeats = 6*time.Second, 2*time.Second, 1
 	}
 	return c
 }
@@ -230,7 +267,7 @@ type binaries struct {
 func buildBinaries(ctx context.Context, c Config, logOut io.Writer) (_ binaries, err error) {
 	syncCost := slices.Contains(c.Only, ExpSyncCost)
 	kvEvents := slices.Contains(c.Only, ExpKVEvents)
-	gateway := slices.Contains(c.Only, ExpOverhead) || slices.Contains(c.Only, ExpOpenLoop) || syncCost || kvEvents
+	gateway := slices.Contains(c.Only, ExpOverhead) || slices.Contains(c.Only, ExpOpenLoop) || syncCost || kvEvents || slices.Contains(c.Only, ExpPriority)
 	engine := slices.Contains(c.Only, ExpOverhead)
 	nats := slices.Contains(c.Only, ExpOpenLoop) && slices.Contains(c.OpenSync, true) || syncCost || kvEvents
 	if !gateway && !engine {
@@ -322,6 +359,8 @@ func Run(ctx context.Context, c Config, out, logOut io.Writer) error {
 			sec, err = syncCostExperiment(ctx, c, bins, logOut)
 		case ExpKVEvents:
 			sec, err = kvEventsExperiment(ctx, c, bins, logOut)
+		case ExpPriority:
+			sec, ps, err = priorityExperiment(ctx, c, bins, logOut)
 		default:
 			err = fmt.Errorf("unknown experiment %q", e)
 		}
