@@ -66,7 +66,7 @@ func TestConfig(t *testing.T) {
 		want.Sync = Sync{Kind: "none", SubjectPrefix: "tlgate.sync", BatchInterval: D(time.Millisecond), ReleaseHold: D(5 * time.Millisecond), MaxBatchBytes: 64 << 10,
 			MaxQueue: 8192, MaxMessageBytes: 1 << 20, PeerRate: 2000, LoadInterval: D(time.Second), PeerTimeout: D(5 * time.Second),
 			StaleAfter: D(10 * time.Second), MaxPeers: 32, MaxPeerInFlight: 256, PeerClaimMargin: 8, EjectionQuorum: 2, SnapshotTimeout: D(2 * time.Second), SnapshotChunks: 16384,
-			ConnectTimeout: D(2 * time.Second), ReconnectWait: D(500 * time.Millisecond)}
+			ConnectTimeout: D(2 * time.Second), ReconnectWait: D(500 * time.Millisecond), KeyLimits: "fleet"}
 		want.Responses = Responses{StoreTTL: D(time.Hour), StoreMaxEntries: 100_000}
 		want.KVEvents = KVEvents{MaxBlocks: 1 << 18, SpeculativeTTL: D(2 * time.Second), EventTimeout: D(5 * time.Second), ReplayTimeout: D(2 * time.Second),
 			MaxMessageBytes: 16 << 20, BytesPerSecond: 64 << 20, CPUWeight: 0.8, DiskWeight: 0.5}

@@ -109,7 +109,17 @@ type Sync struct {
 	// pause between attempts (the gateway keeps trying for ever).
 	ConnectTimeout Duration `toml:"connect_timeout"`
 	ReconnectWait  Duration `toml:"reconnect_wait"`
+	// KeyLimits is KeyLimitsFleet (the API keys' limits are split between
+	// the replicas, which together grant what one gateway would) or
+	// KeyLimitsReplica (each replica counts its own requests).
+	KeyLimits string `toml:"key_limits"`
 }
+
+// How a fleet counts its API keys' limits ([gateway.sync] key_limits).
+const (
+	KeyLimitsFleet   = "fleet"
+	KeyLimitsReplica = "replica"
+)
 
 // StringList is a TOML string or array of strings.
 type StringList []string
@@ -145,6 +155,7 @@ func defaultSync() Sync {
 		EjectionQuorum:  DefaultSyncEjectionQuorum,
 		SnapshotTimeout: D(DefaultSyncSnapshotTimeout), SnapshotChunks: DefaultSyncSnapshotChunks,
 		ConnectTimeout: D(DefaultSyncConnectTimeout), ReconnectWait: D(DefaultSyncReconnectWait),
+		KeyLimits: KeyLimitsFleet,
 	}
 }
 
@@ -218,6 +229,11 @@ func (v *checker) sync(s *Sync) {
 		v.add(p+"release_hold", "must be 0 or more, got %s", h)
 	case h > time.Second:
 		v.add(p+"release_hold", "must be at most 1s (releases wait that long), got %s", h)
+	}
+	switch s.KeyLimits {
+	case KeyLimitsFleet, KeyLimitsReplica:
+	default:
+		v.add(p+"key_limits", "must be %q or %q, got %q", KeyLimitsFleet, KeyLimitsReplica, s.KeyLimits)
 	}
 	if s.PeerTimeout.Duration > 0 && s.PeerTimeout.Duration <= s.LoadInterval.Duration {
 		v.add(p+"peer_timeout", "must be longer than load_interval (%s), got %s", s.LoadInterval.Duration, s.PeerTimeout.Duration)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -384,6 +386,31 @@ func TestDefaultIDIsASubjectToken(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:8080", "[::]:8080", "127.0.0.1:0", "nonsense"} {
 		if id := DefaultID(addr); !ValidReplicaID(id) {
 			t.Fatalf("DefaultID(%q) = %q: not a replica id", addr, id)
+		}
+	}
+}
+
+func TestKeysRoundTrip(t *testing.T) {
+	sent := time.Unix(1_700_000_000, 123)
+	ds := []KeyDemand{{Key: "team-a", PerMinute: 12.5}, {Key: "batch", PerMinute: 0.001}, {Key: "nan", PerMinute: math.NaN()}}
+	b := EncodeKeys(nil, "gw-1", sent, ds)
+	replica, at, got, err := DecodeKeys(b)
+	if err != nil || replica != "gw-1" || !at.Equal(sent) {
+		t.Fatalf("decode: %q %v %v", replica, at, err)
+	}
+	want := []KeyDemand{{Key: "team-a", PerMinute: 12.5}, {Key: "batch", PerMinute: 0.001}, {Key: "nan", PerMinute: 0}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for _, bad := range [][]byte{
+		nil,
+		b[:len(b)-1],                  // truncated
+		append(slices.Clone(b), 0),    // left over
+		append([]byte{'B'}, b[1:]...), // another kind of message
+		{magicKeys, version, 1, 'x', 0, 0xff, 0xff, 0xff, 0xff, 0x0f}, // more keys than bytes
+	} {
+		if _, _, _, err := DecodeKeys(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%x: %v, want malformed", bad, err)
 		}
 	}
 }

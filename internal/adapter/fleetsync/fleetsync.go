@@ -53,6 +53,10 @@ type Options struct {
 	// Stored is the record of stored responses whose own entries this
 	// replica tells a peer that asks (nil: none).
 	Stored OwnRecords
+	// Keys, when set, splits the API keys' limits between the replicas
+	// (keys.go): this replica's demand per key goes to the peers every
+	// load_interval, theirs to Keys.
+	Keys KeyShares
 }
 
 // OwnRecords are the stored responses a replica relayed itself
@@ -251,7 +255,11 @@ func (c *Client) Start(id string, pid *actor.PID) error {
 		{c.subject(subjectSnapshot), snapshotQueue, c.onSnapshotRequest},
 		{c.subject(subjectStored + "." + id), "", c.onRecordsRequest},
 		{c.subject(subjectSnapshots + ".*." + id), "", c.onSnapshot},
+		{c.subject(subjectKeys + ".*"), "", c.onKeys},
 	} {
+		if sub.subject == c.subject(subjectKeys+".*") && c.o.Keys == nil {
+			continue
+		}
 		s, err := nc.QueueSubscribe(sub.subject, sub.queue, sub.handler)
 		if err != nil {
 			cancel()
@@ -481,6 +489,7 @@ func (c *Client) run(ctx context.Context) {
 			return
 		case <-load.C:
 			c.o.Root.Send(c.router, &router.SyncTick{})
+			c.tickKeys(time.Now())
 			c.countDrops()
 		case <-flush.C:
 			send()

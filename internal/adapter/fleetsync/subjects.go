@@ -20,7 +20,9 @@ import (
 //	                                 relayed (payload: the asker's id)
 //	P.snapshots.<replica>.<asker>    its answers to asker: a snapshot, its stored
 //	                                 responses
+//	P.keys.<replica>                 its demand per limited API key (keys.go)
 const (
+	subjectKeys      = "keys"
 	subjectEvents    = "events"
 	subjectSnapshot  = "snapshot"
 	subjectStored    = "stored"
@@ -34,8 +36,10 @@ const (
 // (docs/DEPLOYMENT.md shows a nats-server configuration).
 func Permissions(prefix, replica string) (publish, subscribe []string) {
 	p := prefix + "."
-	publish = []string{p + subjectEvents + "." + replica, p + subjectSnapshot, p + subjectStored + ".*", p + subjectSnapshots + "." + replica + ".*"}
-	subscribe = []string{p + subjectEvents + ".*", p + subjectSnapshot, p + subjectStored + "." + replica, p + subjectSnapshots + ".*." + replica}
+	publish = []string{p + subjectEvents + "." + replica, p + subjectSnapshot, p + subjectStored + ".*", p + subjectSnapshots + "." + replica + ".*",
+		p + subjectKeys + "." + replica}
+	subscribe = []string{p + subjectEvents + ".*", p + subjectSnapshot, p + subjectStored + "." + replica, p + subjectSnapshots + ".*." + replica,
+		p + subjectKeys + ".*"}
 	return publish, subscribe
 }
 

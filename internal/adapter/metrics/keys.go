@@ -53,6 +53,7 @@ type KeyMetrics struct {
 	tokens   *prometheus.CounterVec
 	requests *prometheus.CounterVec
 	limited  *prometheus.CounterVec
+	share    *prometheus.GaugeVec
 
 	keyNames   *names
 	modelNames *names
@@ -66,7 +67,7 @@ func NewKeyMetrics(reg prometheus.Registerer) (*KeyMetrics, error) {
 		return nil, ErrNilRegisterer
 	}
 	k := newKeyMetrics(MaxKeys, MaxModels)
-	cs := []prometheus.Collector{k.tokens, k.requests, k.limited}
+	cs := []prometheus.Collector{k.tokens, k.requests, k.limited, k.share}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -90,6 +91,9 @@ func newKeyMetrics(maxKeys, maxModels int) *KeyMetrics {
 			"Client inference requests finished, by API key and outcome (those of tlgate_requests_total, and rate_limited).", lKey, lOutcome),
 		limited: counter("rate_limited_total",
 			"Requests refused by their API key's limits, by key and limit (requests, tokens, concurrent).", lKey, lLimit),
+		share: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "key_limit_share",
+			Help: "This replica's part of an API key's limit, by key and limit (requests, tokens: per minute; concurrent): " +
+				"the whole limit, unless fleet sync splits the keys' limits between the replicas."}, []string{lKey, lLimit}),
 		keyNames:   newNames(maxKeys),
 		modelNames: newNames(maxModels),
 	}
@@ -140,6 +144,23 @@ func (k *KeyMetrics) KeyRequest(key, outcome string) {
 		return
 	}
 	k.requests.WithLabelValues(k.keyNames.label(key), keyOutcomes.label(outcome)).Inc()
+}
+
+// KeyShare is this replica's part of one limit of one key.
+type KeyShare struct {
+	Key, Limit string
+	Local      int
+}
+
+// SetShares replaces tlgate_key_limit_share with ss.
+func (k *KeyMetrics) SetShares(ss []KeyShare) {
+	if k == nil {
+		return
+	}
+	k.share.Reset()
+	for _, s := range ss {
+		k.share.WithLabelValues(k.keyNames.label(s.Key), limitNames.label(s.Limit)).Set(float64(s.Local))
+	}
 }
 
 // RateLimited counts tlgate_rate_limited_total{key, limit} and the

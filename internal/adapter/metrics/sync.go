@@ -23,6 +23,9 @@ const (
 	SyncSpeculate = "speculate"
 	SyncBatch     = "batch"
 	SyncSnapshot  = "snapshot"
+	// SyncKeys: a replica's demand per limited API key (fleet-wide key
+	// limits), a message of its own every load_interval.
+	SyncKeys = "keys"
 )
 
 // Reasons a fleet-sync message is dropped: the reason label of
@@ -71,7 +74,7 @@ const (
 )
 
 var (
-	syncKinds       = fixedSet{SyncPick, SyncRelease, SyncLoad, SyncEject, SyncStored, SyncForget, SyncIndex, SyncLift, SyncSpeculate, SyncBatch, SyncSnapshot}
+	syncKinds       = fixedSet{SyncPick, SyncRelease, SyncLoad, SyncEject, SyncStored, SyncForget, SyncIndex, SyncLift, SyncSpeculate, SyncBatch, SyncSnapshot, SyncKeys}
 	syncDropReasons = fixedSet{SyncDropMalformed, SyncDropOversized, SyncDropStale, SyncDropDuplicateID, SyncDropRate, SyncDropQueueFull,
 		SyncDropDisconnected, SyncDropSlowConsumer, SyncDropUnknownWorker, SyncDropOtherModel, SyncDropTooManyPeers, SyncDropCapped,
 		SyncDropChunkBytes, SyncDropUnknownKind, SyncDropEjection, SyncDropInvalid, SyncDropSpoofed, SyncDropBacklog, SyncDropUnasked, SyncDropNoEvidence}

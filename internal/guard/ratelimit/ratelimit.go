@@ -145,6 +145,26 @@ func (b bucket) charge(n int64) bucket {
 	return b
 }
 
+// resize returns b refilled up to now with limit in place of its own, what
+// it holds kept (cut to the new limit): a larger limit refills faster, it
+// gives nothing at once. A bucket with no limit starts empty; limit 0
+// turns it off.
+func (b bucket) resize(limit int64, now time.Time) bucket {
+	limit = min(limit, MaxLimit)
+	switch {
+	case limit <= 0:
+		return bucket{}
+	case b.limit == 0:
+		return bucket{limit: limit, debt: windowMicros * limit, at: now}
+	case limit == b.limit:
+		return b
+	}
+	b = b.advance(now)
+	b.debt = max(0, b.debt+windowMicros*(limit-b.limit))
+	b.limit = limit
+	return b
+}
+
 // settle returns b with a reservation of held replaced by used: the
 // difference given back, or taken (up to the MaxDebt bound).
 func (b bucket) settle(held, used int64) bucket {
@@ -287,20 +307,30 @@ func FormatReset(d time.Duration) string {
 	return time.Duration(ceilDiv(int64(d), int64(time.Millisecond)) * int64(time.Millisecond)).String()
 }
 
-// keyState is one limited key's buckets and slots.
+// keyState is one limited key's buckets and slots. limits are the key's
+// configured limits; local is this replica's part of them, which the
+// buckets and max_concurrent hold to: the whole of them, unless the key's
+// limits are shared across a fleet (fleet.go). asked counts the requests
+// asked since the fleet's last tick.
 type keyState struct {
 	mu       sync.Mutex
 	limits   Limits
+	local    Limits
+	raises   [3]raise // pending raises of local, by limit (fleet.go)
 	requests bucket
 	tokens   bucket
 	inflight int
+	asked    int64
 }
 
 // Limiter holds the state of every limited key.
 type Limiter struct {
 	now  func() time.Time
 	keys atomic.Pointer[map[string]*keyState] // replaced whole by SetLimits; read without a lock
-	mu   sync.Mutex                           // serializes SetLimits
+	mu   sync.Mutex                           // serializes SetLimits and EnableFleet
+	// fleet, when set, shares every key's limits with the other replicas
+	// (fleet.go).
+	fleet *fleet
 }
 
 // New returns a Limiter for limits (by key name; keys without limits are
@@ -314,13 +344,20 @@ func New(limits map[string]Limits, now func() time.Time) *Limiter {
 	return l
 }
 
-func newKeyState(lim Limits) *keyState {
-	ks := &keyState{limits: lim}
+// newKeyState is a key's state under lim: its buckets full, or with
+// shared limits empty (fleet.go: the fleet's burst is with the replicas
+// that ran before).
+func newKeyState(lim Limits, shared bool, now time.Time) *keyState {
+	ks := &keyState{limits: lim, local: lim}
 	if lim.RequestsPerMinute > 0 {
 		ks.requests = newBucket(lim.RequestsPerMinute)
 	}
 	if lim.TokensPerMinute > 0 {
 		ks.tokens = newBucket(lim.TokensPerMinute)
+	}
+	if shared {
+		ks.requests = bucket{}.resize(ks.requests.limit, now)
+		ks.tokens = bucket{}.resize(ks.tokens.limit, now)
 	}
 	return ks
 }
@@ -353,12 +390,12 @@ func (l *Limiter) SetLimits(limits map[string]Limits) {
 				next[name] = prev
 				continue
 			}
-			ks := newKeyState(lim)
+			ks := newKeyState(lim, l.fleet != nil, l.now())
 			ks.inflight = inflight
 			next[name] = ks
 			continue
 		}
-		next[name] = newKeyState(lim)
+		next[name] = newKeyState(lim, l.fleet != nil, l.now())
 	}
 	l.keys.Store(&next)
 }
@@ -398,6 +435,7 @@ func (l *Limiter) Admit(key string, w Want) Decision {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	d.MaxConcurrent = ks.limits.MaxConcurrent
+	ks.asked++
 	refuse := func(limit string, wait time.Duration) {
 		if d.OK || wait > d.RetryAfter {
 			d.Limited = limit
@@ -405,8 +443,16 @@ func (l *Limiter) Admit(key string, w Want) Decision {
 		}
 		d.OK = false
 	}
-	if ks.limits.MaxConcurrent > 0 && ks.inflight >= ks.limits.MaxConcurrent {
+	if ks.limits.MaxConcurrent > 0 && ks.inflight >= ks.local.MaxConcurrent {
 		refuse(LimitConcurrent, concurrentRetry)
+	}
+	// With shared limits a replica may hold no part of one: it waits for
+	// its share to grow with its demand.
+	if ks.limits.TokensPerMinute > 0 && ks.tokens.limit == 0 {
+		refuse(LimitTokens, l.noShareRetry())
+	}
+	if ks.limits.RequestsPerMinute > 0 && ks.requests.limit == 0 {
+		refuse(LimitRequests, l.noShareRetry())
 	}
 	reserve := int64(0)
 	if ks.tokens.limit > 0 {
@@ -418,11 +464,14 @@ func (l *Limiter) Admit(key string, w Want) Decision {
 		case w.Clamp && prompt < held:
 			d.MaxTokens = int(held - prompt)
 			reserve = held
-		case reserve > ks.tokens.limit && (!w.Clamp || prompt >= ks.tokens.limit):
+		case reserve > int64(ks.limits.TokensPerMinute) && (!w.Clamp || prompt >= int64(ks.limits.TokensPerMinute)):
 			// No wait makes it fit; a whole window keeps a retrying
 			// client from hammering.
 			d.TooLarge = true
 			refuse(LimitTokens, max(Window, ks.tokens.reset()))
+		case reserve > ks.tokens.limit && (!w.Clamp || prompt >= ks.tokens.limit):
+			// It fits the key's limit but not this replica's share of it.
+			refuse(LimitTokens, max(l.noShareRetry(), ks.tokens.reset()))
 		case w.Clamp:
 			refuse(LimitTokens, ks.tokens.wait(prompt+1))
 		default:
@@ -445,11 +494,13 @@ func (l *Limiter) Admit(key string, w Want) Decision {
 		ks.inflight++
 		d.Reservation = &Reservation{l: l, key: key, ks: ks, held: reserve}
 	}
-	if ks.requests.limit > 0 {
+	if ks.limits.RequestsPerMinute > 0 {
 		d.Requests = ks.requests.status()
+		d.Requests.Limit = ks.limits.RequestsPerMinute
 	}
-	if ks.tokens.limit > 0 {
+	if ks.limits.TokensPerMinute > 0 {
 		d.Tokens = ks.tokens.status()
+		d.Tokens.Limit = ks.limits.TokensPerMinute
 	}
 	return d
 }

@@ -217,7 +217,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	}
 	kvRouterConfig(&rcfg, &gw, g.KV)
 	stored := sticky.New(sticky.Config{TTL: gw.Responses.StoreTTL.Duration, MaxEntries: gw.Responses.StoreMaxEntries})
-	if err := g.newSync(&gw, o.Registry, o.Logger, &rcfg, stored); err != nil {
+	if err := g.newSync(&gw, o.Registry, o.Logger, &rcfg, stored, o.Now); err != nil {
 		return fmt.Errorf("gateway.%w", err)
 	}
 	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(rcfg, table, epoch), g.Registry).Configure(actor.WithDispatcher(pool)))

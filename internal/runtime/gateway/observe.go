@@ -143,5 +143,10 @@ func (g *Gateway) refreshGauges() {
 		}
 	}
 	g.Metrics.SetWaiting(waiting)
+	var shares []metrics.KeyShare
+	for _, sh := range g.limits.Shares() {
+		shares = append(shares, metrics.KeyShare{Key: sh.Key, Limit: sh.Limit, Local: sh.Local})
+	}
+	g.Keys.SetShares(shares)
 	g.Metrics.Epoch(wr.Epoch)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/adapter/fleetsync"
 	"github.com/tlgate/tlgate/internal/adapter/metrics"
+	"github.com/tlgate/tlgate/internal/guard/ratelimit"
 	"github.com/tlgate/tlgate/internal/routing/sticky"
 )
 
@@ -22,7 +23,7 @@ import (
 // record of stored responses the peers' reports go to. The client
 // connects in startSync, once the HTTP listener (and so the default
 // replica id) is known.
-func (g *Gateway) newSync(gw *config.Gateway, reg prometheus.Registerer, log zerolog.Logger, rcfg *router.Config, stored *sticky.Map) error {
+func (g *Gateway) newSync(gw *config.Gateway, reg prometheus.Registerer, log zerolog.Logger, rcfg *router.Config, stored *sticky.Map, now func() time.Time) error {
 	s := gw.Sync
 	if s.Kind != config.SyncNATS {
 		return nil
@@ -34,10 +35,17 @@ func (g *Gateway) newSync(gw *config.Gateway, reg prometheus.Registerer, log zer
 			return fmt.Errorf("sync: %w", err)
 		}
 	}
-	g.sync = fleetsync.New(s, fleetsync.Options{
+	opts := fleetsync.Options{
 		Root: g.sys.Root, Logger: log.With().Str("component", "fleetsync").Logger(), Metrics: m,
 		ChunkBytes: gw.CacheAwareChunkBytes, Stored: stored,
-	})
+	}
+	if s.KeyLimits == config.KeyLimitsFleet {
+		if now == nil {
+			now = time.Now
+		}
+		opts.Keys = keyShares{l: g.limits, now: now}
+	}
+	g.sync = fleetsync.New(s, opts)
 	margin := s.PeerClaimMargin
 	if margin == 0 {
 		margin = -1 // none: the router's zero is its default
@@ -62,10 +70,40 @@ func (g *Gateway) startSync(gw *config.Gateway) error {
 	if id == "" {
 		id = fleetsync.DefaultID(g.httpLis.Addr().String())
 	}
+	if gw.Sync.KeyLimits == config.KeyLimitsFleet {
+		g.limits.EnableFleet(ratelimit.FleetConfig{Replica: id, Interval: gw.Sync.LoadInterval.Duration,
+			PeerTimeout: gw.Sync.PeerTimeout.Duration, MaxPeers: gw.Sync.MaxPeers})
+	}
 	if err := g.sync.Start(id, g.Router); err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
 	return nil
+}
+
+// keyShares is the per-key limits' part of fleet sync: the limiter's
+// shares, on the gateway's clock.
+type keyShares struct {
+	l   *ratelimit.Limiter
+	now func() time.Time
+}
+
+// Tick implements fleetsync.KeyShares.
+func (k keyShares) Tick(time.Time) []fleetsync.KeyDemand {
+	ds := k.l.Tick(k.now())
+	out := make([]fleetsync.KeyDemand, len(ds))
+	for i, d := range ds {
+		out[i] = fleetsync.KeyDemand{Key: d.Key, PerMinute: d.PerMinute}
+	}
+	return out
+}
+
+// Peer implements fleetsync.KeyShares.
+func (k keyShares) Peer(replica string, ds []fleetsync.KeyDemand, _ time.Time) {
+	in := make([]ratelimit.Demand, len(ds))
+	for i, d := range ds {
+		in[i] = ratelimit.Demand{Key: d.Key, PerMinute: d.PerMinute}
+	}
+	k.l.Peer(replica, in, k.now())
 }
 
 // SyncID is the replica id fleet sync publishes under ("" with sync off).
