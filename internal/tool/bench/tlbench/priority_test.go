@@ -56,3 +56,32 @@ func TestPriorityTOML(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyLimitsRun runs the key limits experiment shortened: both rows,
+// and the fleet's verdict.
+func TestKeyLimitsRun(t *testing.T) {
+	c := smallest("")
+	c.Timeout = 3 * time.Minute
+	c.Only = []string{ExpKeyLimits}
+	c.KeyLimitDuration = 2 * time.Second
+	var out, log strings.Builder
+	if err := Run(t.Context(), c, &out, &log); err != nil {
+		t.Fatalf("run: %v\n%s", err, log.String())
+	}
+	md := out.String()
+	rows := tableRows(t, md, "Fleet-wide key limits")
+	for _, mode := range []string{"fleet", "replica"} {
+		n := 0
+		for k := range rows {
+			if strings.HasPrefix(k, mode+" ") {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d rows of %s, want one:\n%s", n, mode, md)
+		}
+	}
+	if !strings.Contains(md, `With key_limits = "fleet" the three replicas granted`) {
+		t.Errorf("no verdict:\n%s", md)
+	}
+}

@@ -31,6 +31,8 @@ type replicaSpec struct {
 	syncHold *time.Duration
 	// pprof serves the replicas' Go profiles (gateway.pprof).
 	pprof bool
+	// keyLimits is [gateway.sync] key_limits ("": the default).
+	keyLimits string
 	// extra is TOML appended to every replica's configuration.
 	extra string
 }
@@ -64,6 +66,9 @@ func replicaTOML(s replicaSpec, i int, listen, registry, stateDir string) string
 		}
 		if s.syncHold != nil {
 			fmt.Fprintf(&b, "release_hold = %q\n", s.syncHold.String())
+		}
+		if s.keyLimits != "" {
+			fmt.Fprintf(&b, "key_limits = %q\n", s.keyLimits)
 		}
 	}
 	b.WriteString(s.extra)

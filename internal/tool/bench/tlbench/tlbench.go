@@ -50,6 +50,9 @@ const (
 	// ExpPriority is two tenants at more than the fleet's capacity:
 	// interactive with a TTFT objective, batch sheddable (priority.go).
 	ExpPriority = "priority"
+	// ExpKeyLimits is three synced replicas granting one key's limit
+	// (keylimits.go).
+	ExpKeyLimits = "keylimits"
 )
 
 // Admission control of the routing runs' gateways (Config.Admission).
@@ -69,7 +72,7 @@ var Experiments = []string{ExpRouting, ExpOverhead, ExpScale, ExpMemory, ExpOver
 // Optional are the experiments run only when named: the open-loop sweep
 // takes an hour or more; the sync cost measurement, which ends it, can
 // also run alone.
-var Optional = []string{ExpOpenLoop, ExpSyncCost, ExpKVEvents, ExpPriority}
+var Optional = []string{ExpOpenLoop, ExpSyncCost, ExpKVEvents, ExpPriority, ExpKeyLimits}
 
 // Config is everything a run needs; Preset gives the full and quick ones
 // and cmd/tlbench's flags override parts.
@@ -143,6 +146,11 @@ type Config struct {
 	PriorityObjective                       time.Duration
 	PriorityModes                           []string
 	PriorityRepeats                         int
+
+	// Key limits (keylimits.go): the key's requests per minute and how
+	// long its clients send.
+	KeyLimitRPM      int
+	KeyLimitDuration time.Duration
 
 	// Overload (overload.go).
 	OverloadEngines, OverloadRunning, OverloadTokens, OverloadQueue int
@@ -235,6 +243,7 @@ func Preset(quick bool) Config {
 		PriorityInteractive: 0.5, PriorityBatch: 0.7, PriorityObjective: 500 * time.Millisecond,
 		PriorityDuration: 30 * time.Second, PriorityWarmup: 5 * time.Second,
 		PriorityModes: slices.Clone(PriorityModes), PriorityRepeats: 3,
+		KeyLimitRPM: 600, KeyLimitDuration: 20 * time.Second,
 	}
 	if quick {
 		c.Timeout = 2 * time.Minute
@@ -248,6 +257,7 @@ func Preset(quick bool) Config {
 		c.OpenReplicas, c.OpenFractions, c.OpenGoodputFractions, c.OpenRepeats = []int{1, 3}, []float64{0.7}, nil, 1
 		c.OpenDuration, c.OpenWarmup = 4*time.Second, time.Second
 		c.PriorityDuration, c.PriorityWarmup, c.PriorityRepeats = 6*time.Second, 2*time.Second, 1
+		c.KeyLimitDuration = 5 * time.Second
 	}
 	return c
 }
@@ -267,9 +277,10 @@ type binaries struct {
 func buildBinaries(ctx context.Context, c Config, logOut io.Writer) (_ binaries, err error) {
 	syncCost := slices.Contains(c.Only, ExpSyncCost)
 	kvEvents := slices.Contains(c.Only, ExpKVEvents)
-	gateway := slices.Contains(c.Only, ExpOverhead) || slices.Contains(c.Only, ExpOpenLoop) || syncCost || kvEvents || slices.Contains(c.Only, ExpPriority)
+	keyLimits := slices.Contains(c.Only, ExpKeyLimits)
+	gateway := slices.Contains(c.Only, ExpOverhead) || slices.Contains(c.Only, ExpOpenLoop) || syncCost || kvEvents || slices.Contains(c.Only, ExpPriority) || keyLimits
 	engine := slices.Contains(c.Only, ExpOverhead)
-	nats := slices.Contains(c.Only, ExpOpenLoop) && slices.Contains(c.OpenSync, true) || syncCost || kvEvents
+	nats := slices.Contains(c.Only, ExpOpenLoop) && slices.Contains(c.OpenSync, true) || syncCost || kvEvents || keyLimits
 	if !gateway && !engine {
 		return binaries{}, nil
 	}
@@ -361,6 +372,8 @@ func Run(ctx context.Context, c Config, out, logOut io.Writer) error {
 			sec, err = kvEventsExperiment(ctx, c, bins, logOut)
 		case ExpPriority:
 			sec, ps, err = priorityExperiment(ctx, c, bins, logOut)
+		case ExpKeyLimits:
+			sec, ps, err = keyLimitsExperiment(ctx, c, bins, logOut)
 		default:
 			err = fmt.Errorf("unknown experiment %q", e)
 		}
