@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tlgate/tlgate/enginesim/toymodel"
-	"github.com/tlgate/tlgate/internal/adapter/tracing"
+	"github.com/tlgate/tlgate/internal/wire/tracectx"
 	enginev1 "github.com/tlgate/tlgate/protos/tl/engine/v1"
 	kvv1 "github.com/tlgate/tlgate/protos/tl/kv/v1"
 )
@@ -178,7 +178,7 @@ func (e *Engine) push(ctx context.Context, target string, header *kvv1.KvHeader,
 	ctx, span := e.startSpan(ctx, "enginesim.kv_push", trace.SpanKindClient, attribute.String("tlgate.kv.target", target),
 		attribute.String("tlgate.kv.handle", header.GetHandleId()), attribute.Int("tlgate.kv.blocks", len(blocks)))
 	defer span.End()
-	stream, err := kvv1.NewKvTransferServiceClient(conn).Push(tracing.OutgoingGRPC(ctx))
+	stream, err := kvv1.NewKvTransferServiceClient(conn).Push(tracectx.OutgoingGRPC(ctx))
 	if err != nil {
 		return pushStatus(target, err)
 	}

@@ -4,13 +4,12 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/tlgate/tlgate/internal/wire/tracectx"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-
-	"github.com/tlgate/tlgate/internal/adapter/tracing"
 )
 
 // tracerName is the instrumentation scope of the engine's spans.
@@ -48,7 +47,7 @@ func (e *Engine) traced(name string, h http.HandlerFunc) http.HandlerFunc {
 		if id := r.Header.Get("X-Request-Id"); id != "" {
 			attrs = append(attrs, attribute.String("tlgate.request_id", id))
 		}
-		ctx, span := e.startSpan(tracing.Extract(r.Context(), r.Header, true), name, trace.SpanKindServer, attrs...)
+		ctx, span := e.startSpan(tracectx.Extract(r.Context(), r.Header, true), name, trace.SpanKindServer, attrs...)
 		defer span.End()
 		h(w, r.WithContext(ctx))
 	}
@@ -62,14 +61,14 @@ func (e *Engine) grpcTracing() []grpc.ServerOption {
 		return nil
 	}
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		ctx, span := e.startSpan(tracing.IncomingGRPC(ctx), "enginesim "+info.FullMethod, trace.SpanKindServer)
+		ctx, span := e.startSpan(tracectx.IncomingGRPC(ctx), "enginesim "+info.FullMethod, trace.SpanKindServer)
 		defer span.End()
 		resp, err := h(ctx, req)
 		endErr(span, err)
 		return resp, err
 	}
 	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		ctx, span := e.startSpan(tracing.IncomingGRPC(ss.Context()), "enginesim "+info.FullMethod, trace.SpanKindServer)
+		ctx, span := e.startSpan(tracectx.IncomingGRPC(ss.Context()), "enginesim "+info.FullMethod, trace.SpanKindServer)
 		defer span.End()
 		err := h(srv, &ctxStream{ServerStream: ss, ctx: ctx})
 		endErr(span, err)

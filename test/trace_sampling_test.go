@@ -14,6 +14,7 @@ import (
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/adapter/tracing"
 	"github.com/tlgate/tlgate/internal/runtime/gateway"
+	"github.com/tlgate/tlgate/internal/wire/tracectx"
 )
 
 // TestClientTraceparentSampledByRatio: with sample_ratio 0, a client's
@@ -54,7 +55,7 @@ func TestClientTraceparentSampledByRatio(t *testing.T) {
 	if !strings.HasPrefix(e.traceparent, "00-"+trace+"-") || !strings.HasSuffix(e.traceparent, "-00") {
 		t.Fatalf("engine traceparent %q: want the client's trace, not sampled", e.traceparent)
 	}
-	if len(e.tracestate) > tracing.MaxTraceStateBytes || strings.Count(e.tracestate, ",") >= tracing.MaxTraceStateMembers ||
+	if len(e.tracestate) > tracectx.MaxTraceStateBytes || strings.Count(e.tracestate, ",") >= tracectx.MaxTraceStateMembers ||
 		!strings.HasPrefix(e.tracestate, "v0=") {
 		t.Fatalf("tracestate not bounded to its first members: %d bytes %q", len(e.tracestate), e.tracestate)
 	}

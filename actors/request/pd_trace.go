@@ -8,9 +8,9 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/tlgate/tlgate/internal/adapter/tracing"
 	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/wire/disagg"
+	"github.com/tlgate/tlgate/internal/wire/tracectx"
 )
 
 // Attribute keys of disaggregated requests.
@@ -44,7 +44,7 @@ func (a *requestActor) tracePrefillLeg(h http.Header) trace.Span {
 		attrs = append(attrs, AttrRoom.String(strconv.FormatUint(a.pd.room, 10)))
 	}
 	ctx, sp := a.tr.tracer.Start(a.tr.attCtx, SpanPrefill, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-	tracing.Inject(ctx, h)
+	tracectx.Inject(ctx, h)
 	return sp
 }
 

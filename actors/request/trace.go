@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/adapter/tracing"
 	"github.com/tlgate/tlgate/internal/wire/proxy"
+	"github.com/tlgate/tlgate/internal/wire/tracectx"
 )
 
 // Span names. The request span is named by GenAI convention
@@ -206,7 +206,7 @@ func (a *requestActor) traceInject(h http.Header) {
 		ctx, a.tr.phase = a.tr.tracer.Start(a.tr.attCtx, SpanDecode, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(AttrWorker.String(a.target.Worker.ID), AttrKVHandle.String(a.handle)))
 	}
-	tracing.Inject(ctx, h)
+	tracectx.Inject(ctx, h)
 }
 
 // traceAnswered records the engine's answer (or failure) on the attempt

@@ -15,6 +15,7 @@ import (
 	"github.com/tlgate/tlgate/internal/routing/cascade"
 	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/wire/openai"
+	"github.com/tlgate/tlgate/internal/wire/tracectx"
 )
 
 // tracedRequest runs every trace hook of one disaggregated cascade request
@@ -86,9 +87,9 @@ func TestTracingOffAllocatesNothing(t *testing.T) {
 	}
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(200, func() {
-		tracing.Inject(ctx, h)
-		_ = tracing.OutgoingGRPC(ctx)
-		_ = tracing.Detached(ctx)
+		tracectx.Inject(ctx, h)
+		_ = tracectx.OutgoingGRPC(ctx)
+		_ = tracectx.Detached(ctx)
 	}); n != 0 {
 		t.Fatalf("propagation without a span: %v allocations, want 0", n)
 	}

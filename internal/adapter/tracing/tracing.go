@@ -1,28 +1,26 @@
 // Package tracing sets up OpenTelemetry tracing for tlgate and its reference
 // engine: a TracerProvider that exports spans over OTLP (gRPC or HTTP) with
-// a parent-based ratio sampler, or a no-op one when tracing is off, and the
-// W3C trace-context propagation (traceparent, tracestate) over HTTP headers
-// and gRPC metadata. Nothing here touches OpenTelemetry's globals: callers
-// pass the Provider, or a Tracer from it, to whatever records spans.
+// a parent-based ratio sampler, or a no-op one when tracing is off (the W3C
+// trace context itself travels through internal/wire/tracectx). Nothing
+// here touches OpenTelemetry's globals: callers pass the Provider, or a
+// Tracer from it, to whatever records spans.
 package tracing
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"strings"
 
+	"github.com/tlgate/tlgate/internal/wire/tracectx"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-	"google.golang.org/grpc/metadata"
 )
 
 // Protocols of the OTLP exporter (Config.Protocol).
@@ -202,48 +200,12 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// propagator is W3C trace context: traceparent and tracestate.
-func propagator() propagation.TraceContext { return propagation.TraceContext{} }
-
-// Tracestate bounds: what Extract keeps of a client's tracestate.
-const (
-	MaxTraceStateMembers = 8
-	MaxTraceStateBytes   = 256
-)
-
-// Extract returns ctx with the remote span context of h's traceparent and
-// tracestate, or ctx itself when h carries none (or a malformed one). The
-// sampled flag is kept only when trusted (a key with the trace scope);
-// otherwise it is cleared and the request is sampled by the ratio. The
-// tracestate keeps its first members (valid ones: a malformed tracestate is
-// dropped whole) within MaxTraceStateMembers and MaxTraceStateBytes.
-func Extract(ctx context.Context, h http.Header, trusted bool) context.Context {
-	if h.Get("Traceparent") == "" {
-		return ctx
-	}
-	ctx = propagator().Extract(ctx, propagation.HeaderCarrier(h))
-	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsValid() {
-		return ctx
-	}
-	if !trusted {
-		sc = sc.WithTraceFlags(sc.TraceFlags().WithSampled(false))
-		ctx = context.WithValue(ctx, untrustedKey{}, true)
-	}
-	sc = sc.WithTraceState(boundTraceState(sc.TraceState()))
-	return trace.ContextWithRemoteSpanContext(ctx, sc)
-}
-
-// untrustedKey marks a context whose remote parent came from an untrusted
-// client.
-type untrustedKey struct{}
-
 // untrustedSampler samples a remote parent that is not sampled: by ratio
 // when an untrusted client sent it, never otherwise.
 type untrustedSampler struct{ ratio sdktrace.Sampler }
 
 func (s untrustedSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
-	if p.ParentContext != nil && p.ParentContext.Value(untrustedKey{}) != nil {
+	if tracectx.Untrusted(p.ParentContext) {
 		return s.ratio.ShouldSample(p)
 	}
 	return sdktrace.NeverSample().ShouldSample(p)
@@ -251,106 +213,4 @@ func (s untrustedSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.S
 
 func (s untrustedSampler) Description() string {
 	return "UntrustedRemoteParent{" + s.ratio.Description() + "}"
-}
-
-// boundTraceState keeps ts's first members within the bounds.
-func boundTraceState(ts trace.TraceState) trace.TraceState {
-	var out trace.TraceState
-	n, size := 0, 0
-	ts.Walk(func(k, v string) bool {
-		m := len(k) + 1 + len(v)
-		if n > 0 {
-			m++ // the comma
-		}
-		if n == MaxTraceStateMembers || size+m > MaxTraceStateBytes {
-			return false
-		}
-		next, err := out.Insert(k, v)
-		if err != nil {
-			return false
-		}
-		// Insert puts a member first: keep the order by rebuilding below.
-		out = next
-		n, size = n+1, size+m
-		return true
-	})
-	// out holds the kept members in reverse order; put them back in order.
-	var ordered trace.TraceState
-	out.Walk(func(k, v string) bool {
-		ordered, _ = ordered.Insert(k, v)
-		return true
-	})
-	return ordered
-}
-
-// Inject sets traceparent (and tracestate) in h from ctx's span context;
-// it does nothing when ctx has no valid one.
-func Inject(ctx context.Context, h http.Header) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return
-	}
-	propagator().Inject(ctx, propagation.HeaderCarrier(h))
-}
-
-// OutgoingGRPC returns ctx with traceparent (and tracestate) in its
-// outgoing gRPC metadata, or ctx itself when it has no valid span context.
-func OutgoingGRPC(ctx context.Context) context.Context {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return ctx
-	}
-	md, _ := metadata.FromOutgoingContext(ctx)
-	md = md.Copy()
-	propagator().Inject(ctx, mdCarrier(md))
-	return metadata.NewOutgoingContext(ctx, md)
-}
-
-// IncomingGRPC returns ctx with the remote span context of its incoming
-// gRPC metadata, or ctx itself when the metadata carries none.
-func IncomingGRPC(ctx context.Context) context.Context {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok || len(md.Get("traceparent")) == 0 {
-		return ctx
-	}
-	return propagator().Extract(ctx, mdCarrier(md))
-}
-
-// mdCarrier adapts gRPC metadata to a propagation.TextMapCarrier.
-type mdCarrier metadata.MD
-
-func (c mdCarrier) Get(key string) string {
-	if v := metadata.MD(c).Get(key); len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}
-
-func (c mdCarrier) Set(key, value string) { metadata.MD(c).Set(key, value) }
-
-func (c mdCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	return keys
-}
-
-// Detached returns a context free of ctx's deadline and cancellation that
-// carries only ctx's span context: for calls that must outlive the request
-// (a KV Release). Without a valid span context it is context.Background().
-func Detached(ctx context.Context) context.Context {
-	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsValid() {
-		return context.Background()
-	}
-	return trace.ContextWithSpanContext(context.Background(), sc)
-}
-
-// SampledTraceID returns the trace id of sc when it is
-// sampled (its spans are exported), else "": what an exemplar or a log
-// line may point to.
-func SampledTraceID(sc trace.SpanContext) string {
-	if !sc.IsSampled() {
-		return ""
-	}
-	return sc.TraceID().String()
 }

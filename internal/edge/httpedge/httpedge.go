@@ -26,11 +26,11 @@ import (
 
 	"github.com/tlgate/tlgate/actors/request"
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/adapter/tracing"
 	"github.com/tlgate/tlgate/internal/guard/auth"
 	"github.com/tlgate/tlgate/internal/guard/ratelimit"
 	"github.com/tlgate/tlgate/internal/routing/echo"
 	"github.com/tlgate/tlgate/internal/wire/openai"
+	"github.com/tlgate/tlgate/internal/wire/tracectx"
 	"github.com/tlgate/tlgate/internal/wire/usage"
 )
 
@@ -258,7 +258,7 @@ func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, 
 	}
 	rctx := r.Context()
 	if d.Request.Tracer != nil { // continue the client's W3C trace context
-		rctx = tracing.Extract(rctx, r.Header, key.Has(auth.ScopeTrace))
+		rctx = tracectx.Extract(rctx, r.Header, key.Has(auth.ScopeTrace))
 	}
 	salt := bindSalt(key, &req)
 	ex := request.NewExchange(rctx, w, body, req, r.URL.Path, rid)

@@ -8,8 +8,8 @@ import (
 	"github.com/tlgate/tlgate/actors/request"
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/adapter/metrics"
-	"github.com/tlgate/tlgate/internal/adapter/tracing"
 	"github.com/tlgate/tlgate/internal/wire/openai"
+	"github.com/tlgate/tlgate/internal/wire/tracectx"
 )
 
 // instrument points the request actors' hooks at the metrics.
@@ -47,7 +47,7 @@ func instrument(d *request.Deps, m *metrics.Metrics) {
 // observe records a finished request.
 func observe(m *metrics.Metrics, ex *request.Exchange, o request.Outcome) {
 	outcome, route := outcomeOf(o)
-	tid := tracing.SampledTraceID(ex.TraceContext())
+	tid := tracectx.SampledTraceID(ex.TraceContext())
 	m.RequestDoneTraced(route, outcome, time.Since(ex.Received), tid)
 	m.EndpointDone(string(ex.Req.Endpoint), outcome)
 	if o.Log.FirstByte > 0 {

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/tlgate/tlgate/internal/adapter/tracing"
+	"github.com/tlgate/tlgate/internal/wire/tracectx"
 	enginev1 "github.com/tlgate/tlgate/protos/tl/engine/v1"
 	kvv1 "github.com/tlgate/tlgate/protos/tl/kv/v1"
 )
@@ -149,7 +149,7 @@ func (c *Client) Tokenize(ctx context.Context, httpAddr, model string, body []by
 		return nil, fmt.Errorf("engineclient: %w: %v", ErrTokenize, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	tracing.Inject(ctx, req.Header)
+	tracectx.Inject(ctx, req.Header)
 	resp, err := c.o.HTTP.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("engineclient: %w: %v", ErrTokenize, err)
@@ -177,7 +177,7 @@ func (c *Client) Prefill(ctx context.Context, grpcAddr string, req *enginev1.Pre
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(tracing.OutgoingGRPC(ctx), c.o.Timeout)
+	ctx, cancel := context.WithTimeout(tracectx.OutgoingGRPC(ctx), c.o.Timeout)
 	defer cancel()
 	resp, err := enginev1.NewEngineControlClient(cc).Prefill(ctx, req)
 	if err != nil {
@@ -195,7 +195,7 @@ func (c *Client) Release(ctx context.Context, kvAddr, handle string) (*kvv1.Rele
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(tracing.OutgoingGRPC(tracing.Detached(ctx)), c.o.Timeout)
+	ctx, cancel := context.WithTimeout(tracectx.OutgoingGRPC(tracectx.Detached(ctx)), c.o.Timeout)
 	defer cancel()
 	resp, err := kvv1.NewKvTransferServiceClient(cc).Release(ctx, &kvv1.ReleaseRequest{HandleId: handle})
 	if err != nil {

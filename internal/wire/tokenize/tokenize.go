@@ -42,8 +42,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/tidwall/gjson"
-
-	"github.com/tlgate/tlgate/internal/adapter/tracing"
+	"github.com/tlgate/tlgate/internal/wire/tracectx"
 )
 
 // Defaults of Options.
@@ -420,7 +419,7 @@ func (c *Client) call(ctx context.Context, req Request) ([]uint32, error) {
 		return nil, fmt.Errorf("%w: %v", ErrTokenizer, err)
 	}
 	hr.Header.Set("Content-Type", "application/json")
-	tracing.Inject(ctx, hr.Header)
+	tracectx.Inject(ctx, hr.Header)
 	resp, err := c.o.HTTP.Do(hr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrTokenizer, err)
