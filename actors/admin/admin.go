@@ -21,9 +21,9 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/tlgate/tlgate/actors/admin/store"
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/adapter/store"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
@@ -89,10 +89,8 @@ type Deps struct {
 	// Router gets SetRoutes and answers Known; Registry gets SetEpoch and
 	// Drain. Either may be nil (tests), which skips its messages.
 	Router, Registry *actor.PID
-	// StateDir is where statefile keeps the table when Store is nil; ""
-	// (and no Store) disables persistence.
-	StateDir string
-	Logger   zerolog.Logger
+	// Logger receives the admin's log lines.
+	Logger zerolog.Logger
 	// Table and Epoch are the table at start (statefile.Load's, or the
 	// configuration's) and its epoch. A nil Table is an empty table.
 	Table *routes.Table
@@ -105,8 +103,9 @@ type Deps struct {
 	OnWrite func(outcome string)
 	OnEpoch func(epoch uint64)
 	OnDrain func(model string)
-	// Store keeps the table and the drains; nil means a file store over
-	// StateDir (or none). With a shared store the admin also receives
+	// Store keeps the table and the drains (the composition root builds
+	// it: internal/adapter/store/filestore or etcdstore); nil keeps them in
+	// memory only. With a shared store the admin also receives
 	// *StoreSnapshot messages from the store's watch.
 	Store store.Store
 	// Rev is the store revision of Table (0 for the file store).
@@ -127,9 +126,6 @@ func Props(deps Deps) *actor.Props {
 	}
 	if deps.StoreTimeout <= 0 {
 		deps.StoreTimeout = DefaultStoreTimeout
-	}
-	if deps.Store == nil && deps.StateDir != "" {
-		deps.Store = store.NewFile(deps.StateDir, deps.Epoch)
 	}
 	st := NewState(deps.Table, deps.Epoch)
 	st.tableRev = deps.Rev

@@ -13,9 +13,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tlgate/tlgate/actors/admin"
+	"github.com/tlgate/tlgate/actors/admin/store"
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/adapter/statefile"
+	"github.com/tlgate/tlgate/internal/adapter/store/filestore"
 	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/policy"
 	"github.com/tlgate/tlgate/internal/routing/routes"
@@ -41,7 +43,11 @@ func newEnv(t *testing.T, stateDir string, rs []routes.Route) *env {
 		t.Fatal(err)
 	}
 	rt := sys.Root.Spawn(router.Props(router.NewState(router.Config{Policy: policy.NameLeastOutstanding}, table, 1), reg))
-	adm := sys.Root.Spawn(admin.Props(admin.Deps{Router: rt, Registry: reg, StateDir: stateDir, Logger: zerolog.Nop(), Table: table, Epoch: 1}))
+	var st store.Store
+	if stateDir != "" {
+		st = filestore.New(stateDir, 1)
+	}
+	adm := sys.Root.Spawn(admin.Props(admin.Deps{Router: rt, Registry: reg, Store: st, Logger: zerolog.Nop(), Table: table, Epoch: 1}))
 	t.Cleanup(func() {
 		for _, pid := range []*actor.PID{adm, rt, reg} {
 			_ = sys.Root.StopFuture(pid).Wait()

@@ -6,7 +6,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/tlgate/tlgate/internal/adapter/store"
+	"github.com/tlgate/tlgate/actors/admin/store"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tlgate/tlgate/internal/adapter/store"
+	"github.com/tlgate/tlgate/actors/admin/store"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tlgate/tlgate/internal/adapter/store"
+	"github.com/tlgate/tlgate/actors/admin/store"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 

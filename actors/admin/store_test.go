@@ -15,9 +15,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tlgate/tlgate/actors/admin"
+	"github.com/tlgate/tlgate/actors/admin/store"
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/adapter/store"
 	"github.com/tlgate/tlgate/internal/routing/policy"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 	"github.com/tlgate/tlgate/internal/runtime/actorsys"

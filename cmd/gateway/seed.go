@@ -7,8 +7,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/tlgate/tlgate/actors/admin/store"
 	"github.com/tlgate/tlgate/internal/adapter/config"
-	"github.com/tlgate/tlgate/internal/adapter/store"
 	"github.com/tlgate/tlgate/internal/adapter/store/etcdstore"
 	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )

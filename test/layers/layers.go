@@ -10,12 +10,15 @@
 //   - routing (internal/routing): pure logic. It imports only itself and
 //     protos: no actor, edge, adapter or the composition root.
 //   - wire (internal/wire): the shapes and calls on the wire to engines and
-//     clients. It may also use the adapters (tracing).
+//     clients, and the trace context they carry (internal/wire/tracectx).
 //   - guard (internal/guard): the edges' guards (keys, body, connection,
 //     peer and per-key limits).
-//   - actors (actors/...): the actors; never an edge.
+//   - actors (actors/...): the actors, and the ports they own (the admin's
+//     store, actors/admin/store); never an adapter or an edge.
 //   - adapter (internal/adapter): the outside world (configuration, state
-//     files, stores, probes, metrics, tracing, traffic rings).
+//     files, stores, probes, metrics, tracing, traffic rings); an adapter
+//     implements an actor's port or sends messages to actors, so it may
+//     import them, and never the other way round.
 //   - edge (internal/edge): the HTTP and gRPC edges, which translate only;
 //     one edge never imports another.
 //   - engine (enginesim): the reference engine.
@@ -25,10 +28,14 @@
 //     files. A kit may import every layer but cmd and test (a cluster kit
 //     starts whole gateways).
 //   - test (test/..., deploy): tests only.
+//
+// Who may import whom is a DAG: no two layers may import each other,
+// directly or through others (TestLayerTableIsADAG).
 package layers
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -84,17 +91,63 @@ var folders = []struct {
 var mayImport = map[Layer][]Layer{
 	Protos:  {},
 	Routing: {Protos},
-	Wire:    {Routing, Protos, Adapter},
+	Wire:    {Routing, Protos},
 	Guard:   {Wire, Routing, Protos},
-	Actors:  {Routing, Wire, Adapter, Protos},
+	Actors:  {Routing, Wire, Protos},
 	Adapter: {Actors, Routing, Wire, Protos},
 	Edge:    {Actors, Routing, Wire, Guard, Adapter, Protos},
-	Engine:  {Adapter, Protos},
+	Engine:  {Adapter, Wire, Protos},
 	Runtime: {Edge, Guard, Actors, Routing, Wire, Adapter, Engine, Protos},
 	Tool:    {Runtime, Edge, Guard, Actors, Routing, Wire, Adapter, Engine, Protos},
 	Cmd:     {Runtime, Tool, Edge, Guard, Actors, Routing, Wire, Adapter, Engine, Protos},
 	Testkit: {Runtime, Tool, Edge, Guard, Actors, Routing, Wire, Adapter, Engine, Protos},
 	Test:    {Runtime, Tool, Edge, Guard, Actors, Routing, Wire, Adapter, Engine, Protos, Cmd, Testkit},
+}
+
+// Cycle returns a cycle of the layer table, each layer then the one it may
+// import, first and last the same; nil when the table is a DAG.
+func Cycle() []Layer { return cycleOf(mayImport) }
+
+// cycleOf returns a cycle of table (as Cycle does), or nil.
+func cycleOf(table map[Layer][]Layer) []Layer {
+	const (
+		unseen = iota
+		open
+		done
+	)
+	mark := map[Layer]int{}
+	var path []Layer
+	var visit func(l Layer) []Layer
+	visit = func(l Layer) []Layer {
+		switch mark[l] {
+		case open:
+			i := slices.Index(path, l)
+			return append(slices.Clone(path[i:]), l)
+		case done:
+			return nil
+		}
+		mark[l] = open
+		path = append(path, l)
+		for _, to := range table[l] {
+			if c := visit(to); c != nil {
+				return c
+			}
+		}
+		path = path[:len(path)-1]
+		mark[l] = done
+		return nil
+	}
+	layers := make([]Layer, 0, len(table))
+	for l := range table {
+		layers = append(layers, l)
+	}
+	slices.Sort(layers)
+	for _, l := range layers {
+		if c := visit(l); c != nil {
+			return c
+		}
+	}
+	return nil
 }
 
 // Of returns the layer of a package of the module (its full import path),
@@ -196,6 +249,10 @@ func forbids(from, to Layer, fromPath, toPath string) string {
 		return fmt.Sprintf("pure routing logic imports %s (it may import only routing and protos)", article(to))
 	case from == Actors && to == Edge:
 		return "an actor imports an edge (edges send messages to actors, never the other way)"
+	case from == Actors && to == Adapter:
+		return "an actor imports an adapter (an adapter implements the actor's port, or sends it messages: put the interface beside the actor and let the composition root pass the adapter in)"
+	case from == Wire && to == Adapter:
+		return "the wire imports an adapter (the trace context the wire carries is internal/wire/tracectx)"
 	}
 	return fmt.Sprintf("%s may import only %s", from, list(mayImport[from]))
 }

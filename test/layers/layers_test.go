@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,6 +37,30 @@ func TestEveryPackageHasALayer(t *testing.T) {
 		if _, ok := Of(p.Path); !ok {
 			t.Errorf("%s is in no layer", p.Path)
 		}
+	}
+}
+
+// TestLayerTableIsADAG: no two layers may import each other, directly or
+// through others, so every layer sits strictly above the ones it uses; and
+// the check finds a cycle in a table that has one.
+func TestLayerTableIsADAG(t *testing.T) {
+	if c := Cycle(); c != nil {
+		t.Fatalf("the layer table has a cycle: %v", c)
+	}
+	for _, tc := range []struct {
+		name  string
+		table map[Layer][]Layer
+		want  []Layer
+	}{
+		{"two layers import each other", map[Layer][]Layer{Actors: {Adapter}, Adapter: {Actors}}, []Layer{Actors, Adapter, Actors}},
+		{"through a third", map[Layer][]Layer{Wire: {Routing}, Routing: {Adapter}, Adapter: {Wire}}, []Layer{Adapter, Wire, Routing, Adapter}},
+		{"a chain", map[Layer][]Layer{Edge: {Actors, Wire}, Actors: {Wire}, Wire: {Protos}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := cycleOf(tc.table); !slices.Equal(got, tc.want) {
+				t.Fatalf("cycleOf = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
 
@@ -99,6 +124,10 @@ func TestCheckFindsEachForbiddenImport(t *testing.T) {
 		{"a test kit imports a test", "internal/testkit/cluster", "test/replicas", "testkit may import only"},
 		{"a guard imports an edge", "internal/guard/auth", "internal/edge/httpedge", "guard may import only"},
 		{"the engine imports the router", "enginesim", "actors/router", "engine may import only"},
+		{"an actor builds the file store itself", "actors/admin", "internal/adapter/store/filestore", "an actor imports an adapter"},
+		{"an actor imports the stores' adapter", "actors/admin", "internal/adapter/store", "an actor imports an adapter"},
+		{"an actor imports tracing", "actors/request", "internal/adapter/tracing", "an actor imports an adapter"},
+		{"the wire imports tracing", "internal/wire/engineclient", "internal/adapter/tracing", "the wire imports an adapter"},
 
 		{"pure imports pure", "internal/routing/policy", "internal/routing/ring", ""},
 		{"pure imports protos", "internal/routing/fleet", "protos/tl/control/v1", ""},
@@ -112,6 +141,11 @@ func TestCheckFindsEachForbiddenImport(t *testing.T) {
 		{"a test kit imports the composition root", "internal/testkit/cluster", "internal/runtime/gateway", ""},
 		{"a test kit imports another", "internal/testkit/cluster", "internal/testkit/leakcheck", ""},
 		{"a command imports its own subpackage", "cmd/gateway", "cmd/gateway/internal/x", ""},
+		{"an actor imports its own port", "actors/admin", "actors/admin/store", ""},
+		{"an adapter implements an actor's port", "internal/adapter/store/filestore", "actors/admin/store", ""},
+		{"an adapter sends to an actor", "internal/adapter/probe", "actors/registry", ""},
+		{"an actor carries the trace context", "actors/request", "internal/wire/tracectx", ""},
+		{"the wire carries the trace context", "internal/wire/engineclient", "internal/wire/tracectx", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/adapter/statefile"
+	"github.com/tlgate/tlgate/internal/adapter/store/filestore"
 	"github.com/tlgate/tlgate/internal/edge/adminhttp"
 	"github.com/tlgate/tlgate/internal/guard/auth"
 	"github.com/tlgate/tlgate/internal/routing/fleet"
@@ -69,7 +70,7 @@ func start(t *testing.T, stateDir string, configured []routes.Route, maxBody int
 	g := &gateway{t: t, sys: sys}
 	g.reg = sys.Root.Spawn(registry.Props(registry.NewState(registry.Config{Interval: 2 * time.Second, MissLimit: 3, Epoch: epoch})))
 	g.router = sys.Root.Spawn(router.Props(router.NewState(router.Config{Policy: policy.NameLeastOutstanding}, table, epoch), g.reg))
-	g.admin = sys.Root.Spawn(admin.Props(admin.Deps{Router: g.router, Registry: g.reg, StateDir: stateDir, Logger: zerolog.Nop(), Table: table, Epoch: epoch}))
+	g.admin = sys.Root.Spawn(admin.Props(admin.Deps{Router: g.router, Registry: g.reg, Store: filestore.New(stateDir, epoch), Logger: zerolog.Nop(), Table: table, Epoch: epoch}))
 	g.h = adminhttp.New(adminhttp.Deps{Root: sys.Root, Admin: g.admin, Router: g.router, Keyring: kr, MaxBodyBytes: maxBody, Timeout: 5 * time.Second})
 	t.Cleanup(g.stop)
 	return g

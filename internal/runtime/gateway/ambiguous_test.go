@@ -16,9 +16,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/tlgate/tlgate/actors/admin/store"
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/adapter/config"
-	"github.com/tlgate/tlgate/internal/adapter/store"
 	"github.com/tlgate/tlgate/internal/testkit/cluster"
 )
 

@@ -13,9 +13,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tlgate/tlgate/actors/admin"
+	"github.com/tlgate/tlgate/actors/admin/store"
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/adapter/statefile"
-	"github.com/tlgate/tlgate/internal/adapter/store"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 	"github.com/tlgate/tlgate/internal/runtime/gateway"
 	"github.com/tlgate/tlgate/internal/testkit/cluster"

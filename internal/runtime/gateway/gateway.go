@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/tlgate/tlgate/actors/admin"
+	"github.com/tlgate/tlgate/actors/admin/store"
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/request"
 	"github.com/tlgate/tlgate/actors/router"
@@ -34,7 +35,6 @@ import (
 	"github.com/tlgate/tlgate/internal/adapter/fleetsync"
 	"github.com/tlgate/tlgate/internal/adapter/metrics"
 	"github.com/tlgate/tlgate/internal/adapter/probe"
-	"github.com/tlgate/tlgate/internal/adapter/store"
 	"github.com/tlgate/tlgate/internal/adapter/tracing"
 	"github.com/tlgate/tlgate/internal/adapter/traffic"
 	"github.com/tlgate/tlgate/internal/edge/adminhttp"
@@ -223,7 +223,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(rcfg, table, epoch), g.Registry).Configure(actor.WithDispatcher(pool)))
 	g.stops = append(g.stops, g.stopActor(g.Router))
 	g.Admin = g.sys.Root.Spawn(admin.Props(admin.Deps{
-		Router: g.Router, Registry: g.Registry, StateDir: gw.StateDir, Logger: o.Logger,
+		Router: g.Router, Registry: g.Registry, Logger: o.Logger,
 		Table: table, Epoch: epoch, OnWrite: m.AdminWrite, OnEpoch: m.Epoch, OnDrain: m.Drain,
 		Store: ss.store, Rev: ss.rev, Bounds: boundsOf(&gw),
 	}))

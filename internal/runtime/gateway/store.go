@@ -10,9 +10,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tlgate/tlgate/actors/admin"
+	"github.com/tlgate/tlgate/actors/admin/store"
 	"github.com/tlgate/tlgate/internal/adapter/config"
-	"github.com/tlgate/tlgate/internal/adapter/store"
 	"github.com/tlgate/tlgate/internal/adapter/store/etcdstore"
+	"github.com/tlgate/tlgate/internal/adapter/store/filestore"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
@@ -35,7 +36,7 @@ func (g *Gateway) openStore(gw *config.Gateway, log zerolog.Logger) (*startStore
 		if err != nil {
 			return nil, err
 		}
-		return &startStore{store: store.NewFile(gw.StateDir, epoch), epoch: epoch, routes: rs}, nil
+		return &startStore{store: filestore.New(gw.StateDir, epoch), epoch: epoch, routes: rs}, nil
 	}
 	cfg, err := EtcdConfig(&gw.Store)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/tlgate/tlgate/internal/adapter/store"
+	"github.com/tlgate/tlgate/actors/admin/store"
 	"github.com/tlgate/tlgate/internal/adapter/store/embedetcd"
 	"github.com/tlgate/tlgate/internal/adapter/store/etcdstore"
 	"github.com/tlgate/tlgate/internal/routing/routes"

@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/tlgate/tlgate/internal/adapter/store"
+	"github.com/tlgate/tlgate/actors/admin/store"
 	"github.com/tlgate/tlgate/internal/adapter/store/embedetcd"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 )

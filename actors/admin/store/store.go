@@ -1,9 +1,11 @@
-// Package store is where the gateway keeps its control state: the route
-// table with its epoch, and the served models an operator drained. Two
-// kinds implement Store: File (this package; one replica, the table in
-// state_dir/routes.json through internal/statefile, drains in memory only,
-// as before there was a store) and etcd (package etcdstore; several
-// replicas share the table and the drains, each watching for changes).
+// Package store is the admin actor's port to where the gateway keeps its
+// control state: the route table with its epoch, and the served models an
+// operator drained. It holds the Store interface, its errors and the
+// stored table's codec; the adapters implement it: filestore (one
+// replica, the table in state_dir/routes.json through
+// internal/adapter/statefile, drains in memory only) and etcdstore
+// (several replicas share the table and the drains, each watching for
+// changes), both under internal/adapter/store.
 //
 // A write is a compare-and-swap: PutRoutes names the version (epoch and
 // store revision) the writer read, and fails with ErrConflict when the

@@ -1,17 +1,21 @@
-package store
+// Package filestore is the single-replica implementation of the admin's
+// store port (actors/admin/store): the route table in a state directory's
+// routes.json, through internal/adapter/statefile.
+package filestore
 
 import (
 	"context"
 	"fmt"
 	"sync"
 
+	"github.com/tlgate/tlgate/actors/admin/store"
 	"github.com/tlgate/tlgate/internal/adapter/statefile"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 // File is the single-replica store: the route table in dir/routes.json
-// (internal/statefile: atomic writes, a corrupt file stops the start) and
-// the drains in memory, as the gateway kept them before shared stores.
+// (internal/adapter/statefile: atomic writes, a corrupt file stops the
+// start) and the drains in memory, in the admin actor.
 // The epoch it last wrote is the compare of the compare-and-swap, under a
 // mutex, so the file store needs no other serialisation than its own.
 type File struct {
@@ -21,17 +25,17 @@ type File struct {
 }
 
 // PutRoutes writes rs at epoch next when prev.Epoch is the epoch in force.
-func (f *File) PutRoutes(_ context.Context, prev Version, next uint64, rs []routes.Route) (Version, error) {
+func (f *File) PutRoutes(_ context.Context, prev store.Version, next uint64, rs []routes.Route) (store.Version, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if prev.Epoch != f.epoch {
-		return Version{}, &ConflictError{Epoch: f.epoch}
+		return store.Version{}, &store.ConflictError{Epoch: f.epoch}
 	}
 	if err := statefile.Save(f.dir, next, rs); err != nil {
-		return Version{}, fmt.Errorf("store: %w", err)
+		return store.Version{}, fmt.Errorf("store: %w", err)
 	}
 	f.epoch = next
-	return Version{Epoch: next}, nil
+	return store.Version{Epoch: next}, nil
 }
 
 // SetDrained keeps nothing: a single replica's drains live in its actors.
@@ -40,6 +44,6 @@ func (f *File) SetDrained(context.Context, []string, bool) (int64, error) { retu
 // Up is always true: the state directory is local.
 func (f *File) Up() bool { return true }
 
-// NewFile returns the file store over dir whose table in force is at
-// epoch (the table the gateway loaded from dir, or the configuration's).
-func NewFile(dir string, epoch uint64) *File { return &File{dir: dir, epoch: epoch} }
+// New returns the file store over dir whose table in force is at epoch
+// (the table the gateway loaded from dir, or the configuration's).
+func New(dir string, epoch uint64) *File { return &File{dir: dir, epoch: epoch} }
