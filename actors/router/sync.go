@@ -10,6 +10,7 @@ import (
 
 	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/prefixindex"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 // Fleet sync: the router tells a Syncer what it decided (picks, releases,
@@ -818,8 +819,8 @@ type planned struct {
 // snapshotOverhead is what a snapshot's header and each list entry take
 // in the wire format at most, besides their strings and hashes.
 const (
-	snapshotHeaderBytes = 2 + 2*binary.MaxVarintLen64 + 4*binary.MaxVarintLen32 + 256 // magic, version, chunk bytes, counts, replica id
-	snapshotEntryBytes  = 4 * binary.MaxVarintLen32                                   // string lengths, counts, a value
+	snapshotHeaderBytes = 2 + 2*binary.MaxVarintLen64 + 4*binary.MaxVarintLen32 + routes.MaxIDLen // magic, version, chunk bytes, counts, replica id
+	snapshotEntryBytes  = 4 * binary.MaxVarintLen32                                               // string lengths, counts, a value
 )
 
 // PlanSnapshot starts the router's view at now for a peer's warm start:

@@ -392,7 +392,7 @@ func Default() *Config {
 		CacheAwareBalanceAbs:      64,
 		CacheAwareBalanceRel:      1.5,
 		CacheAwareChunkBytes:      128,
-		CacheAwareBytesPerToken:   4,
+		CacheAwareBytesPerToken:   prefixindex.DefaultBytesPerToken,
 		CacheAwareMaxRequestShare: 0.5,
 		MaxWorkers:                1024,
 		RegistryPeerRate:          200,

@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/tlgate/tlgate/actors/router"
 )
 
 // Kinds of fleet sync (gateway.sync.kind).
@@ -23,12 +25,12 @@ const (
 	DefaultSyncMaxMessageBytes = 1 << 20
 	DefaultSyncPeerRate        = 2000
 	DefaultSyncLoadInterval    = time.Second
-	DefaultSyncPeerTimeout     = 5 * time.Second
+	DefaultSyncPeerTimeout     = router.DefaultSyncPeerTimeout
 	DefaultSyncStaleAfter      = 10 * time.Second
-	DefaultSyncMaxPeers        = 32
-	DefaultSyncMaxPeerInFlight = 256
-	DefaultSyncPeerClaimMargin = 8
-	DefaultSyncEjectionQuorum  = 2
+	DefaultSyncMaxPeers        = router.DefaultSyncMaxPeers
+	DefaultSyncMaxPeerInFlight = router.DefaultSyncMaxPeerInFlight
+	DefaultSyncPeerClaimMargin = router.DefaultSyncClaimMargin
+	DefaultSyncEjectionQuorum  = router.DefaultSyncEjectionQuorum
 	DefaultSyncSnapshotTimeout = 2 * time.Second
 	DefaultSyncConnectTimeout  = 2 * time.Second
 	DefaultSyncReconnectWait   = 500 * time.Millisecond

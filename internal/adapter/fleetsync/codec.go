@@ -8,6 +8,7 @@ import (
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 	"github.com/tlgate/tlgate/internal/routing/sticky"
 )
 
@@ -54,7 +55,7 @@ const DigestBytes = sticky.DigestBytes
 const (
 	// MaxString bounds a replica id, model, worker id, reason or stored
 	// response id.
-	MaxString = 256
+	MaxString = routes.MaxIDLen
 	// MaxHashes bounds the chunk hashes of one pick (a 1 MiB prompt at
 	// 128-byte chunks) or one snapshot entry.
 	MaxHashes = 1 << 16

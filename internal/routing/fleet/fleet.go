@@ -96,8 +96,8 @@ var (
 func ValidWorkerID(id string) bool { return workerIDPattern.MatchString(id) }
 
 // ValidModelID reports whether a model id is acceptable
-// (routes.CheckModelID: [A-Za-z0-9._:/-]{1,256}, no empty, "." or ".."
-// segment).
+// (routes.CheckModelID: 1 to routes.MaxIDLen bytes of [A-Za-z0-9._:/-],
+// no empty, "." or ".." segment).
 func ValidModelID(m string) bool { return routes.CheckModelID(m) == nil }
 
 // Validate checks a heartbeat before it may change anything: a well-formed
@@ -112,7 +112,7 @@ func Validate(s *controlv1.WorkerStatus) error {
 		return fmt.Errorf("worker_id: %w: %q must match [A-Za-z0-9._:-]{1,128}", ErrInvalidWorkerID, truncate(s.GetWorkerId()))
 	}
 	if err := routes.CheckModelID(s.GetModel()); err != nil {
-		return fmt.Errorf("model: %w: %v (it must match [A-Za-z0-9._:/-]{1,256} with no empty, \".\" or \"..\" segment)", ErrInvalidModel, err)
+		return fmt.Errorf("model: %w: %v (it must match [A-Za-z0-9._:/-]{1,%d} with no empty, \".\" or \"..\" segment)", ErrInvalidModel, err, routes.MaxIDLen)
 	}
 	role, err := RoleOf(s.GetRole())
 	if err != nil {

@@ -39,8 +39,10 @@ const (
 	// half the hashing, lookups and memory of one block a chunk, for a
 	// matched length rounded down to 32 tokens rather than 16.
 	DefaultChunkBytes = 128
-	// DefaultBytesPerToken is the usual 4 bytes of English text per token.
-	DefaultBytesPerToken = 4.0
+	// DefaultBytesPerToken is the usual 4 bytes of English text per token
+	// (under common BPE tokenizers): the gateway's one figure for it, used
+	// wherever a byte count stands for tokens.
+	DefaultBytesPerToken = 4
 	// DefaultCapacityTokens bounds a worker that reports no KV figures.
 	DefaultCapacityTokens = 65536
 	// MaxCapacityChunks caps any worker's share, whatever KV it reports

@@ -90,7 +90,7 @@ func TestValidate(t *testing.T) {
 	if err := Validate(nil); err != nil {
 		t.Fatalf("empty table: %v", err)
 	}
-	long := strings.Repeat("m", MaxModelIDLen)
+	long := strings.Repeat("m", MaxIDLen)
 	tests := []struct {
 		name string
 		rs   []Route

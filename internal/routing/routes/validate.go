@@ -9,8 +9,10 @@ import (
 	"github.com/tlgate/tlgate/internal/routing/cascade"
 )
 
-// MaxModelIDLen is the longest model id accepted, in bytes.
-const MaxModelIDLen = 256
+// MaxIDLen is the longest id the gateway accepts, in bytes: a model id,
+// a stored response's id; fleet sync bounds the strings it carries (replica
+// and worker ids, models) by it too.
+const MaxIDLen = 256
 
 // ErrInvalidRoutes is wrapped by every *FieldError of Validate, so callers
 // can tell a bad table (400 invalid_routes) from other failures.
@@ -30,7 +32,7 @@ func (e *FieldError) Error() string { return e.Path + ": " + e.Msg }
 // Unwrap lets errors.Is(err, ErrInvalidRoutes) match.
 func (e *FieldError) Unwrap() error { return ErrInvalidRoutes }
 
-// CheckModelID reports whether id is a valid model id: 1 to 256 bytes of
+// CheckModelID reports whether id is a valid model id: 1 to MaxIDLen bytes of
 // A-Z a-z 0-9 . _ : / -, whose "/"-separated segments are neither empty
 // nor "." or "..", so the id is its own normal form as a URL path (the
 // admin API and the console put it in one: /admin/v1/models/{model}:drain).
@@ -39,8 +41,8 @@ func CheckModelID(id string) error {
 	if id == "" {
 		return errors.New("required")
 	}
-	if len(id) > MaxModelIDLen {
-		return fmt.Errorf("must be at most %d bytes, got %d", MaxModelIDLen, len(id))
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("must be at most %d bytes, got %d", MaxIDLen, len(id))
 	}
 	for i := 0; i < len(id); i++ {
 		if !isModelIDByte(id[i]) {

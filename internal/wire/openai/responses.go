@@ -103,7 +103,7 @@ func ParseResponses(body []byte) (Request, error) {
 
 // MaxResponseIDLen bounds a stored response's id: the {id} of
 // /v1/responses/{id} and a previous_response_id.
-const MaxResponseIDLen = 256
+const MaxResponseIDLen = routes.MaxIDLen
 
 // ValidResponseID reports whether id is 1 to MaxResponseIDLen printable
 // ASCII characters without '/', as a response id in a URL path is.
@@ -132,7 +132,7 @@ func object(body []byte) (gjson.Result, *FieldError) {
 }
 
 // ReadModel validates a body's "model" value: a non-empty string of at
-// most routes.MaxModelIDLen bytes (no longer id is served, and errors
+// most routes.MaxIDLen bytes (no longer id is served, and errors
 // repeat it) without an empty, "." or ".." path segment.
 func ReadModel(v gjson.Result) (string, *FieldError) {
 	switch {
@@ -140,8 +140,8 @@ func ReadModel(v gjson.Result) (string, *FieldError) {
 		return "", fieldErr("model", "model must be a string")
 	case v.Str == "":
 		return "", fieldErr("model", "model must not be empty")
-	case len(v.Str) > routes.MaxModelIDLen:
-		return "", fieldErr("model", "model must be at most %d bytes, got %d", routes.MaxModelIDLen, len(v.Str))
+	case len(v.Str) > routes.MaxIDLen:
+		return "", fieldErr("model", "model must be at most %d bytes, got %d", routes.MaxIDLen, len(v.Str))
 	}
 	if seg, bad := dotSegment(v.Str); bad {
 		return "", fieldErr("model", "model %q has a path segment %q: a model id has no empty, \".\" or \"..\" segment", v.Str, seg)

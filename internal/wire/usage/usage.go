@@ -14,6 +14,7 @@ package usage
 
 import (
 	"github.com/tidwall/gjson"
+	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 )
 
 // maxTokens bounds one usage figure; a larger one (a lying or broken
@@ -21,7 +22,7 @@ import (
 const maxTokens = 1<<31 - 1
 
 // bytesPerToken is the estimate's bytes per token.
-const bytesPerToken = 4
+const bytesPerToken = prefixindex.DefaultBytesPerToken
 
 // Usage is the tokens one answer used.
 type Usage struct {

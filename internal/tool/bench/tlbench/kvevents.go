@@ -17,6 +17,7 @@ import (
 	"github.com/tlgate/tlgate/enginesim"
 	ekv "github.com/tlgate/tlgate/enginesim/kvevents"
 	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
 )
 
@@ -56,7 +57,7 @@ func workingSetBlocks(c Config, kind loadgen.Kind, rate float64, meanTokens floa
 	const bs = 16
 	switch kind {
 	case loadgen.RAG:
-		docTokens := float64(c.DocumentBytes+c.RAGSystemBytes) / 4
+		docTokens := float64(c.DocumentBytes+c.RAGSystemBytes) / prefixindex.DefaultBytesPerToken
 		return int(math.Ceil(float64(c.Documents) * docTokens / bs))
 	case loadgen.MultiTurn:
 		sessionRate := rate / float64(c.OpenTurns)
