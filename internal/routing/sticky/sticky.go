@@ -21,10 +21,11 @@
 package sticky
 
 import (
-	"container/list"
 	"crypto/sha256"
 	"sync"
 	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
 // Defaults for zero Config fields.
@@ -79,7 +80,7 @@ func New(cfg Config) *Map {
 	if cfg.MaxEntries <= 0 {
 		cfg.MaxEntries = DefaultMaxEntries
 	}
-	return &Map{cfg: cfg, own: newShare(), peer: map[string]*share{}, held: map[string]string{}}
+	return &Map{cfg: cfg, own: newShare(cfg.MaxEntries), peer: map[string]*share{}, held: map[string]string{}}
 }
 
 // TTL is how long an entry lives.
@@ -93,7 +94,7 @@ func (m *Map) Put(id, worker, key string, now time.Time) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.own.put(Digest(id), OwnerTag(id, key), worker, now.Add(m.cfg.TTL), now, m.cfg.MaxEntries)
+	m.own.put(Digest(id), OwnerTag(id, key), worker, now.Add(m.cfg.TTL), now)
 }
 
 // PutPeer records, in replica's share, that replica saw worker store the
@@ -112,20 +113,19 @@ func (m *Map) PutPeer(replica, digest, owner, worker string, ttl time.Duration, 
 	}
 	s := m.peer[replica]
 	if s == nil {
-		s = &share{byID: map[string]*list.Element{}, order: list.New()}
+		sh := newShare(m.cfg.MaxEntries) // never reached: the peers' bound is m.n's
+		s = &sh
 		m.peer[replica] = s
 	}
 	until := now.Add(min(ttl, m.cfg.TTL))
-	if el, ok := s.byID[digest]; ok {
-		e := el.Value.(*entry)
+	if e, ok := s.lru.Get(digest); ok { // Get: the entry becomes the newest
 		e.owner, e.worker, e.until = owner, worker, until
-		s.order.MoveToBack(el)
 		return true
 	}
 	m.expirePeer(replica, s, now)
 	for m.n >= m.cfg.MaxEntries && m.evictFairly(replica) {
 	}
-	s.byID[digest] = s.order.PushBack(&entry{digest: digest, owner: owner, worker: worker, until: until})
+	s.lru.Add(digest, &entry{digest: digest, owner: owner, worker: worker, until: until})
 	m.peer[replica] = s
 	m.held[digest] = replica
 	m.n++
@@ -138,18 +138,18 @@ func (m *Map) PutPeer(replica, digest, owner, worker string, ttl time.Duration, 
 func (m *Map) evictFairly(replica string) bool {
 	most, mostN, mostID := (*share)(nil), 0, ""
 	for id, s := range m.peer {
-		n := s.order.Len()
+		n := s.Len()
 		if id == replica {
 			n++
 		}
-		if s.order.Len() > 0 && (n > mostN || n == mostN && id == replica) {
+		if s.Len() > 0 && (n > mostN || n == mostN && id == replica) {
 			most, mostN, mostID = s, n, id
 		}
 	}
 	if most == nil {
 		return false
 	}
-	m.removePeer(mostID, most, most.order.Front())
+	m.removePeer(mostID, most, most.oldest())
 	return true
 }
 
@@ -160,32 +160,26 @@ func (m *Map) peerGet(replica, digest string, now time.Time) *entry {
 	if s == nil {
 		return nil
 	}
-	el, ok := s.byID[digest]
-	if !ok {
-		return nil
-	}
-	if e := el.Value.(*entry); e.until.After(now) {
-		return e
-	}
-	m.removePeer(replica, s, el)
-	return nil
+	return s.get(digest, now, func(e *entry) { m.removedPeer(replica, s, e) })
 }
 
 // expirePeer drops the oldest entries of replica's share s while they are
 // past their time at now.
 func (m *Map) expirePeer(replica string, s *share, now time.Time) {
-	for el := s.order.Front(); el != nil && !el.Value.(*entry).until.After(now); el = s.order.Front() {
-		m.removePeer(replica, s, el)
-	}
+	s.expire(now, func(e *entry) { m.removedPeer(replica, s, e) })
 }
 
-// removePeer removes el of replica's share s, and the share once empty.
-func (m *Map) removePeer(replica string, s *share, el *list.Element) {
-	e := el.Value.(*entry)
-	s.remove(el)
+// removePeer removes e from replica's share s, and the share once empty.
+func (m *Map) removePeer(replica string, s *share, e *entry) {
+	s.remove(e, func(e *entry) { m.removedPeer(replica, s, e) })
+}
+
+// removedPeer accounts for e, removed from replica's share s: the share
+// goes once empty.
+func (m *Map) removedPeer(replica string, s *share, e *entry) {
 	m.n--
 	delete(m.held, e.digest)
-	if s.order.Len() == 0 {
+	if s.Len() == 0 {
 		delete(m.peer, replica)
 	}
 }
@@ -197,7 +191,7 @@ func (m *Map) Worker(id, key string, now time.Time) (string, bool) {
 	d, owner := Digest(id), OwnerTag(id, key)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := m.own.get(d, now)
+	e := m.own.get(d, now, nil)
 	if e == nil {
 		if replica, ok := m.held[d]; ok {
 			e = m.peerGet(replica, d, now)
@@ -214,7 +208,9 @@ func (m *Map) Forget(id string) {
 	d := Digest(id)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.own.forget(d)
+	if e, ok := m.own.lru.Peek(d); ok {
+		m.own.remove(e, nil)
+	}
 	m.forgetPeer(d)
 }
 
@@ -230,8 +226,8 @@ func (m *Map) ForgetPeer(digest string) {
 func (m *Map) forgetPeer(digest string) {
 	if replica, ok := m.held[digest]; ok {
 		if s := m.peer[replica]; s != nil {
-			if el, ok := s.byID[digest]; ok {
-				m.removePeer(replica, s, el)
+			if e, ok := s.lru.Peek(digest); ok {
+				m.removePeer(replica, s, e)
 			}
 		}
 	}
@@ -245,14 +241,16 @@ func (m *Map) ExportOwn(limit int, now time.Time, fn func(digest, owner, worker 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := 0
-	for el := m.own.order.Back(); el != nil && n < limit; el = el.Prev() {
-		e := el.Value.(*entry)
-		if !e.until.After(now) {
-			continue
+	m.own.newest(func(e *entry) bool {
+		if n >= limit {
+			return false
 		}
-		fn(e.digest, e.owner, e.worker, e.until.Sub(now))
-		n++
-	}
+		if e.until.After(now) {
+			fn(e.digest, e.owner, e.worker, e.until.Sub(now))
+			n++
+		}
+		return true
+	})
 }
 
 // Len returns the number of the replica's own entries and of the peers',
@@ -260,7 +258,7 @@ func (m *Map) ExportOwn(limit int, now time.Time, fn func(digest, owner, worker 
 func (m *Map) Len() (own, peer int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.own.order.Len(), m.n
+	return m.own.Len(), m.n
 }
 
 // PeerLen returns the number of replica's entries.
@@ -268,15 +266,17 @@ func (m *Map) PeerLen(replica string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if s := m.peer[replica]; s != nil {
-		return s.order.Len()
+		return s.Len()
 	}
 	return 0
 }
 
-// share is one bounded set of entries, in the order they were recorded.
+// share is one set of entries, in the order they were recorded (a lookup
+// does not reorder them): an LRU of golang-lru's simplelru keyed by
+// digest, whose bound, when it has one, drops the oldest. The time an
+// entry lives is its own (until, against the caller's now), not the LRU's.
 type share struct {
-	byID  map[string]*list.Element
-	order *list.List // of *entry, oldest first
+	lru *simplelru.LRU[string, *entry]
 }
 
 type entry struct {
@@ -284,49 +284,73 @@ type entry struct {
 	until                 time.Time
 }
 
-func newShare() share { return share{byID: map[string]*list.Element{}, order: list.New()} }
-
-// put records digest on worker for owner until until, at now, keeping at
-// most limit entries (the oldest go).
-func (s *share) put(digest, owner, worker string, until, now time.Time, limit int) {
-	s.expire(now)
-	s.forget(digest)
-	s.byID[digest] = s.order.PushBack(&entry{digest: digest, owner: owner, worker: worker, until: until})
-	for s.order.Len() > limit {
-		s.remove(s.order.Front())
+// newShare returns an empty share that keeps at most limit entries.
+func newShare(limit int) share {
+	lru, err := simplelru.NewLRU[string, *entry](limit, nil)
+	if err != nil {
+		panic(err) // limit > 0 always: New and PutPeer pass MaxEntries
 	}
+	return share{lru: lru}
 }
 
-// get returns digest's entry unless it is past its time at now.
-func (s *share) get(digest string, now time.Time) *entry {
-	el, ok := s.byID[digest]
+// Len is the number of entries, expired ones included.
+func (s *share) Len() int { return s.lru.Len() }
+
+// put records digest on worker for owner until until, at now, keeping at
+// most the share's limit (the oldest go).
+func (s *share) put(digest, owner, worker string, until, now time.Time) {
+	s.expire(now, nil)
+	s.lru.Remove(digest) // a known digest is recorded anew, as the newest
+	s.lru.Add(digest, &entry{digest: digest, owner: owner, worker: worker, until: until})
+}
+
+// get returns digest's entry unless it is past its time at now (then it is
+// dropped, and removed is called with it when not nil).
+func (s *share) get(digest string, now time.Time, removed func(*entry)) *entry {
+	e, ok := s.lru.Peek(digest)
 	if !ok {
 		return nil
 	}
-	e := el.Value.(*entry)
 	if !e.until.After(now) {
-		s.remove(el)
+		s.remove(e, removed)
 		return nil
 	}
 	return e
 }
 
-func (s *share) forget(digest string) {
-	if el, ok := s.byID[digest]; ok {
-		s.remove(el)
-	}
-}
-
 // expire drops the oldest entries while they are past their time at now
 // (one that is not stops it: a later one past its time is dropped when
-// looked up, or by the bound).
-func (s *share) expire(now time.Time) {
-	for el := s.order.Front(); el != nil && !el.Value.(*entry).until.After(now); el = s.order.Front() {
-		s.remove(el)
+// looked up, or by the bound), calling removed with each when not nil.
+func (s *share) expire(now time.Time, removed func(*entry)) {
+	for {
+		_, e, ok := s.lru.GetOldest()
+		if !ok || e.until.After(now) {
+			return
+		}
+		s.remove(e, removed)
 	}
 }
 
-func (s *share) remove(el *list.Element) {
-	delete(s.byID, el.Value.(*entry).digest)
-	s.order.Remove(el)
+// oldest returns the oldest entry, or nil.
+func (s *share) oldest() *entry {
+	_, e, _ := s.lru.GetOldest()
+	return e
+}
+
+// remove drops e, calling removed with it when not nil.
+func (s *share) remove(e *entry, removed func(*entry)) {
+	if s.lru.Remove(e.digest) && removed != nil {
+		removed(e)
+	}
+}
+
+// newest calls fn for the entries from the newest to the oldest, until fn
+// returns false.
+func (s *share) newest(fn func(*entry) bool) {
+	keys := s.lru.Keys() // oldest first
+	for i := len(keys) - 1; i >= 0; i-- {
+		if e, ok := s.lru.Peek(keys[i]); ok && !fn(e) {
+			return
+		}
+	}
 }
