@@ -116,11 +116,20 @@ func (e *Engine) handleMessages(w http.ResponseWriter, r *http.Request) {
 		}
 		conv = append(conv, tokenizer.Message{Role: m.Role, Content: text})
 	}
-	g, err := e.genFor(conv, *req.MaxTokens, req.sampling, req.StopSequences, req.Stream)
+	// max_tokens 0 is Anthropic's way to have the prompt's KV computed
+	// and cached without generating: the fields are checked as for one
+	// token, the prompt prefilled, and the answer holds no content.
+	maxTokens := *req.MaxTokens
+	if maxTokens < 0 {
+		bad(fmt.Sprintf("max_tokens: must be at least 0, got %d", maxTokens))
+		return
+	}
+	g, err := e.genFor(conv, max(maxTokens, 1), req.sampling, req.StopSequences, req.Stream)
 	if err != nil {
 		bad(strings.TrimPrefix(err.Error(), errBadRequest.Error()+": "))
 		return
 	}
+	g.maxTokens = maxTokens
 	msg := &messageJSON{ID: randomID("msg_"), Type: "message", Role: "assistant", Model: e.cfg.Model, Content: []messageBlockJSON{},
 		Usage: messageUsageJSON{InputTokens: len(g.prompt)}}
 	s := &sse{w: w}
@@ -159,10 +168,10 @@ func (e *Engine) handleMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reason := "end_turn"
-	switch res.finish {
-	case "length":
+	switch {
+	case res.finish == "length" || g.maxTokens == 0:
 		reason = "max_tokens"
-	case "stop":
+	case res.finish == "stop":
 		if len(g.stop) > 0 && res.completionTokens < g.maxTokens {
 			reason = "stop_sequence"
 		}
@@ -186,7 +195,9 @@ func (e *Engine) handleMessages(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	} else {
-		msg.Content = []messageBlockJSON{{Type: "text", Text: text.String()}}
+		if g.maxTokens > 0 {
+			msg.Content = []messageBlockJSON{{Type: "text", Text: text.String()}}
+		}
 		werr = writeJSON(w, http.StatusOK, msg)
 	}
 	if werr != nil {

@@ -114,3 +114,41 @@ func (c *cluster) postRaw(path, body string, hdr ...string) reply {
 	}
 	return c.do(req)
 }
+
+// TestMessagesMaxTokensZero: Anthropic's max_tokens 0 (the prompt cached,
+// nothing generated) is accepted, whole and streamed, through the gateway
+// to the reference engine: a message with no content, stop_reason
+// max_tokens and no output tokens, its prompt counted.
+func TestMessagesMaxTokensZero(t *testing.T) {
+	c := newCluster(t, "", nil, enginesim.Config{ID: "a1", Model: "sim"})
+	body := `{"model":"sim","max_tokens":0,"messages":[{"role":"user","content":"Warm the cache with this prompt."}]}`
+	r := c.postRaw("/v1/messages", body)
+	var msg struct {
+		Type       string            `json:"type"`
+		Content    []json.RawMessage `json:"content"`
+		StopReason string            `json:"stop_reason"`
+		Usage      struct {
+			InputTokens  int `json:"input_tokens"`
+			OutputTokens int `json:"output_tokens"`
+		} `json:"usage"`
+	}
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &msg) != nil {
+		t.Fatalf("max_tokens 0: %d %s, want 200 and a message", r.status, r.body)
+	}
+	if msg.Type != "message" || len(msg.Content) != 0 || msg.StopReason != "max_tokens" || msg.Usage.OutputTokens != 0 || msg.Usage.InputTokens == 0 {
+		t.Fatalf("max_tokens 0: %s, want an empty message stopped at max_tokens with its input tokens", r.body)
+	}
+
+	r = c.postRaw("/v1/messages", strings.Replace(body, `"max_tokens":0`, `"max_tokens":0,"stream":true`, 1))
+	events := string(r.body)
+	if r.status != http.StatusOK || !strings.Contains(events, "event: message_stop") ||
+		!strings.Contains(events, `"stop_reason":"max_tokens"`) || strings.Contains(events, "content_block_delta") {
+		t.Fatalf("max_tokens 0, streamed: %d %s, want a stream with no delta that stops at max_tokens", r.status, r.body)
+	}
+
+	// A negative max_tokens is still refused, by the gateway.
+	r = c.postRaw("/v1/messages", strings.Replace(body, `"max_tokens":0`, `"max_tokens":-1`, 1))
+	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "max_tokens") {
+		t.Fatalf("max_tokens -1: %d %s, want 400 naming max_tokens", r.status, r.body)
+	}
+}

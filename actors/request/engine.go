@@ -28,7 +28,7 @@ func (a *requestActor) engineAnswered(ctx actor.Context, err error, worker strin
 	a.engineAnswers++
 	a.engineAnswer = ans
 	if a.engineAnswers == 1 {
-		a.doubted = worker
+		a.doubted, a.doubtedStep = worker, a.target.CascadeStep
 	}
 	if a.engineAnswers < MaxEngineAnswers && a.attempts < a.d.MaxAttempts {
 		return false
@@ -50,10 +50,13 @@ func (a *requestActor) relayEngineAnswer(ctx actor.Context) {
 }
 
 // blameDoubted runs when an attempt answered with status: a 2xx from
-// another worker shows that the worker which answered this request with an
-// engine error failed it, which then counts towards its ejection.
+// another worker of the same cascade step (the same model) shows that the
+// worker which answered this request with an engine error failed it,
+// which then counts towards its ejection. A later step's answer shows
+// nothing of the sort: a larger model may answer what a smaller one
+// cannot.
 func (a *requestActor) blameDoubted(ctx actor.Context, status int) {
-	if a.doubted == "" || status/100 != 2 {
+	if a.doubted == "" || status/100 != 2 || a.target.CascadeStep != a.doubtedStep {
 		return
 	}
 	ctx.Send(a.d.Router, &router.AttemptFailed{WorkerID: a.doubted, Reason: string(proxy.FailStatus5xx)})

@@ -270,6 +270,7 @@ type requestActor struct {
 	engineAnswers int
 	engineAnswer  *proxy.Response
 	doubted       string
+	doubtedStep   int // the cascade step doubted answered on
 	// generations counts the attempts that timed out generating a whole
 	// answer (proxy.IsGenerating).
 	generations int
@@ -652,6 +653,13 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 		a.log.Failures = append(a.log.Failures, reason)
 		a.log.LastError, a.lastErr = err.Error(), err
 		a.reportFailure(ctx, a.pin, reason, generating)
+		if ans := proxy.EngineAnswer(err); ans != nil {
+			// The engine's own error is the client's answer: no other
+			// worker could be asked, and its words say what went wrong.
+			a.engineAnswer = ans
+			a.relayEngineAnswer(ctx)
+			return
+		}
 		a.finish(ctx, pinnedFailed(a.storedID(), a.pin, err))
 		return
 	}

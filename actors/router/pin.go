@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 // ErrPinnedGone: the worker a pinned request must reach (Request.Pin) is
@@ -14,7 +17,9 @@ var ErrPinnedGone = errors.New("pinned worker gone")
 // that stores the state it refers to (a Responses follow-up of a stored
 // response). A live worker that is draining still takes it: nobody else
 // could. The model, when named, must be known; the target's served model
-// is the worker's.
+// is the first of the models the request names (itself, or its route's
+// backends) that the worker serves, so a follow-up on a LoRA adapter is
+// answered by the adapter; the worker's base model when it serves none.
 func (s *State) pickPinned(req *Request, now time.Time) (Target, error) {
 	w, ok := s.workers[req.Pin]
 	if !ok || !w.Live(now) || w.Drained {
@@ -30,11 +35,13 @@ func (s *State) pickPinned(req *Request, now time.Time) (Target, error) {
 	if req.Exclude[w.ID] || s.held(s.counter(w.ID), now) {
 		return Target{}, fmt.Errorf("router: worker %q: %w", req.Pin, ErrNoCapacity)
 	}
-	route := w.Model
+	route, names := w.Model, []string{req.Model}
 	if r, ok := s.table.Lookup(req.Model); ok {
 		route = r.Model
+		names = append(names, routeBackends(r, req.RequestID)...)
 	}
-	t := Target{Worker: *w, Route: route, ServedModel: w.Model, CascadeSteps: 1, Epoch: s.epoch,
+	served := pinnedServed(w, names...)
+	t := Target{Worker: *w, Route: route, ServedModel: served, CascadeSteps: 1, Epoch: s.epoch,
 		Reason: ReasonPinned, Policy: ReasonPinned, Candidates: 1}
 	s.sent(w.ID)
 	s.syncPicked(w.Model, w.ID) // its release is told too
@@ -43,3 +50,20 @@ func (s *State) pickPinned(req *Request, now time.Time) (Target, error) {
 
 // ReasonPinned is the reason of a pinned pick.
 const ReasonPinned = "pinned"
+
+// pinnedServed is the first of models that w serves, else w's base model.
+func pinnedServed(w *fleet.Worker, models ...string) string {
+	for _, m := range models {
+		if m != "" && w.Serves(m) {
+			return m
+		}
+	}
+	return w.Model
+}
+
+// routeBackends are the served models of route r in the order a request
+// with id would try them: its drawn backend, then the others.
+func routeBackends(r routes.Route, id string) []string {
+	first := routes.PickBackend(r, id)
+	return append([]string{first}, fallbacks(r, first)...)
+}

@@ -69,3 +69,27 @@ func TestPickPinnedEjected(t *testing.T) {
 		t.Fatal("a pinned request to an ejected worker was counted in flight")
 	}
 }
+
+// TestPinnedAdapterKeepsAdapter: a pinned follow-up that names a LoRA
+// adapter (itself, or through a route to it) is sent to its worker as the
+// adapter, not as the worker's base model; one that names the base, or
+// nothing, goes as the base.
+func TestPinnedAdapterKeepsAdapter(t *testing.T) {
+	lora := w("a", "base", fleet.RoleUnified, 0, 0)
+	lora.Adapters = []string{"sql-lora", "zz-lora"}
+	cases := []struct{ model, want string }{
+		{"sql-lora", "sql-lora"},
+		{"sql", "sql-lora"}, // a route to the adapter
+		{"base", "base"},
+		{"", "base"}, // GET, DELETE
+	}
+	for _, tc := range cases {
+		t.Run(tc.model, func(t *testing.T) {
+			s := state(t, policy.NameLeastOutstanding, []routes.Route{{Model: "sql", Backends: []routes.Backend{{Model: "sql-lora", Weight: 1}}}}, lora)
+			tg, err := s.Pick(&Request{Model: tc.model, Pin: "a", RequestID: "r1"}, now)
+			if err != nil || tg.Worker.ID != "a" || tg.ServedModel != tc.want {
+				t.Fatalf("picked %q serving %q, %v; want a serving %q", tg.Worker.ID, tg.ServedModel, err, tc.want)
+			}
+		})
+	}
+}

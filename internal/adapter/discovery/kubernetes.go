@@ -3,6 +3,8 @@ package discovery
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -181,13 +183,21 @@ func watch(ctx context.Context, log zerolog.Logger, inf cache.SharedIndexInforme
 	}
 }
 
-// endpoints maps the informers' objects to the set to report.
+// endpoints maps the informers' objects to the set to report. The
+// informers list in no set order, and one engine may be listed more than
+// once: in two slices while the controller moves it, and in one slice per
+// address family on a dual-stack Service (a pod's IPv4 and IPv6 addresses,
+// both under its key). Each key gets the same endpoint whatever the order:
+// the address of the first family by addressFamily (IPv4, then IPv6,
+// then names), the smallest of them, routable if any listing of the key
+// says so; so a pod's worker neither flips between its addresses (each
+// flip would restart its probes) nor drains while one listing is late.
 func (k *Kubernetes) endpoints(objs []any) []Endpoint {
 	byKey := map[string]Endpoint{}
+	routable := map[string]bool{}
 	add := func(ep Endpoint) {
-		// An endpoint in two slices (while the controller moves it) counts
-		// as routable if either says so.
-		if old, ok := byKey[ep.Key]; ok && !old.Draining {
+		routable[ep.Key] = routable[ep.Key] || !ep.Draining
+		if old, ok := byKey[ep.Key]; ok && !preferAddress(ep.Address, old.Address) {
 			return
 		}
 		byKey[ep.Key] = ep
@@ -205,11 +215,35 @@ func (k *Kubernetes) endpoints(objs []any) []Endpoint {
 		}
 	}
 	out := make([]Endpoint, 0, len(byKey))
-	for _, ep := range byKey {
+	for key, ep := range byKey {
+		ep.Draining = !routable[key]
 		out = append(out, ep)
 	}
 	slices.SortFunc(out, func(a, b Endpoint) int { return strings.Compare(a.Key, b.Key) })
 	return out
+}
+
+// addressFamily ranks the address families an engine's address is
+// taken from when it has several: IPv4 first (reachable from single-stack
+// gateways too), then IPv6, then host names (FQDN slices).
+func addressFamily(hostport string) int {
+	host, _, _ := net.SplitHostPort(hostport)
+	switch ip, err := netip.ParseAddr(host); {
+	case err != nil:
+		return 2
+	case ip.Is4() || ip.Is4In6():
+		return 0
+	}
+	return 1
+}
+
+// preferAddress reports whether address a is to be kept over b for one
+// engine: a lower-ranked family, else the smaller address.
+func preferAddress(a, b string) bool {
+	if fa, fb := addressFamily(a), addressFamily(b); fa != fb {
+		return fa < fb
+	}
+	return a < b
 }
 
 // slicePort is the slice's port that the source's port names, or 0.

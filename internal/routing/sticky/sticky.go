@@ -236,21 +236,30 @@ func (m *Map) forgetPeer(digest string) {
 // ExportOwn calls fn for at most limit of the replica's own live entries
 // as of now, the most recently recorded first, with the time each has
 // left: what the replica tells its peers. The peers' entries are never
-// exported: each replica vouches only for what it relayed.
+// exported: each replica vouches only for what it relayed. The entries
+// are copied under the mutex and fn is called after it is released, so
+// lookups (request actors waiting to route a follow-up) never wait on fn.
 func (m *Map) ExportOwn(limit int, now time.Time, fn func(digest, owner, worker string, ttl time.Duration)) {
+	for _, e := range m.exportedOwn(limit, now) {
+		fn(e.digest, e.owner, e.worker, e.until.Sub(now))
+	}
+}
+
+// exportedOwn is what ExportOwn hands to its fn, copied under the mutex.
+func (m *Map) exportedOwn(limit int, now time.Time) []entry {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := 0
+	out := make([]entry, 0, min(max(limit, 0), m.own.Len()))
 	m.own.newest(func(e *entry) bool {
-		if n >= limit {
+		if len(out) >= limit {
 			return false
 		}
 		if e.until.After(now) {
-			fn(e.digest, e.owner, e.worker, e.until.Sub(now))
-			n++
+			out = append(out, *e)
 		}
 		return true
 	})
+	return out
 }
 
 // Len returns the number of the replica's own entries and of the peers',

@@ -216,3 +216,37 @@ func TestDigestsHideIDsAndKeys(t *testing.T) {
 		t.Fatal("digests collide")
 	}
 }
+
+// TestExportCallsOutsideMutex: ExportOwn's callback runs with the map's
+// mutex released, so lookups of request actors never wait through the up
+// to tens of thousands of callbacks of a snapshot; the entries it hands
+// over are those of the moment it was called.
+func TestExportCallsOutsideMutex(t *testing.T) {
+	m := New(Config{})
+	t0 := time.Unix(1000, 0)
+	ids := map[string]string{} // digest -> id
+	for i := range 100 {
+		id := fmt.Sprintf("resp_%d", i)
+		ids[Digest(id)] = id
+		m.Put(id, "w1", "key", t0)
+	}
+	n := 0
+	m.ExportOwn(1000, t0, func(digest, _, _ string, _ time.Duration) {
+		if !m.mu.TryLock() {
+			t.Fatalf("ExportOwn holds the map's mutex while calling fn (entry %s)", digest)
+		}
+		m.mu.Unlock()
+		id := ids[digest]
+		if _, ok := m.Worker(id, "key", t0); !ok {
+			t.Fatalf("entry %s exported but not found", id)
+		}
+		m.Forget(id) // a callback may change the map: the export goes on
+		n++
+	})
+	if n != 100 {
+		t.Fatalf("exported %d entries, want 100", n)
+	}
+	if own, _ := m.Len(); own != 0 {
+		t.Fatalf("after forgetting every exported id: %d own entries left", own)
+	}
+}

@@ -1,0 +1,11 @@
+package discovery
+
+import (
+	"testing"
+
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
+)
+
+func TestMain(m *testing.M) {
+	leakcheck.VerifyTestMain(m)
+}
