@@ -439,14 +439,13 @@ func Parse(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
+		sort.Slice(und, func(i, j int) bool { return und[i].String() < und[j].String() })
+		errs := make([]error, len(und))
 		for i, k := range und {
-			keys[i] = k.String()
-		}
-		sort.Strings(keys)
-		errs := make([]error, len(keys))
-		for i, k := range keys {
 			errs[i] = fmt.Errorf("%w %s", ErrUnknownKey, k)
+			if s := suggestion(k); s != "" {
+				errs[i] = fmt.Errorf("%w %s (did you mean %s?)", ErrUnknownKey, k, s)
+			}
 		}
 		return nil, errors.Join(errs...)
 	}

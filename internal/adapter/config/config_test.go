@@ -149,6 +149,21 @@ func TestConfig(t *testing.T) {
 				t.Errorf("Parse(%q) error = %v, want unknown key %s", tc.doc, err, tc.want)
 			}
 		}
+		for _, tc := range []struct{ doc, want string }{
+			{"[gateway]\nheartbeat_intervall = \"2s\"\n", "gateway.heartbeat_intervall (did you mean gateway.heartbeat_interval?)"},
+			{"[gateway]\nlistn = \"127.0.0.1:1\"\n", "gateway.listn (did you mean gateway.listen?)"},
+			{"[[gateway.routes]]\nmodel = \"a\"\nbackends = [{ model = \"b\", wieght = 1 }]\n", "gateway.routes.backends.wieght (did you mean gateway.routes.backends.weight?)"},
+			{"[[gateway.engines]]\nid = \"e\"\nhttp_addr = \"x:1\"\n", "gateway.engines.http_addr (did you mean gateway.engines.http_address?)"},
+			{"[gateway.ejection]\nconsecutive_failure = 3\n", "gateway.ejection.consecutive_failure (did you mean gateway.ejection.consecutive_failures?)"},
+			{"[gatway]\nlisten = \"x\"\n", "gatway (did you mean gateway?)"},
+		} {
+			if _, err := Parse([]byte(tc.doc)); err == nil || !strings.Contains(err.Error(), "unknown key "+tc.want) {
+				t.Errorf("Parse(%q) error = %v, want unknown key %s", tc.doc, err, tc.want)
+			}
+		}
+		if _, err := Parse([]byte("[gateway]\nfrobnicate = 1\n")); err == nil || strings.Contains(err.Error(), "did you mean") {
+			t.Errorf("a key like none: %v, want no suggestion", err)
+		}
 		_, err := Parse([]byte("[gateway]\nb = 1\na = 2\n"))
 		if got, want := messages(err), []string{"config: unknown key gateway.a", "config: unknown key gateway.b"}; !slices.Equal(got, want) {
 			t.Errorf("two unknown keys: %q, want %q", got, want)

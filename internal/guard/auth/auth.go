@@ -44,6 +44,9 @@ var (
 	// ErrInvalidKey is returned when the header is not "Bearer <key>" or the
 	// key matches no configured key.
 	ErrInvalidKey = errors.New("auth: invalid API key")
+	// ErrNotBearer wraps ErrInvalidKey for an Authorization header that is
+	// not "Bearer <key>" (a key without its scheme, another scheme).
+	ErrNotBearer = fmt.Errorf("%w: the Authorization header is not \"Bearer <key>\"", ErrInvalidKey)
 	// ErrBadSpec is wrapped by New for an invalid key specification.
 	ErrBadSpec = errors.New("auth: invalid key specification")
 	// ErrDuplicateHeader is returned when a request carries more than one
@@ -277,7 +280,7 @@ func (k *Keyring) authenticate(r *http.Request, alt string) (Key, error) {
 	case h == "":
 		token = altToken
 	case !bearer:
-		return Key{}, ErrInvalidKey
+		return Key{}, ErrNotBearer
 	}
 	digest := sha256.Sum256([]byte(token))
 	found := 0
@@ -343,6 +346,11 @@ func (k *Keyring) RequireWith(scope Scope, o RequireOptions, next http.Handler) 
 		case errors.Is(err, ErrMissingKey):
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tlgate"`)
 			refuse(http.StatusUnauthorized, openai.CodeInvalidAPIKey, "Missing API key: send it as "+how+".")
+			return
+		case errors.Is(err, ErrNotBearer):
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tlgate", error="invalid_request"`)
+			refuse(http.StatusUnauthorized, openai.CodeInvalidAPIKey,
+				"The Authorization header is not \"Bearer <key>\": send the key as "+how+".")
 			return
 		case err != nil:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tlgate", error="invalid_token"`)

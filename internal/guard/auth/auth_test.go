@@ -58,10 +58,10 @@ func TestAuthScopes(t *testing.T) {
 		wantCode int
 	}{
 		{"missing", kr, "", ScopeInference, ErrMissingKey, "", 401},
-		{"malformed: no scheme", kr, userSecret, ScopeInference, ErrInvalidKey, "", 401},
-		{"malformed: basic", kr, "Basic " + userSecret, ScopeInference, ErrInvalidKey, "", 401},
-		{"malformed: empty bearer", kr, "Bearer ", ScopeInference, ErrInvalidKey, "", 401},
-		{"malformed: two tokens", kr, "Bearer " + userSecret + " x", ScopeInference, ErrInvalidKey, "", 401},
+		{"malformed: no scheme", kr, userSecret, ScopeInference, ErrNotBearer, "", 401},
+		{"malformed: basic", kr, "Basic " + userSecret, ScopeInference, ErrNotBearer, "", 401},
+		{"malformed: empty bearer", kr, "Bearer ", ScopeInference, ErrNotBearer, "", 401},
+		{"malformed: two tokens", kr, "Bearer " + userSecret + " x", ScopeInference, ErrNotBearer, "", 401},
 		{"wrong key", kr, "Bearer sk-nope", ScopeInference, ErrInvalidKey, "", 401},
 		{"key prefix is not the key", kr, "Bearer " + userSecret[:len(userSecret)-1], ScopeInference, ErrInvalidKey, "", 401},
 		{"sha256 given as the key is not the key", kr, "Bearer " + sha(hashSecret), ScopeInference, ErrInvalidKey, "", 401},
@@ -91,7 +91,7 @@ func TestAuthScopes(t *testing.T) {
 			if key.Name != tt.wantName {
 				t.Fatalf("key = %q, want %q", key.Name, tt.wantName)
 			}
-			if f := strings.Fields(tt.header); err != nil && len(f) > 0 && strings.Contains(err.Error(), f[len(f)-1]) {
+			if f := strings.Fields(tt.header); err != nil && len(f) > 0 && f[len(f)-1] != "Bearer" && strings.Contains(err.Error(), f[len(f)-1]) {
 				t.Fatalf("error %q shows the presented key", err)
 			}
 
@@ -127,6 +127,11 @@ func TestAuthScopes(t *testing.T) {
 			}
 			if body.Error.Code != wantCode || body.Error.Param != nil || body.Error.Message == "" {
 				t.Fatalf("error body %s, want code %s", rec.Body, wantCode)
+			}
+			// A malformed header is told apart from a wrong key: the
+			// message says what the header must be.
+			if errors.Is(tt.wantErr, ErrNotBearer) != strings.Contains(body.Error.Message, `not "Bearer <key>"`) {
+				t.Fatalf("message %q for header %q", body.Error.Message, tt.header)
 			}
 			if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
 				t.Fatalf("Content-Type = %q", ct)
