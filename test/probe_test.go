@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/routing/fleet"
@@ -206,11 +207,12 @@ func slowRegistry() clusterOpt {
 	return func(c *config.Config) { c.Gateway.HeartbeatInterval = config.D(time.Second) }
 }
 
-// worker returns the router's view of id, and whether it is listed.
+// worker returns the router's view of id, and whether it is listed as a
+// worker (an engine listed down is not one).
 func (c *cluster) worker(id string) (fleet.Worker, bool, bool) {
 	c.t.Helper()
 	for _, w := range c.workers() {
-		if w.ID == id {
+		if w.ID == id && w.State != router.StateDown {
 			return w.Worker, w.Routable, true
 		}
 	}

@@ -207,6 +207,9 @@ func TestRouteHeaderOnlyForDebug(t *testing.T) {
 		if r.status != http.StatusOK || r.header.Get("X-TL-Route") != "w1" {
 			t.Fatalf("debug key (stream %v): %d route %q", stream, r.status, r.header.Get("X-TL-Route"))
 		}
+		if _, ok := r.header["X-Tl-Cascade-Step"]; ok { // a cascade route's only
+			t.Fatalf("debug key (stream %v) on a route that is no cascade: X-TL-Cascade-Step %q", stream, r.header.Get("X-TL-Cascade-Step"))
+		}
 		r = c.post("/v1/completions", "key-plain", body, "X-Request-Id", "my-req-1")
 		if r.status != http.StatusOK || r.header.Get("X-TL-Route") != "" || r.header.Get("X-TL-Cascade-Step") != "" {
 			t.Fatalf("plain key (stream %v): %d route %q", stream, r.status, r.header.Get("X-TL-Route"))
@@ -246,6 +249,17 @@ func TestModelsList(t *testing.T) {
 	}
 	if r := c.get("/v1/models/nope%2Fx", ""); r.status != http.StatusNotFound || errorCode(t, r.body) != "model_not_found" {
 		t.Fatalf("unknown model: %d %s", r.status, r.body)
+	}
+	// An unknown model is the same error, naming the same field, on every
+	// path that takes a model.
+	for _, r := range []reply{
+		c.get("/v1/models/nope", ""),
+		c.post("/v1/chat/completions", "", map[string]any{"model": "nope", "messages": []map[string]string{{"role": "user", "content": "hi"}}}),
+		c.post("/v1/completions", "", map[string]any{"model": "nope", "prompt": "hi"}),
+	} {
+		if r.status != http.StatusNotFound || errorCode(t, r.body) != "model_not_found" || !strings.Contains(string(r.body), `"param":"model"`) {
+			t.Fatalf("unknown model: %d %s, want 404 model_not_found with param model", r.status, r.body)
+		}
 	}
 }
 

@@ -115,6 +115,7 @@ backends = [{ model = "m", weight = 1 }]
 	}{
 		{"unknown model", env, []string{"drain", "nope"}, tlctl.ExitFailed, "404 model_not_found"},
 		{"no key", map[string]string{"TLGATE_URL": c.url}, []string{"workers"}, tlctl.ExitFailed, "401 invalid_api_key"},
+		{"no key says which to set", map[string]string{"TLGATE_URL": c.url}, []string{"workers"}, tlctl.ExitFailed, "set TLGATE_KEY"},
 		{"wrong scope", map[string]string{"TLGATE_URL": c.url, "TLGATE_KEY": "key-plain"}, []string{"workers"}, tlctl.ExitFailed, "403 insufficient_scope"},
 		{"-key-file overrides", map[string]string{"TLGATE_URL": c.url, "TLGATE_KEY": "key-plain"}, []string{"-key-file", keyFile, "workers"}, 0, ""},
 		{"-key refused", env, []string{"-key", "key-admin", "workers"}, tlctl.ExitUsage, "-key is refused"},

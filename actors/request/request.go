@@ -107,8 +107,9 @@ type Outcome struct {
 	Status int
 	Header http.Header
 	Body   []byte // the whole response, when not streamed
-	// Code and Message describe an error answer (Body empty).
-	Code, Message string
+	// Code and Message describe an error answer (Body empty); Param, when
+	// set, names the request field the error is about.
+	Code, Message, Param string
 	// Streamed: the response was written by a stream attempt.
 	Streamed bool
 	Log      Log
@@ -166,6 +167,9 @@ type Deps struct {
 	MaxAttempts int
 	// Scheme of the engines' HTTP surface: "http" (default) or "https".
 	Scheme string
+	// NoCapacityRetryAfter is the Retry-After of a no_capacity answer the
+	// router did not give one for (every attempt failed); zero: 1 s.
+	NoCapacityRetryAfter time.Duration
 	// Hooks for metrics and tests; each may be nil. They run inside the
 	// actor and must not block.
 	OnRouted   func(ex *Exchange, t router.Target, took time.Duration)
@@ -368,7 +372,7 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 			}
 			a.finish(ctx, pinnedUnavailable(a.storedID(), a.pin, why, m.RetryAfter))
 		case errors.Is(m.Err, router.ErrModelNotFound):
-			a.finish(ctx, Outcome{Status: http.StatusNotFound, Code: openai.CodeModelNotFound,
+			a.finish(ctx, Outcome{Status: http.StatusNotFound, Code: openai.CodeModelNotFound, Param: "model",
 				Message: fmt.Sprintf("The model %q does not exist.", a.ex.Req.Model)})
 		case a.engineAnswer != nil:
 			a.relayEngineAnswer(ctx)
@@ -497,7 +501,7 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 		res := p.Stream(actx, att, sw, func(status int, uh http.Header) {
 			ex.committed.Store(true)
 			reportAnswer(root.Send, rt, target, status, time.Since(started))
-			responseHeaders(ex.W.Header(), ex.RequestID, debug, worker, step)
+			responseHeaders(ex.W.Header(), ex.RequestID, debug, worker, cascadeStep(target, step))
 		})
 		root.Send(self, &streamed{res: res})
 	}()
@@ -762,7 +766,12 @@ func (a *requestActor) finish(ctx actor.Context, o Outcome) {
 	if o.Header == nil {
 		o.Header = http.Header{}
 	}
-	responseHeaders(o.Header, a.ex.RequestID, a.ex.Debug, a.log.Worker, a.log.CascadeStep)
+	if o.Code == openai.CodeNoCapacity && o.Header.Get("Retry-After") == "" {
+		// Every no_capacity answer says when to come back: the clients
+		// that read it retry then, not at once nor never.
+		o.Header.Set("Retry-After", retryAfter(a.d.NoCapacityRetryAfter).Get("Retry-After"))
+	}
+	responseHeaders(o.Header, a.ex.RequestID, a.ex.Debug, a.log.Worker, cascadeStep(a.target, a.log.CascadeStep))
 	o.Log = a.log
 	a.traceEnd(o)
 	a.ex.Done <- o
@@ -770,13 +779,24 @@ func (a *requestActor) finish(ctx actor.Context, o Outcome) {
 }
 
 // responseHeaders sets the headers every answer carries: the request id,
-// and for keys with the debug scope the worker and the cascade step.
+// and for keys with the debug scope the worker and, on a cascade route,
+// the cascade step (step < 0: not a cascade).
 func responseHeaders(h http.Header, requestID string, debug bool, worker string, step int) {
 	h.Set("X-Request-Id", requestID)
 	if debug && worker != "" {
 		h.Set("X-TL-Route", worker)
-		h.Set("X-TL-Cascade-Step", strconv.Itoa(step))
+		if step >= 0 {
+			h.Set("X-TL-Cascade-Step", strconv.Itoa(step))
+		}
 	}
+}
+
+// cascadeStep is step when t is a target of a cascade route, else -1.
+func cascadeStep(t router.Target, step int) int {
+	if t.CascadeSteps > 1 {
+		return step
+	}
+	return -1
 }
 
 // cleanup runs when the actor stops, normally or after a panic: whatever

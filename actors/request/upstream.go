@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/wire/openai"
@@ -51,9 +49,8 @@ func (a *requestActor) noCapacity(m *router.RouteResult) Outcome {
 		msg = fmt.Sprintf("No worker can serve model %q right now: %s.", a.ex.Req.Model, nc.Why)
 		a.skipped(nc.Skipped)
 	}
-	secs := int((m.RetryAfter + time.Second - 1) / time.Second)
 	return Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeNoCapacity, Message: msg,
-		Header: http.Header{"Retry-After": {strconv.Itoa(max(secs, 1))}}}
+		Header: retryAfter(m.RetryAfter)}
 }
 
 // skipped records cascade steps the router passed over, in the log and the

@@ -60,6 +60,7 @@ const (
 	stateDrained
 	stateStale
 	stateNoProtocol
+	stateDown
 	numStates
 )
 
@@ -74,6 +75,7 @@ var verbs = [numStates][2]string{
 	stateStale:    {"missed its heartbeats", "missed their heartbeats"},
 	stateNoProtocol: {"is a probed engine of a kind that speaks no disaggregation protocol (vllm and sglang do)",
 		"are probed engines of a kind that speaks no disaggregation protocol (vllm and sglang do)"},
+	stateDown: {"is down (its probes fail)", "are down (their probes fail)"},
 }
 
 // stateOf is w's state for req; pair: the route is disaggregated, so a
@@ -118,14 +120,22 @@ func (s *State) whyNoCapacity(r routes.Route, req *Request, now time.Time) strin
 	}
 	roles := []fleet.Role{fleet.RoleUnified, fleet.RolePrefill, fleet.RoleDecode}
 	counts := map[fleet.Role]*[numStates]int{}
+	count := func(role fleet.Role, st workerState, n int) {
+		if counts[role] == nil {
+			counts[role] = &[numStates]int{}
+		}
+		counts[role][st] += n
+	}
 	for _, w := range s.workers {
 		for _, m := range served {
 			if w.Model == m {
-				if counts[w.Role] == nil {
-					counts[w.Role] = &[numStates]int{}
-				}
-				counts[w.Role][s.stateOf(w, req, now, r.IsDisaggregated())]++
+				count(w.Role, s.stateOf(w, req, now, r.IsDisaggregated()), 1)
 			}
+		}
+	}
+	for _, m := range served {
+		for role, n := range s.downOf(m) {
+			count(role, stateDown, n)
 		}
 	}
 	if len(counts) == 0 {

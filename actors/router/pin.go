@@ -25,7 +25,7 @@ func (s *State) pickPinned(req *Request, now time.Time) (Target, error) {
 	if !ok || !w.Live(now) || w.Drained {
 		return Target{}, fmt.Errorf("router: worker %q: %w", req.Pin, ErrPinnedGone)
 	}
-	if req.Model != "" && !s.Known(req.Model) {
+	if req.Model != "" && !s.Known(req.Model, now) {
 		return Target{}, fmt.Errorf("router: %q: %w", req.Model, ErrModelNotFound)
 	}
 	if h := s.health[w.ID]; h != nil && now.Before(h.until) {

@@ -66,16 +66,17 @@ type WorkersResult struct {
 // Ready asks whether any worker is routable; the router responds with bool.
 type Ready struct{}
 
-// ListModels asks for every model id clients may name; the router responds
-// with []string (sorted).
+// ListModels asks for every model id clients may name (every model Known);
+// the router responds with []string (sorted).
 type ListModels struct{}
 
 // ListAdapters asks for the LoRA adapters known workers serve; the router
 // responds with map[string]string (adapter id -> base model).
 type ListAdapters struct{}
 
-// Known asks whether a model names a route or a worker's model; the router
-// responds with bool.
+// Known asks whether a model is known (State.Known): a route, a worker's
+// model, a configured one, or one served recently; the router responds
+// with bool.
 type Known struct{ Model string }
 
 // LiftEjection ends a worker's ejection on an operator's word, and has
@@ -162,11 +163,15 @@ func (a *routerActor) Receive(ctx actor.Context) {
 	case *Ready:
 		ctx.Respond(st.Ready(time.Now()))
 	case *ListModels:
-		ctx.Respond(st.Models())
+		ctx.Respond(st.Models(time.Now()))
 	case *ListAdapters:
 		ctx.Respond(st.Adapters())
 	case *Known:
-		ctx.Respond(st.Known(m.Model))
+		ctx.Respond(st.Known(m.Model, time.Now()))
+	case *SetConfigured:
+		st.SetConfigured(m.Models)
+	case *SetDown:
+		st.SetDown(m.Engines)
 	case *SyncInbox:
 		now := time.Now()
 		for _, b := range m.Take() {

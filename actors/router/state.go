@@ -50,6 +50,11 @@ type Config struct {
 	// (zero: 1 s): about when a worker that registers or comes back would
 	// be routable.
 	NoCapacityRetryAfter time.Duration
+	// RecentModels is how long a model stays known after its last worker
+	// left (zero: DefaultRecentModels; negative: not at all), so that its
+	// clients get no_capacity through an outage rather than
+	// model_not_found.
+	RecentModels time.Duration
 }
 
 // Request is what routing needs to know of a client request.
@@ -227,6 +232,13 @@ type State struct {
 	// (stored.go), by worker; pendingStoredN counts them.
 	pendingStored  map[string][]pendingStored
 	pendingStoredN int
+
+	// Models known beyond the table and the workers (known.go): those
+	// the configuration names, those of down engines, and when each model
+	// a worker left serving was last served.
+	configured map[string]bool
+	down       []fleet.Down
+	lastServed map[string]time.Time
 }
 
 // NewState returns a router state with the given table and epoch.
@@ -282,6 +294,7 @@ func (s *State) SetWorker(w fleet.Worker) {
 // had.
 func (s *State) RemoveWorker(id string) {
 	if w, ok := s.workers[id]; ok {
+		s.served(w)
 		s.leavePool(w)
 		delete(s.workers, id)
 		delete(s.learned, id)
@@ -473,20 +486,6 @@ func (s *State) Load(w *fleet.Worker) int { return s.InFlight(w.ID) + w.QueueDep
 // SetRoutes installs a new table and epoch.
 func (s *State) SetRoutes(t *routes.Table, epoch uint64) { s.table, s.epoch = t, epoch }
 
-// Known reports whether model names a route or is served by a known
-// worker (its base model or one of its adapters).
-func (s *State) Known(model string) bool {
-	if _, ok := s.table.Lookup(model); ok {
-		return true
-	}
-	for _, w := range s.workers {
-		if w.Serves(model) {
-			return true
-		}
-	}
-	return false
-}
-
 // Pick routes req at now and counts the pick (and its prefill worker) as in
 // flight. It is a pure function of the state, the request and the clock,
 // apart from advancing the weighted policy's counters.
@@ -497,7 +496,7 @@ func (s *State) Pick(req *Request, now time.Time) (Target, error) {
 	}
 	r, ok := s.table.Lookup(req.Model)
 	if !ok {
-		if !s.Known(req.Model) {
+		if !s.Known(req.Model, now) {
 			return Target{}, fmt.Errorf("router: %q: %w", req.Model, ErrModelNotFound)
 		}
 		r = routes.Route{Model: req.Model}
@@ -737,10 +736,26 @@ func (s *State) pickOneBy(pol policy.Name, t *Target, model string, role fleet.R
 	return nil
 }
 
+// The states of a worker in the admin API's list (WorkerView.State).
+const (
+	StateRoutable = "routable"
+	StateSuspect  = "suspect"  // routable; its last attempts failed, one request at a time
+	StateEjected  = "ejected"  // passive health keeps it out for a while
+	StateDraining = "draining" // the engine says it is draining
+	StateDrained  = "drained"  // an operator drained its model
+	StateStale    = "stale"    // it missed its heartbeats; its eviction is on its way
+	StateDown     = "down"     // a probed engine whose probes fail (fleet.Down)
+)
+
 // WorkerView is one worker as the admin API lists it.
 type WorkerView struct {
 	fleet.Worker
-	InFlight int `json:"in_flight"`
+	// State says why the worker is or is not routable (State*);
+	// LastError and DownSince say why and since when a down engine is.
+	State     string    `json:"state"`
+	LastError string    `json:"last_error,omitempty"`
+	DownSince time.Time `json:"down_since,omitzero"`
+	InFlight  int       `json:"in_flight"`
 	// Routable: new requests may go to the worker: live, not draining or
 	// drained, and not ejected.
 	Routable bool `json:"routable"`
@@ -768,16 +783,37 @@ type WorkerView struct {
 	ConsecutiveFailures int `json:"consecutive_failures"`
 }
 
-// Workers lists every known worker at now, sorted by id.
+// Workers lists every known worker at now, and every down engine, sorted
+// by id.
 func (s *State) Workers(now time.Time) []WorkerView {
-	out := make([]WorkerView, 0, len(s.workers))
+	out := make([]WorkerView, 0, len(s.workers)+len(s.down))
 	for _, w := range s.workers {
 		v := WorkerView{Worker: *w, InFlight: s.InFlight(w.ID), PeerInFlight: s.PeerInFlight(w.ID), Routable: w.Routable(now), PrefixIndexChunks: s.indexChunks(w.ID)}
 		v.CacheView, v.KVBlocks = s.exactStats(w.ID, now)
-		out = append(out, s.overloadView(v, now))
+		v = s.overloadView(v, now)
+		v.State = viewState(&v, now)
+		out = append(out, v)
 	}
+	out = append(out, s.downViews()...)
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// viewState is the State of a worker's view.
+func viewState(v *WorkerView, now time.Time) string {
+	switch {
+	case !v.Live(now):
+		return StateStale
+	case v.Drained:
+		return StateDrained
+	case v.Draining:
+		return StateDraining
+	case now.Before(v.EjectedUntil):
+		return StateEjected
+	case v.ConsecutiveFailures > 0:
+		return StateSuspect
+	}
+	return StateRoutable
 }
 
 // Ready reports whether at least one worker is routable at now.
@@ -790,9 +826,9 @@ func (s *State) Ready(now time.Time) bool {
 	return false
 }
 
-// Models lists route models, aliases and the model ids known workers
-// serve (base models and adapters).
-func (s *State) Models() []string {
+// Models lists route models, aliases, the model ids known workers serve
+// (base models and adapters) and every other model known at now (Known).
+func (s *State) Models(now time.Time) []string {
 	seen := map[string]bool{}
 	var out []string
 	add := func(m string) {
@@ -808,6 +844,9 @@ func (s *State) Models() []string {
 		for _, m := range w.Models() {
 			add(m)
 		}
+	}
+	for _, m := range s.knownElsewhere(now) {
+		add(m)
 	}
 	sort.Strings(out)
 	return out

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -410,7 +411,52 @@ func TestPickAdapters(t *testing.T) {
 	if _, err := s.Pick(&Request{Model: "l1", RequestID: "r"}, now); !errors.Is(err, ErrModelNotFound) {
 		t.Fatalf("unloaded adapter: %v", err)
 	}
-	if !slices.Contains(s.Models(), "l2") || slices.Contains(s.Models(), "l1") {
-		t.Fatalf("Models = %v", s.Models())
+	if !slices.Contains(s.Models(now), "l2") || slices.Contains(s.Models(now), "l1") {
+		t.Fatalf("Models = %v", s.Models(now))
+	}
+}
+
+// TestKnownModels: a model is known (no_capacity, never model_not_found)
+// while a route, a worker, the configuration or a down engine names it,
+// and for the recent window after its last worker left, by that worker's
+// last heartbeat; a window below zero forgets it at once.
+func TestKnownModels(t *testing.T) {
+	s := state(t, policy.NameLeastOutstanding, []routes.Route{{Model: "r"}}, w("a", "served", fleet.RoleUnified, 0, 0))
+	s.SetConfigured([]string{"configured", ""})
+	s.SetDown([]fleet.Down{{ID: "d", Model: "downmodel", Role: fleet.RoleUnified, LastError: "refused"}})
+	for _, m := range []string{"r", "served", "configured", "downmodel"} {
+		if !s.Known(m, now) {
+			t.Errorf("%s not known", m)
+		}
+	}
+	if s.Known("", now) || s.Known("other", now) {
+		t.Error("an unnamed model is known")
+	}
+	s.RemoveWorker("a")
+	if !s.Known("served", now.Add(DefaultRecentModels-time.Second)) || s.Known("served", now.Add(DefaultRecentModels)) {
+		t.Error("a model left by its last worker is not known for exactly the window")
+	}
+	if !slices.Contains(s.Models(now), "served") || !slices.Contains(s.Models(now), "downmodel") || !slices.Contains(s.Models(now), "configured") {
+		t.Errorf("Models = %v", s.Models(now))
+	}
+	_, err := s.Pick(&Request{Model: "downmodel", RequestID: "x"}, now)
+	var nc *NoCapacityError
+	if !errors.As(err, &nc) || !strings.Contains(nc.Why, "1 unified worker is down (its probes fail)") {
+		t.Fatalf("pick of a down engine's model: %v", err)
+	}
+	if v := s.Workers(now); len(v) != 1 || v[0].ID != "d" || v[0].State != StateDown || v[0].Routable || v[0].LastError != "refused" {
+		t.Fatalf("Workers = %+v, want the down engine", v)
+	}
+	s.SetDown(nil)
+	s.SetConfigured(nil)
+	if s.Known("downmodel", now) || s.Known("configured", now) {
+		t.Error("a model no longer configured nor down is still known")
+	}
+
+	off := NewState(Config{RecentModels: -1}, nil, 1)
+	off.SetWorker(w("a", "served", fleet.RoleUnified, 0, 0))
+	off.RemoveWorker("a")
+	if off.Known("served", now) {
+		t.Error("with the window off, a model left by its last worker is still known")
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/runtime/stage"
 	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
 	"github.com/tlgate/tlgate/internal/tool/browser"
@@ -56,10 +57,18 @@ func chromium(t *testing.T) string {
 
 func setup(t *testing.T) *ui {
 	t.Helper()
+	return setupWith(t, stage.Options{}, 1280)
+}
+
+// setupWith is setup with stage options o (its StateDir is the test's)
+// and a window width wide pixels wide.
+func setupWith(t *testing.T, o stage.Options, wide int) *ui {
+	t.Helper()
 	path := chromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testBudget)
 	t.Cleanup(cancel)
-	st, err := stage.Start(ctx, stage.Options{StateDir: t.TempDir()})
+	o.StateDir = t.TempDir()
+	st, err := stage.Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +79,7 @@ func setup(t *testing.T) *ui {
 			t.Errorf("stage close: %v", err)
 		}
 	})
-	b, err := browser.Start(ctx, path, 1280, 900)
+	b, err := browser.Start(ctx, path, wide, 900)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,12 +175,25 @@ func TestKeyAskedOnceAndKept(t *testing.T) {
 }
 
 // TestFleetListsEngines: a row per engine, each routable with its model,
-// role and a fresh heartbeat; a card per model.
+// role, its requests in flight from the other replicas (peer_in_flight)
+// and a fresh heartbeat; a card per model; a configured engine that is
+// down listed so, with its last error.
 func TestFleetListsEngines(t *testing.T) {
-	u := setup(t)
+	u := setupWith(t, stage.Options{Probed: []config.Engine{{ID: "vllm-down", HTTPAddress: "127.0.0.1:1", Model: "llama",
+		Kind: config.KindVLLM, ProbeInterval: config.D(100 * time.Millisecond)}}}, 1280)
 	u.login(stage.AdminKey)
 	want := len(u.st.Engines)
 	u.waitJS("every engine listed", fmt.Sprintf(`document.querySelectorAll('tr[data-worker][data-state="routable"]').length === %d`, want))
+	u.waitJS("the down engine listed", `document.querySelector('.card[data-model="llama"] tr[data-worker="vllm-down"][data-state="down"] [data-last-error]') !== null`)
+	if peers := eval[[]string](u, `[...document.querySelectorAll("tr[data-worker] td[data-peer-in-flight]")].map(td => td.textContent)`); len(peers) != want+1 {
+		t.Errorf("peer in-flight cells %q, want one per row", peers)
+	} else {
+		for _, p := range peers {
+			if p != "0" { // one replica: no peer
+				t.Errorf("peer in-flight cells %q, want 0s", peers)
+			}
+		}
+	}
 	type row struct{ ID, Model, Role, Heartbeat string }
 	rows := eval[[]row](u, `[...document.querySelectorAll("tr[data-worker]")].map(tr => ({
 		ID: tr.dataset.worker,
@@ -180,7 +202,9 @@ func TestFleetListsEngines(t *testing.T) {
 		Heartbeat: tr.lastElementChild.textContent }))`)
 	got := map[string]row{}
 	for _, r := range rows {
-		got[r.ID] = r
+		if r.ID != "vllm-down" {
+			got[r.ID] = r
+		}
 	}
 	for id, e := range u.st.Engines {
 		r, ok := got[id]
@@ -193,9 +217,41 @@ func TestFleetListsEngines(t *testing.T) {
 			t.Errorf("%s: heartbeat age %q, want seconds", id, r.Heartbeat)
 		}
 	}
-	if n := eval[int](u, `document.querySelectorAll(".card.model").length`); n != 3 {
-		t.Errorf("%d model cards, want 3 (big, smol-v3, smol-v4)", n)
+	if n := eval[int](u, `document.querySelectorAll(".card.model").length`); n != 4 {
+		t.Errorf("%d model cards, want 4 (big, llama, smol-v3, smol-v4)", n)
 	}
+}
+
+// TestHeadersFitAt1400: at 1,400 pixels no header of the Fleet or Traffic
+// page's tables runs out of its column or over its neighbour.
+func TestHeadersFitAt1400(t *testing.T) {
+	u := setupWith(t, stage.Options{}, 1400)
+	u.login(stage.AdminKey)
+	u.waitJS("fleet shown", `document.querySelectorAll('tr[data-worker][data-state="routable"]').length > 0`)
+	u.st.Complete(context.Background(), "smol", 1) // a row on the traffic page
+	check := func(page string) {
+		t.Helper()
+		bad := eval[[]string](u, `(() => {
+			const out = [];
+			for (const tr of document.querySelectorAll(".page:not([hidden]) table thead tr")) {
+				let prev = null;
+				for (const th of tr.children) {
+					const r = th.getBoundingClientRect();
+					if (th.scrollWidth > th.clientWidth) out.push(th.textContent + " overflows its column");
+					if (prev && r.left < prev.right - 0.5) out.push(th.textContent + " overlaps its left neighbour");
+					prev = r;
+				}
+			}
+			return out;
+		})()`)
+		if len(bad) > 0 {
+			t.Errorf("%s page at 1400 px: %v", page, bad)
+		}
+	}
+	check("fleet")
+	u.open("traffic")
+	u.waitJS("traffic table", `document.querySelector('#traffic-models tr[data-model]') !== null`)
+	check("traffic")
 }
 
 // TestDrainClickStopsRouting: clicking Drain on a model's card marks its

@@ -79,6 +79,10 @@ type Gateway struct {
 	HeartbeatMissLimit int `toml:"heartbeat_miss_limit"`
 	// MaxAttempts is how many workers a request tries before 503.
 	MaxAttempts int `toml:"max_attempts"`
+	// RecentModelWindow is how long a model stays known (503
+	// no_capacity, never 404 model_not_found) after its last worker left;
+	// 0: forgotten at once.
+	RecentModelWindow Duration `toml:"recent_model_window"`
 	// MaxBodyBytes bounds request bodies (413 above).
 	MaxBodyBytes int64 `toml:"max_body_bytes"`
 	// StateDir holds the persisted route table.
@@ -374,6 +378,7 @@ func Default() *Config {
 		HeartbeatInterval:  D(2 * time.Second),
 		HeartbeatMissLimit: 3,
 		MaxAttempts:        3,
+		RecentModelWindow:  D(24 * time.Hour),
 		MaxBodyBytes:       1 << 20,
 		StateDir:           "./tlgate-data",
 		ConnectTimeout:     D(2 * time.Second),

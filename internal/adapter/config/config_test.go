@@ -60,7 +60,7 @@ func TestConfig(t *testing.T) {
 				QueueSize: 1024, QueueTimeout: D(30 * time.Second)},
 			MaxWorkers: 1024, RegistryPeerRate: 200, RegistryPeerBurst: 400,
 			TokensAdmission: TokensRefuse, MaxRoutes: 4096, MaxTableBytes: 1 << 20, TokensDefaultMaxTokens: 4096,
-			MaxConnections: 10000, MaxConnectionsPerClient: 1000,
+			MaxConnections: 10000, MaxConnectionsPerClient: 1000, RecentModelWindow: D(24 * time.Hour),
 		}
 		want.Tracing = Tracing{Protocol: "grpc", SampleRatio: 1, ServiceName: "tlgate"}
 		want.Sync = Sync{Kind: "none", SubjectPrefix: "tlgate.sync", BatchInterval: D(time.Millisecond), ReleaseHold: D(5 * time.Millisecond), MaxBatchBytes: 64 << 10,
@@ -230,6 +230,7 @@ func TestConfigValidation(t *testing.T) {
 		{"affinity_load_factor inf", `affinity_load_factor = inf`, []string{"gateway.affinity_load_factor: must be > 1, got +Inf"}},
 		{"heartbeat_interval", `heartbeat_interval = "0s"`, []string{"gateway.heartbeat_interval: must be > 0, got 0s"}},
 		{"heartbeat_miss_limit", `heartbeat_miss_limit = 0`, []string{"gateway.heartbeat_miss_limit: must be >= 1, got 0"}},
+		{"recent_model_window", `recent_model_window = "-1s"`, []string{"gateway.recent_model_window: must be >= 0, got -1s"}},
 		{"max_workers", `max_workers = 0`, []string{"gateway.max_workers: must be >= 1, got 0"}},
 		{"engine_tokens", "[[gateway.engine_tokens]]\nname = \"a\"\ntoken = \"x\"\nworker_ids = [\"e1\", \"bad id\"]\n[[gateway.engine_tokens]]\nname = \"a\"\nworker_ids = [\"e1\"]\n", []string{
 			`gateway.engine_tokens[0].worker_ids[1]: "bad id" must match [A-Za-z0-9._:-]{1,128}`,

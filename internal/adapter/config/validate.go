@@ -61,6 +61,9 @@ func (c *Config) Validate() error {
 	if g.MaxAttempts < 1 {
 		v.add("gateway.max_attempts", "must be >= 1, got %d", g.MaxAttempts)
 	}
+	if g.RecentModelWindow.Duration < 0 {
+		v.add("gateway.recent_model_window", "must be >= 0, got %v", g.RecentModelWindow.Duration)
+	}
 	if g.MaxBodyBytes <= 0 {
 		v.add("gateway.max_body_bytes", "must be > 0, got %d", g.MaxBodyBytes)
 	}

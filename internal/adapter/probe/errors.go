@@ -12,6 +12,9 @@ var (
 	ErrUnhealthy = errors.New("engine unhealthy")
 	// ErrNoModel: model discovery found no model in GET /v1/models.
 	ErrNoModel = errors.New("engine serves no model")
+	// ErrModelNotServed: GET /v1/models does not list the configured
+	// model; the engine serves another.
+	ErrModelNotServed = errors.New("configured model not served")
 	// ErrMalformedMetrics: /metrics is not a Prometheus text exposition.
 	ErrMalformedMetrics = errors.New("malformed metrics")
 	// ErrHTTPStatus: an endpoint other than health answered non-2xx.

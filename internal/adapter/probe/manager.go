@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,11 @@ type ManagerConfig struct {
 	// It is called from the probe loops, concurrently for different
 	// engines, and must not block for long.
 	OnProbe func(id string, ok bool)
+	// OnDown, if set, is given every engine that is down (not live, its
+	// last probe failed), sorted by id, each time that set or an engine's
+	// error changes. Calls never overlap and come in order; it must not
+	// block.
+	OnDown func(down []fleet.Down)
 }
 
 // Manager runs one probe loop per configured engine and feeds the registry
@@ -95,7 +101,15 @@ type Manager struct {
 	static  []config.Engine
 	sources map[string][]Engine // discovered engines by source name
 	dups    map[string]bool     // ids whose duplicate was logged
+	shared  map[string]bool     // addresses whose sharing by several ids was logged
 	closed  bool
+	// retiring are loops stopped by a reconcile and not known to have
+	// ended, by id: a new loop of the same id waits for its predecessor.
+	retiring map[string]*loop
+
+	// downMu orders the OnDown calls; down is what they report.
+	downMu sync.Mutex
+	down   map[string]fleet.Down
 }
 
 // Engine is an engine to probe with what a discovery source knows of it
@@ -115,7 +129,8 @@ func NewManager(cfg ManagerConfig) *Manager {
 	if fall < 1 {
 		fall = DefaultFall
 	}
-	return &Manager{cfg: cfg, fall: fall, loops: map[string]*loop{}, sources: map[string][]Engine{}, dups: map[string]bool{}}
+	return &Manager{cfg: cfg, fall: fall, loops: map[string]*loop{}, sources: map[string][]Engine{}, dups: map[string]bool{},
+		shared: map[string]bool{}, retiring: map[string]*loop{}, down: map[string]fleet.Down{}}
 }
 
 // target is what a loop probes and how often; two engines with equal
@@ -180,37 +195,53 @@ func RoleOf(role string) controlv1.Role {
 // liveness and its worker; any other change forgets the worker first, so
 // nothing is routed to the old address or model, and the engine is routable
 // again after two good probes. A change of Draining alone only changes what
-// the next heartbeats say.
+// the next heartbeats say. Apply returns once every stopped loop has ended
+// and every worker to forget is forgotten; it waits for them without
+// holding the Manager's lock, so a loop's last registry call, which may
+// take RegistryTimeout, never holds up another Apply or SetSource.
 //
 // An engine that cannot be probed (unknown kind, invalid id or address,
 // unset auth_header_env) is logged and treated as not listed; of engines
 // sharing an id, a configured one wins over a discovered one, and among
-// those the first (sources in name order). Apply is safe to call again (on
-// SIGHUP) and from several goroutines; after Close it does nothing.
+// those the first (sources in name order). Two ids at one address are
+// logged (one engine registered twice takes twice its share). Apply is
+// safe to call again (on SIGHUP) and from several goroutines; after Close
+// it does nothing.
 func (m *Manager) Apply(engines []config.Engine) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.static = slices.Clone(engines)
-	m.reconcile()
+	stopped := m.reconcile()
+	m.mu.Unlock()
+	waitLoops(stopped)
 }
 
 // SetSource replaces the engines discovery source name found (none removes
 // the source's engines) and reconciles the loops as Apply does.
 func (m *Manager) SetSource(name string, engines []Engine) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if len(engines) == 0 {
 		delete(m.sources, name)
 	} else {
 		m.sources[name] = slices.Clone(engines)
 	}
-	m.reconcile()
+	stopped := m.reconcile()
+	m.mu.Unlock()
+	waitLoops(stopped)
 }
 
-// reconcile makes the loops match m.static and m.sources; m.mu is held.
-func (m *Manager) reconcile() {
+// waitLoops waits for each of ls to end.
+func waitLoops(ls []*loop) {
+	for _, l := range ls {
+		<-l.done
+	}
+}
+
+// reconcile makes the loops match m.static and m.sources and returns the
+// loops it stopped, which end (forgetting their worker, when they must)
+// by themselves; m.mu is held.
+func (m *Manager) reconcile() []*loop {
 	if m.closed {
-		return
+		return nil
 	}
 	all := make([]Engine, 0, len(m.static))
 	for _, e := range m.static {
@@ -241,12 +272,26 @@ func (m *Manager) reconcile() {
 		order = append(order, e.ID)
 	}
 	m.dups = dups
+	m.warnShared(want, order)
+	for id, l := range m.retiring {
+		select {
+		case <-l.done:
+			delete(m.retiring, id)
+		default:
+		}
+	}
 
+	var stopped []*loop
+	retire := func(l *loop, why string) {
+		l.why = why
+		l.cancel()
+		m.retiring[l.target.probe.ID] = l
+		stopped = append(stopped, l)
+	}
 	for id, l := range m.loops {
 		if _, ok := want[id]; !ok {
-			l.stop()
+			retire(l, "removed from the configuration or discovery")
 			delete(m.loops, id)
-			m.forget(id, "removed from the configuration or discovery")
 		}
 	}
 	for _, id := range order {
@@ -257,21 +302,44 @@ func (m *Manager) reconcile() {
 		case running && old.target == t:
 			l = old
 		case running && old.target.probe == t.probe && old.target.role == t.role && old.target.bootstrapPort == t.bootstrapPort:
-			old.stop()
-			l = m.start(t, old.tracker, old.last)
+			retire(old, "")
+			l = m.start(t, old, true)
 			m.cfg.Logger.Info().Str("engine", id).Dur("interval", t.interval).Msg("probe: interval changed")
 		case running:
-			old.stop()
-			m.forget(id, "configuration changed")
-			l = m.start(t, Tracker{}, nil)
+			retire(old, "configuration changed")
+			l = m.start(t, old, false)
 		default:
-			l = m.start(t, Tracker{}, nil)
+			l = m.start(t, m.retiring[id], false)
 		}
 		m.loops[id] = l
 		if l.draining.Swap(draining[id]) != draining[id] {
 			m.cfg.Logger.Info().Str("engine", id).Bool("draining", draining[id]).Msg("probe: engine drain changed by discovery")
 		}
 	}
+	return stopped
+}
+
+// warnShared logs, once per address, engines of several ids probed at one
+// address: one engine registered twice takes twice its share of the
+// traffic, and its figures count twice.
+func (m *Manager) warnShared(want map[string]target, order []string) {
+	byAddr := map[string][]string{}
+	for _, id := range order {
+		a := want[id].probe.HTTPAddress
+		byAddr[a] = append(byAddr[a], id)
+	}
+	shared := map[string]bool{}
+	for a, ids := range byAddr {
+		if len(ids) < 2 {
+			continue
+		}
+		shared[a] = true
+		if !m.shared[a] {
+			m.cfg.Logger.Warn().Str("http_address", a).Strs("engines", ids).
+				Msg("probe: several engine ids at one address: the engine is registered once per id and takes a share per id")
+		}
+	}
+	m.shared = shared
 }
 
 // Close stops every loop and waits for them to end; an engine's worker is
@@ -279,31 +347,34 @@ func (m *Manager) reconcile() {
 // after Close. Close is idempotent.
 func (m *Manager) Close() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.closed = true
-	for _, l := range m.loops {
-		l.cancel()
-	}
+	stopped := make([]*loop, 0, len(m.loops)+len(m.retiring))
 	for id, l := range m.loops {
-		<-l.done
+		l.cancel()
+		stopped = append(stopped, l)
 		delete(m.loops, id)
 	}
+	for _, l := range m.retiring {
+		stopped = append(stopped, l)
+	}
+	m.mu.Unlock()
+	waitLoops(stopped)
 }
 
-// start runs a loop for t, resuming from tracker and the last good status
-// (nil for a fresh start).
-func (m *Manager) start(t target, tracker Tracker, last *controlv1.WorkerStatus) *loop {
-	tracker.Rise, tracker.Fall = DefaultRise, m.fall
+// start runs a loop for t. It first waits for prev (the loop of the same
+// id it replaces, or nil) to end, and resumes from its tracker and last
+// good status when keep is set.
+func (m *Manager) start(t target, prev *loop, keep bool) *loop {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &loop{
-		m:       m,
-		target:  t,
-		prober:  New(t.probe),
-		log:     m.cfg.Logger.With().Str("engine", t.probe.ID).Str("kind", string(t.probe.Kind)).Logger(),
-		cancel:  cancel,
-		done:    make(chan struct{}),
-		tracker: tracker,
-		last:    last,
+		m:      m,
+		target: t,
+		prober: New(t.probe),
+		log:    m.cfg.Logger.With().Str("engine", t.probe.ID).Str("kind", string(t.probe.Kind)).Logger(),
+		cancel: cancel,
+		done:   make(chan struct{}),
+		prev:   prev,
+		keep:   keep,
 	}
 	go l.run(ctx)
 	return l
@@ -329,7 +400,17 @@ type loop struct {
 	prober *Prober
 	log    zerolog.Logger
 	cancel context.CancelFunc
-	done   chan struct{}
+	// done is closed once the loop ended and, when why is set, its worker
+	// was forgotten.
+	done chan struct{}
+	// prev is the loop of the same id this one replaces, whose end it
+	// waits for before its first probe; keep: resume from prev's tracker
+	// and last good status. Both are set before the loop starts.
+	prev *loop
+	keep bool
+	// why, set (under Manager.mu) before the loop is stopped, is the reason
+	// its worker is forgotten when it ends; empty leaves the worker.
+	why string
 
 	tracker Tracker
 	last    *controlv1.WorkerStatus // the last good status, nil before one
@@ -339,23 +420,35 @@ type loop struct {
 	draining atomic.Bool
 }
 
-// stop ends the loop and waits for it; its in-flight probe is abandoned.
-func (l *loop) stop() {
-	l.cancel()
-	<-l.done
-}
-
 func (l *loop) run(ctx context.Context) {
 	defer close(l.done)
+	defer l.retire()
+	if p := l.prev; p != nil {
+		<-p.done
+		if l.keep {
+			l.tracker, l.last = p.tracker, p.last
+		}
+		l.prev = nil
+	}
+	l.tracker.Rise, l.tracker.Fall = DefaultRise, l.m.fall
 	tick := time.NewTicker(l.target.interval)
 	defer tick.Stop()
-	for {
+	for ctx.Err() == nil {
 		l.once(ctx)
 		select {
 		case <-ctx.Done():
-			return
 		case <-tick.C:
 		}
+	}
+}
+
+// retire runs when the loop ends: its worker is forgotten when it must be,
+// and it is no longer reported down (a loop that replaces it reports
+// afresh).
+func (l *loop) retire() {
+	if l.why != "" {
+		l.m.forget(l.target.probe.ID, l.why)
+		l.m.setDown(l.target.probe.ID, nil)
 	}
 }
 
@@ -383,16 +476,71 @@ func (l *loop) once(ctx context.Context) {
 		l.log.Debug().Err(err).Msg("probe: failed")
 	}
 	live, changed := l.tracker.Observe(ok)
+	if errors.Is(err, ErrModelNotServed) && live {
+		// Not a passing failure: every request would be the engine's 404.
+		l.tracker = Tracker{Rise: l.tracker.Rise, Fall: l.tracker.Fall}
+		live, changed = false, true
+	}
 	switch {
 	case live && l.last != nil:
 		if changed {
 			l.log.Info().Str("model", l.last.GetModel()).Msg("probe: engine live")
 		}
+		l.m.setDown(l.target.probe.ID, nil)
 		l.heartbeat(l.last)
 	case changed:
 		l.log.Warn().Err(err).Int("failures", l.m.fall).Msg("probe: engine not live")
 		l.m.forget(l.target.probe.ID, "probes failed")
+		l.markDown(err, false)
+	case !live && !ok:
+		l.markDown(err, true)
 	}
+}
+
+// markDown reports the engine down with err, from now when it was not
+// down; logNew logs it when it was not (an engine down from the start, or
+// one whose error changed kind while down is otherwise only in the debug
+// log).
+func (l *loop) markDown(err error, logNew bool) {
+	id := l.target.probe.ID
+	d := fleet.Down{ID: id, HTTPAddress: l.prober.hostport, Model: l.target.probe.Model, Kind: string(l.target.probe.Kind),
+		Role: fleet.RoleUnified, LastError: err.Error(), Since: time.Now()}
+	if d.Model == "" && l.last != nil {
+		d.Model = l.last.GetModel()
+	}
+	if r, rerr := fleet.RoleOf(l.target.role); rerr == nil {
+		d.Role = r
+	}
+	if l.m.setDown(id, &d) && logNew {
+		l.log.Warn().Err(err).Msg("probe: engine down")
+	}
+}
+
+// setDown records engine id down (d) or not (nil) and reports the set
+// when it changed; it returns whether id was not down before. A down
+// engine keeps the time it went down.
+func (m *Manager) setDown(id string, d *fleet.Down) (isNew bool) {
+	m.downMu.Lock()
+	defer m.downMu.Unlock()
+	old, was := m.down[id]
+	switch {
+	case d == nil && !was:
+		return false
+	case d == nil:
+		delete(m.down, id)
+	case was && old.LastError == d.LastError && old.Model == d.Model && old.HTTPAddress == d.HTTPAddress:
+		return false
+	default:
+		if was {
+			d.Since = old.Since
+		}
+		m.down[id] = *d
+	}
+	if m.cfg.OnDown != nil {
+		list := slices.SortedFunc(maps.Values(m.down), func(a, b fleet.Down) int { return strings.Compare(a.ID, b.ID) })
+		m.cfg.OnDown(list)
+	}
+	return d != nil && !was
 }
 
 // heartbeat sends st to the registry as a probed heartbeat arriving now.

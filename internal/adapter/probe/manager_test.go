@@ -740,3 +740,46 @@ func TestManagerSetSource(t *testing.T) {
 		t.Error("the listed engine went with the source")
 	}
 }
+
+// TestManagerReconcileUnlocked: while a stopped loop's last registry call
+// waits (a Forget the registry has not answered yet, which may take up to
+// RegistryTimeout), the Manager's lock is free: another Apply or a
+// discovery source's SetSource goes on at once. Apply still returns only
+// once the removed engine's worker is forgotten.
+func TestManagerReconcileUnlocked(t *testing.T) {
+	sys := actorsys.New(zerolog.Nop())
+	t.Cleanup(sys.Shutdown)
+	forgetting, answer := make(chan struct{}), make(chan struct{})
+	reg := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		if _, ok := c.Message().(*registry.Forget); ok {
+			close(forgetting)
+			<-answer // the registry is slow to answer
+			c.Respond(true)
+		}
+	}))
+	m := NewManager(ManagerConfig{Root: sys.Root, Registry: reg, Logger: zerolog.Nop()})
+	t.Cleanup(m.Close)
+	down := config.Engine{ID: "e1", HTTPAddress: "127.0.0.1:1", Kind: string(KindVLLM), ProbeInterval: config.D(time.Hour)}
+	m.Apply([]config.Engine{down})
+
+	applied := make(chan struct{})
+	go func() { m.Apply(nil); close(applied) }()
+	select {
+	case <-forgetting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the removed engine's worker was never forgotten")
+	}
+	if !m.mu.TryLock() {
+		close(answer)
+		t.Fatal("the Manager holds its lock while a stopped loop waits for the registry")
+	}
+	m.mu.Unlock()
+	m.SetSource("dns", []Engine{{Engine: config.Engine{ID: "e2", HTTPAddress: "127.0.0.1:1", Kind: string(KindVLLM), ProbeInterval: config.D(time.Hour)}}})
+	select {
+	case <-applied:
+		t.Fatal("Apply returned before the removed engine's worker was forgotten")
+	default:
+	}
+	close(answer)
+	<-applied
+}

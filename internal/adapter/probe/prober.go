@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -49,8 +50,10 @@ type Config struct {
 	// HTTPAddress is the engine's host:port (plain HTTP), or an http:// or
 	// https:// URL with no path; WorkerStatus.http_address gets its host:port.
 	HTTPAddress string
-	// Model is the served model id; empty means discover it: the first id of
-	// GET /v1/models on the first healthy probe, again after any failed one.
+	// Model is the served model id, which GET /v1/models must list (a probe
+	// of an engine serving another fails with ErrModelNotServed); empty
+	// means discover it: the first id of GET /v1/models, kept while the
+	// list names it and until a probe fails.
 	Model string
 	// Kind selects the health endpoint and the metric names.
 	Kind Kind
@@ -207,11 +210,14 @@ func (p *Prober) probe(ctx context.Context) (Result, error) {
 	if code/100 != 2 {
 		return Result{}, fmt.Errorf("health: GET %s: %w: %d", p.cfg.Kind.healthPath(), ErrUnhealthy, code)
 	}
-	modelID, listed, err := p.modelID(ctx, body)
+	var listed []byte
+	if p.cfg.Kind == KindOpenAI {
+		listed = body // the generic kind's health answer is the model list
+	}
+	modelID, adapters, err := p.models(ctx, listed)
 	if err != nil {
 		return Result{}, err
 	}
-	adapters := p.readAdapters(ctx, modelID, listed)
 	fig, merr := p.figures(ctx)
 	if ctx.Err() != nil {
 		return Result{}, fmt.Errorf("metrics: %w", context.Cause(ctx))
@@ -259,98 +265,106 @@ func (p *Prober) incarnation(counters map[string]float64, now time.Time) uint64 
 	return uint64(p.restarted.UnixMilli())
 }
 
-// modelID is the configured model, else the one discovered earlier, else
-// the first id of GET /v1/models (for the generic kind, of the health
-// answer already read).
-// It also returns the model list when it has one at hand (the generic
-// kind's health answer, or the list it read to discover the model), nil
-// otherwise.
-func (p *Prober) modelID(ctx context.Context, healthBody []byte) (string, []byte, error) {
-	var listed []byte
-	if p.cfg.Kind == KindOpenAI {
-		listed = healthBody
-	}
-	if p.cfg.Model != "" {
-		return p.cfg.Model, listed, nil
-	}
-	p.mu.Lock()
-	known := p.model
-	p.mu.Unlock()
-	if known != "" {
-		return known, listed, nil
-	}
-	if listed == nil {
-		code, b, err := p.get(ctx, modelsPath, maxJSONBytes)
-		if err != nil {
-			return "", nil, fmt.Errorf("model discovery: %w", err)
-		}
-		if code/100 != 2 {
-			return "", nil, fmt.Errorf("model discovery: GET %s: %w: %d", modelsPath, ErrHTTPStatus, code)
-		}
-		listed = b
-	}
-	id, err := firstModel(listed)
-	if err != nil {
-		return "", nil, fmt.Errorf("model discovery: %w", err)
-	}
-	p.mu.Lock()
-	p.model = id
-	p.mu.Unlock()
-	return id, listed, nil
+// listedModel is one entry of an OpenAI model list (GET /v1/models); a
+// LoRA adapter names its base model as parent, as vLLM lists them.
+type listedModel struct {
+	ID     string  `json:"id"`
+	Parent *string `json:"parent"`
 }
 
-// readAdapters returns the LoRA adapters of model the engine lists now:
-// the entries of listed, or else of GET /v1/models, whose parent is
-// model, as vLLM lists loaded
-// adapters. Read on every probe, so adapters loaded or unloaded at run
-// time are picked up; when the list cannot be read the last one stands
-// (a failed read says nothing about the adapters).
-func (p *Prober) readAdapters(ctx context.Context, model string, listed []byte) []string {
-	body, ok := listed, true
+// models reads the engine's model list (listed, the generic kind's health
+// answer, else GET /v1/models) and returns the model the worker serves and
+// its LoRA adapters: the entries whose parent is that model, read on every
+// probe so adapters loaded or unloaded at run time are followed.
+//
+// A configured model must be in the list: an engine that serves another
+// fails the probe with ErrModelNotServed (every request for the configured
+// model would be the engine's 404). Without one, the model is the one
+// discovered earlier while the list still names it, else the list's first
+// id. When the list cannot be read, a configured model stands unchecked
+// and the last adapters with it (a failed read says nothing about them);
+// discovery fails the probe.
+func (p *Prober) models(ctx context.Context, listed []byte) (string, []string, error) {
+	var readErr error
 	if listed == nil {
 		code, b, err := p.get(ctx, modelsPath, maxJSONBytes)
-		ok, body = err == nil && code/100 == 2, b
+		switch {
+		case err != nil:
+			readErr = err
+		case code/100 != 2:
+			readErr = fmt.Errorf("GET %s: %w: %d", modelsPath, ErrHTTPStatus, code)
+		default:
+			listed = b
+		}
 	}
 	var list struct {
-		Data []struct {
-			ID     string  `json:"id"`
-			Parent *string `json:"parent"`
-		} `json:"data"`
+		Data []listedModel `json:"data"`
 	}
-	if ok && json.Unmarshal(body, &list) == nil {
-		var out []string
-		for _, m := range list.Data {
-			if m.Parent != nil && *m.Parent == model && m.ID != "" && m.ID != model && !slices.Contains(out, m.ID) {
-				out = append(out, m.ID)
-			}
+	if readErr == nil {
+		if err := json.Unmarshal(listed, &list); err != nil {
+			readErr = fmt.Errorf("decode %s: %w", modelsPath, err)
 		}
-		p.mu.Lock()
-		p.adapters = out
-		p.mu.Unlock()
-		return out
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return slices.Clone(p.adapters)
-}
-
-// firstModel reads an OpenAI model list ({"data":[{"id":...}]}) and returns
-// its first non-empty id.
-func firstModel(body []byte) (string, error) {
-	var list struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
+	if readErr != nil {
+		if p.cfg.Model != "" {
+			return p.cfg.Model, slices.Clone(p.adapters), nil
+		}
+		return "", nil, fmt.Errorf("model discovery: %w", readErr)
 	}
-	if err := json.Unmarshal(body, &list); err != nil {
-		return "", fmt.Errorf("decode %s: %w", modelsPath, err)
+	model := p.cfg.Model
+	switch {
+	case model != "":
+		if !listsModel(list.Data, model) {
+			return "", nil, fmt.Errorf("%w: the engine serves %s (GET %s), not the configured model %q",
+				ErrModelNotServed, listedIDs(list.Data), modelsPath, model)
+		}
+	case p.model != "" && listsModel(list.Data, p.model):
+		model = p.model
+	default:
+		for _, m := range list.Data {
+			if m.ID != "" {
+				model = m.ID
+				break
+			}
+		}
+		if model == "" {
+			return "", nil, fmt.Errorf("model discovery: %w", ErrNoModel)
+		}
+		p.model = model
 	}
+	var adapters []string
 	for _, m := range list.Data {
-		if m.ID != "" {
-			return m.ID, nil
+		if m.Parent != nil && *m.Parent == model && m.ID != "" && m.ID != model && !slices.Contains(adapters, m.ID) {
+			adapters = append(adapters, m.ID)
 		}
 	}
-	return "", ErrNoModel
+	p.adapters = adapters
+	return model, adapters, nil
+}
+
+// listsModel reports whether the list names id.
+func listsModel(list []listedModel, id string) bool {
+	return slices.ContainsFunc(list, func(m listedModel) bool { return m.ID == id })
+}
+
+// listedIDs names the ids of a model list for an error: at most five,
+// quoted, or "no model".
+func listedIDs(list []listedModel) string {
+	var ids []string
+	for _, m := range list {
+		if m.ID != "" {
+			ids = append(ids, strconv.Quote(m.ID))
+		}
+	}
+	switch {
+	case len(ids) == 0:
+		return "no model"
+	case len(ids) > 5:
+		return strings.Join(ids[:5], ", ") + fmt.Sprintf(" and %d more", len(ids)-5)
+	}
+	return strings.Join(ids, ", ")
 }
 
 // figures reads the metrics; on any failure it returns the fallback figures

@@ -131,7 +131,7 @@ func TestProbeKinds(t *testing.T) {
 	}{
 		{
 			name:   "vllm",
-			engine: &fakeEngine{kind: KindVLLM, metrics: string(fixture(t, "vllm_v1.txt")), models: []string{"meta-llama/Llama-3.1-8B-Instruct"}},
+			engine: &fakeEngine{kind: KindVLLM, metrics: string(fixture(t, "vllm_v1.txt")), models: []string{"llama-8b"}}, // --served-model-name
 			model:  "llama-8b",
 			want: &controlv1.WorkerStatus{Role: controlv1.Role_ROLE_UNIFIED, Model: "llama-8b", QueueDepth: 3, Running: 5,
 				KvFreeBlocks: 20250, KvTotalBlocks: 27000, KvBlockTokens: 16, StartedAtUnixMs: 1750000123400},
@@ -485,5 +485,42 @@ func TestProbeReportsKVEvents(t *testing.T) {
 	w := fleet.FromStatus(st, time.Now(), time.Second, fleet.SourceProbe)
 	if w.KVEvents != (fleet.KVEvents{Endpoint: "tcp://" + net.JoinHostPort(host, "5557"), Replay: "tcp://" + net.JoinHostPort(host, "5558"), Topic: "kv"}) {
 		t.Errorf("worker's kv events %+v", w.KVEvents)
+	}
+}
+
+// TestProbeRefusesWrongModel: a probe of an engine whose GET /v1/models
+// does not list the configured model fails, saying what the engine serves
+// and what was configured; once the engine serves it, the probe succeeds.
+// A configured model is not checked when the list cannot be read.
+func TestProbeRefusesWrongModel(t *testing.T) {
+	for _, kind := range []Kind{KindVLLM, KindOpenAI} {
+		t.Run(string(kind), func(t *testing.T) {
+			e := &fakeEngine{kind: kind, models: []string{"llama", "sql@llama"}, metrics: string(fixture(t, "vllm_v1.txt"))}
+			cfg, _ := startEngine(t, e)
+			cfg.Model = "qwen"
+			p := New(cfg)
+			_, err := p.Probe(context.Background())
+			if !errors.Is(err, ErrModelNotServed) || !strings.Contains(err.Error(), `"llama"`) || !strings.Contains(err.Error(), `"qwen"`) {
+				t.Fatalf("probe of an engine serving llama, configured qwen: %v; want ErrModelNotServed naming both", err)
+			}
+			e.set(func(e *fakeEngine) { e.models = []string{"qwen"} })
+			if st, err := p.Probe(context.Background()); err != nil || st.GetModel() != "qwen" {
+				t.Fatalf("probe once qwen is served: %v, %v", st, err)
+			}
+		})
+	}
+	// vLLM's list unreadable (a 404 here): the configured model stands.
+	e := &fakeEngine{kind: KindVLLM, models: []string{"llama"}, metrics: string(fixture(t, "vllm_v1.txt"))}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == modelsPath {
+			http.NotFound(w, r)
+			return
+		}
+		e.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	p := New(Config{ID: "w", HTTPAddress: strings.TrimPrefix(srv.URL, "http://"), Kind: KindVLLM, Model: "qwen", Client: srv.Client()})
+	if st, err := p.Probe(context.Background()); err != nil || st.GetModel() != "qwen" {
+		t.Fatalf("probe with no readable model list: %v, %v; want qwen unchecked", st, err)
 	}
 }

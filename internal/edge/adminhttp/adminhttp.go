@@ -95,15 +95,27 @@ type Worker struct {
 	KVFreeBlocks  int    `json:"kv_free_blocks"`
 	KVTotalBlocks int    `json:"kv_total_blocks"`
 	KVBlockTokens int    `json:"kv_block_tokens"`
+	// Adapters are the LoRA adapters loaded on the worker.
+	Adapters []string `json:"adapters,omitempty"`
 	// Draining is the engine's own report; Drained says an operator
 	// drained its model.
 	Draining bool `json:"draining"`
 	Drained  bool `json:"drained"`
-	InFlight int  `json:"in_flight"`
-	Routable bool `json:"routable"`
-	// LastHeartbeat is RFC 3339 (UTC, with fractional seconds);
-	// StartedAt likewise, empty when the engine did not say.
-	LastHeartbeat string `json:"last_heartbeat"`
+	// InFlight is this replica's requests on the worker, PeerInFlight the
+	// other replicas' (fleet sync; 0 with sync off).
+	InFlight     int  `json:"in_flight"`
+	PeerInFlight int  `json:"peer_in_flight"`
+	Routable     bool `json:"routable"`
+	// State says why it is or is not routable: routable, suspect,
+	// ejected, draining, drained, stale, or down (a probed engine whose
+	// probes fail: LastError says why, DownSince since when).
+	State     string `json:"state"`
+	LastError string `json:"last_error,omitempty"`
+	DownSince string `json:"down_since,omitempty"`
+	// LastHeartbeat is RFC 3339 (UTC, with fractional seconds), absent
+	// for a down engine never heard from; StartedAt likewise, absent when
+	// the engine did not say.
+	LastHeartbeat string `json:"last_heartbeat,omitempty"`
 	StartedAt     string `json:"started_at,omitempty"`
 	// Source is heartbeat or probe; Kind the probed engine's kind.
 	Source string `json:"source"`
@@ -227,11 +239,18 @@ func workerOf(v router.WorkerView) Worker {
 		Role: string(v.Role), Model: v.Model, KVFormat: v.KVFormat,
 		QueueDepth: v.QueueDepth, Running: v.Running,
 		KVFreeBlocks: v.KVFreeBlocks, KVTotalBlocks: v.KVTotalBlocks, KVBlockTokens: v.KVBlockTokens,
-		Draining: v.Draining, Drained: v.Drained, InFlight: v.InFlight, Routable: v.Routable,
-		LastHeartbeat: v.LastHeartbeat.UTC().Format(time.RFC3339Nano),
-		Source:        v.Source, Kind: v.Kind,
+		Adapters: v.Adapters, Draining: v.Draining, Drained: v.Drained,
+		InFlight: v.InFlight, PeerInFlight: v.PeerInFlight, Routable: v.Routable,
+		State: v.State, LastError: v.LastError,
+		Source: v.Source, Kind: v.Kind,
 		PrefixIndexChunks: v.PrefixIndexChunks,
 		CacheView:         v.CacheView, KVBlocks: v.KVBlocks, KVEvents: v.KVEvents.Endpoint,
+	}
+	if !v.LastHeartbeat.IsZero() {
+		out.LastHeartbeat = v.LastHeartbeat.UTC().Format(time.RFC3339Nano)
+	}
+	if !v.DownSince.IsZero() {
+		out.DownSince = v.DownSince.UTC().Format(time.RFC3339Nano)
 	}
 	if !v.StartedAt.IsZero() {
 		out.StartedAt = v.StartedAt.UTC().Format(time.RFC3339Nano)

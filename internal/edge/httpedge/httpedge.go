@@ -279,7 +279,11 @@ func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, 
 			w.Header()[k] = v
 		}
 		if o.Code != "" {
-			ew(w, o.Status, o.Code, o.Message, nil)
+			var param *string
+			if o.Param != "" {
+				param = &o.Param
+			}
+			ew(w, o.Status, o.Code, o.Message, param)
 		} else {
 			w.WriteHeader(o.Status)
 			_, _ = w.Write(o.Body)

@@ -305,7 +305,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 
 	// HTTP server.
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme, Dispatcher: pool,
-		Stored: g.storedResponses(stored)}
+		Stored: g.storedResponses(stored), NoCapacityRetryAfter: rcfg.NoCapacityRetryAfter}
 	instrument(rdeps, m)
 	if pol == policy.NameCacheAware {
 		g.startKVEvents(&gw, rdeps, engineHTTP(), addrs.DialControl, g.KV, o.Logger)
@@ -398,7 +398,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	g.probes = probe.NewManager(probe.ManagerConfig{
 		Root: g.sys.Root, Registry: g.Registry, MissLimit: gw.HeartbeatMissLimit, Logger: o.Logger,
 		OnProbe: m.Probe, Client: probeClient,
+		OnDown: func(ds []fleet.Down) { g.sys.Root.Send(g.Router, &router.SetDown{Engines: ds}) },
 	})
+	g.sys.Root.Send(g.Router, &router.SetConfigured{Models: configuredModels(gw.Engines, gw.Discovery)})
 	g.probes.Apply(gw.Engines)
 	g.stops = append(g.stops, func(context.Context) error { g.probes.Close(); return nil })
 	// Engines found by [[gateway.discovery]] sources: probed alike.
@@ -663,8 +665,26 @@ func clientHost(remote string) string {
 }
 
 // ApplyEngines replaces the list of probed engines (SIGHUP reload): new
-// ones are probed, removed ones forgotten, unchanged ones left alone.
-func (g *Gateway) ApplyEngines(engines []config.Engine) { g.probes.Apply(engines) }
+// ones are probed, removed ones forgotten, unchanged ones left alone; the
+// models they name are known from then on (and the models of engines no
+// longer listed only as recently served ones).
+func (g *Gateway) ApplyEngines(engines []config.Engine) {
+	g.sys.Root.Send(g.Router, &router.SetConfigured{Models: configuredModels(engines, g.cfg.Gateway.Discovery)})
+	g.probes.Apply(engines)
+}
+
+// configuredModels are the models the configuration names outside the
+// route table: those of engine entries and of discovery sources.
+func configuredModels(engines []config.Engine, sources []config.Discovery) []string {
+	var out []string
+	for _, e := range engines {
+		out = append(out, e.Model)
+	}
+	for _, d := range sources {
+		out = append(out, d.Model)
+	}
+	return out
+}
 
 // Ready reports whether at least one worker is routable.
 func (g *Gateway) Ready(ctx context.Context) bool {

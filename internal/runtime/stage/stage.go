@@ -66,6 +66,9 @@ type Options struct {
 	Logger   zerolog.Logger     // default: nothing logged
 	// DecodePerToken paces the engines (default 2 ms), so latencies show.
 	DecodePerToken time.Duration
+	// Probed are [[gateway.engines]] entries: engines the gateway probes
+	// (one nothing answers at is listed down).
+	Probed []config.Engine
 }
 
 // Stage is a running gateway with its engines.
@@ -97,6 +100,7 @@ func Start(ctx context.Context, o Options) (*Stage, error) {
 	gw.HeartbeatInterval = config.D(500 * time.Millisecond)
 	gw.StateDir = o.StateDir
 	gw.Routes = o.Routes
+	gw.Engines = o.Probed
 	gw.APIKeys = []config.APIKey{
 		{Name: "ops", Key: AdminKey, Scopes: []string{config.ScopeAdmin, config.ScopeInference}},
 		{Name: "app", Key: AppKey, Scopes: []string{config.ScopeInference}},

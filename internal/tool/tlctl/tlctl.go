@@ -226,7 +226,11 @@ func (c *client) call(ctx context.Context, method, path string, body []byte, hdr
 		return nil, nil, fmt.Errorf("%s %s: reading the answer: %w", method, redactURL(u), err)
 	}
 	if resp.StatusCode != want {
-		return nil, resp.Header, apiError(resp.StatusCode, b)
+		err := apiError(resp.StatusCode, b)
+		if resp.StatusCode == http.StatusUnauthorized && c.key == "" {
+			err = fmt.Errorf("%w; tlctl sent no key: set TLGATE_KEY to an admin key (or use -key-file FILE)", err)
+		}
+		return nil, resp.Header, err
 	}
 	return b, resp.Header, nil
 }
@@ -318,6 +322,10 @@ type worker struct {
 	QueueDepth    int    `json:"queue_depth"`
 	Running       int    `json:"running"`
 	InFlight      int    `json:"in_flight"`
+	PeerInFlight  int    `json:"peer_in_flight"`
+	State         string `json:"state"`
+	LastError     string `json:"last_error"`
+	DownSince     string `json:"down_since"`
 	KVFreeBlocks  int    `json:"kv_free_blocks"`
 	KVTotalBlocks int    `json:"kv_total_blocks"`
 	Draining      bool   `json:"draining"`
@@ -346,21 +354,32 @@ func (c *client) workers(ctx context.Context) error {
 		return fmt.Errorf("workers: the gateway's answer is not a worker list: %w", err)
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tMODEL\tROLE\tSOURCE\tSTATE\tQUEUE\tRUNNING\tIN FLIGHT\tKV USED\tHEARTBEAT\tADDRESS")
+	fmt.Fprintln(tw, "ID\tMODEL\tROLE\tSOURCE\tSTATE\tQUEUE\tRUNNING\tIN FLIGHT\tPEER IN FLIGHT\tKV USED\tHEARTBEAT\tADDRESS")
 	now := time.Now()
+	var down []worker
 	for _, w := range body.Workers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", w.ID, w.Model, w.Role, w.Source, state(w, now),
-			w.QueueDepth, w.Running, w.InFlight, kvUsed(w), age(w.LastHeartbeat, now), w.HTTPAddress)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", w.ID, dash(w.Model), w.Role, w.Source, state(w, now),
+			w.QueueDepth, w.Running, w.InFlight, w.PeerInFlight, kvUsed(w), age(w.LastHeartbeat, now), w.HTTPAddress)
+		if w.LastError != "" {
+			down = append(down, w)
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, w := range down {
+		fmt.Fprintf(c.out, "%s is down (since %s): %s\n", w.ID, age(w.DownSince, now), w.LastError)
 	}
 	fmt.Fprintf(c.errOut, "%d worker(s), route table epoch %d\n", len(body.Workers), body.Epoch)
 	return nil
 }
 
-// state says why a worker is or is not routable.
+// state says why a worker is or is not routable: the gateway's word, or
+// (from a gateway that does not say) what its fields show.
 func state(w worker, now time.Time) string {
+	if w.State != "" {
+		return w.State
+	}
 	switch {
 	case w.EjectedUntil != "":
 		if t, err := time.Parse(time.RFC3339Nano, w.EjectedUntil); err == nil && t.After(now) {

@@ -210,6 +210,9 @@
 
   // ---- fleet ----
   function workerState(w) {
+    if (w.state === "down") {
+      return { name: "down", label: "down", cls: "bad", title: w.last_error || "its probes fail" };
+    }
     if (w.ejected_until) {
       const until = Date.parse(w.ejected_until);
       if (!until || until > now()) {
@@ -234,6 +237,7 @@
     const s = workerState(w).name;
     return s === "routable" || s === "suspect";
   }
+  function cap(s) { return s.charAt(0).toUpperCase() + s.slice(1); }
   function prefixFields(w) {
     return Object.keys(w).filter((k) => k.startsWith("prefix") && typeof w[k] === "number");
   }
@@ -313,7 +317,8 @@
     const bands = el("div", { class: "bands muted" });
     const card = el("div", { class: "card model", "data-model": model },
       el("div", { class: "cardhead" },
-        el("h3", { text: model }), badge, counts, el("span", { class: "grow" }), drain, resume),
+        // A down engine whose model no probe has read yet has none.
+        el("h3", { text: model || "(model not known yet)" }), badge, counts, el("span", { class: "grow" }), model ? drain : null, model ? resume : null),
       bands,
       el("table", { class: "grid workers" }, thead, tbody));
     return { card, drain, resume, counts, badge, bands, thead, tbody, headKey: "" };
@@ -343,11 +348,13 @@
 
   function fillCard(c, ws, prefixKeys, waiting, bands) {
     fillBands(c.bands, bands);
-    const heads = ["Worker", "Role", "Source", "State", "Queue", "Running", "In flight", "KV used", "Cache view", ...prefixKeys.map((k) => k.replace(/_/g, " ")), "Heartbeat"];
-    const headKey = heads.join("|");
+    const heads = [["Worker"], ["Role"], ["Source"], ["State"], ["Queue"], ["Running"], ["In flight", "this replica's requests"],
+      ["Peers", "peer_in_flight: the other replicas' requests (fleet sync)"], ["KV used"], ["Cache view"],
+      ...prefixKeys.map((k) => [cap(k.replace(/^prefix_/, "").replace(/_/g, " ")), k]), ["Heartbeat"]];
+    const headKey = heads.map((h) => h[0]).join("|");
     if (c.headKey !== headKey) {
       clear(c.thead);
-      c.thead.append(el("tr", null, heads.map((h, i) => el("th", { class: i === 7 ? "kvh" : i === 8 ? "" : i >= 4 ? "r" : "", text: h }))));
+      c.thead.append(el("tr", null, heads.map(([h, title], i) => el("th", { class: i === 8 ? "kvh" : i === 9 ? "" : i >= 4 ? "r" : "", text: h, title: title || "" }))));
       c.headKey = headKey;
     }
     const drained = ws.filter((w) => w.drained).length;
@@ -365,13 +372,15 @@
       const source = w.source === "probe" && w.kind ? `probe (${w.kind})` : w.source || "";
       c.tbody.append(el("tr", { "data-worker": w.id, "data-state": s.name },
         el("td", { class: "id", title: w.http_address || "" }, el("span", { text: w.id }), el("div", { class: "addr muted", text: w.http_address || "" }),
-          (w.adapters || []).length ? el("div", { class: "adapters muted", "data-adapters": w.adapters.join(","), text: "LoRA: " + w.adapters.join(", ") }) : null),
+          (w.adapters || []).length ? el("div", { class: "adapters muted", "data-adapters": w.adapters.join(","), text: "LoRA: " + w.adapters.join(", ") }) : null,
+          w.last_error ? el("div", { class: "lasterr badtext", "data-last-error": "", title: w.last_error, text: w.last_error }) : null),
         el("td", { text: w.role }),
         el("td", { text: source }),
         el("td", null, el("span", { class: "chip " + s.cls, text: s.label, title: s.title })),
         el("td", { class: "r num", text: w.queue_depth }),
         el("td", { class: "r num", text: w.running }),
         el("td", { class: "r num", text: w.in_flight }),
+        el("td", { class: "r num", "data-peer-in-flight": "", text: w.peer_in_flight || 0 }),
         el("td", null, kvBar(w)),
         el("td", null, cacheChip(w)),
         prefixKeys.map((k) => el("td", { class: "r num", text: w[k] === undefined ? "–" : fmtNum(w[k]) })),
