@@ -11,7 +11,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
 
 const cascadeRoutes = `
@@ -213,4 +216,85 @@ func TestCascadeEndToEnd(t *testing.T) {
 		t.Fatalf("the cascade made no real decisions: %d accepted, %d escalated", accepted, escalated)
 	}
 	t.Logf("%d accepted, %d escalated", accepted, escalated)
+}
+
+// TestCascadeFallbackWhenLaterStepHasNoCapacity: a cascade whose first
+// step answers but is not accepted, and whose later step cannot run (no
+// worker of it, its model drained, its workers refusing connections),
+// answers with the first step's answer (the logprobs it was asked for
+// removed) and X-TL-Cascade-Escalation saying which step failed and why,
+// to every key; a route with on_escalation_failure = "error" answers the
+// later step's error instead, naming the step. An accepted answer carries
+// no such header.
+func TestCascadeFallbackWhenLaterStepHasNoCapacity(t *testing.T) {
+	logs := &syncBuffer{}
+	c := newClusterGateway(t, cascadeRoutes+`
+[[gateway.routes]]
+model = "auto-strict"
+cascade = [{ model = "small", accept_if = "mean_logprob > -1.2" }, { model = "large" }]
+on_escalation_failure = "error"
+`, []clusterOpt{keys()}, nil, func(o *gateway.Options) { o.Logger = zerolog.New(logs) })
+	f := &cascadeFakes{}
+	c.addFake("small-1", "small", f.small)
+
+	fallback := func(what, model, reason string) {
+		t.Helper()
+		for _, key := range []string{"key-plain", "key-debug"} {
+			r := c.post("/v1/chat/completions", key, chatMsg("I am unsure", map[string]any{"model": model}), "X-Request-Id", what)
+			if r.status != http.StatusOK || completionText(t, r.body) != "small answer" {
+				t.Fatalf("%s (%s): %d %s, want the small answer", what, key, r.status, r.body)
+			}
+			if got, want := r.header.Get("X-TL-Cascade-Escalation"), "failed; step=1; model=large; reason="+reason; got != want {
+				t.Fatalf("%s (%s): X-TL-Cascade-Escalation %q, want %q", what, key, got, want)
+			}
+			if strings.Contains(string(r.body), `"logprob":`) {
+				t.Fatalf("%s: the forced logprobs reached the client: %s", what, r.body)
+			}
+		}
+		var lines []map[string]any
+		eventually(t, 5*eventuallyUnit, func() bool { lines = accessLines(t, logs, what); return len(lines) == 2 }, "the access log lines")
+		if lines[0]["escalation_failed"] != "step 1 (large): "+reason || lines[0]["status"] != float64(200) {
+			t.Fatalf("%s: access log %v, want escalation_failed and status 200", what, lines[0])
+		}
+	}
+	strict := func(what string) {
+		t.Helper()
+		r := c.post("/v1/chat/completions", "key-plain", chatMsg("I am unsure", map[string]any{"model": "auto-strict"}))
+		if r.status != http.StatusServiceUnavailable || errorCode(t, r.body) != "no_capacity" || r.header.Get("Retry-After") == "" ||
+			!strings.Contains(string(r.body), "step 1 (large) could not run") || r.header.Get("X-TL-Cascade-Escalation") != "" {
+			t.Fatalf("%s, on_escalation_failure error: %d %s, want 503 no_capacity naming step 1 (large)", what, r.status, r.body)
+		}
+	}
+
+	fallback("no-large-worker", "auto", "no_capacity")
+	strict("no large worker")
+
+	large := c.addFake("large-1", "large", f.large)
+	r := c.post("/v1/chat/completions", "key-plain", chatMsg("I am unsure", nil))
+	if r.status != http.StatusOK || completionText(t, r.body) != "large answer" || r.header.Get("X-TL-Cascade-Escalation") != "" {
+		t.Fatalf("with a large worker: %d %s (escalation %q)", r.status, r.body, r.header.Get("X-TL-Cascade-Escalation"))
+	}
+	r = c.post("/v1/chat/completions", "key-plain", chatMsg("I am sure", nil))
+	if r.status != http.StatusOK || completionText(t, r.body) != "small answer" || r.header.Get("X-TL-Cascade-Escalation") != "" {
+		t.Fatalf("an accepted answer: %d %s (escalation %q)", r.status, r.body, r.header.Get("X-TL-Cascade-Escalation"))
+	}
+
+	if r := c.post("/admin/v1/models/large:drain", "key-admin", nil); r.status != http.StatusAccepted {
+		t.Fatalf("drain large: %d %s", r.status, r.body)
+	}
+	eventually(t, 5*eventuallyUnit, func() bool { w, _ := c.drillWorker("large-1"); return !w.Routable }, "large-1 drained")
+	fallback("large-drained", "auto", "no_capacity")
+	strict("large drained")
+	if r := c.post("/admin/v1/models/large:resume", "key-admin", nil); r.status != http.StatusAccepted {
+		t.Fatalf("resume large: %d %s", r.status, r.body)
+	}
+
+	c.waitRoutable("large-1")
+
+	// The large worker refuses connections (it still heartbeats): the
+	// attempt on it fails, then it is ejected.
+	large.srv.Listener.Close()
+	large.srv.CloseClientConnections()
+	fallback("large-refusing", "auto", "no_capacity")
+	strict("large refusing")
 }

@@ -129,6 +129,10 @@ type Log struct {
 	// Usage is the tokens the answers used (every answered cascade step),
 	// estimated when an engine reported none (internal/wire/usage).
 	Usage usage.Usage
+	// EscalationFailed says which later cascade step could not run and
+	// why ("step 1 (big): no_capacity"), when the cascade escalated from
+	// an answer (escalation.go).
+	EscalationFailed string
 	// StreamFailure is why a committed stream failed (a proxy.Failure:
 	// timeout, eof, bad_answer...; or rate_limit_exceeded, cut at its key's
 	// tokens budget); the client got the error event.
@@ -280,6 +284,11 @@ type requestActor struct {
 	generations int
 	// pd is a disaggregated request's state across its pairs (pd.go).
 	pd *pdState
+	// kept is the last cascade step's answer that was escalated from, and
+	// failedStep the step a failed route or attempt was for
+	// (escalation.go).
+	kept       *keptAnswer
+	failedStep int
 	// hashes keeps the prompt's chunk hashes across the request's Routes
 	// (router.Request.Hashes): the router's to fill, never touched here.
 	hashes prefixindex.PromptHashes
@@ -361,6 +370,7 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 		return
 	}
 	if m.Err != nil {
+		a.noteFailedStep(m)
 		switch {
 		case errors.Is(m.Err, router.ErrPinnedGone):
 			a.finish(ctx, pinnedGone(a.storedID(), a.pin))
@@ -376,7 +386,7 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 				Message: fmt.Sprintf("The model %q does not exist.", a.ex.Req.Model)})
 		case a.engineAnswer != nil:
 			a.relayEngineAnswer(ctx)
-		case a.attempts > 0:
+		case a.attempts > 0 && a.lastErr != nil:
 			a.finish(ctx, exhausted(a.ex.Req.Model, a.attempts, a.lastErr))
 		default:
 			a.finish(ctx, a.noCapacity(m))
@@ -537,6 +547,7 @@ func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
 			a.d.OnCascade(a.ex, a.target.Route, a.target.CascadeStep, accepted)
 		}
 		if !accepted {
+			a.keep(resp)
 			a.releaseHeld(ctx)
 			a.log.Escalations++
 			a.traceAttemptEnd(OutcomeEscalated, "", nil)
@@ -676,6 +687,7 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 	a.log.Failures = append(a.log.Failures, reason)
 	a.log.LastError = err.Error()
 	a.lastErr = err
+	a.failedStep = a.target.CascadeStep
 	if a.d.OnFailover != nil {
 		a.d.OnFailover(a.ex, a.target, reason)
 	}
@@ -763,6 +775,7 @@ func (a *requestActor) finish(ctx actor.Context, o Outcome) {
 	a.releaseHeld(ctx)
 	a.endAttempt(ctx)
 	a.pdEnd()
+	o = a.escalationFailed(o)
 	if o.Header == nil {
 		o.Header = http.Header{}
 	}

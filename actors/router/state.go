@@ -142,7 +142,12 @@ type Target struct {
 	CascadeSteps int
 	AcceptIf     string
 	Rule         cascade.Accept // AcceptIf parsed (zero on the last step)
-	Epoch        uint64
+	// Cascade is the cascade route's steps (the table's: read only; nil
+	// for any other route) and OnEscalationFailure its
+	// on_escalation_failure.
+	Cascade             []routes.Step
+	OnEscalationFailure string
+	Epoch               uint64
 	// Indexing is what a cache_aware pick records in the prefix index once
 	// the attempt's answer begins: the request hands it back with
 	// AttemptSucceeded.
@@ -505,6 +510,7 @@ func (s *State) Pick(req *Request, now time.Time) (Target, error) {
 	if !r.IsCascade() {
 		return s.pickRoute(t, r, req, req.Model, now)
 	}
+	t.Cascade, t.OnEscalationFailure = r.Cascade, r.OnEscalationFailure
 	// A cascade step with no routable worker is skipped: the request goes
 	// on to the next step rather than being refused while a later step
 	// could answer. A step whose workers are all at their limit is not

@@ -61,7 +61,7 @@ func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 		t.Errorf("routable worker rendered %+v", r)
 	}
 	heads := eval[[]string](u, `[...document.querySelectorAll(".card.model thead th")].map(th => th.textContent)`)
-	if !contains(heads, "prefix index blocks") {
+	if !contains(heads, "Index blocks") {
 		t.Errorf("no prefix index column: %q", heads)
 	}
 	cells := eval[[]string](u, `[...document.querySelectorAll("tr[data-worker]")].map(tr => tr.children[9].textContent)`)

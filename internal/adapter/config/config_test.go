@@ -101,7 +101,7 @@ func TestConfig(t *testing.T) {
 		}
 		wantRoutes := []routes.Route{
 			{Model: "smol", Aliases: []string{"smol-latest"}, Backends: []routes.Backend{{Model: "smol-v3", Weight: 0.9}, {Model: "smol-v4", Weight: 0.1}}, Priority: 10, TTFTObjectiveMs: 500},
-			{Model: "auto", Cascade: []routes.Step{{Model: "smol", AcceptIf: "mean_logprob > -1.2"}, {Model: "big"}}},
+			{Model: "auto", Cascade: []routes.Step{{Model: "smol", AcceptIf: "mean_logprob > -1.2"}, {Model: "big"}}, OnEscalationFailure: routes.EscalationAnswer},
 			{Model: "big-pd", Backends: []routes.Backend{{Model: "big", Weight: 1}}, Targets: []string{"disaggregated"}},
 		}
 		if !reflect.DeepEqual(g.Routes, wantRoutes) {

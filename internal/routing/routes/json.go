@@ -88,13 +88,16 @@ func route(raw json.RawMessage, at string) (Route, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := allow(f, at+".", "model", "aliases", "backends", "cascade", "targets", "priority", "ttft_objective_ms"); err != nil {
+	if err := allow(f, at+".", "model", "aliases", "backends", "cascade", "targets", "priority", "ttft_objective_ms", "on_escalation_failure"); err != nil {
 		return r, err
 	}
 	if err := field(f, "priority", &r.Priority, at, "an integer"); err != nil {
 		return r, err
 	}
 	if err := field(f, "ttft_objective_ms", &r.TTFTObjectiveMs, at, "an integer"); err != nil {
+		return r, err
+	}
+	if err := field(f, "on_escalation_failure", &r.OnEscalationFailure, at, "a string"); err != nil {
 		return r, err
 	}
 	if err := field(f, "model", &r.Model, at, "a string"); err != nil {

@@ -32,9 +32,22 @@ type Step struct {
 	AcceptIf string `toml:"accept_if" json:"accept_if,omitempty"`
 }
 
+// The values of Route.OnEscalationFailure.
+const (
+	// EscalationAnswer: when a cascade's later step cannot run, the
+	// client gets the last answer a step gave (not accepted), with the
+	// X-TL-Cascade-Escalation header saying the escalation failed (the
+	// default).
+	EscalationAnswer = "answer"
+	// EscalationError: the client gets the later step's error, naming
+	// the step that could not run.
+	EscalationError = "error"
+)
+
 // Route maps a public model id and its aliases to what serves it. At most
 // one of Backends and Cascade is set; with neither the route serves its own
 // Model. Targets is empty, ["unified"] or ["disaggregated"].
+// OnEscalationFailure (cascades only) is empty, "answer" or "error".
 type Route struct {
 	Model    string    `toml:"model" json:"model"`
 	Aliases  []string  `toml:"aliases" json:"aliases,omitempty"`
@@ -48,7 +61,8 @@ type Route struct {
 	// TTFTObjectiveMs is the time-to-first-token objective of the route's
 	// requests in milliseconds (0: none); a key's default or the
 	// request's x-slo-ttft-ms header wins over it.
-	TTFTObjectiveMs int `toml:"ttft_objective_ms" json:"ttft_objective_ms,omitempty"`
+	TTFTObjectiveMs     int    `toml:"ttft_objective_ms" json:"ttft_objective_ms,omitempty"`
+	OnEscalationFailure string `toml:"on_escalation_failure" json:"on_escalation_failure,omitempty"`
 }
 
 // Bounds of a priority and of a TTFT objective (in milliseconds),

@@ -123,6 +123,8 @@ func TestValidate(t *testing.T) {
 		{"bad target", []Route{{Model: "a"}, {Model: "b", Targets: []string{"x"}}}, []string{`routes[1].targets[0]: must be "unified" or "disaggregated", got "x"`}},
 		{"unified target", []Route{{Model: "a", Targets: []string{"unified"}}}, nil},
 		{"target on a cascade", []Route{{Model: "auto", Cascade: []Step{{"s", "min_logprob > -1"}, {"l", ""}}, Targets: []string{"disaggregated"}}}, []string{"routes[0].targets: not allowed on a cascade route (each step's own route decides)"}},
+		{"on_escalation_failure off a cascade", []Route{{Model: "m", OnEscalationFailure: EscalationError}}, []string{`routes[0].on_escalation_failure: only a cascade route escalates, got "error" on a route with no cascade`}},
+		{"on_escalation_failure unknown", []Route{{Model: "auto", Cascade: []Step{{"s", "min_logprob > -1"}, {"l", ""}}, OnEscalationFailure: "fail"}}, []string{`routes[0].on_escalation_failure: must be "answer" or "error", got "fail"`}},
 		{
 			"every error at once",
 			[]Route{{Model: ""}, {Model: "b", Backends: []Backend{{"x", 0}}, Targets: []string{"y"}}},
@@ -323,7 +325,7 @@ func TestParseJSON(t *testing.T) {
 		{"routes missing", `{}`, nil, "routes: required"},
 		{"routes null", `{"routes":null}`, nil, "routes: required, got null (send [] for an empty table)"},
 		{"unknown top-level field", `{"routes":[],"rutes":[]}`, nil, "rutes: unknown field (known: routes, epoch)"},
-		{"unknown route field", `{"routes":[{"model":"a"},{"model":"b","alias":["c"]}]}`, nil, "routes[1].alias: unknown field (known: model, aliases, backends, cascade, targets, priority, ttft_objective_ms)"},
+		{"unknown route field", `{"routes":[{"model":"a"},{"model":"b","alias":["c"]}]}`, nil, "routes[1].alias: unknown field (known: model, aliases, backends, cascade, targets, priority, ttft_objective_ms, on_escalation_failure)"},
 		{"priority and objective", `{"routes":[{"model":"a","priority":-3,"ttft_objective_ms":500}]}`, []Route{{Model: "a", Priority: -3, TTFTObjectiveMs: 500}}, ""},
 		{"priority as string", `{"routes":[{"model":"a","priority":"high"}]}`, nil, `routes[0].priority: want an integer, got "high"`},
 		{"objective as fraction", `{"routes":[{"model":"a","ttft_objective_ms":0.5}]}`, nil, `routes[0].ttft_objective_ms: want an integer, got 0.5`},

@@ -193,6 +193,13 @@ func (v *validator) route(i int, r Route) {
 	if r.TTFTObjectiveMs < 0 || r.TTFTObjectiveMs > MaxTTFTObjectiveMs {
 		v.add(at+".ttft_objective_ms", "must be from 0 (none) to %d, got %d", MaxTTFTObjectiveMs, r.TTFTObjectiveMs)
 	}
+	switch e := r.OnEscalationFailure; {
+	case e == "":
+	case len(r.Cascade) == 0:
+		v.add(at+".on_escalation_failure", "only a cascade route escalates, got %q on a route with no cascade", e)
+	case e != EscalationAnswer && e != EscalationError:
+		v.add(at+".on_escalation_failure", "must be %q or %q, got %q", EscalationAnswer, EscalationError, e)
+	}
 
 	switch {
 	case len(r.Targets) > 1:

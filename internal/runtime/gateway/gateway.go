@@ -621,6 +621,9 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 	if len(lg.Skipped) > 0 {
 		ev.Strs("cascade_skipped", lg.Skipped)
 	}
+	if lg.EscalationFailed != "" {
+		ev.Str("escalation_failed", lg.EscalationFailed)
+	}
 	if lg.NoCapacity != "" {
 		ev.Str("no_capacity", lg.NoCapacity)
 	}

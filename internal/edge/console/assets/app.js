@@ -462,6 +462,10 @@
             : el("span", null, el("span", { class: "muted", text: "accept if " }), el("code", { text: s.accept_if || "" }), el("span", { class: "muted", text: ", else escalate" }))));
       });
       body.append(el("div", { class: "row start" }, el("span", { class: "label", text: "cascade" }), ol));
+      const strict = rt.on_escalation_failure === "error";
+      body.append(el("div", { class: "row", "data-on-escalation-failure": strict ? "error" : "answer" },
+        el("span", { class: "label", text: "fallback" }),
+        el("span", { class: "muted", text: strict ? "a later step that cannot run is an error" : "a later step that cannot run: the last answer, flagged" })));
     }
     if (!rt.backends?.length && !rt.cascade?.length) {
       body.append(el("div", { class: "row" }, el("span", { class: "label", text: "serves" }), el("span", { class: "name", text: rt.model })));
