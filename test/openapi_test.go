@@ -112,6 +112,7 @@ cascade = [{ model = "m", accept_if = "mean_logprob > -1.2" }, { model = "m" }]
 		{"put no if-match", "PUT", "/admin/v1/routes", "key-admin", `{"routes":[]}`, nil, 428},
 		{"put stale", "PUT", "/admin/v1/routes", "key-admin", `{"routes":[]}`, []string{"If-Match", `"999"`}, 412},
 		{"put invalid", "PUT", "/admin/v1/routes", "key-admin", `{"routes":[{"model":"x","cascade":[{"model":"m"}]}]}`, []string{"If-Match", etag}, 400},
+		{"put dry run", "PUT", "/admin/v1/routes?dry_run=true", "key-admin", `{"routes":[{"model":"smol","backends":[{"model":"mm","weight":1}]}]}`, nil, 200},
 		{"put", "PUT", "/admin/v1/routes", "key-admin", `{"routes":[{"model":"smol","backends":[{"model":"m","weight":1}]}]}`, []string{"If-Match", etag}, 200},
 		{"drain", "POST", "/admin/v1/models/m:drain", "key-admin", "", nil, 202},
 		{"drain the other", "POST", "/admin/v1/models/plain:drain", "key-admin", "", nil, 202},

@@ -48,6 +48,14 @@ type PutRoutes struct {
 	Routes  []routes.Route
 	IfMatch string
 	KeyName string
+	// DryRun checks the table and answers what it would change, changing
+	// nothing; If-Match is then optional (when given, it is checked).
+	DryRun bool
+
+	// warnings are the table's (checked once with the router), warned
+	// that they were.
+	warnings []routes.Warning
+	warned   bool
 }
 
 // PutResult is the answer to PutRoutes. On success Epoch is the new epoch
@@ -59,6 +67,13 @@ type PutResult struct {
 	Epoch  uint64
 	Routes []routes.Route
 	Err    error
+	// Warnings are what the table likely gets wrong (routes.Unserved:
+	// models no worker serves), on success.
+	Warnings []routes.Warning
+	// DryRun: nothing was changed; Routes is the table as it would be,
+	// Epoch the one in force, Changes what the table would change.
+	DryRun  bool
+	Changes []routes.Change
 }
 
 // Drain starts (On) or ends (!On) an operator drain of Model: a route's
@@ -154,8 +169,12 @@ func (a *adminActor) Receive(ctx actor.Context) {
 	}
 }
 
-// answerPut reports a PUT's outcome and responds with it.
-func (a *adminActor) answerPut(ctx actor.Context, res *PutResult) {
+// answerPut reports a PUT's outcome and responds with it (with m's
+// warnings on success).
+func (a *adminActor) answerPut(ctx actor.Context, m *PutRoutes, res *PutResult) {
+	if res.Err == nil {
+		res.Warnings = m.warnings
+	}
 	if a.deps.OnWrite != nil {
 		a.deps.OnWrite(WriteOutcome(res.Err))
 	}
@@ -196,17 +215,58 @@ func (a *adminActor) put(ctx actor.Context, m *PutRoutes, reread bool) {
 		return
 	}
 	if err != nil {
-		a.deps.Logger.Info().Str("key", m.KeyName).Uint64("epoch", st.epoch).Err(err).Msg("admin: route table refused")
-		a.answerPut(ctx, &PutResult{Epoch: st.epoch, Routes: st.table.Routes(), Err: err})
+		a.deps.Logger.Info().Str("key", m.KeyName).Uint64("epoch", st.epoch).Bool("dry_run", m.DryRun).Err(err).Msg("admin: route table refused")
+		if m.DryRun {
+			ctx.Respond(&PutResult{Epoch: st.epoch, Routes: st.table.Routes(), Err: err, DryRun: true})
+			return
+		}
+		a.answerPut(ctx, m, &PutResult{Epoch: st.epoch, Routes: st.table.Routes(), Err: err})
+		return
+	}
+	if !m.warned {
+		// The router says which models its workers serve; the table is
+		// prepared again once it has (the table in force may have moved
+		// meanwhile).
+		a.warnings(ctx, m, t, func() { a.put(ctx, m, reread) })
+		return
+	}
+	if m.DryRun {
+		a.deps.Logger.Info().Str("key", m.KeyName).Uint64("epoch", st.epoch).Int("routes", t.Len()).Int("warnings", len(m.warnings)).Msg("admin: route table dry run")
+		ctx.Respond(&PutResult{Epoch: st.epoch, Routes: t.Routes(), Warnings: m.warnings, DryRun: true,
+			Changes: routes.Diff(st.table.Routes(), t.Routes())})
 		return
 	}
 	if a.deps.Store == nil {
 		a.install(ctx, t, store.Version{Epoch: epoch})
-		a.deps.Logger.Info().Str("key", m.KeyName).Uint64("epoch", epoch).Int("routes", t.Len()).Msg("admin: route table replaced")
-		a.answerPut(ctx, &PutResult{Epoch: epoch, Routes: t.Routes()})
+		a.deps.Logger.Info().Str("key", m.KeyName).Uint64("epoch", epoch).Int("routes", t.Len()).Int("warnings", len(m.warnings)).Msg("admin: route table replaced")
+		a.answerPut(ctx, m, &PutResult{Epoch: epoch, Routes: t.Routes()})
 		return
 	}
 	a.putStored(ctx, m, t, epoch)
+}
+
+// warnings finds what table t likely gets wrong (routes.Unserved), asking
+// the router which of its models workers serve without blocking the
+// mailbox, records it in m and runs then. Without a router, or when it
+// does not answer, the table goes without warnings (they never stop a
+// write).
+func (a *adminActor) warnings(ctx actor.Context, m *PutRoutes, t *routes.Table, then func()) {
+	m.warned = true
+	if a.deps.Router == nil {
+		then()
+		return
+	}
+	rs := t.Routes()
+	f := ctx.RequestFuture(a.deps.Router, &router.Serving{Models: routes.Served(rs)}, a.deps.AskTimeout)
+	ctx.ReenterAfter(f, func(res any, err error) {
+		serving, ok := res.(map[string]routes.Serving)
+		if err != nil || !ok {
+			a.deps.Logger.Warn().Err(err).Msg("admin: the router did not say which models its workers serve; the route table goes without warnings")
+		} else {
+			m.warnings = routes.Unserved(rs, func(model string) routes.Serving { return serving[model] })
+		}
+		then()
+	})
 }
 
 // install commits a table at v and sends it to the router and the

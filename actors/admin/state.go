@@ -181,8 +181,10 @@ func (s *State) Routes() *RoutesResult {
 // and the bounds (gateway.max_routes, gateway.max_table_bytes). It returns
 // the new table and the epoch it will have.
 func (s *State) Prepare(m *PutRoutes) (*routes.Table, uint64, error) {
-	if err := CheckIfMatch(m.IfMatch, s.epoch); err != nil {
-		return nil, 0, err
+	if !m.DryRun || m.IfMatch != "" {
+		if err := CheckIfMatch(m.IfMatch, s.epoch); err != nil {
+			return nil, 0, err
+		}
 	}
 	t, err := ParseTable(m.Body, m.Routes)
 	if err != nil {

@@ -146,7 +146,7 @@ func (a *adminActor) putDone(ctx actor.Context, m *PutRoutes, t *routes.Table, e
 			msg = "admin: route table write's outcome unknown"
 		}
 		a.deps.Logger.Warn().Str("key", m.KeyName).Uint64("epoch", st.epoch).Err(err).Msg(msg)
-		a.answerPut(ctx, &PutResult{Epoch: cur, Routes: st.table.Routes(), Err: err})
+		a.answerPut(ctx, m, &PutResult{Epoch: cur, Routes: st.table.Routes(), Err: err})
 		return
 	}
 	// The watch may have installed the write already.
@@ -154,7 +154,7 @@ func (a *adminActor) putDone(ctx actor.Context, m *PutRoutes, t *routes.Table, e
 		a.install(ctx, t, out.v)
 	}
 	a.deps.Logger.Info().Str("key", m.KeyName).Uint64("epoch", epoch).Int64("rev", out.v.Rev).Int("routes", t.Len()).Bool("read_back", readBack).Msg("admin: route table replaced")
-	a.answerPut(ctx, &PutResult{Epoch: epoch, Routes: t.Routes()})
+	a.answerPut(ctx, m, &PutResult{Epoch: epoch, Routes: t.Routes()})
 }
 
 type drainOutcome struct {

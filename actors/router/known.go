@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 // SetConfigured tells the router the models the configuration names
@@ -15,6 +16,10 @@ type SetConfigured struct{ Models []string }
 // SetDown tells the router every probed engine that is down (the probe
 // manager's whole set, replacing the last one).
 type SetDown struct{ Engines []fleet.Down }
+
+// Serving asks how the router knows each of Models beyond the route
+// table; it responds with map[string]routes.Serving (absent: Unknown).
+type Serving struct{ Models []string }
 
 // DefaultRecentModels is Config.RecentModels when it is zero.
 const DefaultRecentModels = 24 * time.Hour
@@ -71,21 +76,51 @@ func (s *State) served(w *fleet.Worker) {
 // recent window before now: a model that is known and has no routable
 // worker is no_capacity, and so stays through a whole outage.
 func (s *State) Known(model string, now time.Time) bool {
-	if _, ok := s.table.Lookup(model); ok || s.configured[model] {
+	if _, ok := s.table.Lookup(model); ok {
 		return true
 	}
+	return s.Serving(model, now) != routes.Unknown
+}
+
+// Serving says how the state knows model beyond the route table: served
+// by a known worker now, else known (configured, of a down engine, served
+// within the window), else unknown.
+func (s *State) Serving(model string, now time.Time) routes.Serving {
 	for _, w := range s.workers {
 		if w.Serves(model) {
-			return true
+			return routes.ServedNow
 		}
 	}
+	if s.configured[model] || s.downModel(model) || s.servedLately(model, now) {
+		return routes.Known
+	}
+	return routes.Unknown
+}
+
+// ServingOf is Serving for each of models.
+func (s *State) ServingOf(models []string, now time.Time) map[string]routes.Serving {
+	out := make(map[string]routes.Serving, len(models))
+	for _, m := range models {
+		out[m] = s.Serving(m, now)
+	}
+	return out
+}
+
+// servedLately reports whether a worker that left served model within the
+// window before now.
+func (s *State) servedLately(model string, now time.Time) bool {
+	t, ok := s.lastServed[model]
+	return ok && now.Sub(t) < s.recentWindow()
+}
+
+// downModel reports whether a down engine serves model.
+func (s *State) downModel(model string) bool {
 	for _, d := range s.down {
 		if d.Model == model {
 			return true
 		}
 	}
-	t, ok := s.lastServed[model]
-	return ok && now.Sub(t) < s.recentWindow()
+	return false
 }
 
 // knownElsewhere lists the models known besides the route table and the
@@ -100,8 +135,8 @@ func (s *State) knownElsewhere(now time.Time) []string {
 			out = append(out, d.Model)
 		}
 	}
-	for m, t := range s.lastServed {
-		if now.Sub(t) < s.recentWindow() {
+	for m := range s.lastServed {
+		if s.servedLately(m, now) {
 			out = append(out, m)
 		}
 	}

@@ -168,6 +168,8 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		ctx.Respond(st.Adapters())
 	case *Known:
 		ctx.Respond(st.Known(m.Model, time.Now()))
+	case *Serving:
+		ctx.Respond(st.ServingOf(m.Models, time.Now()))
 	case *SetConfigured:
 		st.SetConfigured(m.Models)
 	case *SetDown:

@@ -4,7 +4,8 @@
 //
 //	GET  /admin/v1/workers                 {"epoch":N,"workers":[...]}
 //	GET  /admin/v1/routes                  {"epoch":N,"routes":[...]}, ETag: "N"
-//	PUT  /admin/v1/routes                  If-Match required; 200 with the new body and ETag
+//	PUT  /admin/v1/routes                  If-Match required; 200 with the new body, its warnings and ETag
+//	PUT  /admin/v1/routes?dry_run=true     the same checks, nothing changed: the table, its changes and warnings
 //	POST /admin/v1/models/{model}:drain    202 {"model":...,"drained":[...],"workers":n}
 //	POST /admin/v1/models/{model}:resume   202 {"model":...,"resumed":[...],"workers":n}
 //	POST /admin/v1/workers/{id}:lift-ejection  200 {"worker":...,"lifted":bool,"fleet":bool}
@@ -285,7 +286,48 @@ func (h *handler) writeRoutes(w http.ResponseWriter, epoch uint64, rs []routes.R
 	writeBody(w, http.StatusOK, b)
 }
 
+// PutBody is the body of a PUT's 200: the table installed (or, for a dry
+// run, the one that would be) with its epoch (a dry run's: the one in
+// force), and what the table likely gets wrong; a dry run also lists the
+// routes it would add, remove and change.
+type PutBody struct {
+	DryRun   bool             `json:"dry_run,omitempty"`
+	Epoch    uint64           `json:"epoch"`
+	Routes   []routes.Route   `json:"routes"`
+	Changes  []routes.Change  `json:"changes,omitzero"`
+	Warnings []routes.Warning `json:"warnings,omitempty"`
+}
+
+// writePut answers a PUT's success: the table with its warnings, and a
+// dry run's changes (a list, empty when none).
+func (h *handler) writePut(w http.ResponseWriter, pr *admin.PutResult) {
+	body := PutBody{DryRun: pr.DryRun, Epoch: pr.Epoch, Routes: pr.Routes, Changes: pr.Changes, Warnings: pr.Warnings}
+	if body.Routes == nil {
+		body.Routes = []routes.Route{}
+	}
+	if pr.DryRun && body.Changes == nil {
+		body.Changes = []routes.Change{}
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		openai.WriteError(w, http.StatusInternalServerError, CodeInternal, err.Error(), nil)
+		return
+	}
+	w.Header().Set("ETag", admin.ETag(pr.Epoch))
+	writeBody(w, http.StatusOK, b)
+}
+
 func (h *handler) putRoutes(w http.ResponseWriter, r *http.Request) {
+	dry := false
+	switch v := r.URL.Query().Get("dry_run"); v {
+	case "", "false", "0":
+	case "true", "1":
+		dry = true
+	default:
+		param := "dry_run"
+		openai.WriteError(w, http.StatusBadRequest, openai.CodeInvalidRequest, fmt.Sprintf("dry_run must be true or false, got %q.", v), &param)
+		return
+	}
 	if r.ContentLength > h.d.MaxBodyBytes {
 		tooLarge(w, h.d.MaxBodyBytes)
 		return
@@ -305,6 +347,7 @@ func (h *handler) putRoutes(w http.ResponseWriter, r *http.Request) {
 		Body:    body,
 		IfMatch: strings.Join(r.Header.Values("If-Match"), ", "),
 		KeyName: key.Name,
+		DryRun:  dry,
 	})
 	if !ok {
 		return
@@ -316,7 +359,7 @@ func (h *handler) putRoutes(w http.ResponseWriter, r *http.Request) {
 	}
 	switch err := pr.Err; {
 	case err == nil:
-		h.writeRoutes(w, pr.Epoch, pr.Routes)
+		h.writePut(w, pr)
 	case errors.Is(err, admin.ErrIfMatchRequired):
 		w.Header().Set("ETag", admin.ETag(pr.Epoch))
 		openai.WriteError(w, http.StatusPreconditionRequired, openai.CodeIfMatchRequired, err.Error(), nil)

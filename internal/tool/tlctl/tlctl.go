@@ -6,6 +6,7 @@
 //	tlctl [flags] workers
 //	tlctl [flags] routes get [-f FILE]        (writes FILE and FILE.etag)
 //	tlctl [flags] routes put -f FILE [-etag ETAG]
+//	tlctl [flags] routes diff -f FILE [-etag ETAG]  (what put would change; changes nothing)
 //	tlctl [flags] drain MODEL
 //	tlctl [flags] resume MODEL
 //	tlctl [flags] lift WORKER
@@ -100,6 +101,8 @@ Commands:
   workers                           the workers, their load and routability
   routes get [-f FILE]              the route table (FILE and FILE.etag, or stdout)
   routes put -f FILE [-etag ETAG]   replace the table; If-Match is ETAG or FILE.etag
+  routes diff -f FILE [-etag ETAG]  what routes put would change, and its warnings,
+                                    changing nothing (If-Match as put's, when known)
   drain MODEL                       stop routing to MODEL's workers
   resume MODEL                      route to MODEL's workers again
   lift WORKER                       end WORKER's ejection (every replica, with fleet sync)
@@ -164,15 +167,17 @@ func run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) 
 		return c.workers(ctx)
 	case "routes":
 		if len(rest) == 0 {
-			return fmt.Errorf("%w: routes get or routes put", ErrUsage)
+			return fmt.Errorf("%w: routes get, put or diff", ErrUsage)
 		}
 		switch rest[0] {
 		case "get":
 			return c.routesGet(ctx, rest[1:])
 		case "put":
-			return c.routesPut(ctx, rest[1:])
+			return c.routesPut(ctx, rest[1:], false)
+		case "diff":
+			return c.routesPut(ctx, rest[1:], true)
 		}
-		return fmt.Errorf("%w: routes %q: want get or put", ErrUsage, rest[0])
+		return fmt.Errorf("%w: routes %q: want get, put or diff", ErrUsage, rest[0])
 	case "drain", "resume":
 		if len(rest) != 1 || rest[0] == "" {
 			return fmt.Errorf("%w: %s MODEL", ErrUsage, cmd)
@@ -191,10 +196,12 @@ func run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) 
 	}
 }
 
-// call sends one request and returns the answer's body and headers; a
-// status other than want is an *APIError.
+// call sends one request to path (with its query, if any) and returns the
+// answer's body and headers; a status other than want is an *APIError.
 func (c *client) call(ctx context.Context, method, path string, body []byte, hdr http.Header, want int) ([]byte, http.Header, error) {
-	u := c.base.JoinPath(path)
+	p, query, _ := strings.Cut(path, "?")
+	u := c.base.JoinPath(p)
+	u.RawQuery = query
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -452,29 +459,57 @@ func (c *client) routesGet(ctx context.Context, args []string) error {
 	return nil
 }
 
-func (c *client) routesPut(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("routes put", flag.ContinueOnError)
+// putBody is the answer to a PUT of the route table (a dry run's too).
+type putBody struct {
+	DryRun   bool              `json:"dry_run"`
+	Epoch    uint64            `json:"epoch"`
+	Changes  []json.RawMessage `json:"changes"`
+	Warnings []struct {
+		Path    string `json:"path"`
+		Message string `json:"message"`
+	} `json:"warnings"`
+}
+
+// routesPut installs FILE (If-Match: -etag, else FILE.etag), or with dry
+// shows what installing it would change, changing nothing (If-Match only
+// when one is known: a stale one is refused as put's would be).
+func (c *client) routesPut(ctx context.Context, args []string, dry bool) error {
+	name := "routes put"
+	if dry {
+		name = "routes diff"
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	file := fs.String("f", "", "the table to install (JSON, as routes get writes it)")
 	etag := fs.String("etag", "", "If-Match (default: the content of FILE.etag)")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *file == "" {
-		return fmt.Errorf("%w: routes put -f FILE [-etag ETAG]", ErrUsage)
+		return fmt.Errorf("%w: %s -f FILE [-etag ETAG]", ErrUsage, name)
 	}
 	body, err := os.ReadFile(*file)
 	if err != nil {
-		return fmt.Errorf("routes put: %w", err)
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	if !json.Valid(body) {
-		return fmt.Errorf("routes put: %s is not JSON", *file)
+		return fmt.Errorf("%s: %s is not JSON", name, *file)
 	}
 	if *etag == "" {
 		b, err := os.ReadFile(*file + etagSuffix)
-		if err != nil {
+		switch {
+		case err == nil:
+			*etag = strings.TrimSpace(string(b))
+		case !dry:
 			return fmt.Errorf("routes put: no -etag and no %s (run routes get -f %s first): %w", *file+etagSuffix, *file, err)
 		}
-		*etag = strings.TrimSpace(string(b))
 	}
-	b, h, err := c.call(ctx, http.MethodPut, "/admin/v1/routes", body, http.Header{"If-Match": {*etag}}, http.StatusOK)
+	path := "/admin/v1/routes"
+	hdr := http.Header{}
+	if *etag != "" {
+		hdr.Set("If-Match", *etag)
+	}
+	if dry {
+		path += "?dry_run=true"
+	}
+	b, h, err := c.call(ctx, http.MethodPut, path, body, hdr, http.StatusOK)
 	var ae *APIError
 	if errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed {
 		return fmt.Errorf("%w; the table changed since %s was read (now ETag %s): run routes get again and reapply your change", err, *file, h.Get("ETag"))
@@ -482,14 +517,62 @@ func (c *client) routesPut(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	var pb putBody
+	if err := json.Unmarshal(b, &pb); err != nil {
+		return fmt.Errorf("%s: the gateway's answer is not a route table: %w", name, err)
+	}
+	if dry {
+		if c.output == "json" {
+			return writeAll(c.out, b)
+		}
+		return c.printDiff(pb, h.Get("ETag"))
+	}
 	next := h.Get("ETag")
 	if err := os.WriteFile(*file+etagSuffix, []byte(next+"\n"), 0o644); err != nil {
 		return fmt.Errorf("routes put: installed as %s, but %w", next, err)
+	}
+	for _, w := range pb.Warnings {
+		fmt.Fprintf(c.errOut, "warning: %s: %s\n", w.Path, w.Message)
 	}
 	if c.output == "json" {
 		return writeAll(c.out, b)
 	}
 	fmt.Fprintf(c.out, "installed; ETag %s (written to %s)\n", next, *file+etagSuffix)
+	return nil
+}
+
+// printDiff shows a dry run: each route added (+), removed (-) or changed
+// (~, with the fields that differ and the route before and after), then
+// the warnings.
+func (c *client) printDiff(pb putBody, etag string) error {
+	type change struct {
+		Model  string          `json:"model"`
+		Kind   string          `json:"change"`
+		Fields []string        `json:"fields"`
+		Before json.RawMessage `json:"before"`
+		After  json.RawMessage `json:"after"`
+	}
+	if len(pb.Changes) == 0 {
+		fmt.Fprintf(c.out, "no change to the table in force (ETag %s)\n", etag)
+	}
+	for _, raw := range pb.Changes {
+		var ch change
+		if err := json.Unmarshal(raw, &ch); err != nil {
+			return fmt.Errorf("routes diff: the gateway's answer has a change that is not one: %w", err)
+		}
+		switch ch.Kind {
+		case "added":
+			fmt.Fprintf(c.out, "+ %s (added): %s\n", ch.Model, ch.After)
+		case "removed":
+			fmt.Fprintf(c.out, "- %s (removed): %s\n", ch.Model, ch.Before)
+		default:
+			fmt.Fprintf(c.out, "~ %s (%s changed)\n    before: %s\n    after:  %s\n", ch.Model, strings.Join(ch.Fields, ", "), ch.Before, ch.After)
+		}
+	}
+	for _, w := range pb.Warnings {
+		fmt.Fprintf(c.out, "warning: %s: %s\n", w.Path, w.Message)
+	}
+	fmt.Fprintf(c.errOut, "dry run against the table in force (ETag %s): nothing was changed\n", etag)
 	return nil
 }
 

@@ -639,7 +639,11 @@
       $("conflict").hidden = true;
       renderRoutes(r.json.routes);
       editorChanged();
-      toast(`Saved: epoch ${r.json.epoch}`);
+      const warnings = r.json.warnings || [];
+      const list = $("routes-errors");
+      clear(list);
+      for (const w of warnings) list.append(el("li", { class: "warning", "data-warning": w.path, text: `${w.path}: ${w.message}` }));
+      toast(`Saved: epoch ${r.json.epoch}` + (warnings.length ? ` · ${warnings.length} warning${warnings.length > 1 ? "s" : ""}` : ""), warnings.length > 0);
       return;
     }
     const code = r.json && r.json.error ? r.json.error.code : "";
