@@ -99,7 +99,12 @@ Stream a chat completion:
   curl -N %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"smol","stream":true,"max_tokens":48,"messages":[{"role":"user","content":"Tell me about gateways."}]}'
 
-A cascade (small model first, the large one when it is unsure):
+A cascade: the small model first, the large one when the small one is unsure
+(X-TL-Cascade-Step says which step answered). The small model is sure of this
+prompt, so step 0 answers:
+  curl -s %[1]s/v1/completions -H 'Content-Type: application/json' -D - \
+    -d '{"model":"auto","prompt":"Two plus two is","max_tokens":12}'
+and unsure of this one, so it escalates to the large model, step 1:
   curl -s %[1]s/v1/completions -H 'Content-Type: application/json' -D - \
     -d '{"model":"auto","prompt":"The capital of France is","max_tokens":12}'
 

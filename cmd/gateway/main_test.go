@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -226,6 +227,7 @@ func TestRunDemo(t *testing.T) {
 
 	cmds := parseCurls(r.stdout.String())
 	paths := map[string]curlCommand{}
+	var cascades []curlCommand // the cascade's, in the banner's order
 	for _, c := range cmds {
 		if !strings.HasPrefix(c.url, base+"/") {
 			t.Fatalf("command URL %q does not start with the gateway's address %s", c.url, base)
@@ -239,6 +241,9 @@ func TestRunDemo(t *testing.T) {
 				t.Fatalf("command body %q: %v", c.body, err)
 			}
 			key += " " + v.Model
+			if v.Model == "auto" {
+				cascades = append(cascades, c)
+			}
 		}
 		paths[key] = c
 	}
@@ -249,8 +254,22 @@ func TestRunDemo(t *testing.T) {
 		got = append(got, k)
 	}
 	slices.Sort(got)
-	if !slices.Equal(got, want) || len(cmds) != len(want) {
-		t.Fatalf("advertised commands %q, want %q", got, want)
+	if !slices.Equal(got, want) || len(cmds) != len(want)+1 || len(cascades) != 2 {
+		t.Fatalf("advertised commands %q (%d, %d of the cascade), want %q and two of the cascade", got, len(cmds), len(cascades), want)
+	}
+	// The cascade's first prompt is answered by its small model, the
+	// second escalated to its large one, whichever version of the small
+	// model (the canary's) a request draws.
+	for i, c := range cascades {
+		for range 6 {
+			a, err := r.do(http.MethodPost, c.url, c.body)
+			if err != nil || a.status != http.StatusOK {
+				t.Fatalf("cascade command %d: %d %v %s", i, a.status, err, a.body)
+			}
+			if step := a.header.Get("X-TL-Cascade-Step"); step != strconv.Itoa(i) {
+				t.Fatalf("cascade command %d (%s) answered by step %q, want %d: the banner says the first is accepted and the second escalated", i, c.body, step, i)
+			}
+		}
 	}
 
 	// The inference requests, at once (each streams for a few hundred ms).

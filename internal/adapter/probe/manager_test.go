@@ -769,11 +769,17 @@ func TestManagerReconcileUnlocked(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the removed engine's worker was never forgotten")
 	}
-	if !m.mu.TryLock() {
+	// The loop may have asked before Apply's reconcile let the lock go;
+	// once it has, the lock stays free however long the registry takes.
+	locked := make(chan struct{})
+	go func() { m.mu.Lock(); m.mu.Unlock(); close(locked) }()
+	select {
+	case <-locked:
+	case <-time.After(10 * time.Second):
 		close(answer)
+		<-locked
 		t.Fatal("the Manager holds its lock while a stopped loop waits for the registry")
 	}
-	m.mu.Unlock()
 	m.SetSource("dns", []Engine{{Engine: config.Engine{ID: "e2", HTTPAddress: "127.0.0.1:1", Kind: string(KindVLLM), ProbeInterval: config.D(time.Hour)}}})
 	select {
 	case <-applied:
