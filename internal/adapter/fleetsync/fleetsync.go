@@ -3,8 +3,9 @@
 // in-flight counts and the workers of the Responses API responses it
 // relays (stored and deleted) in small batches on its own subject
 // <prefix>.events.<replica>, applies its peers' through the router actor
-// (router.SyncInbox, coalesced per peer), and answers and asks warm-start
-// snapshots (subjects.go).
+// (router.SyncInbox, coalesced per peer), answers and asks warm-start
+// snapshots (subjects.go), and answers and asks the traffic rings behind
+// the console's view of the fleet (traffic.go).
 //
 // A batch counts only as the replica whose subject it came on: with one
 // NATS user per replica, allowed to publish only on its own subjects
@@ -40,6 +41,7 @@ import (
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/adapter/metrics"
+	"github.com/tlgate/tlgate/internal/adapter/traffic"
 )
 
 // Options are what a Client needs besides the configuration.
@@ -57,6 +59,9 @@ type Options struct {
 	// (keys.go): this replica's demand per key goes to the peers every
 	// load_interval, theirs to Keys.
 	Keys KeyShares
+	// Traffic, when set, is this replica's traffic rings, which it answers
+	// the other replicas' Traffic requests with (traffic.go).
+	Traffic func() traffic.Raw
 }
 
 // OwnRecords are the stored responses a replica relayed itself
@@ -101,6 +106,12 @@ type Client struct {
 
 	inbox      inbox
 	serveLimit *rate.Limiter // snapshots answered
+	// Traffic requests (traffic.go): those answered, this replica's own
+	// waiting for answers, and the replicas the router tracks (Tick).
+	trafficLimit *rate.Limiter
+	trafficNonce uint64
+	trafficWaits map[uint64]*trafficWaiter
+	peers        atomic.Int64
 	// Warnings logged at most once a minute.
 	dupWarn, spoofWarn, peersWarn throttle
 }
@@ -115,6 +126,8 @@ func New(cfg config.Sync, o Options) *Client {
 		limits:  map[string]*rate.Limiter{},
 		// Each peer may ask for one snapshot per peer_timeout.
 		serveLimit: rate.NewLimiter(rate.Limit(float64(cfg.MaxPeers)/max(cfg.PeerTimeout.Seconds(), 1e-3)), cfg.MaxPeers),
+		// Each peer's consoles may ask a few times a second.
+		trafficLimit: rate.NewLimiter(rate.Limit(4*cfg.MaxPeers), 4*cfg.MaxPeers),
 	}
 	return c
 }
@@ -197,6 +210,7 @@ func (c *Client) Tick(r router.TickReport) {
 	c.Load(r.Own)
 	c.m.Peers(r.Peers)
 	c.m.Uncorroborated(r.Uncorroborated)
+	c.peers.Store(int64(r.Peers))
 }
 
 // Applied implements router.Syncer: it counts what a peer's batch did,
@@ -256,6 +270,8 @@ func (c *Client) Start(id string, pid *actor.PID) error {
 		{c.subject(subjectStored + "." + id), "", c.onRecordsRequest},
 		{c.subject(subjectSnapshots + ".*." + id), "", c.onSnapshot},
 		{c.subject(subjectKeys + ".*"), "", c.onKeys},
+		{c.subject(subjectTraffic), "", c.onTrafficRequest},
+		{c.subject(subjectTraffics + ".*." + id), "", c.onTraffic},
 	} {
 		if sub.subject == c.subject(subjectKeys+".*") && c.o.Keys == nil {
 			continue

@@ -21,12 +21,17 @@ import (
 //	P.snapshots.<replica>.<asker>    its answers to asker: a snapshot, its stored
 //	                                 responses
 //	P.keys.<replica>                 its demand per limited API key (keys.go)
+//	P.traffic                        traffic requests (payload: the asker's id),
+//	                                 answered by every replica (traffic.go)
+//	P.traffics.<replica>.<asker>     its traffic rings, for asker
 const (
 	subjectKeys      = "keys"
 	subjectEvents    = "events"
 	subjectSnapshot  = "snapshot"
 	subjectStored    = "stored"
 	subjectSnapshots = "snapshots"
+	subjectTraffic   = "traffic"
+	subjectTraffics  = "traffics"
 	// snapshotQueue is the queue group of the snapshot subject.
 	snapshotQueue = "tlgate-snapshot"
 )
@@ -37,9 +42,9 @@ const (
 func Permissions(prefix, replica string) (publish, subscribe []string) {
 	p := prefix + "."
 	publish = []string{p + subjectEvents + "." + replica, p + subjectSnapshot, p + subjectStored + ".*", p + subjectSnapshots + "." + replica + ".*",
-		p + subjectKeys + "." + replica}
+		p + subjectKeys + "." + replica, p + subjectTraffic, p + subjectTraffics + "." + replica + ".*"}
 	subscribe = []string{p + subjectEvents + ".*", p + subjectSnapshot, p + subjectStored + "." + replica, p + subjectSnapshots + ".*." + replica,
-		p + subjectKeys + ".*"}
+		p + subjectKeys + ".*", p + subjectTraffic, p + subjectTraffics + ".*." + replica}
 	return publish, subscribe
 }
 

@@ -26,6 +26,9 @@ const (
 	// SyncKeys: a replica's demand per limited API key (fleet-wide key
 	// limits), a message of its own every load_interval.
 	SyncKeys = "keys"
+	// SyncTraffic: a replica's traffic rings, asked for the console's
+	// view of the fleet.
+	SyncTraffic = "traffic"
 )
 
 // Reasons a fleet-sync message is dropped: the reason label of
@@ -74,7 +77,7 @@ const (
 )
 
 var (
-	syncKinds       = fixedSet{SyncPick, SyncRelease, SyncLoad, SyncEject, SyncStored, SyncForget, SyncIndex, SyncLift, SyncSpeculate, SyncBatch, SyncSnapshot, SyncKeys}
+	syncKinds       = fixedSet{SyncPick, SyncRelease, SyncLoad, SyncEject, SyncStored, SyncForget, SyncIndex, SyncLift, SyncSpeculate, SyncBatch, SyncSnapshot, SyncKeys, SyncTraffic}
 	syncDropReasons = fixedSet{SyncDropMalformed, SyncDropOversized, SyncDropStale, SyncDropDuplicateID, SyncDropRate, SyncDropQueueFull,
 		SyncDropDisconnected, SyncDropSlowConsumer, SyncDropUnknownWorker, SyncDropOtherModel, SyncDropTooManyPeers, SyncDropCapped,
 		SyncDropChunkBytes, SyncDropUnknownKind, SyncDropEjection, SyncDropInvalid, SyncDropSpoofed, SyncDropBacklog, SyncDropUnasked, SyncDropNoEvidence}

@@ -217,15 +217,21 @@ func (r *Recorder) Cascade(model string, accepted bool) {
 
 // addCode counts code; past maxCodes-1 distinct codes a new one is
 // counted as OtherCode (the last place is kept for it).
-func (s *slot) addCode(code string) {
+func (s *slot) addCode(code string) { s.addCodeN(code, 1) }
+
+// addCodeN counts code n times, as addCode.
+func (s *slot) addCodeN(code string, n uint32) {
+	if n == 0 {
+		return
+	}
 	if s.ncodes >= maxCodes-1 && s.find(code) < 0 {
 		code = OtherCode
 	}
 	if i := s.find(code); i >= 0 {
-		s.codes[i].n++
+		s.codes[i].n = satAdd(s.codes[i].n, n)
 		return
 	}
-	s.codes[s.ncodes] = codeCount{code: code, n: 1}
+	s.codes[s.ncodes] = codeCount{code: code, n: n}
 	s.ncodes++
 }
 
@@ -291,7 +297,10 @@ type Snapshot struct {
 	Now           time.Time `json:"now"`
 	BucketSeconds float64   `json:"bucket_seconds"`
 	Buckets       int       `json:"buckets"`
-	Models        []Model   `json:"models"`
+	// Replicas is how many gateway replicas' traffic the snapshot sums:
+	// this one's, and the others' that answered (SnapshotWith).
+	Replicas int     `json:"replicas"`
+	Models   []Model `json:"models"`
 }
 
 // Model is one model's series. Quantiles are in milliseconds, null for a
@@ -325,22 +334,13 @@ type Totals struct {
 	LatencyP99       *float64          `json:"latency_p99_ms"`
 }
 
-// Snapshot returns the window ending now. The rings are copied under the
-// lock and summarised outside it.
-func (r *Recorder) Snapshot() Snapshot {
-	now := r.cfg.Now()
-	cur := r.bucketNum(now)
-	first := cur - int64(r.cfg.Buckets) + 1
-	r.mu.Lock()
-	copies := make(map[string][]slot, len(r.models))
-	for m, rg := range r.models {
-		if rg.last < first {
-			continue
-		}
-		copies[m] = append([]slot(nil), rg.slots...)
-	}
-	r.mu.Unlock()
+// Snapshot returns the window ending now, of this replica alone. The
+// rings are copied under the lock and summarised outside it.
+func (r *Recorder) Snapshot() Snapshot { return r.SnapshotWith(nil) }
 
+// summary is the Snapshot of copies, the rings of the window from bucket
+// first to cur (now's).
+func (r *Recorder) summary(copies map[string][]slot, now time.Time, cur, first int64) Snapshot {
 	width := r.cfg.Width
 	snap := Snapshot{
 		Start:         time.Unix(0, first*int64(width)).UTC(),

@@ -22,6 +22,7 @@
 package adminhttp
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,8 +79,10 @@ type Deps struct {
 	// Timeout bounds each question to an actor; 0 means DefaultTimeout.
 	Timeout time.Duration
 	// Traffic, when set, serves GET /admin/v1/traffic: the last 15
-	// minutes per model (traffic.Snapshot).
-	Traffic *traffic.Recorder
+	// minutes per model (traffic.Snapshot), summed over this replica and
+	// the other replicas' rings TrafficPeers returns (nil: this one's).
+	Traffic      *traffic.Recorder
+	TrafficPeers func(ctx context.Context) []traffic.Raw
 }
 
 // Worker is one worker as GET /admin/v1/workers lists it.
@@ -189,7 +192,11 @@ func New(d Deps) http.Handler {
 	mux.HandleFunc("POST /admin/v1/workers/{target...}", h.liftEjection)
 	if d.Traffic != nil {
 		mux.HandleFunc("GET /admin/v1/traffic", func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusOK, d.Traffic.Snapshot())
+			var peers []traffic.Raw
+			if d.TrafficPeers != nil {
+				peers = d.TrafficPeers(r.Context())
+			}
+			writeJSON(w, http.StatusOK, d.Traffic.SnapshotWith(peers))
 		})
 		mux.Handle("/admin/v1/traffic", openai.MethodNotAllowed("GET, HEAD"))
 	}

@@ -334,7 +334,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	httpedge.Register(mux, edge)
 	mux.Handle("/admin/v1/", adminhttp.New(adminhttp.Deps{
 		Root: g.sys.Root, Admin: g.Admin, Router: g.Router, Keyring: keyring, MaxBodyBytes: gw.MaxBodyBytes,
-		Traffic: g.Traffic,
+		Traffic: g.Traffic, TrafficPeers: g.trafficPeers,
 	}))
 	if gw.Console {
 		console.Register(mux)
@@ -665,6 +665,15 @@ func clientHost(remote string) string {
 		return h
 	}
 	return remote
+}
+
+// trafficPeers are the other replicas' traffic rings (fleet sync; none
+// with sync off), for the console's view of the fleet.
+func (g *Gateway) trafficPeers(ctx context.Context) []traffic.Raw {
+	if g.sync == nil {
+		return nil
+	}
+	return g.sync.Traffic(ctx)
 }
 
 // ApplyEngines replaces the list of probed engines (SIGHUP reload): new

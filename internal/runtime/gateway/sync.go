@@ -14,6 +14,7 @@ import (
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/adapter/fleetsync"
 	"github.com/tlgate/tlgate/internal/adapter/metrics"
+	"github.com/tlgate/tlgate/internal/adapter/traffic"
 	"github.com/tlgate/tlgate/internal/guard/ratelimit"
 	"github.com/tlgate/tlgate/internal/routing/sticky"
 )
@@ -38,6 +39,9 @@ func (g *Gateway) newSync(gw *config.Gateway, reg prometheus.Registerer, log zer
 	opts := fleetsync.Options{
 		Root: g.sys.Root, Logger: log.With().Str("component", "fleetsync").Logger(), Metrics: m,
 		ChunkBytes: gw.CacheAwareChunkBytes, Stored: stored,
+		// The peers' consoles ask for this replica's traffic (set before
+		// the sync starts).
+		Traffic: func() traffic.Raw { return g.Traffic.Raw() },
 	}
 	if s.KeyLimits == config.KeyLimitsFleet {
 		if now == nil {

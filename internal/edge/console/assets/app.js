@@ -695,7 +695,10 @@
     st.traffic.data = snap;
     const models = snap.models || [];
     const mins = Math.round((snap.buckets * snap.bucket_seconds) / 60);
-    $("traffic-summary").textContent = `last ${mins} minutes · ${snap.bucket_seconds} s buckets · ${models.length} model${models.length === 1 ? "" : "s"}`;
+    const replicas = snap.replicas || 1;
+    $("traffic-summary").textContent = `last ${mins} minutes · ${snap.bucket_seconds} s buckets · ${models.length} model${models.length === 1 ? "" : "s"} · ` +
+      (replicas > 1 ? `the fleet: ${replicas} replicas` : "this replica");
+    $("traffic-summary").dataset.replicas = String(replicas);
     if (!models.find((m) => m.model === st.traffic.model)) {
       const busiest = [...models].sort((a, b) => b.totals.requests - a.totals.requests)[0];
       st.traffic.model = busiest ? busiest.model : "";
