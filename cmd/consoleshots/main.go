@@ -2,7 +2,8 @@
 // into a folder: it starts a gateway with reference engines on loopback,
 // drives traffic through it (a canary, a cascade, a disaggregated route, a
 // short engine outage that causes failovers, and a few requests for an
-// unknown model), then photographs the pages in headless Chromium.
+// unknown model), with one configured engine down, then photographs the
+// pages in headless Chromium.
 //
 //	go run ./cmd/consoleshots -out docs/console
 //
@@ -24,6 +25,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/adapter/traffic"
 	"github.com/tlgate/tlgate/internal/runtime/stage"
 	"github.com/tlgate/tlgate/internal/tool/browser"
@@ -57,7 +59,10 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(stateDir)
-	st, err := stage.Start(ctx, stage.Options{StateDir: stateDir, Traffic: traffic.Config{Width: time.Second, Buckets: 120}})
+	// One configured engine nothing answers at: the Fleet page lists it
+	// down, with its last error.
+	down := config.Engine{ID: "vllm-down", HTTPAddress: "127.0.0.1:1", Model: "llama", Kind: config.KindVLLM, ProbeInterval: config.D(time.Second)}
+	st, err := stage.Start(ctx, stage.Options{StateDir: stateDir, Traffic: traffic.Config{Width: time.Second, Buckets: 120}, Probed: []config.Engine{down}})
 	if err != nil {
 		return err
 	}

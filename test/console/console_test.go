@@ -184,7 +184,8 @@ func TestFleetListsEngines(t *testing.T) {
 	u.login(stage.AdminKey)
 	want := len(u.st.Engines)
 	u.waitJS("every engine listed", fmt.Sprintf(`document.querySelectorAll('tr[data-worker][data-state="routable"]').length === %d`, want))
-	u.waitJS("the down engine listed", `document.querySelector('.card[data-model="llama"] tr[data-worker="vllm-down"][data-state="down"] [data-last-error]') !== null`)
+	u.waitJS("the down engine listed", `document.querySelector('.card[data-model="llama"] tr[data-worker="vllm-down"][data-state="down"]') !== null &&
+		(document.querySelector('.card[data-model="llama"] tr[data-error-of="vllm-down"] [data-last-error]') || {textContent: ""}).textContent.includes("refused")`)
 	if peers := eval[[]string](u, `[...document.querySelectorAll("tr[data-worker] td[data-peer-in-flight]")].map(td => td.textContent)`); len(peers) != want+1 {
 		t.Errorf("peer in-flight cells %q, want one per row", peers)
 	} else {

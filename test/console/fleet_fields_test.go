@@ -64,7 +64,7 @@ func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 	if !contains(heads, "Index blocks") {
 		t.Errorf("no prefix index column: %q", heads)
 	}
-	cells := eval[[]string](u, `[...document.querySelectorAll("tr[data-worker]")].map(tr => tr.children[9].textContent)`)
+	cells := eval[[]string](u, `[...document.querySelectorAll("tr[data-worker]")].map(tr => tr.children[10].textContent)`)
 	if strings.Join(cells, ",") != "1.2k,7,–,–" {
 		t.Errorf("prefix index cells %q, want 1.2k, 7 and – (absent) twice", cells)
 	}

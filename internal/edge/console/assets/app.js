@@ -372,8 +372,7 @@
       const source = w.source === "probe" && w.kind ? `probe (${w.kind})` : w.source || "";
       c.tbody.append(el("tr", { "data-worker": w.id, "data-state": s.name },
         el("td", { class: "id", title: w.http_address || "" }, el("span", { text: w.id }), el("div", { class: "addr muted", text: w.http_address || "" }),
-          (w.adapters || []).length ? el("div", { class: "adapters muted", "data-adapters": w.adapters.join(","), text: "LoRA: " + w.adapters.join(", ") }) : null,
-          w.last_error ? el("div", { class: "lasterr badtext", "data-last-error": "", title: w.last_error, text: w.last_error }) : null),
+          (w.adapters || []).length ? el("div", { class: "adapters muted", "data-adapters": w.adapters.join(","), text: "LoRA: " + w.adapters.join(", ") }) : null),
         el("td", { text: w.role }),
         el("td", { text: source }),
         el("td", null, el("span", { class: "chip " + s.cls, text: s.label, title: s.title })),
@@ -385,6 +384,12 @@
         el("td", null, cacheChip(w)),
         prefixKeys.map((k) => el("td", { class: "r num", text: w[k] === undefined ? "–" : fmtNum(w[k]) })),
         el("td", { class: "r num", text: ago(w.last_heartbeat) })));
+      if (w.last_error) {
+        // A down engine's last error, under its row, across the table.
+        const since = w.down_since ? `down for ${ago(w.down_since)}: ` : "down: ";
+        c.tbody.append(el("tr", { class: "errrow", "data-error-of": w.id },
+          el("td", { colSpan: heads.length, class: "lasterr badtext", "data-last-error": "", text: since + w.last_error })));
+      }
     }
   }
 
