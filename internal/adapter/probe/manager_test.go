@@ -772,7 +772,14 @@ func TestManagerReconcileUnlocked(t *testing.T) {
 	// The loop may have asked before Apply's reconcile let the lock go;
 	// once it has, the lock stays free however long the registry takes.
 	locked := make(chan struct{})
-	go func() { m.mu.Lock(); m.mu.Unlock(); close(locked) }()
+	go func() {
+		m.mu.Lock()
+		loops := len(m.loops)
+		m.mu.Unlock()
+		if loops == 0 {
+			close(locked)
+		}
+	}()
 	select {
 	case <-locked:
 	case <-time.After(10 * time.Second):
