@@ -797,7 +797,7 @@ func (s *State) Workers(now time.Time) []WorkerView {
 		v := WorkerView{Worker: *w, InFlight: s.InFlight(w.ID), PeerInFlight: s.PeerInFlight(w.ID), Routable: w.Routable(now), PrefixIndexChunks: s.indexChunks(w.ID)}
 		v.CacheView, v.KVBlocks = s.exactStats(w.ID, now)
 		v = s.overloadView(v, now)
-		v.State = viewState(&v, now)
+		v.State = s.viewState(&v, now)
 		out = append(out, v)
 	}
 	out = append(out, s.downViews()...)
@@ -805,18 +805,21 @@ func (s *State) Workers(now time.Time) []WorkerView {
 	return out
 }
 
-// viewState is the State of a worker's view.
-func viewState(v *WorkerView, now time.Time) string {
-	switch {
-	case !v.Live(now):
+// viewState is the State of a worker's view: its state for any request
+// (stateOf), a worker at its concurrency limit being routable, and a
+// routable one with failures in a row suspect.
+func (s *State) viewState(v *WorkerView, now time.Time) string {
+	switch s.stateOf(&v.Worker, &Request{}, now, false) {
+	case stateStale:
 		return StateStale
-	case v.Drained:
+	case stateDrained:
 		return StateDrained
-	case v.Draining:
+	case stateDraining:
 		return StateDraining
-	case now.Before(v.EjectedUntil):
+	case stateEjected:
 		return StateEjected
-	case v.ConsecutiveFailures > 0:
+	}
+	if v.ConsecutiveFailures > 0 {
 		return StateSuspect
 	}
 	return StateRoutable
