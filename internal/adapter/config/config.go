@@ -15,6 +15,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 	"github.com/tlgate/tlgate/internal/routing/routes"
 )
@@ -378,7 +379,7 @@ func Default() *Config {
 		HeartbeatInterval:  D(2 * time.Second),
 		HeartbeatMissLimit: 3,
 		MaxAttempts:        3,
-		RecentModelWindow:  D(24 * time.Hour),
+		RecentModelWindow:  D(router.DefaultRecentModels),
 		MaxBodyBytes:       1 << 20,
 		StateDir:           "./tlgate-data",
 		ConnectTimeout:     D(2 * time.Second),
