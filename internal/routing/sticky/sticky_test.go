@@ -233,7 +233,7 @@ func TestExportCallsOutsideMutex(t *testing.T) {
 	n := 0
 	m.ExportOwn(1000, t0, func(digest, _, _ string, _ time.Duration) {
 		if !m.mu.TryLock() {
-			t.Fatalf("ExportOwn holds the map's mutex while calling fn (entry %s)", digest)
+			t.Fatalf("ExportOwn holds the map's mutex while calling fn (entry %x)", digest)
 		}
 		m.mu.Unlock()
 		id := ids[digest]
