@@ -82,6 +82,10 @@ type Sessions struct {
 	// Observe, when set, is called with every recorded request's send
 	// time (from the start), its time to first token and its error.
 	Observe func(at, ttft time.Duration, err error)
+	// Answered, when set, is called with every request's send time and
+	// the time its answer ended (from the start), warmup or not, and its
+	// error: what was served when, beside what was asked when.
+	Answered func(sent, done time.Duration, err error)
 }
 
 // RunSessions runs the sessions against the URLs p picks, one pick per
@@ -144,6 +148,9 @@ func RunSessions(ctx context.Context, c *http.Client, p Picker, cfg Sessions) *R
 			}
 			lat, ttft, err := Do(ctx, c, p.Next(), r)
 			<-sem
+			if cfg.Answered != nil {
+				cfg.Answered(sent.Sub(start), time.Since(start), err)
+			}
 			if err != nil && ctx.Err() != nil {
 				return false
 			}

@@ -15,7 +15,7 @@ func TestPriorityRun(t *testing.T) {
 	c.Only = []string{ExpPriority}
 	c.PriorityDuration, c.PriorityWarmup, c.PriorityRepeats = 1500*time.Millisecond, 500*time.Millisecond, 1
 	c.PriorityBatchBytes, c.PriorityBatchTokens, c.PriorityKVBlocks = 400, 4, 256
-	c.OpenMaxTokens, c.OpenDecode = 4, time.Millisecond
+	c.OpenMaxTokens, c.OpenDecode, c.PriorityChatTokens = 4, time.Millisecond, 4
 	var out, log strings.Builder
 	if err := Run(t.Context(), c, &out, &log); err != nil {
 		t.Fatalf("run: %v\n%s", err, log.String())

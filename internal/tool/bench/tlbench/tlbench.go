@@ -14,6 +14,11 @@
 //  4. overload: goodput, p99 and the share of two keys at 2× and 5× the
 //     fleet's capacity, with and without admission control.
 //
+// Run only when named: the open loop through replicas and fleet sync, its
+// sync cost, exact routing on KV events, priorities (two tenants at 120%
+// of capacity, with and without priority bands and TTFT objectives) and
+// fleet-wide key limits (three synced replicas granting one key's limit).
+//
 // With Config.Out set it also writes the tables (results.md) and SVG plots
 // (and PNGs when rsvg-convert is installed) into that directory. Every run
 // is bounded in requests and time. cmd/tlbench fills a Config from its
@@ -132,14 +137,15 @@ type Config struct {
 	// Priorities (priority.go): PriorityEngines engines of MaxRunning
 	// slots and PriorityKVBlocks blocks (prefill Prefill, decode
 	// OpenDecode per token); the interactive tenant's conversations are
-	// the open loop's multi-turn ones (OpenTurns turns, OpenMaxTokens
-	// tokens); the batch tenant's prompts PriorityBatchBytes long with
+	// the open loop's multi-turn ones (OpenTurns turns, answers of
+	// PriorityChatTokens tokens); the batch tenant's prompts PriorityBatchBytes long with
 	// PriorityBatchTokens-token answers. The tenants offer
 	// PriorityInteractive and PriorityBatch of their capacity alone, for
 	// PriorityDuration (PriorityWarmup not recorded), in each of
 	// PriorityModes, PriorityRepeats times; PriorityObjective is the
 	// interactive tenant's TTFT objective.
 	PriorityEngines, PriorityKVBlocks       int
+	PriorityChatTokens                      int
 	PriorityBatchBytes, PriorityBatchTokens int
 	PriorityInteractive, PriorityBatch      float64
 	PriorityDuration, PriorityWarmup        time.Duration
@@ -239,7 +245,7 @@ func Preset(quick bool) Config {
 		OpenMaxTokens: 8, OpenDecode: 9 * time.Millisecond,
 		OpenDuration: 8 * time.Second, OpenWarmup: 2 * time.Second, OpenSLO: 250 * time.Millisecond,
 
-		PriorityEngines: 2, PriorityKVBlocks: 1024, PriorityBatchBytes: 6144, PriorityBatchTokens: 32,
+		PriorityEngines: 2, PriorityKVBlocks: 1024, PriorityChatTokens: 32, PriorityBatchBytes: 6144, PriorityBatchTokens: 32,
 		PriorityInteractive: 0.5, PriorityBatch: 0.7, PriorityObjective: 500 * time.Millisecond,
 		PriorityDuration: 30 * time.Second, PriorityWarmup: 5 * time.Second,
 		PriorityModes: slices.Clone(PriorityModes), PriorityRepeats: 3,
