@@ -32,7 +32,7 @@ func (f *fleet) keyShare(i int) float64 {
 // is asked; hammered through all three at far more than the limit they
 // grant together at most what one gateway would over the time since they
 // started (their buckets start empty), plus the stated overshoot (each
-// replica's first load intervals at the whole limit's rate), where each
+// replica's first two load intervals at the whole limit's rate), where each
 // counting alone would grant three times as much; and when only one
 // replica is asked, the split follows: it comes to hold most of the limit,
 // the others' parts fall, and the parts never add up to more than it.
@@ -80,10 +80,11 @@ func TestFleetWideKeyLimit(t *testing.T) {
 	cancel()
 	elapsed := time.Since(begin)
 	// What one gateway grants since the replicas started with empty
-	// buckets, and the overshoot: each replica at the whole limit's rate
-	// for its first load intervals (three, with the peers' starts apart),
-	// and a request per replica for the rounding of the refill.
-	bound := limit*elapsed.Minutes() + 3*limit*(3*loadInterval).Minutes() + 3
+	// buckets, and the stated overshoot: each replica at the whole
+	// limit's rate for two load intervals (its first, and the one its
+	// peers take to cut theirs), and a request per replica for the
+	// rounding of the refill.
+	bound := limit*elapsed.Minutes() + 3*limit*(2*loadInterval).Minutes() + 3
 	t.Logf("granted %d, refused %d in %v; bound %.1f (counting alone each replica would grant its own %d a minute)",
 		granted.Load(), refused.Load(), elapsed.Round(time.Millisecond), bound, limit)
 	if other.Load() > 0 {

@@ -27,9 +27,11 @@ import (
 // an interval: over any period the fleet grants a key at most what one
 // gateway would (its limit's worth for the period, plus the limit once:
 // the burst its buckets hold), plus, for each replica that started (or
-// whose key's limits changed) in the period, its first interval at the
-// whole limit's rate (limit × interval / 1 min), and for max_concurrent the
-// whole limit in that replica's first interval. With fleet sync away, each
+// whose key's limits changed) in the period, two intervals at the whole
+// limit's rate (2 × limit × interval / 1 min: its first, counting alone,
+// and the one its peers take to cut their parts) and a request of the
+// refill's rounding, and for max_concurrent the whole limit in those two
+// intervals. With fleet sync away, each
 // replica forgets its peers after their timeout and holds the whole limit:
 // the fleet then grants up to the limit per replica.
 

@@ -113,7 +113,7 @@ func keyLimitsSection(c Config, runs []keyLimitRun) section {
 	var notes []string
 	for _, r := range runs {
 		one := float64(c.KeyLimitRPM) * r.elapsed.Minutes()
-		bound := one + 3*float64(c.KeyLimitRPM)*(3*keyLimitInterval).Minutes() + 3
+		bound := one + 3*float64(c.KeyLimitRPM)*(2*keyLimitInterval).Minutes() + 3
 		t.add(r.mode, fmt.Sprint(r.granted), fmt.Sprint(r.refused), r.elapsed.Round(time.Millisecond).String(), f1(one), f1(bound), fmt.Sprintf("%.2f×", float64(r.granted)/one))
 		if r.mode == config.KeyLimitsFleet {
 			notes = append(notes, fmt.Sprintf("With key_limits = \"fleet\" the three replicas granted %d, within the stated bound of %.1f: %s.",
@@ -123,8 +123,8 @@ func keyLimitsSection(c Config, runs []keyLimitRun) section {
 	lead := fmt.Sprintf("Three gateway processes with fleet sync on (load_interval %v) behind no balancer: 24 closed-loop clients send "+
 		"one-token completions of one API key (requests_per_minute = %d) to the replicas in turn for %v, starting %v after the replicas did. "+
 		"One gateway would grant the limit's rate over the time since the replicas started (their buckets start empty with shared limits; "+
-		"full with key_limits = \"replica\", and each replica counts alone). The stated bound adds, per replica, three load intervals "+
-		"at the whole limit's rate (a replica's first interval, and the peers' starts apart) and one request of rounding.",
+		"full with key_limits = \"replica\", and each replica counts alone). The stated bound adds, per replica, two load intervals "+
+		"at the whole limit's rate (its first, counting alone, and the one its peers take to cut their parts) and one request of rounding.",
 		keyLimitInterval, c.KeyLimitRPM, c.KeyLimitDuration, 3*keyLimitInterval)
 	return section{title: "Fleet-wide key limits", lead: lead, tables: []*table{t}, notes: notes}
 }
