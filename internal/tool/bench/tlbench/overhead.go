@@ -46,9 +46,10 @@ type overheadCell struct {
 	// CPU over the fixed-rate runs: the path's own process (the proxy;
 	// zero for direct), the engine's, and the load generator's.
 	cpu, engineCPU, clientCPU time.Duration
-	// The gateway process's allocation and GC cycles over the fixed-rate
-	// runs, from its own /metrics (gateway path only).
+	// The gateway process's allocations (bytes and objects) and GC cycles
+	// over the fixed-rate runs, from its own /metrics (gateway path only).
 	allocBytes float64
+	mallocs    float64
 	gcs        float64
 	hasAlloc   bool
 }
@@ -184,7 +185,7 @@ func (f *overheadFleet) paths() []overheadPath {
 // usage is what one measurement window reads before and after.
 type usage struct {
 	cpu, engine, client time.Duration
-	alloc, gcs          float64
+	alloc, mallocs, gcs float64
 	hasAlloc            bool
 }
 
@@ -206,7 +207,8 @@ func (f *overheadFleet) usage(ctx context.Context, p overheadPath) (usage, error
 		if b, err := fetch(ctx, p.metrics); err == nil {
 			a, ok1 := procs.Counter(b, "go_memstats_alloc_bytes_total")
 			g, ok2 := procs.Counter(b, "go_gc_duration_seconds_count")
-			u.alloc, u.gcs, u.hasAlloc = a, g, ok1 && ok2
+			m, ok3 := procs.Counter(b, "go_memstats_mallocs_total")
+			u.alloc, u.mallocs, u.gcs, u.hasAlloc = a, m, g, ok1 && ok2 && ok3
 		}
 	}
 	return u, nil
@@ -281,6 +283,7 @@ func overheadExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 				cell.clientCPU += after.client - before.client
 				if before.hasAlloc && after.hasAlloc {
 					cell.allocBytes += after.alloc - before.alloc
+					cell.mallocs += after.mallocs - before.mallocs
 					cell.gcs += after.gcs - before.gcs
 					cell.hasAlloc = true
 				}
@@ -297,8 +300,12 @@ func overheadExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 			cell.rps = res.Throughput()
 			cell.failed += res.Failed
 			cell.lat = loadgen.Summarize(cell.samples)
-			fmt.Fprintf(logOut, "tlbench:   %-12s %-15s p50 %5s µs  p99 %6s µs  max %7.0f req/s  CPU %s µs/req\n",
-				m.name, p.name, us(cell.lat.P50), us(cell.lat.P99), cell.rps, cell.perRequest(cell.cpu))
+			allocs := ""
+			if cell.hasAlloc && cell.requests > 0 {
+				allocs = fmt.Sprintf("  %.0f allocs/req", cell.mallocs/float64(cell.requests))
+			}
+			fmt.Fprintf(logOut, "tlbench:   %-12s %-15s p50 %5s µs  p99 %6s µs  max %7.0f req/s  CPU %s µs/req%s\n",
+				m.name, p.name, us(cell.lat.P50), us(cell.lat.P99), cell.rps, cell.perRequest(cell.cpu), allocs)
 		}
 		if err := ctx.Err(); err != nil {
 			return section{}, nil, err
@@ -318,21 +325,22 @@ func findCell(cells []*overheadCell, mode, path string) *overheadCell {
 
 func overheadSection(c Config, cells []*overheadCell, nginxNote string) section {
 	t := &table{header: []string{"mode", "path", "p50 µs", "p90 µs", "p99 µs", "added p50 µs", "added p99 µs", "max req/s",
-		"proxy CPU µs/req", "engine CPU µs/req", "load generator CPU µs/req", "gateway KiB allocated/req (GC cycles)", "failed", "dropped"}}
+		"proxy CPU µs/req", "engine CPU µs/req", "load generator CPU µs/req", "gateway KiB allocated/req (GC cycles)", "gateway allocs/req", "failed", "dropped"}}
 	for _, cell := range cells {
 		added50, added99 := "-", "-"
 		if d := findCell(cells, cell.mode, pathDirect); d != nil && cell.path != pathDirect {
 			added50, added99 = signedUS(cell.lat.P50-d.lat.P50), signedUS(cell.lat.P99-d.lat.P99)
 		}
-		proxyCPU, alloc := "-", "-"
+		proxyCPU, alloc, mallocs := "-", "-", "-"
 		if cell.path != pathDirect {
 			proxyCPU = cell.perRequest(cell.cpu)
 		}
 		if cell.hasAlloc && cell.requests > 0 {
 			alloc = fmt.Sprintf("%s (%.0f)", f1(cell.allocBytes/float64(cell.requests)/1024), cell.gcs)
+			mallocs = fmt.Sprintf("%.0f", cell.mallocs/float64(cell.requests))
 		}
 		t.add(cell.mode, cell.path, us(cell.lat.P50), us(cell.lat.P90), us(cell.lat.P99), added50, added99,
-			fmt.Sprintf("%.0f", cell.rps), proxyCPU, cell.perRequest(cell.engineCPU), cell.perRequest(cell.clientCPU), alloc,
+			fmt.Sprintf("%.0f", cell.rps), proxyCPU, cell.perRequest(cell.engineCPU), cell.perRequest(cell.clientCPU), alloc, mallocs,
 			fmt.Sprint(cell.failed), fmt.Sprint(cell.dropped))
 	}
 	lead := fmt.Sprintf("Separate processes on loopback: one zero-cost reference engine (`cmd/enginesim`, %d tokens per answer), "+
