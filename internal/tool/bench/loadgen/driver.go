@@ -438,7 +438,13 @@ func Do(ctx context.Context, c *http.Client, base string, r Request) (latency, t
 	if err != nil {
 		return 0, 0, err
 	}
-	return time.Since(start), ttft, nil
+	latency = time.Since(start)
+	// Read the stream to its end, as OpenAI's SDKs do after [DONE]: a
+	// body closed before its end closes the connection, and the next
+	// request would pay for a new one, more often the later a proxy ends
+	// its answers after their [DONE].
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return latency, ttft, nil
 }
 
 // readStream reads SSE events until [DONE]. It returns the time from start

@@ -119,7 +119,8 @@ registry_listen = %q
 heartbeat_interval = %q
 state_dir = %q
 log_format = "json"
-`, gwAddr, regAddr, c.Heartbeat.String(), filepath.Join(dir, "state"))
+pprof = %t
+`, gwAddr, regAddr, c.Heartbeat.String(), filepath.Join(dir, "state"), c.OverheadProfile)
 	cfgPath := filepath.Join(dir, "gateway.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -292,6 +293,11 @@ func overheadExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 				cell.dropped += res.Dropped
 			}
 		}
+		if c.OverheadProfile {
+			if err := f.profile(ctx, c, m.name, reqs, client, logOut); err != nil {
+				return section{}, nil, err
+			}
+		}
 		for _, p := range paths {
 			res := loadgen.RunClosed(ctx, client, loadgen.Fixed(p.url), loadgen.Closed{
 				Concurrency: c.TputConcurrency, Requests: reqs, Cycle: true, Duration: c.TputDuration,
@@ -312,6 +318,37 @@ func overheadExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 		}
 	}
 	return overheadSection(c, cells, f.nginxNote), overheadPlots(cells), nil
+}
+
+// overheadProfileSeconds is the length of the CPU profile OverheadProfile
+// takes of the gateway.
+const overheadProfileSeconds = 10
+
+// profile takes a CPU profile of the gateway over a fixed-rate run of
+// reqs (mode names it) and keeps it in c.Out.
+func (f *overheadFleet) profile(ctx context.Context, c Config, mode string, reqs []loadgen.Request, client *http.Client, logOut io.Writer) error {
+	type got struct {
+		data []byte
+		err  error
+	}
+	done := make(chan got, 1)
+	go func() {
+		b, err := fetchProfile(ctx, f.gatewayURL, overheadProfileSeconds)
+		done <- got{b, err}
+	}()
+	loadgen.RunOpen(ctx, client, loadgen.Fixed(f.gatewayURL), loadgen.Open{
+		Rate: c.Rate, Duration: overheadProfileSeconds*time.Second + profileSlack, Requests: reqs, MaxInFlight: 512,
+	})
+	g := <-done
+	if g.err != nil {
+		return g.err
+	}
+	name := "overhead-" + mode + ".pprof"
+	if err := writeProfile(c.Out, name, g.data); err != nil {
+		return err
+	}
+	fmt.Fprintf(logOut, "tlbench:   %-12s gateway CPU profile over %ds at %.0f req/s: %s\n", mode, overheadProfileSeconds, c.Rate, filepath.Join(c.Out, name))
+	return nil
 }
 
 func findCell(cells []*overheadCell, mode, path string) *overheadCell {

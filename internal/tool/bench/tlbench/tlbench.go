@@ -186,8 +186,13 @@ type Config struct {
 	// ShareProfile takes a CPU profile of the share measurement's gateway
 	// over each run's recorded window (its /debug/pprof/), reports where
 	// its CPU goes with sync off and on, and keeps the profiles in Out.
-	ShareProfile  bool
-	OpenFractions []float64 // rates, as shares of least_outstanding's single-replica capacity
+	ShareProfile bool
+	// OverheadProfile serves the overhead experiment's gateway's
+	// /debug/pprof/ and, after each mode's measured runs, takes a CPU
+	// profile of it over one more fixed-rate run (not counted in the
+	// table), kept in Out as overhead-<mode>.pprof.
+	OverheadProfile bool
+	OpenFractions   []float64 // rates, as shares of least_outstanding's single-replica capacity
 	// OpenGoodputFractions are the rates beyond OpenFractions run only
 	// through the most replicas, with each sync setting: where each
 	// policy's goodput ends (OpenAttainment).
