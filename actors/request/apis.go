@@ -9,18 +9,9 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/tidwall/gjson"
-
-	"github.com/tlgate/tlgate/internal/wire/anthropic"
+	"github.com/tlgate/tlgate/internal/wire/dialect"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 	"github.com/tlgate/tlgate/internal/wire/proxy"
-	"github.com/tlgate/tlgate/internal/wire/usage"
-)
-
-// Paths of the APIs the actor relays besides completions and chat.
-const (
-	PathResponses = "/v1/responses"
-	PathMessages  = "/v1/messages"
 )
 
 // lastStep is a cascade step past any route's last: the router clamps it
@@ -28,62 +19,9 @@ const (
 // as they cannot be judged.
 const lastStep = 1 << 20
 
-// api is what the actor knows of an exchange's API beyond completions.
-type api struct {
-	dialect *proxy.Dialect // nil: completions
-	usage   usage.Dialect
-	// stored: a Responses API path whose answers the engine may store.
-	responses bool
-}
-
-// apiOf returns the API of path.
-func apiOf(path string) api {
-	switch {
-	case path == PathResponses || strings.HasPrefix(path, PathResponses+"/"):
-		return api{dialect: responsesDialect, usage: usage.Responses, responses: true}
-	case path == PathMessages:
-		return api{dialect: messagesDialect, usage: usage.Anthropic}
-	}
-	return api{}
-}
-
-// completions reports whether the API is completions or chat completions.
-func (p api) completions() bool { return p.dialect == nil }
-
-// responsesDialect is OpenAI's Responses API: an answer is an object
-// "response"; a stream ends with response.completed, response.failed,
-// response.incomplete or an error event. Shared by every exchange: never
-// modified.
-var responsesDialect = &proxy.Dialect{
-	Success:   func(root gjson.Result) bool { return root.Get("object").Str == "response" },
-	EndEvents: []string{"response.completed", "response.failed", "response.incomplete", "error"},
-	DoneAlso:  true,
-	ErrorEvent: func(reason proxy.Failure, seq int64) []byte {
-		return openai.ResponsesErrorEvent(openai.CodeUpstreamFailed,
-			"The engine failed after the response started ("+string(reason)+"); the response is incomplete.", seq)
-	},
-	Sequenced: true,
-}
-
-// messagesDialect is Anthropic's Messages API: an answer is an object of
-// type "message", errors are Anthropic-shaped, a stream ends with
-// message_stop or an error event. Shared by every exchange: never
-// modified.
-var messagesDialect = &proxy.Dialect{
-	Success: func(root gjson.Result) bool { return root.Get("type").Str == "message" },
-	Error: func(status int, _, msg string, _ *string) []byte {
-		return anthropic.MarshalError(status, msg)
-	},
-	EndEvents: []string{"message_stop", "error"},
-	DoneAlso:  true,
-	ErrorEvent: func(reason proxy.Failure, _ int64) []byte {
-		return anthropic.SSEError("The engine failed after the response started (" + string(reason) + "); the response is incomplete.")
-	},
-}
-
 // pathID returns the {id} of GET or DELETE /v1/responses/{id}.
 func pathID(path string) string {
-	return strings.TrimPrefix(path, PathResponses+"/")
+	return strings.TrimPrefix(path, dialect.PathResponses+"/")
 }
 
 // storedID returns the stored response the exchange refers to: the
@@ -95,25 +33,11 @@ func (a *requestActor) storedID() string {
 	return a.ex.Req.PreviousResponseID
 }
 
-// otherBody is the body of an attempt of a non-completions API: the
-// client's with the model rewritten to the served id and the key's
-// cache_salt; none for a GET or DELETE.
-func (a *requestActor) otherBody() ([]byte, error) {
-	if a.ex.Method == http.MethodGet || a.ex.Method == http.MethodDelete {
-		return nil, nil
-	}
-	b, err := openai.WithModel(a.ex.Body, a.target.ServedModel)
-	if err != nil {
-		return nil, err
-	}
-	return a.salted(b)
-}
-
 // pinStored sets the pin of a request that refers to a stored response:
 // the worker that stores it. It answers 404 itself, and reports false,
 // when the gateway knows no worker for the id.
 func (a *requestActor) pinStored(ctx actor.Context) bool {
-	if !a.api.responses {
+	if !a.dialect.Stores() {
 		return true
 	}
 	id := a.storedID()
@@ -167,7 +91,7 @@ func pinnedFailed(id, worker string, err error) Outcome {
 // remember records the worker of a stored response from a whole 200
 // answer (a POST with store), and forgets a deleted one.
 func (a *requestActor) remember(resp *proxy.Response) {
-	if !a.api.responses || a.d.Stored == nil || resp.Status != http.StatusOK {
+	if !a.dialect.Stores() || a.d.Stored == nil || resp.Status != http.StatusOK {
 		return
 	}
 	switch a.ex.Method {
@@ -176,8 +100,8 @@ func (a *requestActor) remember(resp *proxy.Response) {
 	case http.MethodGet:
 	default:
 		if a.ex.Req.Store {
-			if id := gjson.GetBytes(resp.Body, "id"); id.Type == gjson.String && id.Str != "" {
-				a.d.Stored.Put(id.Str, a.target.Worker.ID, a.ex.KeyName, time.Now())
+			if id := resp.Answer.ID(); id != "" {
+				a.d.Stored.Put(id, a.target.Worker.ID, a.ex.KeyName, time.Now())
 			}
 		}
 	}
@@ -186,7 +110,7 @@ func (a *requestActor) remember(resp *proxy.Response) {
 // rememberStreamed records the worker of a stored response from its
 // stream's response.created event.
 func (a *requestActor) rememberStreamed(r proxy.Result) {
-	if !a.api.responses || a.d.Stored == nil || a.sniff == nil || !r.Committed || !a.ex.Req.Store {
+	if !a.dialect.Stores() || a.d.Stored == nil || a.sniff == nil || !r.Committed || !a.ex.Req.Store {
 		return
 	}
 	if id := a.sniff.ResponseID(); id != "" {

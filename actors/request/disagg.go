@@ -53,7 +53,7 @@ func (a *requestActor) tokenize(ctx actor.Context) {
 	ex.wg.Add(1)
 	go func() {
 		defer ex.wg.Done()
-		ids, err := eng.Tokenize(tctx, addr, model, ex.Body, ex.Req.Chat)
+		ids, err := eng.Tokenize(tctx, addr, model, ex.Req.Object.Bytes(), ex.Req.Chat)
 		root.Send(self, &tokenized{ids: ids, err: err})
 	}()
 }

@@ -73,5 +73,5 @@ func (a *requestActor) escalationFailed(o Outcome) Outcome {
 		h.Set("Content-Type", ct)
 	}
 	h.Set(HeaderCascadeEscalation, fmt.Sprintf("failed; step=%d; model=%s; reason=%s", step, model, reason))
-	return Outcome{Status: k.resp.Status, Header: h, Body: a.unforced(k.resp.Body)}
+	return Outcome{Status: k.resp.Status, Header: h, Body: a.unforced(&k.resp.Answer)}
 }

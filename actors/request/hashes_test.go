@@ -55,8 +55,11 @@ func TestRoutesShareHashes(t *testing.T) {
 	rt := sys.Root.Spawn(actor.PropsFromFunc(fake))
 	defer func() { _ = sys.Root.StopFuture(rt).Wait() }()
 
-	ex := NewExchange(context.Background(), httptest.NewRecorder(), []byte(`{"model":"m","prompt":"hello"}`),
-		openai.Request{Model: "m", Prompt: "hello"}, "/v1/completions", "req-1")
+	req := openai.Request{Model: "m", Prompt: "hello"}
+	if req.Object, err = openai.ObjectOf([]byte(`{"model":"m","prompt":"hello"}`)); err != nil {
+		t.Fatal(err)
+	}
+	ex := NewExchange(context.Background(), httptest.NewRecorder(), req, "/v1/completions", "req-1")
 	d := &Deps{Router: rt, Proxy: proxy.New(proxy.Options{}), MaxAttempts: 2}
 	sys.Root.Spawn(Props(d, ex))
 	select {

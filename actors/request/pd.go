@@ -109,7 +109,7 @@ func (a *requestActor) disaggregate(ctx actor.Context) {
 	a.log.Protocol = string(proto)
 	a.log.PrefillReason, a.log.DecodeReason = a.target.PrefillReason, a.target.DecodeReason
 	if proto == fleet.ProtocolTLGate {
-		if !a.api.completions() {
+		if !a.dialect.Completions() {
 			a.finish(ctx, Outcome{Status: http.StatusBadRequest, Code: openai.CodeInvalidRequest,
 				Message: fmt.Sprintf("Model %q is served disaggregated (prefill/decode), which %s does not support.", a.ex.Req.Model, a.ex.Path)})
 			return
@@ -118,7 +118,7 @@ func (a *requestActor) disaggregate(ctx actor.Context) {
 		a.tokenize(ctx)
 		return
 	}
-	if !a.api.completions() {
+	if !a.dialect.Completions() {
 		a.finish(ctx, Outcome{Status: http.StatusBadRequest, Code: openai.CodeInvalidRequest,
 			Message: fmt.Sprintf("Model %q is served disaggregated (prefill/decode), which %s does not support.", a.ex.Req.Model, a.ex.Path)})
 		return
@@ -151,21 +151,20 @@ func (a *requestActor) pdReport() *PDReport {
 	return &pd.report
 }
 
-// pdBody returns an attempt's body as its decode leg sends it: with the
-// prefill leg's kv_transfer_params (vLLM) or the pair's bootstrap room
-// (SGLang).
-func (a *requestActor) pdBody(body []byte) ([]byte, error) {
+// pdEdits are what a decode leg's body adds to an attempt's: the prefill
+// leg's kv_transfer_params (vLLM) or the pair's bootstrap room (SGLang).
+func (a *requestActor) pdEdits() []openai.Edit {
 	if a.pd == nil || !a.target.Disaggregated() {
-		return body, nil
+		return nil
 	}
 	switch a.target.Protocol() {
 	case fleet.ProtocolVLLM:
-		return disagg.WithKVTransferParams(body, a.pd.params)
+		return []openai.Edit{disagg.KVTransferEdit(a.pd.params)}
 	case fleet.ProtocolSGLang:
 		host, port := a.target.Prefill.BootstrapAddress()
-		return disagg.WithBootstrap(body, host, port, a.pd.room)
+		return disagg.BootstrapEdits(host, port, a.pd.room)
 	}
-	return body, nil
+	return nil
 }
 
 // prefillLeg sends a prefill leg's body to the pair's prefill worker, off
@@ -180,7 +179,7 @@ func (a *requestActor) prefillLeg(ctx actor.Context, lctx context.Context, body 
 	}
 	span := a.tracePrefillLeg(h)
 	att := proxy.Attempt{URL: a.scheme() + "://" + a.target.Prefill.HTTPAddress + a.ex.Path, Body: body, Header: h,
-		Expect: a.ex.Req.Endpoint, Dialect: a.api.dialect}
+		Expect: a.ex.Req.Endpoint, Dialect: a.dialect}
 	self, root, p, gen, ex := ctx.Self(), ctx.ActorSystem().Root, a.d.Proxy, pd.gen, a.ex
 	if wait {
 		ex.wg.Add(1)

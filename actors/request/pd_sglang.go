@@ -7,8 +7,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/wire/dialect"
 	"github.com/tlgate/tlgate/internal/wire/disagg"
-	"github.com/tlgate/tlgate/internal/wire/openai"
 	"github.com/tlgate/tlgate/internal/wire/proxy"
 )
 
@@ -18,17 +18,7 @@ import (
 func (a *requestActor) sglangPair(ctx actor.Context) {
 	pd := a.pd
 	pd.room = disagg.NewRoom()
-	body, err := a.body(nil)
-	if err == nil {
-		body, err = a.pdBody(body)
-	}
-	if err == nil {
-		body, err = disagg.SGLangPrefill(body)
-	}
-	if err != nil {
-		a.finish(ctx, Outcome{Status: http.StatusBadRequest, Code: openai.CodeInvalidRequest, Message: err.Error()})
-		return
-	}
+	body := a.body(nil, append(a.pdEdits(), disagg.SGLangPrefillEdits()...)...)
 	// The prefill leg ends with the client, or when its pair is given up.
 	lctx, cancel := context.WithCancel(a.ex.Ctx)
 	pd.cancel = cancel
@@ -84,7 +74,7 @@ func (a *requestActor) sglangPrefilled(ctx actor.Context, m *legAnswered) {
 func (a *requestActor) pdHold(resp *proxy.Response) bool {
 	pd := a.pd
 	if pd == nil || a.target.Protocol() != fleet.ProtocolSGLang || pd.prefilled || resp.Status != http.StatusOK ||
-		!disagg.WantsPromptLogprobs(a.ex.Body) {
+		!disagg.WantsPromptLogprobs(a.ex.Req.Object.Bytes()) {
 		return false
 	}
 	pd.pending = resp
@@ -95,12 +85,12 @@ func (a *requestActor) pdHold(resp *proxy.Response) bool {
 // leg's prompt logprobs merged in, when the client asked for them.
 func (a *requestActor) withPromptLogprobs(resp *proxy.Response) *proxy.Response {
 	pd := a.pd
-	if pd == nil || pd.prefillBody == nil || resp.Status != http.StatusOK || !disagg.WantsPromptLogprobs(a.ex.Body) {
+	if pd == nil || pd.prefillBody == nil || resp.Status != http.StatusOK || !disagg.WantsPromptLogprobs(a.ex.Req.Object.Bytes()) {
 		return resp
 	}
 	if b, ok := disagg.MergePromptLogprobs(pd.prefillBody, resp.Body); ok {
 		cp := *resp
-		cp.Body = b
+		cp.Body, cp.Answer = b, dialect.Read(b) // a new answer, read once
 		return &cp
 	}
 	return resp

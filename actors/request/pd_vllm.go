@@ -7,7 +7,6 @@ import (
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/wire/disagg"
-	"github.com/tlgate/tlgate/internal/wire/openai"
 	"github.com/tlgate/tlgate/internal/wire/proxy"
 )
 
@@ -23,15 +22,7 @@ func (a *requestActor) vllmPair(ctx actor.Context) {
 		return
 	}
 	pd.params, pd.holder, pd.reused = nil, "", false
-	body, err := a.body(nil)
-	if err == nil {
-		body, err = disagg.VLLMPrefill(body)
-	}
-	if err != nil {
-		a.finish(ctx, Outcome{Status: http.StatusBadRequest, Code: openai.CodeInvalidRequest, Message: err.Error()})
-		return
-	}
-	a.prefillLeg(ctx, a.ex.Ctx, body, true)
+	a.prefillLeg(ctx, a.ex.Ctx, a.body(nil, disagg.VLLMPrefillEdits()...), true)
 }
 
 // vllmPrefilled takes a vLLM prefill leg's answer: its kv_transfer_params

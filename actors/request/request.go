@@ -25,9 +25,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tlgate/tlgate/actors/router"
-	"github.com/tlgate/tlgate/internal/routing/cascade"
 	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/prefixindex"
+	"github.com/tlgate/tlgate/internal/wire/dialect"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 	"github.com/tlgate/tlgate/internal/wire/proxy"
 	"github.com/tlgate/tlgate/internal/wire/usage"
@@ -38,9 +38,10 @@ import (
 // Wait (no attempt goroutine may still touch the response writer), then
 // writes Outcome unless the response was already committed by a stream.
 type Exchange struct {
-	Ctx  context.Context // the client's request context
-	W    http.ResponseWriter
-	Body []byte
+	Ctx context.Context // the client's request context
+	W   http.ResponseWriter
+	// Req is the request as the edge parsed it, once: its body's bytes
+	// and layout are Req.Object, which attempts rewrite without parsing.
 	Req  openai.Request
 	Path string // the path asked of the engine: "/v1/chat/completions", "/v1/embeddings", "/v1/responses[/{id}]"...
 	// Method is the client's method: POST (or empty), or GET and DELETE
@@ -92,8 +93,8 @@ type Budget interface {
 }
 
 // NewExchange returns an exchange ready to hand to the actor.
-func NewExchange(ctx context.Context, w http.ResponseWriter, body []byte, req openai.Request, path, requestID string) *Exchange {
-	return &Exchange{Ctx: ctx, W: w, Body: body, Req: req, Path: path, RequestID: requestID, Received: time.Now(), Done: make(chan Outcome, 1)}
+func NewExchange(ctx context.Context, w http.ResponseWriter, req openai.Request, path, requestID string) *Exchange {
+	return &Exchange{Ctx: ctx, W: w, Req: req, Path: path, RequestID: requestID, Received: time.Now(), Done: make(chan Outcome, 1)}
 }
 
 // Wait blocks until no attempt goroutine of the exchange is running.
@@ -179,6 +180,9 @@ type Deps struct {
 	OnRouted   func(ex *Exchange, t router.Target, took time.Duration)
 	OnFailover func(ex *Exchange, t router.Target, reason string)
 	OnCascade  func(ex *Exchange, route string, step int, accepted bool)
+	// OnAnswered receives every whole answer an attempt got, before the
+	// actor takes what it needs from it.
+	OnAnswered func(ex *Exchange, resp *proxy.Response)
 	OnKV       func(event string, d time.Duration) // "prefill", "release", "failure:<phase>"
 	// OnPD receives a disaggregated request's report when it ends.
 	OnPD func(ex *Exchange, r PDReport)
@@ -243,10 +247,10 @@ type (
 )
 
 type requestActor struct {
-	d   *Deps
-	ex  *Exchange
-	api api
-	pin string // the only worker that may serve a Responses follow-up
+	d       *Deps
+	ex      *Exchange
+	dialect *dialect.Dialect // the exchange's API
+	pin     string           // the only worker that may serve a Responses follow-up
 
 	attempts int
 	step     int
@@ -262,7 +266,7 @@ type requestActor struct {
 	// prefillFailed lists prefill workers whose Prefill failed once.
 	prefillFailed []string
 	// sniff reads the usage of the current streamed attempt.
-	sniff *usage.Writer
+	sniff *dialect.Writer
 	// routing: a Route request is outstanding (it may wait in the router's
 	// queue); leaving: its client went away and Leave was sent; unwatch
 	// stops the client watch (overload.go).
@@ -289,6 +293,9 @@ type requestActor struct {
 	// (escalation.go).
 	kept       *keptAnswer
 	failedStep int
+	// rewrites counts the attempts' bodies built from the request's
+	// (body): one per attempt and prefill leg.
+	rewrites int
 	// hashes keeps the prompt's chunk hashes across the request's Routes
 	// (router.Request.Hashes): the router's to fill, never touched here.
 	hashes prefixindex.PromptHashes
@@ -308,7 +315,7 @@ func (a *requestActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.exclude = map[string]bool{}
-		a.api = apiOf(a.ex.Path)
+		a.dialect = dialect.Of(a.ex.Path)
 		a.traceStart()
 		a.watchClient(ctx)
 		a.route(ctx)
@@ -340,7 +347,7 @@ func (a *requestActor) route(ctx actor.Context) {
 		return
 	}
 	step := a.step
-	if !a.api.completions() {
+	if !a.dialect.Completions() {
 		step = lastStep
 	}
 	if !a.pinStored(ctx) {
@@ -417,47 +424,58 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 	a.attempt(ctx, nil)
 }
 
-// body is the client's body with the model rewritten to the served id, and
-// for a cascade step that is not the last, logprobs forced on.
-func (a *requestActor) body(seed *uint64) ([]byte, error) {
-	if !a.api.completions() {
-		return a.otherBody()
+// body is an attempt's body: the client's, as the edge read it once
+// (Request.Object), with the attempt's edits and extra spliced in, in one
+// copy; none for a GET or DELETE.
+func (a *requestActor) body(seed *uint64, extra ...openai.Edit) []byte {
+	if a.ex.Method == http.MethodGet || a.ex.Method == http.MethodDelete {
+		return nil
 	}
-	b, err := openai.WithModel(a.ex.Body, a.target.ServedModel)
-	if err == nil {
-		b, err = a.salted(b)
+	a.rewrites++
+	return a.ex.Req.Object.With(append(a.edits(seed), extra...)...)
+}
+
+// edits are what an attempt changes in the client's body: the model (the
+// served id) and the key's cache_salt (as ex.Salt says); on completions
+// and chat also, for a cascade step that is not the last, logprobs forced
+// on, the seed a prefill leg was sent (seed not nil), and for a stream the
+// ask for its usage chunk.
+func (a *requestActor) edits(seed *uint64) []openai.Edit {
+	req := &a.ex.Req
+	edits := make([]openai.Edit, 0, 6)
+	edits = append(edits, openai.SetString("model", a.target.ServedModel))
+	if a.saltAdded() {
+		edits = append(edits, openai.SetString("cache_salt", req.CacheSalt))
 	}
-	if err != nil {
-		return nil, err
+	if !a.dialect.Completions() {
+		return edits
 	}
-	if a.target.CascadeStep < a.target.CascadeSteps-1 && !a.ex.Req.Stream {
-		if b, err = openai.ForceLogprobs(b, a.ex.Req.Chat, openai.LeastLogprobs(a.target.Worker.Kind)); err != nil {
-			return nil, err
+	if a.target.CascadeStep < a.target.CascadeSteps-1 && !req.Stream {
+		if e, ok := req.Object.ForceLogprobs(req.Chat, openai.LeastLogprobs(a.target.Worker.Kind)); ok {
+			edits = append(edits, e)
 		}
 	}
 	if seed != nil {
-		if b, err = openai.WithSeed(b, *seed); err != nil {
-			return nil, err
+		edits = append(edits, openai.SetUint("seed", *seed))
+	}
+	if req.Stream {
+		if e, ok := req.Object.AskUsage(); ok {
+			edits = append(edits, e)
 		}
 	}
-	if a.ex.Req.Stream {
-		return usage.AskInStream(b)
-	}
-	return b, nil
+	return edits
 }
 
-// salted returns b carrying the request's cache_salt as ex.Salt says.
-func (a *requestActor) salted(b []byte) ([]byte, error) {
+// saltAdded reports whether the body carries the request's cache_salt in
+// place of what the client sent, as ex.Salt says.
+func (a *requestActor) saltAdded() bool {
 	switch a.ex.Salt {
 	case SaltReplace:
+		return true
 	case SaltAdd:
-		if a.ex.Req.Endpoint.Tokenizer() || !openai.TakesCacheSalt(a.target.Worker.Kind) {
-			return b, nil
-		}
-	default:
-		return b, nil
+		return !a.ex.Req.Endpoint.Tokenizer() && openai.TakesCacheSalt(a.target.Worker.Kind)
 	}
-	return openai.WithCacheSalt(b, a.ex.Req.CacheSalt)
+	return false
 }
 
 // attempt sends the request to the target's worker from a goroutine.
@@ -466,14 +484,7 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 	if a.target.Protocol() == fleet.ProtocolTLGate {
 		seed = &a.seed // tlgate's contract: the seed P prefilled with
 	}
-	body, err := a.body(seed)
-	if err == nil {
-		body, err = a.pdBody(body)
-	}
-	if err != nil {
-		a.finish(ctx, Outcome{Status: http.StatusBadRequest, Code: openai.CodeInvalidRequest, Message: err.Error()})
-		return
-	}
+	body := a.body(seed, a.pdEdits()...)
 	h := http.Header{"X-Request-Id": {a.ex.RequestID}, "Content-Type": {"application/json"}}
 	if a.ex.ClientRequestID != "" {
 		h.Set("X-Client-Request-Id", a.ex.ClientRequestID)
@@ -488,7 +499,7 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 		scheme = "http"
 	}
 	att := proxy.Attempt{URL: scheme + "://" + a.target.Worker.HTTPAddress + a.ex.Path, Body: body, Header: h,
-		Expect: a.ex.Req.Endpoint, Method: a.ex.Method, Dialect: a.api.dialect}
+		Expect: a.ex.Req.Endpoint, Method: a.ex.Method, Dialect: a.dialect}
 	actx, cancel := context.WithCancel(a.ex.Ctx)
 	a.cancel = cancel
 	started := time.Now()
@@ -538,11 +549,14 @@ func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 // answered handles an engine's whole answer: judged by a cascade step, or
 // relayed.
 func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
+	if a.d.OnAnswered != nil {
+		a.d.OnAnswered(a.ex, resp)
+	}
 	a.reportFetched(ctx, resp.Status)
 	a.blameDoubted(ctx, resp.Status)
 	a.countFetched(resp)
 	if a.target.CascadeStep < a.target.CascadeSteps-1 && resp.Status == http.StatusOK {
-		accepted := a.judge(resp.Body)
+		accepted := a.judge(&resp.Answer)
 		if a.d.OnCascade != nil {
 			a.d.OnCascade(a.ex, a.target.Route, a.target.CascadeStep, accepted)
 		}
@@ -559,7 +573,7 @@ func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
 	a.remember(resp)
 	body := resp.Body
 	if a.target.CascadeStep < a.target.CascadeSteps-1 {
-		body = a.unforced(body)
+		body = a.unforced(&resp.Answer)
 	}
 	h := http.Header{}
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
@@ -572,25 +586,22 @@ func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
 // unforced strips from a cascade step's answer the logprobs the client
 // did not ask for: all of them, or the alternatives per token beyond the
 // number it asked for when the engine was asked for more (LeastLogprobs).
-func (a *requestActor) unforced(body []byte) []byte {
+// The answer is the one the proxy read (proxy.Response.Answer): nothing
+// parses it again.
+func (a *requestActor) unforced(ans *dialect.Answer) []byte {
 	if !a.ex.Req.Logprobs {
-		if b, err := openai.StripLogprobs(body); err == nil {
-			return b
-		}
-		return body
+		return ans.StripLogprobs()
 	}
-	if asked := openai.AskedLogprobs(a.ex.Body); !a.ex.Req.Chat && asked >= 0 && asked < openai.LeastLogprobs(a.target.Worker.Kind) {
-		if b, err := openai.TrimTopLogprobs(body, asked); err == nil {
-			return b
-		}
+	if asked := a.ex.Req.LogprobsTop; !a.ex.Req.Chat && asked != nil && *asked < openai.LeastLogprobs(a.target.Worker.Kind) {
+		return ans.TrimTopLogprobs(*asked)
 	}
-	return body
+	return ans.Body
 }
 
 // judge applies the step's accept_if to the answer's logprobs; an answer
 // without readable logprobs or tokens is never accepted.
-func (a *requestActor) judge(body []byte) bool {
-	lps, err := cascade.LogprobsOf(body)
+func (a *requestActor) judge(ans *dialect.Answer) bool {
+	lps, err := ans.Logprobs()
 	ok := err == nil && a.target.Rule.Holds(lps)
 	a.traceJudged(lps, ok)
 	return ok

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/routing/fleet"
+	"github.com/tlgate/tlgate/internal/wire/dialect"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
@@ -40,14 +41,16 @@ func TestSaltedBody(t *testing.T) {
 			if tc.salt == SaltAsSent {
 				req.CacheSalt = "open"
 			}
-			ex := NewExchange(t.Context(), nil, []byte(tc.body), req, tc.path, "req-1")
-			ex.Salt = tc.salt
-			a := &requestActor{ex: ex, api: apiOf(tc.path),
-				target: router.Target{ServedModel: "m", Worker: fleet.Worker{ID: "w", Kind: tc.kind}, CascadeSteps: 1}}
-			b, err := a.body(nil)
+			obj, err := openai.ObjectOf([]byte(tc.body))
 			if err != nil {
 				t.Fatal(err)
 			}
+			req.Object = obj
+			ex := NewExchange(t.Context(), nil, req, tc.path, "req-1")
+			ex.Salt = tc.salt
+			a := &requestActor{ex: ex, dialect: dialect.Of(tc.path),
+				target: router.Target{ServedModel: "m", Worker: fleet.Worker{ID: "w", Kind: tc.kind}, CascadeSteps: 1}}
+			b := a.body(nil)
 			got := gjson.GetBytes(b, "cache_salt")
 			if tc.want == "-" && got.Exists() || tc.want != "-" && got.Str != tc.want {
 				t.Fatalf("body %s: cache_salt %s, want %s", b, got.Raw, tc.want)

@@ -57,7 +57,7 @@ func (a *requestActor) needTokens(ctx actor.Context, nt *router.NeedTokensError)
 		}
 		url = scheme + "://" + nt.Worker
 	}
-	tr := tokenize.Request{URL: url, Model: nt.Model, Chat: a.ex.Req.Chat, Body: a.ex.Body}
+	tr := tokenize.Request{URL: url, Model: nt.Model, Chat: a.ex.Req.Chat, Body: a.ex.Req.Object.Bytes()}
 	if ids, kind, refresh := a.d.Tokenizer.Lookup(tr); kind != tokenize.Miss {
 		a.tokenCache(kind)
 		a.tokenized(TokenizedCached, 0)
@@ -119,5 +119,5 @@ func (a *requestActor) tokenCache(kind string) {
 // noAsk reports whether the router may not ask this request for tokens:
 // no tokenizer, or an API whose body is no chat or completions request.
 func (a *requestActor) noAsk() bool {
-	return a.d.Tokenizer == nil || !a.api.completions()
+	return a.d.Tokenizer == nil || !a.dialect.Completions()
 }

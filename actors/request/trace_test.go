@@ -47,7 +47,7 @@ func newTraceActor(tr *tracing.Provider) (*requestActor, *router.RouteResult) {
 		Reason: "least_outstanding", Policy: "least_outstanding", Candidates: 2, CascadeSteps: 2,
 		Rule: cascade.Accept{Stat: cascade.MeanLogprob, Op: cascade.Greater, Threshold: -1},
 	}}
-	ex := NewExchange(context.Background(), nil, nil, openai.Request{Model: "auto", Chat: true}, "/v1/chat/completions", "req-1")
+	ex := NewExchange(context.Background(), nil, openai.Request{Model: "auto", Chat: true}, "/v1/chat/completions", "req-1")
 	a := &requestActor{d: &Deps{Tracer: tr.Tracer()}, ex: ex, target: rr.Target}
 	return a, rr
 }

@@ -14,7 +14,7 @@ import (
 // its running usage (after what earlier answers of the request used) and is
 // cut when the budget refuses more.
 func (a *requestActor) streamWriter() http.ResponseWriter {
-	a.sniff = usage.NewWriterFor(a.ex.W, !usage.Asked(a.ex.Body), a.api.usage)
+	a.sniff = a.dialect.NewWriter(a.ex.W, !a.ex.Req.AsksUsage)
 	if b := a.ex.Tokens; b != nil {
 		prior := a.log.Usage.Total()
 		a.sniff.Limit(usage.EstimatePrompt(a.ex.Req.Prompt), func(n int) bool { return b.Use(prior + n) })
@@ -45,7 +45,7 @@ func (a *requestActor) countFetched(resp *proxy.Response) {
 	if resp.Status != http.StatusOK || a.ex.Req.Endpoint.Tokenizer() || a.ex.Method == http.MethodGet || a.ex.Method == http.MethodDelete {
 		return
 	}
-	a.log.Usage.Add(usage.EstimateOf(a.api.usage, resp.Body, a.ex.Req.Prompt))
+	a.log.Usage.Add(a.dialect.Estimate(&resp.Answer, a.ex.Req.Prompt))
 }
 
 // chargeAbandoned adds the estimated engine work of a non-streamed attempt

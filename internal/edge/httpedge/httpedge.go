@@ -222,7 +222,7 @@ func (d *Deps) serve(w http.ResponseWriter, r *http.Request, ew errorWriter, par
 		d.rejectAs(ew, w, r, http.StatusBadRequest, openai.CodeInvalidRequest, err.Error(), nil)
 		return
 	}
-	d.run(w, r, ew, rid, cid, body, req)
+	d.run(w, r, ew, rid, cid, req)
 }
 
 // identify gives r the gateway's request id (in its context, RequestIDOf)
@@ -237,9 +237,10 @@ func identify(w http.ResponseWriter, r *http.Request) (*http.Request, string, st
 	return r, rid, cid
 }
 
-// run admits a parsed request, hands it to a request actor, waits for its
-// outcome and writes it (errors by ew).
-func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, cid string, body []byte, req openai.Request) {
+// run admits a parsed request (its body is req.Object; none for a GET or
+// DELETE), hands it to a request actor, waits for its outcome and writes
+// it (errors by ew).
+func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, cid string, req openai.Request) {
 	key, _ := auth.FromContext(r.Context())
 	ask, bad := askOf(r, key)
 	if bad != "" {
@@ -250,18 +251,13 @@ func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, 
 	if !ok {
 		return
 	}
-	var err error
-	if body, req, err = d.budget(body, req, adm); err != nil {
-		adm.Reservation.Settle(0)
-		d.rejectAs(ew, w, r, http.StatusBadRequest, openai.CodeInvalidRequest, err.Error(), nil)
-		return
-	}
+	req = d.budget(req, adm)
 	rctx := r.Context()
 	if d.Request.Tracer != nil { // continue the client's W3C trace context
 		rctx = tracectx.Extract(rctx, r.Header, key.Has(auth.ScopeTrace))
 	}
 	salt := bindSalt(key, &req)
-	ex := request.NewExchange(rctx, w, body, req, r.URL.Path, rid)
+	ex := request.NewExchange(rctx, w, req, r.URL.Path, rid)
 	ex.Method = r.Method
 	ex.KeyName = key.Name
 	ex.Ask = ask
@@ -337,29 +333,27 @@ func (d *Deps) admit(w http.ResponseWriter, r *http.Request, ew errorWriter, key
 	return adm, false
 }
 
-// budget returns a generating body (chat, completions, Messages:
-// max_tokens; Responses: max_output_tokens) and req with the completion
-// budget an admission with a tokens limit reserved, when the client's was
-// absent or more than it: the engine then generates no more than was
-// reserved. Other endpoints' bodies go as sent.
-func (d *Deps) budget(body []byte, req openai.Request, adm ratelimit.Decision) ([]byte, openai.Request, error) {
-	var rewrite func([]byte, int) ([]byte, error)
+// budget returns a generating request (chat, completions, Messages:
+// max_tokens; Responses: max_output_tokens) with the completion budget an
+// admission with a tokens limit reserved, when the client's was absent or
+// more than it: the engine then generates no more than was reserved. The
+// body is rewritten from its one parse (Object.Apply). Other endpoints'
+// bodies go as sent.
+func (d *Deps) budget(req openai.Request, adm ratelimit.Decision) openai.Request {
+	var edits []openai.Edit
 	switch req.Endpoint {
 	case openai.EndpointChat, openai.EndpointCompletions, openai.EndpointMessages: // Anthropic's field is max_tokens too
-		rewrite = openai.WithMaxTokens
+		edits = req.Object.MaxTokens(adm.MaxTokens)
 	case openai.EndpointResponses:
-		rewrite = openai.WithMaxOutputTokens
+		edits = []openai.Edit{openai.SetInt("max_output_tokens", adm.MaxTokens)}
 	}
-	if rewrite == nil || body == nil || adm.Tokens.Limit == 0 || (req.MaxTokens != nil && *req.MaxTokens <= adm.MaxTokens) {
-		return body, req, nil
+	if edits == nil || req.Object.Bytes() == nil || adm.Tokens.Limit == 0 || (req.MaxTokens != nil && *req.MaxTokens <= adm.MaxTokens) {
+		return req
 	}
-	b, err := rewrite(body, adm.MaxTokens)
-	if err != nil {
-		return nil, req, fmt.Errorf("the request body could not be rewritten: %w", err)
-	}
+	req.Object = req.Object.Apply(edits...)
 	n := adm.MaxTokens
 	req.MaxTokens = &n
-	return b, req, nil
+	return req
 }
 
 func (d *Deps) ask(ctx context.Context, msg any) (any, error) {

@@ -26,7 +26,7 @@ func (d *Deps) registerResponses(mux *http.ServeMux) {
 			return
 		}
 		none := 0 // no generation: nothing to reserve
-		d.run(w, r, openai.WriteError, rid, cid, nil, openai.Request{Endpoint: openai.EndpointResponses, MaxTokens: &none})
+		d.run(w, r, openai.WriteError, rid, cid, openai.Request{Endpoint: openai.EndpointResponses, MaxTokens: &none})
 	}
 	mux.Handle("GET /v1/responses/{id}", inf(byID))
 	mux.Handle("DELETE /v1/responses/{id}", inf(byID))

@@ -39,7 +39,12 @@ func LogprobsOf(body []byte) ([]float64, error) {
 	if !root.IsObject() {
 		return nil, fmt.Errorf("%w: body is not a JSON object", ErrMalformedResponse)
 	}
-	choices := root.Get("choices")
+	return ChoiceLogprobs(root.Get("choices"))
+}
+
+// ChoiceLogprobs is LogprobsOf of an answer already read: choices is its
+// top-level "choices" member (absent when it has none).
+func ChoiceLogprobs(choices gjson.Result) ([]float64, error) {
 	switch {
 	case !choices.Exists() || choices.Type == gjson.Null:
 		return nil, fmt.Errorf("%w: no choices", ErrNoLogprobs)

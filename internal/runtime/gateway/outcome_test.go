@@ -46,7 +46,7 @@ func TestAccessLogOutcome(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			ex := request.NewExchange(context.Background(), httptest.NewRecorder(), nil, openai.Request{Model: "smol", Stream: tc.o.Streamed}, "/v1/completions", "r1")
+			ex := request.NewExchange(context.Background(), httptest.NewRecorder(), openai.Request{Model: "smol", Stream: tc.o.Streamed}, "/v1/completions", "r1")
 			accessLog(zerolog.New(&buf), ex, tc.o)
 			var line map[string]any
 			if err := json.Unmarshal(buf.Bytes(), &line); err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
 // Errors of the rewrites and reads.
@@ -45,30 +46,34 @@ var remoteDecode = []byte(`{"do_remote_decode":true,"do_remote_prefill":false,"r
 // computes one token whatever the request's minimum). Every other field is
 // the request's.
 func VLLMPrefill(body []byte) ([]byte, error) {
+	return with(body, VLLMPrefillEdits()...)
+}
+
+// VLLMPrefillEdits are the edits VLLMPrefill makes to a request's body,
+// for an attempt that builds its body with all its edits at once.
+func VLLMPrefillEdits() []openai.Edit {
+	return []openai.Edit{
+		openai.Set("kv_transfer_params", remoteDecode), openai.Set("stream", falseJSON), openai.Set("max_tokens", one),
+		{Key: "max_completion_tokens", Value: one, IfPresent: true},
+		openai.Delete("stream_options"), openai.Delete("min_tokens"), openai.Delete("min_completion_tokens"),
+	}
+}
+
+var (
+	falseJSON = []byte("false")
+	one       = []byte("1")
+)
+
+// with reads body as an object and returns it with edits applied.
+func with(body []byte, edits ...openai.Edit) ([]byte, error) {
 	if err := checkObject(body); err != nil {
 		return nil, err
 	}
-	out, err := setRaw(body, "kv_transfer_params", remoteDecode)
+	o, err := openai.ObjectOf(body)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("disagg: %w", err)
 	}
-	if out, err = setRaw(out, "stream", []byte("false")); err != nil {
-		return nil, err
-	}
-	if out, err = setRaw(out, "max_tokens", []byte("1")); err != nil {
-		return nil, err
-	}
-	if gjson.GetBytes(out, "max_completion_tokens").Exists() {
-		if out, err = setRaw(out, "max_completion_tokens", []byte("1")); err != nil {
-			return nil, err
-		}
-	}
-	for _, k := range []string{"stream_options", "min_tokens", "min_completion_tokens"} {
-		if out, err = del(out, k); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return o.With(edits...), nil
 }
 
 // KVTransferParams returns the kv_transfer_params object of a prefill
@@ -98,11 +103,11 @@ func RemoteEngine(params []byte) string {
 // WithKVTransferParams returns the body of a vLLM decode leg: the request's
 // body with kv_transfer_params set to the prefill answer's.
 func WithKVTransferParams(body, params []byte) ([]byte, error) {
-	if err := checkObject(body); err != nil {
-		return nil, err
-	}
-	return setRaw(body, "kv_transfer_params", params)
+	return with(body, KVTransferEdit(params))
 }
+
+// KVTransferEdit is the edit WithKVTransferParams makes.
+func KVTransferEdit(params []byte) openai.Edit { return openai.Set("kv_transfer_params", params) }
 
 // MaxRoom bounds a bootstrap room: SGLang's router draws rooms in
 // [0, 2^63), which every JSON reader takes as an integer exactly.
@@ -121,17 +126,12 @@ func NewRoom() uint64 {
 // bootstrap_host, bootstrap_port and bootstrap_room set, the same for the
 // prefill and the decode engine.
 func WithBootstrap(body []byte, host string, port int, room uint64) ([]byte, error) {
-	if err := checkObject(body); err != nil {
-		return nil, err
-	}
-	out, err := setRaw(body, "bootstrap_host", gjson.AppendJSONString(nil, host))
-	if err != nil {
-		return nil, err
-	}
-	if out, err = setRaw(out, "bootstrap_port", strconv.AppendInt(nil, int64(port), 10)); err != nil {
-		return nil, err
-	}
-	return setRaw(out, "bootstrap_room", strconv.AppendUint(nil, room, 10))
+	return with(body, BootstrapEdits(host, port, room)...)
+}
+
+// BootstrapEdits are the edits WithBootstrap makes.
+func BootstrapEdits(host string, port int, room uint64) []openai.Edit {
+	return []openai.Edit{openai.SetString("bootstrap_host", host), openai.SetInt("bootstrap_port", port), openai.SetUint("bootstrap_room", room)}
 }
 
 // SGLangPrefill returns the body of an SGLang prefill leg made from the
@@ -140,14 +140,12 @@ func WithBootstrap(body []byte, host string, port int, room uint64) ([]byte, err
 // one token it sampled; only its prompt logprobs are of use
 // (MergePromptLogprobs).
 func SGLangPrefill(body []byte) ([]byte, error) {
-	if err := checkObject(body); err != nil {
-		return nil, err
-	}
-	out, err := setRaw(body, "stream", []byte("false"))
-	if err != nil {
-		return nil, err
-	}
-	return del(out, "stream_options")
+	return with(body, SGLangPrefillEdits()...)
+}
+
+// SGLangPrefillEdits are the edits SGLangPrefill makes.
+func SGLangPrefillEdits() []openai.Edit {
+	return []openai.Edit{openai.Set("stream", falseJSON), openai.Delete("stream_options")}
 }
 
 // Room returns a body's bootstrap_room, and false when it has none.
@@ -165,25 +163,6 @@ func checkObject(body []byte) error {
 		return ErrNotObject
 	}
 	return nil
-}
-
-func setRaw(body []byte, key string, raw []byte) ([]byte, error) {
-	out, err := sjson.SetRawBytes(body, key, raw)
-	if err != nil {
-		return nil, fmt.Errorf("disagg: set %s: %w", key, err)
-	}
-	return out, nil
-}
-
-func del(body []byte, key string) ([]byte, error) {
-	if !gjson.GetBytes(body, key).Exists() {
-		return body, nil
-	}
-	out, err := sjson.DeleteBytes(body, key)
-	if err != nil {
-		return nil, fmt.Errorf("disagg: delete %s: %w", key, err)
-	}
-	return out, nil
 }
 
 // WantsPromptLogprobs reports whether a request body asks for logprobs

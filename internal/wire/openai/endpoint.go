@@ -2,6 +2,7 @@ package openai
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/tidwall/gjson"
 )
@@ -60,20 +61,23 @@ func (e Endpoint) Tokenizer() bool { return e == EndpointTokenize || e == Endpoi
 // chat), "data" (embeddings, score), "results" (rerank), "tokens"
 // (tokenize) or "prompt" (detokenize).
 func (e Endpoint) AnswerOK(root gjson.Result) bool {
-	if !root.IsObject() {
-		return false
-	}
+	return root.IsObject() && e.AnswerHas(root.Get)
+}
+
+// AnswerHas is AnswerOK of an object whose top-level members get returns
+// (an answer read once: dialect.Answer.Get).
+func (e Endpoint) AnswerHas(get func(key string) gjson.Result) bool {
 	switch e {
 	case EndpointEmbeddings, EndpointScore:
-		return root.Get("data").IsArray()
+		return get("data").IsArray()
 	case EndpointRerank:
-		return root.Get("results").IsArray()
+		return get("results").IsArray()
 	case EndpointTokenize:
-		return root.Get("tokens").IsArray()
+		return get("tokens").IsArray()
 	case EndpointDetokenize:
-		return root.Get("prompt").Type == gjson.String
+		return get("prompt").Type == gjson.String
 	}
-	return root.Get("choices").IsArray()
+	return get("choices").IsArray()
 }
 
 // poolingParser reads the top-level fields of a body other than a
@@ -82,58 +86,46 @@ func (e Endpoint) AnswerOK(root gjson.Result) bool {
 // reads.
 type poolingParser struct {
 	req  Request
-	r    renderer
-	seen map[string]bool
-	err  *FieldError
+	r    Renderer
+	seen []string
 }
+
+// poolingField reads one field of a pooling or tokenizer body.
+type poolingField func(p *poolingParser, name string, v gjson.Result) *FieldError
 
 // parsePooling validates body as an object, reads "model" and hands every
 // other field it knows (fields) to each, in order.
-func parsePooling(body []byte, ep Endpoint, fields map[string]func(p *poolingParser, name string, v gjson.Result) *FieldError, required ...string) (Request, error) {
-	if !gjson.ValidBytes(body) {
-		return Request{}, &FieldError{Msg: "the request body is not valid JSON"}
+func parsePooling(body []byte, ep Endpoint, fields map[string]poolingField, required ...string) (Request, error) {
+	p := &poolingParser{req: Request{Endpoint: ep}, r: Renderer{limit: -1}}
+	names := []string{"model", "cache_salt"}
+	for name := range fields {
+		names = append(names, name)
 	}
-	root := gjson.ParseBytes(body)
-	if !root.IsObject() {
-		return Request{}, &FieldError{Msg: "the request body must be a JSON object"}
-	}
-	p := &poolingParser{req: Request{Endpoint: ep}, r: renderer{limit: -1}, seen: map[string]bool{}}
-	root.ForEach(func(k, v gjson.Result) bool {
-		name := k.Str
-		f, known := fields[name]
-		if name == "model" || name == "cache_salt" {
-			known = true
-		}
-		if !known {
-			return true
-		}
-		if p.seen[name] {
-			p.err = fieldErr(name, "%s is given more than once", name)
-			return false
-		}
-		p.seen[name] = true
+	obj, err := ReadObject(body, names, func(name string, v gjson.Result) *FieldError {
+		p.seen = append(p.seen, name)
 		switch name {
 		case "model":
-			p.req.Model, p.err = ReadModel(v)
+			var err *FieldError
+			p.req.Model, err = ReadModel(v)
+			return err
 		case "cache_salt":
-			p.req.CacheSalt, p.err = ReadCacheSalt(name, v)
-		default:
-			p.err = f(p, name, v)
+			var err *FieldError
+			p.req.CacheSalt, err = ReadCacheSalt(name, v)
+			return err
 		}
-		return p.err == nil
-	})
-	if p.err != nil {
-		return Request{}, p.err
+		return fields[name](p, name, v)
+	}, nil)
+	if err != nil {
+		return Request{}, err
 	}
-	if !p.seen["model"] {
-		return Request{}, fieldErr("model", "model is required")
-	}
-	for _, name := range required {
-		if !p.seen[name] {
+	for _, name := range append([]string{"model"}, required...) {
+		if !slices.Contains(p.seen, name) {
 			return Request{}, fieldErr(name, "%s is required", name)
 		}
 	}
 	p.req.Prompt = string(p.r.buf)
+	p.req.Object = obj
+	p.req.parses = 1
 	return p.req, nil
 }
 
@@ -142,7 +134,7 @@ func parsePooling(body []byte, ep Endpoint, fields map[string]func(p *poolingPar
 // arrays, none empty; encoding_format "float" or "base64"; dimensions a
 // positive integer. Other fields go to the engine as sent.
 func ParseEmbeddings(body []byte) (Request, error) {
-	return parsePooling(body, EndpointEmbeddings, map[string]func(*poolingParser, string, gjson.Result) *FieldError{
+	return parsePooling(body, EndpointEmbeddings, map[string]poolingField{
 		"input": func(p *poolingParser, name string, v gjson.Result) *FieldError {
 			return renderInput(&p.r, name, v)
 		},
@@ -160,7 +152,7 @@ func ParseEmbeddings(body []byte) (Request, error) {
 // shape): model, query a string, documents a non-empty array of strings or
 // of objects with a "text" string, top_n a non-negative integer.
 func ParseRerank(body []byte) (Request, error) {
-	return parsePooling(body, EndpointRerank, map[string]func(*poolingParser, string, gjson.Result) *FieldError{
+	return parsePooling(body, EndpointRerank, map[string]poolingField{
 		"query": func(p *poolingParser, name string, v gjson.Result) *FieldError {
 			if v.Type != gjson.String {
 				return fieldErr(name, "%s must be a string", name)
@@ -188,7 +180,7 @@ func ParseScore(body []byte) (Request, error) {
 		}
 		return renderDocuments(&p.r, name, v, false)
 	}
-	return parsePooling(body, EndpointScore, map[string]func(*poolingParser, string, gjson.Result) *FieldError{
+	return parsePooling(body, EndpointScore, map[string]poolingField{
 		"text_1": text, "text_2": text,
 	}, "text_1", "text_2")
 }
@@ -196,7 +188,7 @@ func ParseScore(body []byte) (Request, error) {
 // ParseTokenize validates a /tokenize body (vLLM's shape): model, and
 // exactly one of prompt (a string) and messages (chat messages).
 func ParseTokenize(body []byte) (Request, error) {
-	req, err := parsePooling(body, EndpointTokenize, map[string]func(*poolingParser, string, gjson.Result) *FieldError{
+	req, err := parsePooling(body, EndpointTokenize, map[string]poolingField{
 		"prompt": func(p *poolingParser, name string, v gjson.Result) *FieldError {
 			if v.Type != gjson.String {
 				return fieldErr(name, "%s must be a string", name)
@@ -205,13 +197,13 @@ func ParseTokenize(body []byte) (Request, error) {
 			return nil
 		},
 		"messages": func(p *poolingParser, _ string, v gjson.Result) *FieldError {
-			return renderMessages(&p.r, v, true)
+			return renderMessages(&p.r, v, true, Brackets)
 		},
 	})
 	if err != nil {
 		return Request{}, err
 	}
-	if has := gjson.GetBytes(body, "prompt").Exists(); has == gjson.GetBytes(body, "messages").Exists() {
+	if has := req.Object.has("prompt"); has == req.Object.has("messages") {
 		return Request{}, fieldErr("prompt", "exactly one of prompt and messages is required")
 	}
 	return req, nil
@@ -220,7 +212,7 @@ func ParseTokenize(body []byte) (Request, error) {
 // ParseDetokenize validates a /detokenize body (vLLM's shape): model, and
 // tokens an array of token ids.
 func ParseDetokenize(body []byte) (Request, error) {
-	return parsePooling(body, EndpointDetokenize, map[string]func(*poolingParser, string, gjson.Result) *FieldError{
+	return parsePooling(body, EndpointDetokenize, map[string]poolingField{
 		"tokens": func(_ *poolingParser, name string, v gjson.Result) *FieldError {
 			if !v.IsArray() || !isTokenArray(v) {
 				return fieldErr(name, "%s must be an array of token ids", name)
@@ -232,7 +224,7 @@ func ParseDetokenize(body []byte) (Request, error) {
 
 // renderInput writes an embeddings input: a string, an array of strings
 // (concatenated), token ids (rendered as nothing), or arrays of token ids.
-func renderInput(r *renderer, name string, v gjson.Result) *FieldError {
+func renderInput(r *Renderer, name string, v gjson.Result) *FieldError {
 	const msg = "%s must be a string, an array of strings, an array of token ids or an array of arrays of token ids"
 	switch {
 	case v.Type == gjson.String:
@@ -282,7 +274,7 @@ func renderInput(r *renderer, name string, v gjson.Result) *FieldError {
 
 // renderDocuments writes a non-empty array of strings, or (objects set)
 // of strings and objects with a "text" string.
-func renderDocuments(r *renderer, name string, v gjson.Result, objects bool) *FieldError {
+func renderDocuments(r *Renderer, name string, v gjson.Result, objects bool) *FieldError {
 	want := "a non-empty array of strings"
 	if objects {
 		want = `a non-empty array of strings or of objects with a "text" string`

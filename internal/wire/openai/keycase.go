@@ -8,7 +8,7 @@ import "strings"
 // Unicode simple folding), so such a key would be read one way by the
 // gateway, which matches keys exactly, and another way by the engine.
 func caseVariant(key string) string {
-	for name := range fieldBits {
+	for _, name := range requestFields {
 		if strings.EqualFold(key, name) {
 			return name
 		}

@@ -3,6 +3,7 @@ package openai
 import (
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/tidwall/gjson"
 )
@@ -23,9 +24,9 @@ func PrefixKey(body []byte) []byte {
 	if !root.IsObject() {
 		return nil
 	}
-	r := renderer{limit: PrefixKeyLen, buf: make([]byte, 0, PrefixKeyLen)}
+	r := Renderer{limit: PrefixKeyLen, buf: make([]byte, 0, PrefixKeyLen)}
 	if msgs := root.Get("messages"); msgs.IsArray() {
-		_ = renderMessages(&r, msgs, false)
+		_ = renderMessages(&r, msgs, false, Brackets)
 	} else if prompt := root.Get("prompt"); prompt.Exists() {
 		_ = renderPrompt(&r, prompt, false)
 	}
@@ -35,25 +36,65 @@ func PrefixKey(body []byte) []byte {
 	return r.buf
 }
 
-// renderer accumulates the rendered prompt, up to limit bytes (-1: no limit).
-type renderer struct {
+// Renderer accumulates a request's rendered prompt (Request.Prompt), up to
+// limit bytes (-1: no limit): what the prefix index hashes and the usage
+// estimate counts. Every API's parser renders its prompt with one.
+type Renderer struct {
 	buf   []byte
 	limit int
 }
 
-func (r *renderer) full() bool { return r.limit >= 0 && len(r.buf) >= r.limit }
+// NewRenderer returns a Renderer without a limit.
+func NewRenderer() *Renderer { return &Renderer{limit: -1} }
 
-func (r *renderer) write(s string) {
+// Bytes returns what was rendered.
+func (r *Renderer) Bytes() []byte { return r.buf }
+
+func (r *Renderer) full() bool { return r.limit >= 0 && len(r.buf) >= r.limit }
+
+// Write appends s.
+func (r *Renderer) Write(s string) { r.write(s) }
+
+func (r *Renderer) write(s string) {
 	if r.limit >= 0 {
 		s = s[:min(len(s), r.limit-len(r.buf))]
 	}
 	r.buf = append(r.buf, s...)
 }
 
+// Notation is how an API names a field inside an array in its errors'
+// param: OpenAI's "messages[2].content" (Brackets) or Anthropic's
+// "messages.2.content" (Dots); Parts is what it calls a content's parts.
+type Notation struct {
+	dots  bool
+	Parts string
+}
+
+// The notations.
+var (
+	Brackets = Notation{Parts: "content parts"}
+	Dots     = Notation{dots: true, Parts: "content blocks"}
+)
+
+// Elem names element i of the array field.
+func (n Notation) Elem(field string, i int) string {
+	if n.dots {
+		return field + "." + strconv.Itoa(i)
+	}
+	return field + "[" + strconv.Itoa(i) + "]"
+}
+
+// RenderMessages writes a messages array as the prompt renders it (see
+// Request.Prompt), reporting the first malformed message as a *FieldError
+// whose param is in n's notation.
+func RenderMessages(r *Renderer, msgs gjson.Result, n Notation) *FieldError {
+	return renderMessages(r, msgs, true, n)
+}
+
 // renderMessages writes chat messages as "role\ncontent\n". With strict set
 // it reports the first malformed message as a *FieldError; otherwise it
 // renders what it can. It stops early once the renderer is full.
-func renderMessages(r *renderer, msgs gjson.Result, strict bool) *FieldError {
+func renderMessages(r *Renderer, msgs gjson.Result, strict bool, n Notation) *FieldError {
 	if !msgs.IsArray() {
 		return fieldErr("messages", "messages must be an array of messages")
 	}
@@ -69,13 +110,15 @@ func renderMessages(r *renderer, msgs gjson.Result, strict bool) *FieldError {
 		role := m.Get("role")
 		switch {
 		case !m.IsObject():
-			bad = fieldErr(fmt.Sprintf("messages[%d]", i), "messages[%d] must be an object", i)
+			p := n.Elem("messages", i)
+			bad = fieldErr(p, "%s must be an object", p)
 		case role.Type != gjson.String || role.Str == "":
-			bad = fieldErr(fmt.Sprintf("messages[%d].role", i), "messages[%d].role must be a non-empty string", i)
+			p := n.Elem("messages", i) + ".role"
+			bad = fieldErr(p, "%s must be a non-empty string", p)
 		default:
 			r.write(role.Str)
 			r.write("\n")
-			bad = renderContent(r, m.Get("content"), "messages", i, chatTextParts)
+			bad = renderContent(r, m.Get("content"), n.Elem("messages", i)+".content", chatTextParts, n)
 			r.write("\n")
 		}
 		if bad != nil && err == nil {
@@ -89,20 +132,29 @@ func renderMessages(r *renderer, msgs gjson.Result, strict bool) *FieldError {
 	return err
 }
 
-// Part types whose text a message's content renders.
+// Part types whose text a message's content renders (TextParts: chat's
+// and Anthropic's).
 var (
+	TextParts          = chatTextParts
 	chatTextParts      = []string{"text"}
 	responsesTextParts = []string{"input_text", "output_text", "text"}
 )
 
-// renderContent writes the content of message i of the array field (chat's
-// "messages", Responses' "input"): a string, an array of parts, or nothing
+// RenderContent writes a content (param names it, in n's notation: a
+// message's, or Anthropic's system prompt) as the prompt renders it: see
+// renderContent.
+func RenderContent(r *Renderer, c gjson.Result, param string, textParts []string, n Notation) *FieldError {
+	return renderContent(r, c, param, textParts, n)
+}
+
+// renderContent writes a content, param (chat's "messages[i].content",
+// Responses' "input[i].content"): a string, an array of parts, or nothing
 // for null or absent. A part must be an object with a string type; the
 // parts of a type in textParts contribute their text, which must be a
 // string; other parts are skipped. It reports the first malformed part as
-// a *FieldError naming it (field[i].content[k], .type or .text) and
+// a *FieldError naming it (param[k], .type or .text, in n's notation) and
 // renders the others.
-func renderContent(r *renderer, c gjson.Result, field string, i int, textParts []string) *FieldError {
+func renderContent(r *Renderer, c gjson.Result, param string, textParts []string, n Notation) *FieldError {
 	switch {
 	case !c.Exists() || c.Type == gjson.Null:
 		return nil
@@ -110,8 +162,7 @@ func renderContent(r *renderer, c gjson.Result, field string, i int, textParts [
 		r.write(c.Str)
 		return nil
 	case !c.IsArray():
-		return fieldErr(fmt.Sprintf("%s[%d].content", field, i),
-			"%s[%d].content must be a string or an array of content parts", field, i)
+		return fieldErr(param, "%s must be a string or an array of %s", param, n.Parts)
 	}
 	var err *FieldError
 	c.ForEach(func(k, part gjson.Result) bool {
@@ -131,7 +182,7 @@ func renderContent(r *renderer, c gjson.Result, field string, i int, textParts [
 			return true
 		}
 		if err == nil {
-			param := fmt.Sprintf("%s[%d].content[%d]%s", field, i, int(k.Num), bad)
+			param := n.Elem(param, int(k.Num)) + bad
 			if bad == "" {
 				err = fieldErr(param, "%s must be an object", param)
 			} else {
@@ -146,7 +197,7 @@ func renderContent(r *renderer, c gjson.Result, field string, i int, textParts [
 // renderPrompt writes a completions prompt: a string, an array of strings
 // (concatenated in order), or token ids (an array of integers, or an array of
 // such arrays), which render as empty text.
-func renderPrompt(r *renderer, p gjson.Result, strict bool) *FieldError {
+func renderPrompt(r *Renderer, p gjson.Result, strict bool) *FieldError {
 	const msg = "prompt must be a string, an array of strings, or an array of token ids"
 	if p.Type == gjson.String {
 		r.write(p.Str)

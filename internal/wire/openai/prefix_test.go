@@ -117,12 +117,12 @@ func TestRenderContent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := renderer{limit: -1}
+			r := Renderer{limit: -1}
 			c := gjson.Parse(tt.content)
 			if tt.content == "" {
 				c = gjson.Result{}
 			}
-			err := renderContent(&r, c, tt.field, 2, tt.textParts)
+			err := renderContent(&r, c, Brackets.Elem(tt.field, 2)+".content", tt.textParts, Brackets)
 			if string(r.buf) != tt.want {
 				t.Errorf("rendered %q, want %q", r.buf, tt.want)
 			}

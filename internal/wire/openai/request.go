@@ -14,11 +14,13 @@ import (
 // (design 2.3).
 const PrefixKeyLen = 64
 
-// Request is what the gateway reads from a client's /v1/completions or
-// /v1/chat/completions body. The body itself is never re-encoded: attempts
-// send the client's bytes with single fields rewritten (WithModel, WithSeed,
-// ForceLogprobs). Pointer fields are nil when the client omitted them or sent
-// null.
+// Request is what the gateway reads from a client's body, once, at the
+// edge: the parsers of every API (ParseRequest, ParseResponses, the
+// pooling and tokenizer endpoints', Anthropic's Messages) fill it, and
+// every later stage takes what it needs from it. The body itself is never
+// re-encoded: attempts send the client's bytes with the fields they change
+// spliced in (Object.With). Pointer fields are nil when the client omitted
+// them or sent null.
 type Request struct {
 	// Model is the model id the client asked for (non-empty).
 	Model string
@@ -51,6 +53,18 @@ type Request struct {
 	// engine to keep this response for later requests.
 	PreviousResponseID string
 	Store              bool
+	// AsksUsage: the client asked a stream for its usage chunk
+	// ("stream_options": {"include_usage": true}).
+	AsksUsage bool
+	// LogprobsTop is a completions request's "logprobs" number (the
+	// alternatives per token it asked for); nil when it gave none.
+	LogprobsTop *int
+	// Object is the body as read: its bytes and where each top-level
+	// member lies, which attempts rewrite (Object.With) without parsing
+	// the body again.
+	Object Object
+	// parses counts the parses of the body (Parses).
+	parses int
 
 	Temperature      *float64
 	TopP             *float64
@@ -99,163 +113,146 @@ func fieldErr(param, format string, args ...any) *FieldError {
 	return &FieldError{Param: param, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Known top-level fields, one bit each, to reject duplicates: a body with two
-// "model" keys could be read one way by the gateway and another by an engine.
-const (
-	fModel uint32 = 1 << iota
-	fStream
-	fMessages
-	fPrompt
-	fSeed
-	fLogprobs
-	fTopLogprobs
-	fTemperature
-	fTopP
-	fTopK
-	fMaxTokens
-	fMaxCompletionTokens
-	fStop
-	fPresencePenalty
-	fFrequencyPenalty
-	fStreamOptions
-	fCacheSalt
-)
-
-var fieldBits = map[string]uint32{
-	"model":                 fModel,
-	"stream":                fStream,
-	"messages":              fMessages,
-	"prompt":                fPrompt,
-	"seed":                  fSeed,
-	"logprobs":              fLogprobs,
-	"top_logprobs":          fTopLogprobs,
-	"temperature":           fTemperature,
-	"top_p":                 fTopP,
-	"top_k":                 fTopK,
-	"max_tokens":            fMaxTokens,
-	"max_completion_tokens": fMaxCompletionTokens,
-	"stop":                  fStop,
-	"presence_penalty":      fPresencePenalty,
-	"frequency_penalty":     fFrequencyPenalty,
-	"stream_options":        fStreamOptions,
-	"cache_salt":            fCacheSalt,
+// requestFields are the top-level fields ParseRequest reads.
+var requestFields = []string{
+	"model", "stream", "messages", "prompt", "seed", "logprobs", "top_logprobs", "temperature", "top_p", "top_k",
+	"max_tokens", "max_completion_tokens", "stop", "presence_penalty", "frequency_penalty", "stream_options", "cache_salt",
 }
 
 // ParseRequest validates a completions (chat false) or chat completions (chat
 // true) body and extracts what the gateway needs, in one pass over the
-// top-level fields. Every refusal is a *FieldError.
+// top-level fields (ReadObject), which also records where each lies
+// (Request.Object). Every refusal is a *FieldError.
 func ParseRequest(body []byte, chat bool) (Request, error) {
-	if !gjson.ValidBytes(body) {
-		return Request{}, &FieldError{Msg: "the request body is not valid JSON"}
-	}
-	root := gjson.ParseBytes(body)
-	if !root.IsObject() {
-		return Request{}, &FieldError{Msg: "the request body must be a JSON object"}
-	}
 	ep := EndpointCompletions
 	if chat {
 		ep = EndpointChat
 	}
-	p := parser{req: Request{Chat: chat, Endpoint: ep}, r: renderer{limit: -1}}
+	p := parser{req: Request{Chat: chat, Endpoint: ep}, r: Renderer{limit: -1}}
 	var maxCompletion *int
-	root.ForEach(func(k, v gjson.Result) bool {
-		bit, known := fieldBits[k.Str]
-		if !known {
-			if name := caseVariant(k.Str); name != "" {
-				p.err = fieldErr(k.Str, "%q is not a field; keys are case-sensitive (did you mean %q?)", k.Str, name)
-				return false
-			}
-			return true
-		}
-		if p.seen&bit != 0 {
-			p.err = fieldErr(k.Str, "%s is given more than once", k.Str)
-			return false
-		}
-		p.seen |= bit
-		switch bit {
-		case fMaxCompletionTokens:
+	var seenModel, seenMessages, seenPrompt bool
+	obj, ferr := ReadObject(body, requestFields, func(k string, v gjson.Result) *FieldError {
+		switch k {
+		case "model":
+			seenModel = true
+		case "messages":
+			seenMessages = true
+		case "prompt":
+			seenPrompt = true
+		case "max_completion_tokens":
 			if chat {
-				maxCompletion, p.err = nonNegInt(k.Str, v)
+				var err *FieldError
+				maxCompletion, err = nonNegInt(k, v)
+				return err
 			}
-		default:
-			p.field(bit, k.Str, v)
+			return nil
 		}
-		return p.err == nil
+		return p.field(k, v)
+	}, func(k string) *FieldError {
+		if name := caseVariant(k); name != "" {
+			return fieldErr(k, "%q is not a field; keys are case-sensitive (did you mean %q?)", k, name)
+		}
+		return nil
 	})
-	if p.err != nil {
-		return Request{}, p.err
-	}
 	switch {
-	case p.seen&fModel == 0:
+	case ferr != nil:
+		return Request{}, ferr
+	case !seenModel:
 		return Request{}, fieldErr("model", "model is required")
-	case chat && p.seen&fMessages == 0:
+	case chat && !seenMessages:
 		return Request{}, fieldErr("messages", "messages is required")
-	case !chat && (p.seen&fPrompt == 0 || p.promptNull):
+	case !chat && (!seenPrompt || p.promptNull):
 		return Request{}, fieldErr("prompt", "prompt is required")
 	}
 	if maxCompletion != nil {
 		p.req.MaxTokens = maxCompletion
 	}
-	p.req.Prompt = string(p.r.buf)
-	if n := min(len(p.r.buf), PrefixKeyLen); n > 0 {
-		p.req.PrefixKey = append([]byte(nil), p.r.buf[:n]...)
+	return NewRequest(p.req, obj, &p.r), nil
+}
+
+// NewRequest completes a Request an API's own parser filled (the fields
+// it read): its body's members, as ReadObject returned them, and the
+// prompt r rendered.
+func NewRequest(req Request, obj Object, r *Renderer) Request {
+	req.Object, req.parses = obj, 1
+	req.setPrompt(r.buf)
+	return req
+}
+
+// ReadBool reads an optional boolean field (null is false).
+func ReadBool(name string, v gjson.Result) (bool, *FieldError) { return optBool(name, v) }
+
+// ReadNonNegInt reads an optional non-negative integer field (null is
+// nil).
+func ReadNonNegInt(name string, v gjson.Result) (*int, *FieldError) { return nonNegInt(name, v) }
+
+// setPrompt sets the rendered prompt and its prefix key.
+func (r *Request) setPrompt(rendered []byte) {
+	r.Prompt = string(rendered)
+	if n := min(len(rendered), PrefixKeyLen); n > 0 {
+		r.PrefixKey = append([]byte(nil), rendered[:n]...)
 	}
-	return p.req, nil
 }
 
 type parser struct {
 	req        Request
-	r          renderer
-	seen       uint32
+	r          Renderer
 	promptNull bool
-	err        *FieldError
 }
 
-func (p *parser) field(bit uint32, name string, v gjson.Result) {
+func (p *parser) field(name string, v gjson.Result) *FieldError {
 	var err *FieldError
-	switch bit {
-	case fModel:
+	switch name {
+	case "model":
 		p.req.Model, err = ReadModel(v)
-	case fStream:
+	case "stream":
 		p.req.Stream, err = optBool(name, v)
-	case fMessages:
+	case "messages":
 		if p.req.Chat {
-			err = renderMessages(&p.r, v, true)
+			err = renderMessages(&p.r, v, true, Brackets)
 		}
-	case fPrompt:
+	case "prompt":
 		if !p.req.Chat {
 			p.promptNull = v.Type == gjson.Null
 			if !p.promptNull {
 				err = renderPrompt(&p.r, v, true)
 			}
 		}
-	case fSeed:
+	case "seed":
 		p.req.Seed, err = optSeed(name, v)
-	case fLogprobs:
+	case "logprobs":
 		p.req.Logprobs, err = logprobsFlag(name, v, p.req.Chat)
-	case fTopLogprobs:
+		if n := askedLogprobs(v); !p.req.Chat && n >= 0 {
+			p.req.LogprobsTop = &n
+		}
+	case "top_logprobs":
 		p.req.TopLogprobs, err = nonNegInt(name, v)
-	case fTemperature:
+	case "temperature":
 		p.req.Temperature, err = optFloat(name, v)
-	case fTopP:
+	case "top_p":
 		p.req.TopP, err = optFloat(name, v)
-	case fTopK:
+	case "top_k":
 		p.req.TopK, err = optInt(name, v)
-	case fMaxTokens:
+	case "max_tokens":
 		p.req.MaxTokens, err = nonNegInt(name, v)
-	case fStop:
+	case "stop":
 		p.req.Stop, err = optStop(name, v)
-	case fPresencePenalty:
+	case "presence_penalty":
 		p.req.PresencePenalty, err = optFloat(name, v)
-	case fFrequencyPenalty:
+	case "frequency_penalty":
 		p.req.FrequencyPenalty, err = optFloat(name, v)
-	case fStreamOptions:
-		err = streamOptions(name, v)
-	case fCacheSalt:
+	case "stream_options":
+		p.req.AsksUsage, err = streamOptions(name, v)
+	case "cache_salt":
 		p.req.CacheSalt, err = ReadCacheSalt(name, v)
 	}
-	p.err = err
+	return err
 }
+
+// Parses returns how many times the request's body was parsed: one, by
+// the parser that made it; the attempts rewrite the body from Object
+// without parsing it again.
+func (r *Request) Parses() int { return r.parses }
 
 func optBool(name string, v gjson.Result) (bool, *FieldError) {
 	switch v.Type {

@@ -50,12 +50,12 @@ func TestParseRequest(t *testing.T) {
 			name: "completions string prompt, stop string, logprobs 0",
 			body: `{"model":"m","prompt":"hello","stop":"\n","logprobs":0,"seed":3.0,"max_tokens":16}`,
 			want: Request{Model: "m", Prompt: "hello", PrefixKey: []byte("hello"), Stop: []string{"\n"},
-				Logprobs: true, Seed: ptr(uint64(3)), MaxTokens: ptr(16)},
+				Logprobs: true, LogprobsTop: ptr(0), Seed: ptr(uint64(3)), MaxTokens: ptr(16)},
 		},
 		{
 			name: "completions logprobs false",
 			body: `{"model":"m","prompt":"p","logprobs":false,"stream_options":{"include_usage":true,"other":1}}`,
-			want: Request{Model: "m", Prompt: "p", PrefixKey: []byte("p")},
+			want: Request{Model: "m", Prompt: "p", PrefixKey: []byte("p"), AsksUsage: true},
 		},
 		{
 			name: "completions prompt array of strings",
@@ -99,6 +99,8 @@ func TestParseRequest(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseRequest: %v", err)
 			}
+			// The body's layout is TestRequestObject's.
+			tt.want.Object, tt.want.parses = got.Object, 1
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("ParseRequest =\n%+v\nwant\n%+v", got, tt.want)
 			}

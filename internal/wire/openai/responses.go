@@ -2,7 +2,6 @@ package openai
 
 import (
 	"fmt"
-	"strconv"
 
 	"github.com/tidwall/gjson"
 
@@ -19,69 +18,42 @@ import (
 // "type\n<output or arguments>\n". Other fields are the engine's to judge.
 // Every refusal is a *FieldError.
 func ParseResponses(body []byte) (Request, error) {
-	root, err := object(body)
-	if err != nil {
-		return Request{}, err
-	}
 	req := Request{Store: true, Endpoint: EndpointResponses}
-	r := renderer{limit: -1}
-	seen := map[string]bool{}
+	r := Renderer{limit: -1}
 	var instructions, input gjson.Result
-	var ferr *FieldError
-	root.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "model", "input", "instructions", "stream", "store", "previous_response_id", "max_output_tokens", "cache_salt":
-		default:
-			return true
-		}
-		if seen[k.Str] {
-			ferr = fieldErr(k.Str, "%s is given more than once", k.Str)
-			return false
-		}
-		seen[k.Str] = true
-		switch k.Str {
+	seenModel := false
+	obj, ferr := ReadObject(body, responsesFields, func(k string, v gjson.Result) *FieldError {
+		var ferr *FieldError
+		switch k {
 		case "model":
+			seenModel = true
 			req.Model, ferr = ReadModel(v)
 		case "input":
 			input = v
 		case "instructions":
 			if v.Type != gjson.Null && v.Type != gjson.String {
-				ferr = fieldErr(k.Str, "instructions must be a string")
+				ferr = fieldErr(k, "instructions must be a string")
 			}
 			instructions = v
 		case "stream":
-			req.Stream, ferr = optBool(k.Str, v)
+			req.Stream, ferr = optBool(k, v)
 		case "store":
 			if v.Type != gjson.Null {
-				req.Store, ferr = optBool(k.Str, v)
+				req.Store, ferr = optBool(k, v)
 			}
 		case "max_output_tokens":
-			req.MaxTokens, ferr = nonNegInt(k.Str, v)
+			req.MaxTokens, ferr = nonNegInt(k, v)
 		case "cache_salt":
-			req.CacheSalt, ferr = ReadCacheSalt(k.Str, v)
+			req.CacheSalt, ferr = ReadCacheSalt(k, v)
 		case "previous_response_id":
-			switch v.Type {
-			case gjson.Null:
-			case gjson.String:
-				switch {
-				case v.Str == "":
-					ferr = fieldErr(k.Str, "previous_response_id must not be empty")
-				case len(v.Str) > MaxResponseIDLen:
-					ferr = fieldErr(k.Str, "previous_response_id must be at most %d bytes, got %d", MaxResponseIDLen, len(v.Str))
-				case !ValidResponseID(v.Str):
-					ferr = fieldErr(k.Str, "previous_response_id must be printable ASCII characters without '/'")
-				}
-				req.PreviousResponseID = v.Str
-			default:
-				ferr = fieldErr(k.Str, "previous_response_id must be a string")
-			}
+			req.PreviousResponseID, ferr = readPreviousResponseID(k, v)
 		}
-		return ferr == nil
-	})
+		return ferr
+	}, nil)
 	switch {
 	case ferr != nil:
 		return Request{}, ferr
-	case !seen["model"]:
+	case !seenModel:
 		return Request{}, fieldErr("model", "model is required")
 	case !input.Exists() || input.Type == gjson.Null:
 		return Request{}, fieldErr("input", "input is required")
@@ -94,11 +66,30 @@ func ParseResponses(body []byte) (Request, error) {
 	if ferr = renderResponsesInput(&r, input); ferr != nil {
 		return Request{}, ferr
 	}
-	req.Prompt = string(r.buf)
-	if n := min(len(r.buf), PrefixKeyLen); n > 0 {
-		req.PrefixKey = append([]byte(nil), r.buf[:n]...)
+	return NewRequest(req, obj, &r), nil
+}
+
+// responsesFields are the top-level fields ParseResponses reads.
+var responsesFields = []string{"model", "input", "instructions", "stream", "store", "previous_response_id", "max_output_tokens", "cache_salt"}
+
+// readPreviousResponseID reads a previous_response_id: null, or a valid
+// response id (ValidResponseID).
+func readPreviousResponseID(k string, v gjson.Result) (string, *FieldError) {
+	switch v.Type {
+	case gjson.Null:
+		return "", nil
+	case gjson.String:
+		switch {
+		case v.Str == "":
+			return "", fieldErr(k, "previous_response_id must not be empty")
+		case len(v.Str) > MaxResponseIDLen:
+			return "", fieldErr(k, "previous_response_id must be at most %d bytes, got %d", MaxResponseIDLen, len(v.Str))
+		case !ValidResponseID(v.Str):
+			return "", fieldErr(k, "previous_response_id must be printable ASCII characters without '/'")
+		}
+		return v.Str, nil
 	}
-	return req, nil
+	return "", fieldErr(k, "previous_response_id must be a string")
 }
 
 // MaxResponseIDLen bounds a stored response's id: the {id} of
@@ -117,18 +108,6 @@ func ValidResponseID(id string) bool {
 		}
 	}
 	return true
-}
-
-// object parses body as a JSON object.
-func object(body []byte) (gjson.Result, *FieldError) {
-	if !gjson.ValidBytes(body) {
-		return gjson.Result{}, &FieldError{Msg: "the request body is not valid JSON"}
-	}
-	root := gjson.ParseBytes(body)
-	if !root.IsObject() {
-		return gjson.Result{}, &FieldError{Msg: "the request body must be a JSON object"}
-	}
-	return root, nil
 }
 
 // ReadModel validates a body's "model" value: a non-empty string of at
@@ -150,7 +129,7 @@ func ReadModel(v gjson.Result) (string, *FieldError) {
 }
 
 // renderResponsesInput writes a Responses input: a string or an array of items.
-func renderResponsesInput(r *renderer, in gjson.Result) *FieldError {
+func renderResponsesInput(r *Renderer, in gjson.Result) *FieldError {
 	if in.Type == gjson.String {
 		r.write("user\n")
 		r.write(in.Str)
@@ -176,7 +155,7 @@ func renderResponsesInput(r *renderer, in gjson.Result) *FieldError {
 			}
 			r.write(role.Str)
 			r.write("\n")
-			err = renderContent(r, item.Get("content"), "input", i, responsesTextParts)
+			err = renderContent(r, item.Get("content"), Brackets.Elem("input", i)+".content", responsesTextParts, Brackets)
 			r.write("\n")
 		case typ.Type == gjson.String && typ.Str != "":
 			r.write(typ.Str)
@@ -198,8 +177,5 @@ func renderResponsesInput(r *renderer, in gjson.Result) *FieldError {
 // WithMaxOutputTokens returns a Responses body with max_output_tokens set
 // to n.
 func WithMaxOutputTokens(body []byte, n int) ([]byte, error) {
-	if err := checkObject(body); err != nil {
-		return nil, err
-	}
-	return set(body, "max_output_tokens", strconv.AppendInt(nil, int64(n), 10))
+	return with(body, SetInt("max_output_tokens", n))
 }

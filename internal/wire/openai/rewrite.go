@@ -2,12 +2,9 @@ package openai
 
 import (
 	"errors"
-	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 )
 
 var (
@@ -17,20 +14,29 @@ var (
 	ErrInvalidJSON = errors.New("openai: body is not valid JSON")
 )
 
-// The rewrites below splice one value into the client's bytes: every other
-// byte stays as sent, and the input slice is never modified (each returns a
-// new slice), so one body can be rewritten per attempt. They expect a body
-// ParseRequest accepted (a JSON object without duplicate known keys) and only
-// check that it opens as an object, to keep a full JSON pass off every attempt.
+// The rewrites below splice values into the client's bytes (Object.With):
+// every other byte stays as sent, and the input slice is never modified
+// (each returns a new slice). An attempt builds its body from the
+// request's Object with all its edits at once (Request.Object); these
+// functions read the object first, for a body given as bytes.
 
 // WithModel returns body with "model" set to model.
 func WithModel(body []byte, model string) ([]byte, error) {
-	return set(body, "model", gjson.AppendJSONString(nil, model))
+	return with(body, SetString("model", model))
 }
 
 // WithCacheSalt returns body with "cache_salt" set to salt.
 func WithCacheSalt(body []byte, salt string) ([]byte, error) {
-	return set(body, "cache_salt", gjson.AppendJSONString(nil, salt))
+	return with(body, SetString("cache_salt", salt))
+}
+
+// with reads body as an object and returns it with edits applied.
+func with(body []byte, edits ...Edit) ([]byte, error) {
+	o, err := ObjectOf(body)
+	if err != nil {
+		return nil, err
+	}
+	return o.With(edits...), nil
 }
 
 // TakesCacheSalt reports whether an engine of kind (a probe kind; "" for a
@@ -44,7 +50,7 @@ func TakesCacheSalt(kind string) bool {
 
 // WithSeed returns body with "seed" set to seed.
 func WithSeed(body []byte, seed uint64) ([]byte, error) {
-	return set(body, "seed", strconv.AppendUint(nil, seed, 10))
+	return with(body, SetUint("seed", seed))
 }
 
 // ForceLogprobs returns body asking for token logprobs, as a cascade step
@@ -54,16 +60,28 @@ func WithSeed(body []byte, seed uint64) ([]byte, error) {
 // token's logprob: 0 for OpenAI and vLLM, 1 for llama.cpp's server, which
 // reads 0 as no logprobs at all (LeastLogprobs).
 func ForceLogprobs(body []byte, chat bool, least int) ([]byte, error) {
-	if chat {
-		return set(body, "logprobs", []byte("true"))
-	}
-	if err := checkObject(body); err != nil {
+	o, err := ObjectOf(body)
+	if err != nil {
 		return nil, err
 	}
-	if n, ok := integer(gjson.GetBytes(body, "logprobs")); ok && n >= int64(least) {
+	e, ok := o.ForceLogprobs(chat, least)
+	if !ok {
 		return append([]byte(nil), body...), nil
 	}
-	return set(body, "logprobs", []byte(strconv.Itoa(least)))
+	return o.With(e), nil
+}
+
+// ForceLogprobs returns the edit that asks for token logprobs as the
+// function ForceLogprobs does, or false when the object asks for them
+// already.
+func (o Object) ForceLogprobs(chat bool, least int) (Edit, bool) {
+	if chat {
+		return Set("logprobs", []byte("true")), true
+	}
+	if n, ok := integer(gjson.ParseBytes(o.Raw("logprobs"))); ok && n >= int64(least) {
+		return Edit{}, false
+	}
+	return SetInt("logprobs", least), true
 }
 
 // LeastLogprobs is the completions "logprobs" value ForceLogprobs asks an
@@ -78,7 +96,12 @@ func LeastLogprobs(kind string) int {
 // AskedLogprobs returns a completions request body's "logprobs" number,
 // or -1 when it has none.
 func AskedLogprobs(body []byte) int {
-	if n, ok := integer(gjson.GetBytes(body, "logprobs")); ok && n >= 0 && n <= 1<<20 {
+	return askedLogprobs(gjson.GetBytes(body, "logprobs"))
+}
+
+// askedLogprobs is AskedLogprobs of the value of "logprobs".
+func askedLogprobs(v gjson.Result) int {
+	if n, ok := integer(v); ok && n >= 0 && n <= 1<<20 {
 		return int(n)
 	}
 	return -1
@@ -92,28 +115,34 @@ func TrimTopLogprobs(resp []byte, n int) ([]byte, error) {
 	if !gjson.ValidBytes(resp) {
 		return nil, ErrInvalidJSON
 	}
-	out := append([]byte(nil), resp...)
-	var err error
-	gjson.GetBytes(resp, "choices").ForEach(func(k, c gjson.Result) bool {
-		c.Get("logprobs.content").ForEach(func(j, tok gjson.Result) bool {
+	return TrimChoicesTopLogprobs(resp, gjson.GetBytes(resp, "choices"), n), nil
+}
+
+// TrimChoicesTopLogprobs is TrimTopLogprobs of a response already read:
+// choices is its "choices" member, whose offsets (Index) are into resp.
+// It returns new bytes; resp is not modified.
+func TrimChoicesTopLogprobs(resp []byte, choices gjson.Result, n int) []byte {
+	var s splicer
+	choices.ForEach(func(_, c gjson.Result) bool {
+		c.Get("logprobs.content").ForEach(func(_, tok gjson.Result) bool {
 			top := tok.Get("top_logprobs")
-			if !top.IsArray() || len(top.Array()) <= n {
+			if !top.IsArray() {
+				return true
+			}
+			alts := top.Array()
+			if len(alts) <= n {
 				return true
 			}
 			keep := make([]string, 0, n)
-			for _, alt := range top.Array()[:n] {
+			for _, alt := range alts[:n] {
 				keep = append(keep, alt.Raw)
 			}
-			path := "choices." + strconv.Itoa(int(k.Num)) + ".logprobs.content." + strconv.Itoa(int(j.Num)) + ".top_logprobs"
-			out, err = sjson.SetRawBytes(out, path, []byte("["+strings.Join(keep, ",")+"]"))
-			return err == nil
+			s.add(top, []byte("["+strings.Join(keep, ",")+"]"))
+			return true
 		})
-		return err == nil
+		return true
 	})
-	if err != nil {
-		return nil, fmt.Errorf("openai: trim top logprobs: %w", err)
-	}
-	return out, nil
+	return s.apply(resp)
 }
 
 // StripLogprobs returns a non-streamed completions or chat response with
@@ -124,24 +153,51 @@ func StripLogprobs(resp []byte) ([]byte, error) {
 	if !gjson.ValidBytes(resp) {
 		return nil, ErrInvalidJSON
 	}
-	out := append([]byte(nil), resp...)
-	choices := gjson.GetBytes(resp, "choices")
-	if !choices.IsArray() {
-		return out, nil
-	}
-	var err error
-	choices.ForEach(func(k, c gjson.Result) bool {
-		lp := c.Get("logprobs")
-		if !lp.Exists() || lp.Type == gjson.Null {
+	return StripChoicesLogprobs(resp, gjson.GetBytes(resp, "choices")), nil
+}
+
+// StripChoicesLogprobs is StripLogprobs of a response already read:
+// choices is its "choices" member, whose offsets (Index) are into resp.
+// It returns new bytes; resp is not modified.
+func StripChoicesLogprobs(resp []byte, choices gjson.Result) []byte {
+	var s splicer
+	if choices.IsArray() {
+		choices.ForEach(func(_, c gjson.Result) bool {
+			if lp := c.Get("logprobs"); lp.Exists() && lp.Type != gjson.Null {
+				s.add(lp, null)
+			}
 			return true
-		}
-		out, err = sjson.SetRawBytes(out, "choices."+strconv.Itoa(int(k.Num))+".logprobs", []byte("null"))
-		return err == nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("openai: strip logprobs: %w", err)
+		})
 	}
-	return out, nil
+	return s.apply(resp)
+}
+
+// splicer replaces values of a JSON document, found by a walk over it, in
+// one copy.
+type splicer struct {
+	spans []splice
+}
+
+type splice struct {
+	start, end int
+	with       []byte
+}
+
+// add replaces v (its Index is its offset in the document) with raw.
+func (s *splicer) add(v gjson.Result, raw []byte) {
+	s.spans = append(s.spans, splice{start: v.Index, end: v.Index + len(v.Raw), with: raw})
+}
+
+// apply returns a copy of doc with the replacements, which the walk
+// found in order.
+func (s *splicer) apply(doc []byte) []byte {
+	out := make([]byte, 0, len(doc))
+	at := 0
+	for _, sp := range s.spans {
+		out = append(append(out, doc[at:sp.start]...), sp.with...)
+		at = sp.end
+	}
+	return append(out, doc[at:]...)
 }
 
 func checkObject(body []byte) error {
@@ -157,37 +213,48 @@ func checkObject(body []byte) error {
 	return ErrNotObject
 }
 
-func set(body []byte, key string, raw []byte) ([]byte, error) {
-	if err := checkObject(body); err != nil {
-		return nil, err
-	}
-	out, err := sjson.SetRawBytes(body, key, raw)
-	if err != nil {
-		return nil, fmt.Errorf("openai: set %s: %w", key, err)
-	}
-	return out, nil
-}
-
 // WithMaxTokens returns body with its completion budget set to n: every
 // one of "max_tokens" and "max_completion_tokens" it holds (not null), or
 // "max_tokens" when it holds neither.
 func WithMaxTokens(body []byte, n int) ([]byte, error) {
-	if err := checkObject(body); err != nil {
+	o, err := ObjectOf(body)
+	if err != nil {
 		return nil, err
 	}
-	v := strconv.AppendInt(nil, int64(n), 10)
-	out, set1 := body, false
+	return o.With(o.MaxTokens(n)...), nil
+}
+
+// MaxTokens returns the edits that set the object's completion budget to
+// n as WithMaxTokens does.
+func (o Object) MaxTokens(n int) []Edit {
+	var edits []Edit
 	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
-		if f := gjson.GetBytes(out, k); f.Exists() && f.Type != gjson.Null {
-			var err error
-			if out, err = set(out, k, v); err != nil {
-				return nil, err
-			}
-			set1 = true
+		if o.Has(k) {
+			edits = append(edits, SetInt(k, n))
 		}
 	}
-	if !set1 {
-		return set(body, "max_tokens", v)
+	if len(edits) == 0 {
+		edits = append(edits, SetInt("max_tokens", n))
 	}
-	return out, nil
+	return edits
+}
+
+// AsksUsage reports whether the object asks a stream for its usage chunk
+// ("stream_options": {"include_usage": true}).
+func (o Object) AsksUsage() bool {
+	return gjson.GetBytes(o.Raw("stream_options"), "include_usage").Type == gjson.True
+}
+
+// AskUsage returns the edit that asks a stream for its usage chunk:
+// "stream_options.include_usage" set to true, any other stream_options
+// member kept; false when the object asks for it already.
+func (o Object) AskUsage() (Edit, bool) {
+	raw := o.Raw("stream_options")
+	if gjson.GetBytes(raw, "include_usage").Type == gjson.True {
+		return Edit{}, false
+	}
+	if so, err := ObjectOf(raw); err == nil {
+		return Set("stream_options", so.With(Set("include_usage", []byte("true")))), true
+	}
+	return Set("stream_options", []byte(`{"include_usage":true}`)), true
 }

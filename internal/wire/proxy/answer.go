@@ -12,6 +12,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/tlgate/tlgate/internal/wire/dialect"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
@@ -137,8 +138,9 @@ func (p *Proxy) readAnswer(ctx, actx context.Context, resp *http.Response, wait 
 // Found"}, a plain-text page) is the engine refusing the path: relayed as
 // the engine's answer with code unsupported_endpoint, neither a failure
 // nor a reason to try another worker.
-// A Dialect (d, not nil) judges successes and encodes errors for its API.
-func checkAnswer(resp *http.Response, body []byte, expect openai.Endpoint, d *Dialect) (*Response, error) {
+// The dialect d judges successes and encodes errors for its API. A 2xx
+// answer is read once (dialect.Read), into Response.Answer.
+func checkAnswer(resp *http.Response, body []byte, expect openai.Endpoint, d *dialect.Dialect) (*Response, error) {
 	st := resp.StatusCode
 	bad := func(reason Failure, what string) error {
 		return &AttemptError{Reason: reason, Err: fmt.Errorf("%w: %d %s with %s body %s",
@@ -155,13 +157,14 @@ func checkAnswer(resp *http.Response, body []byte, expect openai.Endpoint, d *Di
 		}
 		return nil, bad(FailStatus5xx, "(server error)")
 	case st >= 200 && st < 300:
-		if !gjson.ValidBytes(body) {
+		ans := dialect.Read(body)
+		if !ans.JSON() {
 			return nil, bad(FailBadAnswer, "(not JSON)")
 		}
-		if root := gjson.ParseBytes(body); !d.success(root, expect) {
+		if !d.Success(&ans, expect) {
 			return nil, bad(FailBadAnswer, "(not the answer its path calls for)")
 		}
-		return &Response{Status: st, Header: resp.Header, Body: body}, nil
+		return &Response{Status: st, Header: resp.Header, Body: body, Answer: ans}, nil
 	case st == http.StatusUnauthorized || st == http.StatusForbidden || st == http.StatusProxyAuthRequired:
 		return nil, bad(FailBadAnswer, "(the engine refused the gateway)")
 	case st >= 400 && st < 500:
@@ -224,12 +227,12 @@ var genericTypes = map[string]bool{
 // response is the error re-encoded in OpenAI's shape for a client: the
 // engine's status (a 5xx whose type says the request is at fault becomes
 // that type's 4xx), code and param, and its message.
-func (e engineErr) response(status int, d *Dialect) *Response {
+func (e engineErr) response(status int, d *dialect.Dialect) *Response {
 	if st, ok := clientTypes[e.typ]; ok && status >= 500 {
 		status = st
 	}
 	h := http.Header{"Content-Type": {"application/json"}}
-	return &Response{Status: status, Header: h, Body: d.encodeError(status, e.code(status), e.msg, e.param)}
+	return &Response{Status: status, Header: h, Body: d.EncodeError(status, e.code(status), e.msg, e.param)}
 }
 
 // code is the engine's code when it is a string, else its type when that
@@ -315,7 +318,7 @@ func isToken(s string) bool {
 
 // notSSE handles an answer to a streamed request that is not an SSE stream
 // (see Stream): nothing of it reaches the client.
-func (p *Proxy) notSSE(ctx, actx context.Context, resp *http.Response, wait *time.Timer, expect openai.Endpoint, d *Dialect) Result {
+func (p *Proxy) notSSE(ctx, actx context.Context, resp *http.Response, wait *time.Timer, expect openai.Endpoint, d *dialect.Dialect) Result {
 	res := Result{Status: resp.StatusCode}
 	var err error
 	if resp.StatusCode/100 == 2 {

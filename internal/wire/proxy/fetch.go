@@ -59,5 +59,5 @@ func (p *Proxy) Fetch(ctx context.Context, a Attempt) (*Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	return checkAnswer(resp, body, a.Expect, a.Dialect)
+	return checkAnswer(resp, body, a.Expect, a.dialectOf())
 }

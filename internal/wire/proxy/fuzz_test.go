@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"testing"
+
+	"github.com/tlgate/tlgate/internal/wire/dialect"
 )
 
 // chunkReader returns data in reads of at most size bytes, as a network
@@ -68,7 +70,7 @@ func FuzzSSERelay(f *testing.F) {
 			}
 			return
 		}
-		if res.Err == nil || extra != string(errorEvent(ReasonOf(res.Err))) {
+		if res.Err == nil || extra != string(dialect.OpenAI.ErrorEvent(string(ReasonOf(res.Err)), 0)) {
 			t.Fatalf("failed stream (%v) ends with %q, want one error event", res.Err, extra)
 		}
 	})

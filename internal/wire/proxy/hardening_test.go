@@ -112,7 +112,7 @@ func TestFetchTimeoutsExact(t *testing.T) {
 // the event: the stream then ended as if it were complete.
 func TestStreamIdleTimeoutEndsWithErrorEvent(t *testing.T) {
 	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sse(w, ev1)
+		writeSSE(w, ev1)
 		<-r.Context().Done()
 	}))
 	defer engine.Close()
@@ -166,7 +166,7 @@ func TestStreamGarbage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := upstream(t, func(w http.ResponseWriter, r *http.Request) { sse(w, tt.events...) })
+			srv := upstream(t, func(w http.ResponseWriter, r *http.Request) { writeSSE(w, tt.events...) })
 			p := newProxy(t, Options{})
 			cw := newClientWriter()
 			res := p.Stream(context.Background(), Attempt{URL: srv.URL, Body: []byte(`{}`)}, cw, nil)
@@ -185,19 +185,6 @@ func TestStreamGarbage(t *testing.T) {
 				t.Fatalf("client got %q, want %q then one error event", got, tt.want)
 			}
 		})
-	}
-}
-
-// TestSSELine: the lines engines may send, and garbage.
-func TestSSELine(t *testing.T) {
-	for line, want := range map[string]bool{
-		"data: {}": true, "data:{}": true, "data": true, "event: x": true, "id: 1": true, "retry: 10": true,
-		": keep-alive": true, ":": true,
-		"Data: x": false, "datum: x": false, "<html>": false, "{\"choices\":[]}": false, " data: x": false,
-	} {
-		if got := sseLine([]byte(line)); got != want {
-			t.Errorf("sseLine(%q) = %v, want %v", line, got, want)
-		}
 	}
 }
 

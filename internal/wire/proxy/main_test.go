@@ -78,7 +78,7 @@ func resetConn(t testing.TB, w http.ResponseWriter) {
 }
 
 // sse writes events as an engine does, one flush each.
-func sse(w http.ResponseWriter, events ...string) {
+func writeSSE(w http.ResponseWriter, events ...string) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	for _, e := range events {
 		_, _ = io.WriteString(w, e)

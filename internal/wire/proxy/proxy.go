@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tlgate/tlgate/internal/wire/dialect"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
@@ -147,8 +148,17 @@ type Attempt struct {
 	Expect openai.Endpoint
 	// Method is the HTTP method; empty: POST. A GET or DELETE sends no body.
 	Method string
-	// Dialect describes the API's answers; nil: the OpenAI shapes, judged by Expect.
-	Dialect *Dialect
+	// Dialect describes the API's answers; nil: OpenAI's
+	// (dialect.OpenAI), whose successes Expect judges.
+	Dialect *dialect.Dialect
+}
+
+// dialectOf is a's dialect.
+func (a *Attempt) dialectOf() *dialect.Dialect {
+	if a.Dialect == nil {
+		return dialect.OpenAI
+	}
+	return a.Dialect
 }
 
 // Failure is why an attempt failed.
@@ -236,6 +246,9 @@ type Response struct {
 	Status int
 	Header http.Header
 	Body   []byte
+	// Answer is a 2xx answer as read once (Body's members): what cascades,
+	// usage and stored responses take from it. Zero for an error answer.
+	Answer dialect.Answer
 }
 
 var (

@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tlgate/tlgate/internal/wire/dialect"
 	"github.com/tlgate/tlgate/internal/wire/openai"
+	"github.com/tlgate/tlgate/internal/wire/sse"
 )
 
 // Result is the outcome of a streamed attempt.
@@ -97,12 +99,13 @@ func (p *Proxy) Stream(ctx context.Context, a Attempt, w http.ResponseWriter, co
 		return Result{Status: resp.StatusCode, Err: &AttemptError{Reason: FailStatus503, Err: err503}}
 	}
 	if resp.StatusCode/100 != 2 || !isEventStream(resp.Header.Get("Content-Type")) {
-		return p.notSSE(ctx, actx, resp, timer, a.Expect, a.Dialect)
+		return p.notSSE(ctx, actx, resp, timer, a.Expect, a.dialectOf())
 	}
 	r := relay{
 		p: p, ctx: ctx, actx: actx, cancel: cancel, timer: timer, start: start,
-		w: w, commitFn: commit, resp: resp, d: a.Dialect,
+		w: w, commitFn: commit, resp: resp, d: a.dialectOf(),
 	}
+	r.ew, _ = w.(sse.EventWriter)
 	r.res.Status = resp.StatusCode
 	bp := p.bufs.Get().(*[]byte)
 	r.events(*bp)
@@ -130,15 +133,18 @@ type relay struct {
 	rc        *http.ResponseController
 	commitFn  func(int, http.Header)
 	resp      *http.Response
-	d         *Dialect
+	d         *dialect.Dialect
+	ew        sse.EventWriter // w, when it takes framed events
 	res       Result
 	seq       int64 // the sequence number after the relayed events' (Dialect.Sequenced)
 }
 
-// events relays an SSE body, whole events at a time. b is the initial
-// buffer; it grows (up to about twice MaxEventBytes) for large events.
+// events relays an SSE body, whole events at a time, framing each once
+// (sse.Scanner): an EventWriter is handed the events it found. b is the
+// initial buffer; it grows (up to about twice MaxEventBytes) for large
+// events.
 func (r *relay) events(b []byte) {
-	sc := sseScanner{d: r.d}
+	sc := sse.Scanner{Ends: r.d.Ends()}
 	filled := 0
 	for {
 		if filled == len(b) {
@@ -151,7 +157,7 @@ func (r *relay) events(b []byte) {
 			r.timer.Stop()
 		}
 		filled += n
-		end, endEvent, done := sc.scan(b[:filled])
+		end, endEvent, done := sc.Scan(b[:filled])
 		if !r.res.Committed && endEvent == 0 {
 			end = 0 // comments alone do not commit
 		}
@@ -160,22 +166,25 @@ func (r *relay) events(b []byte) {
 				r.timer.Stop()
 				r.commit()
 			}
-			if !r.write(b[:end]) {
+			evs := sc.Take()
+			if !r.write(b[:end], evs) {
 				return
 			}
-			if r.d.sequenced() {
-				r.seq = openai.NextSequenceNumber(b[:end], r.seq)
+			if r.d.Sequenced() {
+				for _, ev := range evs {
+					r.seq = openai.NextSequenceNumber(ev.Data(b), r.seq)
+				}
 			}
-			r.res.Events += sc.take()
+			r.res.Events += len(evs)
 			if done {
 				r.res.Done = true
 				r.drain()
 				return
 			}
 			filled = copy(b, b[end:filled])
-			sc.shift(end)
+			sc.Shift(end)
 		}
-		if sc.bad {
+		if sc.Bad {
 			r.failWith(FailBadAnswer, errBadSSE)
 			return
 		}
@@ -227,16 +236,23 @@ func (r *relay) clearWriteDeadline() {
 	}
 }
 
-// write sends p to the client and flushes. It reports false, after
-// canceling the upstream request, when the client is gone.
-func (r *relay) write(p []byte) bool {
+// write sends p, whole blocks whose events are evs, to the client and
+// flushes. It reports false, after canceling the upstream request, when
+// the client is gone.
+func (r *relay) write(p []byte, evs []sse.Event) bool {
 	if r.p.o.ClientWriteTimeout > 0 {
 		// A client that stops reading for this long is gone: its slot and
 		// the engine's work are freed instead of held for ever.
 		_ = r.rc.SetWriteDeadline(time.Now().Add(r.p.o.ClientWriteTimeout))
 	}
 	if len(p) > 0 {
-		n, err := r.w.Write(p)
+		var n int
+		var err error
+		if r.ew != nil {
+			n, err = r.ew.WriteEvents(p, evs)
+		} else {
+			n, err = r.w.Write(p)
+		}
 		r.res.Bytes += int64(n)
 		if err != nil {
 			r.clientGone(err)
@@ -283,19 +299,13 @@ func (r *relay) end(ae *AttemptError) {
 		// event would be lost, the stream ending as if it were complete.
 		_ = r.rc.SetWriteDeadline(time.Now().Add(r.p.o.ClientWriteTimeout))
 	}
-	if _, err := r.w.Write(r.d.errorEvent(ae.Reason, r.seq)); err != nil {
+	if _, err := r.w.Write(r.d.ErrorEvent(string(ae.Reason), r.seq)); err != nil {
 		r.res.ClientGone = true
 		return
 	}
 	if err := r.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		r.res.ClientGone = true
 	}
-}
-
-// errorEvent is the SSE event that ends a stream failed after commit.
-func errorEvent(reason Failure) []byte {
-	return openai.SSEError(openai.CodeUpstreamFailed,
-		"The engine failed after the response started ("+string(reason)+"); the response is incomplete.")
 }
 
 // drain reads what follows [DONE] (normally only the end of the chunked

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tlgate/tlgate/internal/wire/dialect"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
@@ -31,7 +32,7 @@ func TestStreamRelaysEvents(t *testing.T) {
 		gotBody, gotReqID, gotAccept = string(b), r.Header.Get("X-Request-Id"), r.Header.Get("Accept")
 		w.Header().Set("X-Engine", "e1")
 		// One event split across two writes, and two events in one write.
-		sse(w, ev1[:10], ev1[10:], ev2+": keep-alive\n\n", done)
+		writeSSE(w, ev1[:10], ev1[10:], ev2+": keep-alive\n\n", done)
 	})
 	p := newProxy(t, Options{})
 	cw := newClientWriter()
@@ -77,13 +78,13 @@ func TestStreamRelaysEvents(t *testing.T) {
 func TestStreamFlushesEachEvent(t *testing.T) {
 	clientRead := make(chan struct{})
 	eng := upstream(t, func(w http.ResponseWriter, r *http.Request) {
-		sse(w, ev1)
+		writeSSE(w, ev1)
 		select {
 		case <-clientRead:
 		case <-r.Context().Done():
 			return
 		}
-		sse(w, ev2, done)
+		writeSSE(w, ev2, done)
 	})
 	p := newProxy(t, Options{})
 	results := make(chan Result, 1)
@@ -129,21 +130,21 @@ func TestStreamUncommittedFailures(t *testing.T) {
 			<-r.Context().Done()
 		}, FailTimeout},
 		{"timeout inside the first event", func(w http.ResponseWriter, r *http.Request) {
-			sse(w, ev1[:12])
+			writeSSE(w, ev1[:12])
 			<-r.Context().Done()
 		}, FailTimeout},
 		{"closed inside the first event", func(w http.ResponseWriter, r *http.Request) {
-			sse(w, ev1[:12])
+			writeSSE(w, ev1[:12])
 		}, FailEOF},
 		{"empty 200", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream")
 		}, FailEOF},
 		{"keep-alive comments, then dies", func(w http.ResponseWriter, r *http.Request) {
-			sse(w, ": keep-alive\n\n", ": keep-alive\n\n")
+			writeSSE(w, ": keep-alive\n\n", ": keep-alive\n\n")
 			panic(http.ErrAbortHandler)
 		}, FailEOF},
 		{"dies before first event", func(w http.ResponseWriter, r *http.Request) {
-			sse(w, "data: {")
+			writeSSE(w, "data: {")
 			panic(http.ErrAbortHandler)
 		}, FailEOF},
 	}
@@ -178,20 +179,20 @@ func TestStreamFailsAfterCommit(t *testing.T) {
 		reason  Failure
 	}{
 		{"dies after one event", func(w http.ResponseWriter, r *http.Request) {
-			sse(w, ev1)
+			writeSSE(w, ev1)
 			panic(http.ErrAbortHandler)
 		}, FailEOF},
 		{"dies inside the second event", func(w http.ResponseWriter, r *http.Request) {
-			sse(w, ev1, ev2[:15])
+			writeSSE(w, ev1, ev2[:15])
 			panic(http.ErrAbortHandler)
 		}, FailEOF},
-		{"ends without [DONE]", func(w http.ResponseWriter, r *http.Request) { sse(w, ev1) }, FailEOF},
+		{"ends without [DONE]", func(w http.ResponseWriter, r *http.Request) { writeSSE(w, ev1) }, FailEOF},
 		{"idle timeout after commit", func(w http.ResponseWriter, r *http.Request) {
-			sse(w, ev1)
+			writeSSE(w, ev1)
 			<-r.Context().Done()
 		}, FailTimeout},
 		{"event over the limit", func(w http.ResponseWriter, r *http.Request) {
-			sse(w, ev1, "data: "+strings.Repeat("x", 600))
+			writeSSE(w, ev1, "data: "+strings.Repeat("x", 600))
 			<-r.Context().Done()
 		}, FailTooLarge},
 	}
@@ -247,7 +248,7 @@ func TestStreamClientGone(t *testing.T) {
 				defer close(upstreamGone)
 				close(entered)
 				if tt.name != "canceled before the first byte" {
-					sse(w, ev1)
+					writeSSE(w, ev1)
 				}
 				<-r.Context().Done()
 			})
@@ -351,7 +352,7 @@ func TestStreamUpstreamAnswers(t *testing.T) {
 // connection back to the pool: the relay reads past [DONE] to the end.
 func TestStreamReusesConnection(t *testing.T) {
 	var conns atomic.Int32
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { sse(w, ev1, done) }))
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeSSE(w, ev1, done) }))
 	srv.Listener = countingListener{srv.Listener, &conns}
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -364,49 +365,6 @@ func TestStreamReusesConnection(t *testing.T) {
 	}
 	if n := conns.Load(); n != 1 {
 		t.Fatalf("%d connections for 3 streams, want 1", n)
-	}
-}
-
-func TestSSEScanner(t *testing.T) {
-	tests := []struct {
-		name   string
-		chunks []string
-		ends   []int // end after each chunk
-		events int
-		done   bool
-	}{
-		{"one event", []string{ev1}, []int{len(ev1)}, 1, false},
-		{"split event", []string{ev1[:5], ev1[5:]}, []int{0, len(ev1)}, 1, false},
-		{"split at the blank line", []string{ev1[:len(ev1)-1], "\n"}, []int{0, len(ev1)}, 1, false},
-		{"crlf", []string{"data: a\r\n\r\n", "data: [DONE]\r\n\r\n"}, []int{11, 27}, 2, true},
-		{"tight done", []string{"data:[DONE]\n\n"}, []int{13}, 1, true},
-		{"done stops the scan", []string{done + ev1}, []int{len(done)}, 1, true},
-		{"comment and multi-line event", []string{": hi\n\ndata: a\ndata: b\n\n"}, []int{23}, 1, false},
-		{"comment block is no event", []string{": keep-alive\n\n"}, []int{14}, 0, false},
-		{"leading blank line is no event", []string{"\n" + ev1}, []int{1 + len(ev1)}, 1, false},
-		{"[DONE] inside data is not done", []string{"data: {\"t\":\"[DONE]\"}\n\n"}, []int{22}, 1, false},
-		{"lone cr is no line end", []string{"data: a\r\r"}, []int{0}, 0, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var sc sseScanner
-			var buf []byte
-			var done bool
-			for i, c := range tt.chunks {
-				buf = append(buf, c...)
-				var end, endEvent int
-				end, endEvent, done = sc.scan(buf)
-				if endEvent > end {
-					t.Fatalf("chunk %d: endEvent %d past end %d", i, endEvent, end)
-				}
-				if end != tt.ends[i] {
-					t.Fatalf("chunk %d: end %d, want %d", i, end, tt.ends[i])
-				}
-			}
-			if n := sc.take(); n != tt.events || done != tt.done {
-				t.Fatalf("events %d done %v, want %d %v", n, done, tt.events, tt.done)
-			}
-		})
 	}
 }
 
@@ -431,13 +389,13 @@ func Example() {
 // event numbered one past the last event relayed, also when the events
 // arrive several to a read; before any numbered event it is numbered 0.
 func TestStreamErrorEventSequenced(t *testing.T) {
-	d := &Dialect{
+	d := dialect.New(dialect.Spec{
 		EndEvents: []string{"response.completed"},
-		ErrorEvent: func(reason Failure, seq int64) []byte {
-			return openai.ResponsesErrorEvent(openai.CodeUpstreamFailed, string(reason), seq)
+		ErrorEvent: func(reason string, seq int64) []byte {
+			return openai.ResponsesErrorEvent(openai.CodeUpstreamFailed, reason, seq)
 		},
 		Sequenced: true,
-	}
+	})
 	ev := func(typ string, seq int) string {
 		return fmt.Sprintf("event: %s\ndata: {\"type\":%q,\"response\":{\"id\":\"resp_1\"},\"sequence_number\": %d}\n\n", typ, typ, seq)
 	}
@@ -451,7 +409,7 @@ func TestStreamErrorEventSequenced(t *testing.T) {
 		{"an event without a number", []string{"event: response.created\ndata: {\"type\":\"response.created\"}\n\n"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := upstream(t, func(w http.ResponseWriter, r *http.Request) { sse(w, tc.events...) })
+			srv := upstream(t, func(w http.ResponseWriter, r *http.Request) { writeSSE(w, tc.events...) })
 			p := newProxy(t, Options{})
 			cw := newClientWriter()
 			res := p.Stream(context.Background(), Attempt{URL: srv.URL, Body: []byte(`{}`), Dialect: d}, cw, nil)

@@ -1,9 +1,9 @@
-// Package usage reads the token usage of an engine's answer: the OpenAI
-// "usage" object of a non-streamed answer (FromBody) or of a stream's usage
-// chunk (Writer, which watches the events a stream relays), and estimates it
-// when the engine sent none (Estimate, Writer.Usage).
+// Package usage is the token usage of a request: the figures (Usage), the
+// readers of the usage objects engines send (FromOpenAI, FromInputOutput;
+// where each API puts them is internal/wire/dialect's), and the estimate
+// used when an answer carries none.
 //
-// The estimate, used only when an answer carries no usage: prompt tokens are
+// The estimate: prompt tokens are
 // the rendered prompt's bytes / 4, rounded up (about 4 bytes per token for
 // English text under common BPE tokenizers); completion tokens are the
 // answer text's bytes / 4, rounded up, for a non-streamed answer, and the
@@ -43,16 +43,11 @@ func (u *Usage) Add(v Usage) {
 	u.Estimated = u.Estimated || v.Estimated
 }
 
-// FromBody returns the usage object of a non-streamed answer (completions,
-// chat, embeddings, score: prompt_tokens and completion_tokens; rerank:
-// total_tokens, counted as prompt tokens), and false when it has none (or
-// it is not an object).
-func FromBody(body []byte) (Usage, bool) {
-	return fromUsage(gjson.GetBytes(body, "usage"))
-}
-
-// fromUsage reads an OpenAI usage object.
-func fromUsage(u gjson.Result) (Usage, bool) {
+// FromOpenAI reads an OpenAI usage object (completions, chat, embeddings,
+// score: prompt_tokens and completion_tokens; rerank: total_tokens,
+// counted as prompt tokens), and false when there is none (or it is not an
+// object).
+func FromOpenAI(u gjson.Result) (Usage, bool) {
 	if !u.IsObject() {
 		return Usage{}, false
 	}
@@ -60,14 +55,28 @@ func fromUsage(u gjson.Result) (Usage, bool) {
 	if !p.Exists() && !c.Exists() {
 		// A rerank answer (vLLM's, Jina's) counts its input as total_tokens.
 		if t := u.Get("total_tokens"); t.Exists() {
-			return Usage{PromptTokens: clamp(t.Int())}, true
+			return Usage{PromptTokens: Clamp(t.Int())}, true
 		}
 		return Usage{}, false
 	}
-	return Usage{PromptTokens: clamp(p.Int()), CompletionTokens: clamp(c.Int())}, true
+	return Usage{PromptTokens: Clamp(p.Int()), CompletionTokens: Clamp(c.Int())}, true
 }
 
-func clamp(n int64) int {
+// FromInputOutput reads a usage object of input_tokens and output_tokens
+// (the Responses API's, Anthropic's), and false when there is none.
+func FromInputOutput(u gjson.Result) (Usage, bool) {
+	if !u.IsObject() {
+		return Usage{}, false
+	}
+	in, out := u.Get("input_tokens"), u.Get("output_tokens")
+	if !in.Exists() && !out.Exists() {
+		return Usage{}, false
+	}
+	return Usage{PromptTokens: Clamp(in.Int()), CompletionTokens: Clamp(out.Int())}, true
+}
+
+// Clamp bounds a usage figure an engine reported to [0, 2^31-1].
+func Clamp(n int64) int {
 	return int(min(max(n, 0), maxTokens))
 }
 
@@ -77,17 +86,5 @@ func tokensOf(n int) int { return (n + bytesPerToken - 1) / bytesPerToken }
 // EstimatePrompt estimates the prompt tokens of a rendered prompt.
 func EstimatePrompt(prompt string) int { return tokensOf(len(prompt)) }
 
-// Estimate returns the usage of a non-streamed answer: its usage object
-// when it has one, else an estimate from prompt and the answer's text
-// (choices[].text and choices[].message.content).
-func Estimate(body []byte, prompt string) Usage {
-	if u, ok := FromBody(body); ok {
-		return u
-	}
-	n := 0
-	gjson.GetBytes(body, "choices").ForEach(func(_, c gjson.Result) bool {
-		n += len(c.Get("text").Str) + len(c.Get("message.content").Str)
-		return true
-	})
-	return Usage{PromptTokens: EstimatePrompt(prompt), CompletionTokens: tokensOf(n), Estimated: true}
-}
+// EstimateText estimates the tokens of n bytes of generated text.
+func EstimateText(n int) int { return tokensOf(n) }
