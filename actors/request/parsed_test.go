@@ -256,4 +256,4 @@ func (s *storedSpy) Put(id, worker, _ string, _ time.Time) {
 }
 
 func (s *storedSpy) Worker(string, string, time.Time) (string, bool) { return "", false }
-func (s *storedSpy) Forget(string)                                 {}
+func (s *storedSpy) Forget(string)                                   {}
