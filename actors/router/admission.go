@@ -73,7 +73,7 @@ func (s *State) observe(w *fleet.Worker) {
 		l.running = w.Running
 	}
 	s.learned[w.ID] = l
-	c := s.counter(w.ID)
+	c := s.load(w.ID)
 	c.limit = s.Limit(w)
 	c.until = time.Time{}
 	if h := s.health[w.ID]; h != nil {
@@ -104,12 +104,12 @@ func (s *State) Limit(w *fleet.Worker) int {
 	return 0
 }
 
-// held reports whether a pick must pass over the worker whose counter is
+// held reports whether a pick must pass over the worker whose load is
 // c: it is ejected, or, with limits per worker, at its limit. The latter
 // marks the pick as full, so a request that finds no worker waits instead
 // of being refused. With limits per pool (the default) no worker is passed
 // over for its limit: poolFull judges the pool as a whole.
-func (s *State) held(c *counter, now time.Time) bool {
+func (s *State) held(c *workerLoad, now time.Time) bool {
 	if c.ejectedAt(now) {
 		return true
 	}

@@ -44,7 +44,7 @@ func newExact(cfg Config) *kvindex.Index {
 // worker's foreign load, and the index follows the worker (a restart or
 // rebuilt KV forgets what it held).
 func (s *State) observeWorker(w fleet.Worker) {
-	c := s.counter(w.ID)
+	c := s.load(w.ID)
 	if old, ok := s.workers[w.ID]; !ok || !old.LastHeartbeat.Equal(w.LastHeartbeat) {
 		c.reported, c.ownAtReport, c.peerPicks = w.Running+w.QueueDepth, c.n, 0
 		sample := w.Running + w.QueueDepth - c.n - c.peerLoad()
@@ -94,7 +94,7 @@ func (s *State) retainWorkers() {
 // Fleet sync's peer in-flight counts too (as far as the engine bears it
 // out: peerLoad), and is left out of the heartbeats' foreign load, which
 // is then only what neither the gateway nor its peers sent.
-func slotLoad(c *counter) int {
+func slotLoad(c *workerLoad) int {
 	return c.n + c.peerLoad() + max(0, c.foreign)
 }
 
@@ -137,7 +137,7 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request, now time.T
 	chunk := ca.index.Config().ChunkBytes
 	ca.prefill = ca.prefill[:0]
 	for i := range s.cands {
-		c := s.ctrs[i]
+		c := s.loads[i]
 		s.cands[i].Load = slotLoad(c)
 		held := 0
 		switch {

@@ -98,13 +98,13 @@ func (s *State) AttemptSucceeded(id string) {
 }
 
 // suspectBusy reports whether a pick should pass over the worker whose
-// counter is c: its last attempts failed, it is not ejected (yet), and a
+// load is c: its last attempts failed, it is not ejected (yet), and a
 // request sent to it since has no attempt outcome on it yet. A worker that
 // just failed gets one request at a time until an attempt on it answers
 // or fails again, so an engine that died costs at most one more failed
 // attempt before it is ejected, rather than one for every request routed
 // there before its failure was known.
-func suspectBusy(c *counter) bool { return c.suspect && c.trials > 0 }
+func suspectBusy(c *workerLoad) bool { return c.suspect && c.trials > 0 }
 
 // AttemptFailed records a failure of worker id before the first byte and
 // ejects the worker when it has failed enough times in a row, or once
@@ -139,12 +139,12 @@ func (s *State) AttemptFailed(id, reason string, now time.Time) Ejection {
 	// Peers' word that it is to be ejected (sync.go) and this failure are
 	// evidence enough.
 	if h.fails < need && s.liveVotes(id, now, false) == 0 {
-		s.counter(id).suspect = true
+		s.load(id).suspect = true
 		return Ejection{}
 	}
 	out := Ejection{Model: w.Model, Reason: reason}
 	if !s.ejectionRoom(w, now) {
-		s.counter(id).suspect = true
+		s.load(id).suspect = true
 		out.Capped = true
 		return out
 	}
@@ -158,7 +158,7 @@ func (s *State) AttemptFailed(id, reason string, now time.Time) Ejection {
 	h.reason = reason
 	h.until = now.Add(EjectionTime(ec, h.times))
 	delete(s.votes, id)
-	c := s.counter(id)
+	c := s.load(id)
 	c.until, c.suspect = h.until, false
 	out.Ejected, out.Until = true, h.until
 	s.pruneHealth(now)

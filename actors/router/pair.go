@@ -98,7 +98,7 @@ func (s *State) pickDecode(t *Target, model string, req *Request, now time.Time)
 	s.dcands = s.dcands[:0]
 	for i, c := range s.cands {
 		w := s.members[i]
-		s.dcands = append(s.dcands, policy.DecodeCandidate{Candidate: c, Running: slotLoad(s.ctrs[i]), FreeKV: w.KVFreeBlocks, TotalKV: w.KVTotalBlocks})
+		s.dcands = append(s.dcands, policy.DecodeCandidate{Candidate: c, Running: slotLoad(s.loads[i]), FreeKV: w.KVFreeBlocks, TotalKV: w.KVTotalBlocks})
 	}
 	i, reason := policy.DecodeByLoad(s.dcands)
 	if i < 0 {

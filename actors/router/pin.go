@@ -32,7 +32,7 @@ func (s *State) pickPinned(req *Request, now time.Time) (Target, error) {
 		return Target{}, &NoCapacityError{Model: w.Model,
 			Why: fmt.Sprintf("worker %q, which stores it, is ejected until %s after %s", w.ID, h.until.UTC().Format(time.RFC3339), h.reason)}
 	}
-	if req.Exclude[w.ID] || s.held(s.counter(w.ID), now) {
+	if req.Exclude[w.ID] || s.held(s.load(w.ID), now) {
 		return Target{}, fmt.Errorf("router: worker %q: %w", req.Pin, ErrNoCapacity)
 	}
 	route, names := w.Model, []string{req.Model}

@@ -127,7 +127,7 @@ func (s *State) engineSaturated(w *fleet.Worker, now time.Time) string {
 	return ""
 }
 
-// poolFull judges the candidates a pick collected (s.members, s.ctrs):
+// poolFull judges the candidates a pick collected (s.members, s.loads):
 // it reports whether the request must wait instead, and sets s.saturated
 // (with s.why) when every candidate's engine reports itself saturated.
 // With limits per pool (the default) the pool is full when the gateway's
@@ -155,7 +155,7 @@ func (s *State) poolFull(now time.Time) bool {
 		return false
 	}
 	used, limit := 0, 0
-	for _, c := range s.ctrs {
+	for _, c := range s.loads {
 		if c.limit <= 0 {
 			return false
 		}

@@ -17,7 +17,7 @@ import (
 // ejections, and on SyncTick its own in-flight counts), and applies what
 // other replicas report (SyncBatch) as if it had decided it, within
 // bounds. A peer's requests count as peer in-flight load on their workers
-// (counter.peer), capped per replica and worker and forgotten when the
+// (workerLoad.peer), capped per replica and worker and forgotten when the
 // peer falls silent for PeerTimeout; its prompts go to the prefix index's
 // peer share, which never evicts what the router recorded itself; its
 // ejections eject here too, within the pool's cap and for at most the
@@ -162,7 +162,7 @@ type TickReport struct {
 	Peers int
 	// Uncorroborated is the peers' claims in flight that routing does not
 	// count, summed over the workers: beyond what the engines' reports
-	// bear out (counter.peerLoad).
+	// bear out (workerLoad.peerLoad).
 	Uncorroborated int
 }
 
@@ -391,7 +391,7 @@ func (s *State) ApplyPeer(b *PeerBatch, now time.Time) PeerApplied {
 				r.drop(ev.Kind, DropCapped)
 			} else {
 				s.setPeer(p, ev.Worker, p.n[ev.Worker]+1)
-				s.counter(ev.Worker).peerPicks++
+				s.load(ev.Worker).peerPicks++
 			}
 			if len(ev.Hashes) > 0 && !s.applyPeerHashes(ev, hashesOK, &r) {
 				continue
@@ -586,9 +586,9 @@ func (s *State) applyLoad(p *peerState, loads []WorkerLoad, limit int) (down boo
 }
 
 // setPeer sets peer p's count on worker id to n, keeping the worker's
-// counter's sum.
+// load's sum.
 func (s *State) setPeer(p *peerState, id string, n int) {
-	c := s.counter(id)
+	c := s.load(id)
 	c.peer += n - p.n[id]
 	if n > 0 {
 		p.n[id] = n
@@ -598,9 +598,9 @@ func (s *State) setPeer(p *peerState, id string, n int) {
 	s.dropIdle(id, c)
 }
 
-// dropIdle deletes the counter of a worker that is gone and has nothing in
+// dropIdle deletes the load of a worker that is gone and has nothing in
 // flight, the gateway's or its peers'.
-func (s *State) dropIdle(id string, c *counter) {
+func (s *State) dropIdle(id string, c *workerLoad) {
 	if _, live := s.workers[id]; c.n <= 0 && c.peer <= 0 && !live {
 		delete(s.inflight, id)
 	}
@@ -701,7 +701,7 @@ func (s *State) applyPeerEjection(replica, id, model, reason string, d time.Dura
 	}
 	s.vote(id, replica, now.Add(d))
 	if h := s.health[id]; (h == nil || h.fails == 0) && s.liveVotes(id, now, true) < s.cfg.Sync.ejectionQuorum() {
-		s.counter(id).suspect = true
+		s.load(id).suspect = true
 		return time.Time{}, DropNoEvidence
 	}
 	if !s.ejectionRoom(w, now) {
@@ -716,7 +716,7 @@ func (s *State) applyPeerEjection(replica, id, model, reason string, d time.Dura
 		s.health[id] = h
 	}
 	h.fails, h.reason, h.until = 0, reason, now.Add(d)
-	c := s.counter(id)
+	c := s.load(id)
 	c.until, c.suspect = h.until, false
 	delete(s.votes, id)
 	return h.until, ""
