@@ -86,10 +86,8 @@ func (s *State) Known(model string, now time.Time) bool {
 // by a known worker now, else known (configured, of a down engine, served
 // within the window), else unknown.
 func (s *State) Serving(model string, now time.Time) routes.Serving {
-	for _, w := range s.workers {
-		if w.Serves(model) {
-			return routes.ServedNow
-		}
+	if s.servedNow(model) {
+		return routes.ServedNow
 	}
 	if s.configured[model] || s.downModel(model) || s.servedLately(model, now) {
 		return routes.Known
@@ -171,4 +169,17 @@ func (s *State) downViews() []WorkerView {
 		})
 	}
 	return out
+}
+
+// servedNow reports whether a known worker serves model (its base model
+// or an adapter): whether a pool of the model, of any role, has a member.
+// A pick asks it of every request for a model the route table does not
+// name, so it reads the pools rather than every worker.
+func (s *State) servedNow(model string) bool {
+	for _, role := range fleet.Roles {
+		if p := s.pools[poolKey{model, role}]; p != nil && len(p.ids) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -29,6 +29,9 @@ const (
 	RoleDecode  Role = "decode"
 )
 
+// Roles are the roles, each once.
+var Roles = [...]Role{RoleUnified, RolePrefill, RoleDecode}
+
 // Source says where a worker's status comes from.
 const (
 	SourceHeartbeat = "heartbeat"
