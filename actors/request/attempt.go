@@ -18,22 +18,9 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 	if a.target.Protocol() == fleet.ProtocolTLGate {
 		seed = &a.seed // tlgate's contract: the seed P prefilled with
 	}
-	body := a.body(seed, a.pdEdits()...)
-	h := http.Header{"X-Request-Id": {a.ex.RequestID}, "Content-Type": {"application/json"}}
-	if a.ex.ClientRequestID != "" {
-		h.Set("X-Client-Request-Id", a.ex.ClientRequestID)
-	}
-	for k, v := range extra {
-		h[k] = v
-	}
-	a.traceInject(h)
+	att := a.upstream(a.target.Worker.HTTPAddress, a.body(seed, a.pdEdits()...), extra)
+	a.traceInject(att.Header)
 	a.traceDecodeLeg()
-	scheme := a.d.Scheme
-	if scheme == "" {
-		scheme = "http"
-	}
-	att := proxy.Attempt{URL: scheme + "://" + a.target.Worker.HTTPAddress + a.ex.Path, Body: body, Header: h,
-		Expect: a.ex.Req.Endpoint, Method: a.ex.Method, Dialect: a.dialect}
 	actx, cancel := context.WithCancel(a.ex.Ctx)
 	a.cancel = cancel
 	started := time.Now()
@@ -60,6 +47,22 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 		})
 		root.Send(self, &streamed{res: res})
 	}()
+}
+
+// upstream is a request of the exchange to the engine at addr: body, the
+// request ids, extra headers (X-TL-KV-Handle) and room for the trace
+// context (a header map only when there is something to put in it).
+func (a *requestActor) upstream(addr string, body []byte, extra http.Header) proxy.Attempt {
+	var h http.Header
+	if extra != nil || a.tr != nil {
+		h = make(http.Header, len(extra)+2)
+		for k, v := range extra {
+			h[k] = v
+		}
+	}
+	return proxy.Attempt{URL: a.scheme() + "://" + addr + a.ex.Path, Body: body, Header: h,
+		RequestID: a.ex.RequestID, ClientRequestID: a.ex.ClientRequestID,
+		Expect: a.ex.Req.Endpoint, Method: a.ex.Method, Dialect: a.dialect}
 }
 
 func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {

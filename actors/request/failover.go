@@ -58,6 +58,9 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 		a.d.OnFailover(a.ex, a.target, reason)
 	}
 	blamed := ExcludeAfter(a.target, phase, a.prefillFailed)
+	if a.exclude == nil { // the request's first failure
+		a.exclude = map[string]bool{}
+	}
 	a.exclude[blamed] = true
 	if also := a.pdFailed(phase, reason, blamed); also != "" {
 		a.exclude[also] = true

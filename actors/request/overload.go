@@ -73,6 +73,9 @@ func (a *requestActor) admissionAnswer(ctx actor.Context, m *router.RouteResult)
 // ErrOverloaded, ErrObjective, ErrSaturated), asked for model; ok is
 // false for any other answer.
 func refusal(m *router.RouteResult, model string) (o Outcome, ok bool) {
+	if m.Err == nil {
+		return Outcome{}, false
+	}
 	var (
 		objective *router.ObjectiveError
 		saturated *router.SaturatedError

@@ -173,13 +173,8 @@ func (a *requestActor) pdEdits() []openai.Edit {
 func (a *requestActor) prefillLeg(ctx actor.Context, lctx context.Context, body []byte, wait bool) {
 	pd := a.pd
 	pd.prefillStart = time.Now()
-	h := http.Header{"X-Request-Id": {a.ex.RequestID}, "Content-Type": {"application/json"}}
-	if a.ex.ClientRequestID != "" {
-		h.Set("X-Client-Request-Id", a.ex.ClientRequestID)
-	}
-	span := a.tracePrefillLeg(h)
-	att := proxy.Attempt{URL: a.scheme() + "://" + a.target.Prefill.HTTPAddress + a.ex.Path, Body: body, Header: h,
-		Expect: a.ex.Req.Endpoint, Dialect: a.dialect}
+	att := a.upstream(a.target.Prefill.HTTPAddress, body, nil)
+	span := a.tracePrefillLeg(att.Header)
 	self, root, p, gen, ex := ctx.Self(), ctx.ActorSystem().Root, a.d.Proxy, pd.gen, a.ex
 	if wait {
 		ex.wg.Add(1)

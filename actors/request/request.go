@@ -117,7 +117,7 @@ type requestActor struct {
 
 	attempts int
 	step     int
-	exclude  map[string]bool
+	exclude  map[string]bool // the workers failed; nil until the first failure
 	target   router.Target
 	held     []string // worker ids whose in-flight slot is held
 	handle   string   // KV handle held on target's decode worker
@@ -177,7 +177,7 @@ type requestActor struct {
 func (a *requestActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		a.exclude = map[string]bool{}
+		a.held = make([]string, 0, 2)
 		a.dialect = dialect.Of(a.ex.Path)
 		a.traceStart()
 		a.watchClient(ctx)
@@ -235,7 +235,7 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 		return
 	}
 	var nt *router.NeedTokensError
-	if errors.As(m.Err, &nt) && !a.noAsk() {
+	if m.Err != nil && errors.As(m.Err, &nt) && !a.noAsk() {
 		a.needTokens(ctx, nt)
 		return
 	}

@@ -340,14 +340,16 @@ func (d *Deps) admit(w http.ResponseWriter, r *http.Request, ew errorWriter, key
 // body is rewritten from its one parse (Object.Apply). Other endpoints'
 // bodies go as sent.
 func (d *Deps) budget(req openai.Request, adm ratelimit.Decision) openai.Request {
+	if req.Object.Bytes() == nil || adm.Tokens.Limit == 0 || (req.MaxTokens != nil && *req.MaxTokens <= adm.MaxTokens) {
+		return req
+	}
 	var edits []openai.Edit
 	switch req.Endpoint {
 	case openai.EndpointChat, openai.EndpointCompletions, openai.EndpointMessages: // Anthropic's field is max_tokens too
 		edits = req.Object.MaxTokens(adm.MaxTokens)
 	case openai.EndpointResponses:
 		edits = []openai.Edit{openai.SetInt("max_output_tokens", adm.MaxTokens)}
-	}
-	if edits == nil || req.Object.Bytes() == nil || adm.Tokens.Limit == 0 || (req.MaxTokens != nil && *req.MaxTokens <= adm.MaxTokens) {
+	default:
 		return req
 	}
 	req.Object = req.Object.Apply(edits...)

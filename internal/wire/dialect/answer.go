@@ -2,6 +2,7 @@ package dialect
 
 import (
 	"strings"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 
@@ -15,16 +16,43 @@ import (
 // id, the logprobs a client did not ask for) takes them from here.
 type Answer struct {
 	// Body is the answer's bytes, as the engine sent them.
-	Body    []byte
-	reads   int  // parses of Body (Reads)
-	json    bool // valid JSON
-	object  bool // a JSON object
-	members []answerMember
+	Body   []byte
+	reads  int  // parses of Body (Reads)
+	json   bool // valid JSON
+	object bool // a JSON object
+	// The top-level members the dialects and the stages read: the first
+	// of each key.
+	choices, usage, id, objectMember, typ, data, results, tokens, prompt, output, content gjson.Result
 }
 
-type answerMember struct {
-	key string
-	v   gjson.Result
+// member returns where the member key is kept, or nil for a key no stage
+// reads.
+func (a *Answer) member(key string) *gjson.Result {
+	switch key {
+	case "choices":
+		return &a.choices
+	case "usage":
+		return &a.usage
+	case "id":
+		return &a.id
+	case "object":
+		return &a.objectMember
+	case "type":
+		return &a.typ
+	case "data":
+		return &a.data
+	case "results":
+		return &a.results
+	case "tokens":
+		return &a.tokens
+	case "prompt":
+		return &a.prompt
+	case "output":
+		return &a.output
+	case "content":
+		return &a.content
+	}
+	return nil
 }
 
 // Read reads body once: a JSON object's top-level members. An answer that
@@ -35,13 +63,17 @@ func Read(body []byte) Answer {
 		return a
 	}
 	a.json = true
-	root := gjson.ParseBytes(body)
+	// A view of body, not a copy: the answer's bytes are never modified,
+	// and what is kept of them (Get) lives no longer than they do.
+	root := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body)))
 	if !root.IsObject() {
 		return a
 	}
 	a.object = true
 	root.ForEach(func(k, v gjson.Result) bool {
-		a.members = append(a.members, answerMember{key: k.Str, v: v})
+		if m := a.member(k.Str); m != nil && !m.Exists() {
+			*m = v
+		}
 		return true
 	})
 	return a
@@ -58,12 +90,12 @@ func (a *Answer) JSON() bool { return a.json }
 func (a *Answer) Object() bool { return a.object }
 
 // Get returns the first top-level member key (its Index is its offset in
-// Body); a Result that does not exist when there is none.
+// Body), of the members the stages read (choices, usage, id, object, type,
+// data, results, tokens, prompt, output, content); a Result that does not
+// exist for any other key or when there is none.
 func (a *Answer) Get(key string) gjson.Result {
-	for _, m := range a.members {
-		if m.key == key {
-			return m.v
-		}
+	if m := a.member(key); m != nil {
+		return *m
 	}
 	return gjson.Result{}
 }

@@ -20,7 +20,8 @@ const PrefixKeyLen = 64
 // every later stage takes what it needs from it. The body itself is never
 // re-encoded: attempts send the client's bytes with the fields they change
 // spliced in (Object.With). Pointer fields are nil when the client omitted
-// them or sent null.
+// them or sent null. Its strings are views of the body's bytes, which must
+// not be modified once parsed.
 type Request struct {
 	// Model is the model id the client asked for (non-empty).
 	Model string

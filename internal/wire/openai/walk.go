@@ -1,6 +1,8 @@
 package openai
 
 import (
+	"unsafe"
+
 	"github.com/tidwall/gjson"
 )
 
@@ -16,12 +18,14 @@ func ReadObject(body []byte, fields []string, field func(key string, v gjson.Res
 	if !gjson.ValidBytes(body) {
 		return Object{}, &FieldError{Msg: "the request body is not valid JSON"}
 	}
-	root := gjson.ParseBytes(body)
+	// A view of body, not a copy: a request's body is never modified,
+	// and the Object and the Request keep it.
+	root := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body)))
 	if !root.IsObject() {
 		return Object{}, &FieldError{Msg: "the request body must be a JSON object"}
 	}
 	var (
-		o    objectReader
+		o    = objectReader{members: make([]member, 0, 16)}
 		seen uint64
 		err  *FieldError
 	)

@@ -140,7 +140,12 @@ type Attempt struct {
 	URL string
 	// Body is the request body as rewritten for this engine.
 	Body []byte
-	// Header holds extra upstream headers (X-Request-Id, X-TL-KV-Handle).
+	// RequestID and ClientRequestID are sent as X-Request-Id and, when
+	// set, X-Client-Request-Id.
+	RequestID, ClientRequestID string
+	// Header holds extra upstream headers (X-TL-KV-Handle, the trace
+	// context); the request uses its value slices, which it does not
+	// modify.
 	Header http.Header
 	// Expect is the endpoint whose answer the attempt waits for: a 2xx
 	// answer must have its shape (openai.Endpoint.AnswerOK). Empty: a
@@ -274,22 +279,49 @@ func newRequest(ctx context.Context, a Attempt, accept string) (*http.Request, e
 	if err != nil {
 		return nil, &AttemptError{Reason: FailInvalid, Err: fmt.Errorf("proxy: build request: %w", err)}
 	}
+	h := make(http.Header, len(a.Header)+6)
 	for k, vs := range a.Header {
-		req.Header[k] = append(req.Header[k], vs...)
+		h[k] = vs
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		h["Content-Type"] = jsonType
 	} else {
-		req.Header.Del("Content-Type")
+		delete(h, "Content-Type")
 	}
-	req.Header.Set("Accept", accept)
-	req.Header.Set("User-Agent", "tlgate")
+	h["Accept"] = acceptOf(accept)
+	h["User-Agent"] = userAgent
+	if a.RequestID != "" {
+		h["X-Request-Id"] = []string{a.RequestID}
+	}
+	if a.ClientRequestID != "" {
+		h["X-Client-Request-Id"] = []string{a.ClientRequestID}
+	}
+	req.Header = h
 	// A pooled connection that turns out dead (the engine died since it was
 	// last used) is retried once by the transport on a fresh connection,
 	// so an engine's death reads as a refused dial, not a reset: an empty
 	// Idempotency-Key marks the request replayable and is not sent.
 	req.Header["Idempotency-Key"] = nil
 	return req, nil
+}
+
+// The values of the headers every attempt sends, shared: a request never
+// modifies its header's values.
+var (
+	jsonType  = []string{"application/json"}
+	userAgent = []string{"tlgate"}
+	acceptSSE = []string{"text/event-stream"}
+)
+
+// acceptOf is the Accept header's value of accept.
+func acceptOf(accept string) []string {
+	switch accept {
+	case "application/json":
+		return jsonType
+	case "text/event-stream":
+		return acceptSSE
+	}
+	return []string{accept}
 }
 
 // classify turns a transport error into an AttemptError. ctx is the
