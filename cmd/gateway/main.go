@@ -34,6 +34,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/adapter/logbuf"
 	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
 
@@ -132,7 +133,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	if *logFormat != "" {
 		format = *logFormat
 	}
-	logger, err := newLogger(stderr, format, *logLevel)
+	logOut := stderr
+	if d := cfg.Gateway.LogFlushInterval.Duration; d > 0 {
+		lw := logbuf.New(stderr, d)
+		defer func() { _ = lw.Close() }()
+		logOut = lw
+	}
+	logger, err := newLogger(logOut, format, *logLevel)
 	if err != nil {
 		return err
 	}

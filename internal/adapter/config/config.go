@@ -36,6 +36,13 @@ const (
 	ScopeAdmin     = "admin"
 )
 
+// DefaultLogFlushInterval is gateway.log_flush_interval's default;
+// MaxLogFlushInterval bounds it.
+const (
+	DefaultLogFlushInterval = 100 * time.Millisecond
+	MaxLogFlushInterval     = 10 * time.Second
+)
+
 // Log formats (gateway.log_format).
 const (
 	LogJSON    = "json"
@@ -124,6 +131,10 @@ type Gateway struct {
 
 	// LogFormat is json or console.
 	LogFormat string `toml:"log_format"`
+	// LogFlushInterval is how long a log line may wait to be written with
+	// others (internal/adapter/logbuf); warnings and errors are written at
+	// once. 0 writes every line as it comes.
+	LogFlushInterval Duration `toml:"log_flush_interval"`
 	// Console serves the web console under /ui/ (default true). Off, the
 	// console's paths answer 404; the admin API it reads stays.
 	Console bool `toml:"console"`
@@ -391,6 +402,7 @@ func Default() *Config {
 		ShutdownDelay:      D(5 * time.Second),
 		ShutdownTimeout:    D(10 * time.Second),
 		LogFormat:          LogJSON,
+		LogFlushInterval:   D(DefaultLogFlushInterval),
 		Console:            true,
 
 		CacheAwarePrefillWeight:   1,

@@ -120,6 +120,9 @@ func (c *Config) Validate() error {
 	default:
 		v.add("gateway.log_format", "must be %q or %q, got %q", LogJSON, LogConsole, g.LogFormat)
 	}
+	if d := g.LogFlushInterval.Duration; d < 0 || d > MaxLogFlushInterval {
+		v.add("gateway.log_flush_interval", "must be from 0 (every line written as it comes) to %v, got %v", MaxLogFlushInterval, d)
+	}
 
 	v.apiKeys(g.APIKeys)
 	if len(g.APIKeys) == 0 && listenOK && registryOK && !c.AllLoopback() {
