@@ -104,7 +104,18 @@ func TestSyncSharesStoredResponses(t *testing.T) {
 	f.startReplica(late)
 	f.WaitMetric(2, 5*time.Second, 1, "tlgate_sync_snapshots_total", "outcome", "applied")
 	f.WaitRoutable(2)
-	for _, id := range append(ids[1:], next...) {
+	// C asks each peer for the responses it stored itself once it first
+	// hears from it; the answers arrive on their own time.
+	known := append(ids[1:], next...)
+	cluster.Eventually(t, 10*time.Second, func() bool {
+		for _, id := range known {
+			if f.stored(ctx, 2, "GET", id).Status != http.StatusOK {
+				return false
+			}
+		}
+		return true
+	}, "replica 2 to know every stored response")
+	for _, id := range known {
 		if r := f.stored(ctx, 2, "GET", id); r.Status != http.StatusOK || r.Route() != workers[id] {
 			t.Fatalf("C: GET %s: %d from %q, want 200 from %s: %s", id, r.Status, r.Route(), workers[id], r.Body)
 		}
