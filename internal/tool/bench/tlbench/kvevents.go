@@ -30,12 +30,8 @@ const (
 
 var kvArms = []string{armLO, armApprox, armEvents}
 
-// kvPressure is the share of a workload's working set the fleet's KV
-// holds in the eviction-pressure runs.
-const kvPressure = 1.0 / 3
-
 // kvEngines are the engines of a KV events run: the open loop's, with
-// blocks per engine so that the fleet holds kvPressure of the working set,
+// blocks per engine so that the fleet holds c.KVPressure of the working set,
 // publishing their events (with a replay socket) when events is set.
 func kvEngines(c Config, kind loadgen.Kind, blocks int, events bool) []enginesim.Config {
 	out := openEngines(c, kind)
@@ -97,10 +93,10 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 		return s
 	}
 	sec := section{title: "Exact routing on the engines' KV cache events",
-		lead: fmt.Sprintf("%d reference engines (flat timing: prefill %v per uncached token, decode %v per token), each KV cache sized so that the fleet holds a third of the workload's working set; "+
+		lead: fmt.Sprintf("%d reference engines (flat timing: prefill %v per uncached token, decode %v per token), each KV cache sized so that the fleet holds %.2f of the workload's working set; "+
 			"one gateway process; open-loop Poisson arrivals for %v (the first %v not counted); %d runs of each configuration, medians with the range. "+
 			"Arms: least_outstanding, cache_aware on the prefix index (engines publishing no events), cache_aware on the engines' KV events (ZMQ, vLLM's map encoding, with replay).",
-			c.Engines, c.Prefill, c.OpenDecode, c.OpenDuration, c.OpenWarmup, c.OpenRepeats)}
+			c.Engines, c.Prefill, c.OpenDecode, c.KVPressure, c.OpenDuration, c.OpenWarmup, c.OpenRepeats)}
 	var runs []kvRun
 	capacity := map[loadgen.Kind]float64{}
 	blocks := map[loadgen.Kind]int{}
@@ -130,7 +126,7 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 		}
 		capRate := float64(cr.ok) / (c.OpenDuration - c.OpenWarmup).Seconds()
 		ws := workingSetBlocks(c, kind, 0.7*capRate, w.MeanPromptTokens)
-		blocks[kind] = max(32, int(float64(ws)*kvPressure)/c.Engines)
+		blocks[kind] = max(32, int(float64(ws)*c.KVPressure)/c.Engines)
 		cr, err = openOne(ctx, c, kind, spec(1, false, config.PolicyLeastOutstanding), sessions,
 			openOpts{users: users, seed: seed, engines: kvEngines(c, kind, blocks[kind], false)})
 		if err != nil {
@@ -171,8 +167,8 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 	sec.tables = append(sec.tables, targets)
 	sec.notes = append(sec.notes, notes...)
 	for _, kind := range c.OpenWorkloads {
-		sec.notes = append(sec.notes, fmt.Sprintf("%s: %d KV blocks per engine (a third of a working set of about %d blocks at 70%% of capacity, %d engines); least_outstanding's capacity on them %.1f req/s.",
-			kind, blocks[kind], int(float64(blocks[kind]*c.Engines)/kvPressure), c.Engines, capacity[kind]))
+		sec.notes = append(sec.notes, fmt.Sprintf("%s: %d KV blocks per engine (%.2f of a working set of about %d blocks at 70%% of capacity, %d engines); least_outstanding's capacity on them %.1f req/s.",
+			kind, blocks[kind], c.KVPressure, int(float64(blocks[kind]*c.Engines)/c.KVPressure), c.Engines, capacity[kind]))
 	}
 
 	// The drill: every engine drops its events for 10 s.

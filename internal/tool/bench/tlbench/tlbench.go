@@ -193,6 +193,10 @@ type Config struct {
 	// table), kept in Out as overhead-<mode>.pprof.
 	OverheadProfile bool
 	OpenFractions   []float64 // rates, as shares of least_outstanding's single-replica capacity
+	// KVPressure is the share of a workload's working set the fleet's KV
+	// holds in the kvevents sweep: below 1 the engines evict, above it
+	// their caches hold everything and the prefix index guesses right.
+	KVPressure float64
 	// OpenGoodputFractions are the rates beyond OpenFractions run only
 	// through the most replicas, with each sync setting: where each
 	// policy's goodput ends (OpenAttainment).
@@ -246,7 +250,7 @@ func Preset(quick bool) Config {
 		OpenPolicies:  []string{config.PolicyLeastOutstanding, config.PolicyCacheAware},
 		OpenReplicas:  []int{1, 2, 3}, OpenSync: []bool{false, true},
 		OpenFractions: []float64{0.5, 0.7, 0.9, 1.1}, OpenGoodputFractions: []float64{1.3, 1.6, 2.0}, OpenAttainment: 0.9,
-		OpenRepeats: 3, OpenTurns: 6,
+		OpenRepeats: 3, OpenTurns: 6, KVPressure: 1.0 / 3,
 		OpenMaxTokens: 8, OpenDecode: 9 * time.Millisecond,
 		OpenDuration: 8 * time.Second, OpenWarmup: 2 * time.Second, OpenSLO: 250 * time.Millisecond,
 
