@@ -89,6 +89,12 @@ type Result struct {
 	// Latency holds every OK request's time from send to its last byte;
 	// TTFT every OK streamed request's time to its first token event.
 	Latency, TTFT []time.Duration
+	// With inter-token timing asked for (Sessions.InterToken), ITL holds
+	// every gap between two token events of every OK streamed answer, and
+	// TPOT each OK streamed answer's time per output token after the
+	// first (its last token event's time less its first's, over the gaps
+	// between them; 0 for an answer of one token), in the order of TTFT.
+	ITL, TPOT []time.Duration
 	// Errors counts failures by message.
 	Errors map[string]int
 }
@@ -126,6 +132,12 @@ type recorder struct {
 }
 
 func (r *recorder) add(lat, ttft time.Duration, stream bool, err error) {
+	r.addTimed(lat, ttft, stream, nil, err)
+}
+
+// addTimed is add with a streamed answer's inter-token gaps (nil when
+// they were not timed).
+func (r *recorder) addTimed(lat, ttft time.Duration, stream bool, gaps []time.Duration, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
@@ -140,6 +152,18 @@ func (r *recorder) add(lat, ttft time.Duration, stream bool, err error) {
 	r.res.Latency = append(r.res.Latency, lat)
 	if stream {
 		r.res.TTFT = append(r.res.TTFT, ttft)
+	}
+	if stream && gaps != nil {
+		var tpot time.Duration
+		if n := len(gaps); n > 0 {
+			var sum time.Duration
+			for _, g := range gaps {
+				sum += g
+			}
+			tpot = sum / time.Duration(n)
+		}
+		r.res.ITL = append(r.res.ITL, gaps...)
+		r.res.TPOT = append(r.res.TPOT, tpot)
 	}
 }
 
@@ -404,12 +428,19 @@ var (
 	doneEvent  = []byte("[DONE]")
 	roleChunk  = []byte(`"role":"assistant"`)
 	errorEvent = []byte(`"error":`)
+	noChoices  = []byte(`"choices":[]`)
 )
 
 // Do sends r to base and reads the whole answer. It returns the time to the
 // last byte and, for a stream, to the first event that carries a token (a
 // chat stream's opening role-only chunk does not count).
 func Do(ctx context.Context, c *http.Client, base string, r Request) (latency, ttft time.Duration, err error) {
+	return do(ctx, c, base, r, nil)
+}
+
+// do is Do; with gaps set, a stream's gaps between token events are
+// appended to it.
+func do(ctx context.Context, c *http.Client, base string, r Request, gaps *[]time.Duration) (latency, ttft time.Duration, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+r.Path, bytes.NewReader(r.Body))
 	if err != nil {
 		return 0, 0, fmt.Errorf("loadgen: %w", err)
@@ -434,7 +465,7 @@ func Do(ctx context.Context, c *http.Client, base string, r Request) (latency, t
 		}
 		return time.Since(start), 0, nil
 	}
-	ttft, err = readStream(resp.Body, start, nil)
+	ttft, err = readStream(resp.Body, start, nil, gaps)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -448,12 +479,15 @@ func Do(ctx context.Context, c *http.Client, base string, r Request) (latency, t
 }
 
 // readStream reads SSE events until [DONE]. It returns the time from start
-// to the first token event; firstToken, if set, is called then.
-func readStream(body io.Reader, start time.Time, firstToken func()) (time.Duration, error) {
+// to the first token event; firstToken, if set, is called then. With gaps
+// set, the time between each token event and the one before it is
+// appended to it (a chunk of usage alone, with no choices, is no token).
+func readStream(body io.Reader, start time.Time, firstToken func(), gaps *[]time.Duration) (time.Duration, error) {
 	br := readers.Get().(*bufio.Reader)
 	br.Reset(body)
 	defer func() { br.Reset(nil); readers.Put(br) }()
 	var ttft time.Duration
+	var last time.Time
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -476,10 +510,15 @@ func readStream(body io.Reader, start time.Time, firstToken func()) (time.Durati
 		case bytes.Contains(data, errorEvent):
 			return 0, fmt.Errorf("%w: error event", ErrTruncated)
 		case ttft == 0 && !bytes.Contains(data, roleChunk):
-			ttft = time.Since(start)
+			last = time.Now()
+			ttft = last.Sub(start)
 			if firstToken != nil {
 				firstToken()
 			}
+		case gaps != nil && ttft > 0 && !bytes.Contains(data, noChoices):
+			now := time.Now()
+			*gaps = append(*gaps, now.Sub(last))
+			last = now
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -224,17 +225,17 @@ func TestTTFTSkipsTheRoleChunk(t *testing.T) {
 		if !tokenWritten.Load() {
 			t.Error("first token seen before the token chunk was written")
 		}
-	})
+	}, nil)
 	if err != nil || calls != 1 || ttft <= 0 {
 		t.Errorf("readStream: ttft %v, %d calls, %v", ttft, calls, err)
 	}
 	// A stream with no token before [DONE] is a failure.
-	if _, err := readStream(strings.NewReader("data: [DONE]\n\n"), time.Now(), nil); !errors.Is(err, ErrTruncated) {
+	if _, err := readStream(strings.NewReader("data: [DONE]\n\n"), time.Now(), nil, nil); !errors.Is(err, ErrTruncated) {
 		t.Errorf("no token: %v", err)
 	}
 	// An over-long event is refused, not skipped.
 	long := "data: " + strings.Repeat("x", maxEventBytes) + "\n\n"
-	if _, err := readStream(strings.NewReader(long), time.Now(), nil); !errors.Is(err, ErrTruncated) {
+	if _, err := readStream(strings.NewReader(long), time.Now(), nil, nil); !errors.Is(err, ErrTruncated) {
 		t.Errorf("long event: %v", err)
 	}
 }
@@ -393,5 +394,37 @@ func TestRunClosedWaitsTheThinkTime(t *testing.T) {
 	defer mu.Unlock()
 	if gap := sent["turn-2"].Sub(sent["turn-1"]); gap < think/2 {
 		t.Fatalf("turn 2 sent %v after turn 1, want at least %v", gap, think/2)
+	}
+}
+
+// TestInterTokenGaps checks the inter-token timing: a gap per token event
+// after the first (the role chunk and a usage chunk are no tokens), and a
+// recorded answer's TPOT the mean of its gaps, in the order of its TTFT.
+func TestInterTokenGaps(t *testing.T) {
+	stream := "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n" +
+		"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n" +
+		"data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n" +
+		"data: {\"choices\":[{\"delta\":{\"content\":\"c\"},\"finish_reason\":\"length\"}]}\n\n" +
+		"data: {\"choices\":[],\"usage\":{\"completion_tokens\":3}}\n\n" +
+		"data: [DONE]\n\n"
+	var gaps []time.Duration
+	if _, err := readStream(strings.NewReader(stream), time.Now(), nil, &gaps); err != nil || len(gaps) != 2 {
+		t.Fatalf("gaps %v, err %v: want 2 (three tokens)", gaps, err)
+	}
+	var rec recorder
+	rec.addTimed(time.Second, 100*time.Millisecond, true, []time.Duration{10 * time.Millisecond, 30 * time.Millisecond}, nil)
+	rec.addTimed(time.Second, 200*time.Millisecond, true, []time.Duration{}, nil) // one token
+	rec.addTimed(time.Second, 0, false, nil, nil)                                 // not streamed
+	rec.addTimed(0, 0, true, nil, errors.New("boom"))
+	r := rec.res
+	if r.OK != 3 || r.Failed != 1 || len(r.TTFT) != 2 || !slices.Equal(r.TPOT, []time.Duration{20 * time.Millisecond, 0}) ||
+		!slices.Equal(r.ITL, []time.Duration{10 * time.Millisecond, 30 * time.Millisecond}) {
+		t.Errorf("recorded %+v", r)
+	}
+	// Untimed streams record no TPOT.
+	var plain recorder
+	plain.add(time.Second, time.Millisecond, true, nil)
+	if len(plain.res.TTFT) != 1 || plain.res.TPOT != nil || plain.res.ITL != nil {
+		t.Errorf("untimed: %+v", plain.res)
 	}
 }

@@ -79,6 +79,9 @@ type Sessions struct {
 	// beyond it is dropped, counted, and ends its session.
 	MaxInFlight int
 	Seed        uint64
+	// InterToken times the gaps between a streamed answer's token events:
+	// Result.ITL and Result.TPOT.
+	InterToken bool
 	// Observe, when set, is called with every recorded request's send
 	// time (from the start), its time to first token and its error.
 	Observe func(at, ttft time.Duration, err error)
@@ -146,7 +149,11 @@ func RunSessions(ctx context.Context, c *http.Client, p Picker, cfg Sessions) *R
 				}
 				return true
 			}
-			lat, ttft, err := Do(ctx, c, p.Next(), r)
+			var gaps *[]time.Duration
+			if cfg.InterToken && r.Stream {
+				gaps = new([]time.Duration)
+			}
+			lat, ttft, err := do(ctx, c, p.Next(), r, gaps)
 			<-sem
 			if cfg.Answered != nil {
 				cfg.Answered(sent.Sub(start), time.Since(start), err)
@@ -155,7 +162,14 @@ func RunSessions(ctx context.Context, c *http.Client, p Picker, cfg Sessions) *R
 				return false
 			}
 			if at := sent.Sub(start); at >= cfg.Warmup {
-				rec.add(lat, ttft, r.Stream, err)
+				var g []time.Duration
+				if gaps != nil {
+					g = *gaps
+					if g == nil {
+						g = []time.Duration{} // timed, one token: no gap
+					}
+				}
+				rec.addTimed(lat, ttft, r.Stream, g, err)
 				if cfg.Observe != nil {
 					cfg.Observe(at, ttft, err)
 				}
