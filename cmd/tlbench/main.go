@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"slices"
@@ -61,7 +62,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	out := fs.String("out", "", "write results.md and the plots (SVG, and PNG with rsvg-convert) into this directory")
 	only := fs.String("only", "", "comma-separated experiments to run (default "+strings.Join(tlbench.Experiments, ",")+"; also "+strings.Join(tlbench.Optional, ",")+")")
 	nginx := fs.String("nginx", "", "nginx binary for the overhead comparison (default: nginx on PATH; missing: skipped)")
-	timeout := fs.Duration("timeout", 0, "bound on the whole run (default 15m, 2m with -quick; with openloop 4h, 10m with -quick)")
+	timeout := fs.Duration("timeout", 0, "bound on the whole run (default 15m, 2m with -quick; with openloop 4h, with pd 45m, either 10m with -quick)")
 	openRates := fs.String("open-rates", "", "openloop, kvevents: arrival rates in percent of least_outstanding's single-replica capacity (default 50,70,90,110; 70 with -quick)")
 	openGoodputRates := fs.String("open-goodput-rates", "", "openloop: rates beyond -open-rates, in percent, run through the most replicas only to find where each policy's goodput ends (default 130,160,200; none with -quick; \"none\" for none)")
 	openReplicas := fs.String("open-replicas", "", "openloop: gateway replica counts (default 1,2,3; 1,3 with -quick)")
@@ -100,6 +101,11 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	priorityRepeats := fs.Int("priority-repeats", 0, "priority: runs of every mode (default 3, 1 with -quick)")
 	priorityDuration := fs.Duration("priority-duration", 0, "priority: how long each run sends, its warmup included (default 30s, 6s with -quick)")
 	priorityModes := fs.String("priority-modes", "", "priority: modes to compare, of "+strings.Join(tlbench.PriorityModes, ",")+" (default all)")
+	pdRates := fs.String("pd-rates", "", "pd: arrival rates in requests per second (default 12,18,24; 24 with -quick)")
+	pdRepeats := fs.Int("pd-repeats", 0, "pd: runs of every fleet at every rate (default 3, 1 with -quick)")
+	pdDuration := fs.Duration("pd-duration", 0, "pd: how long each run sends, its warmup included (default 20s, 8s with -quick)")
+	pdSplits := fs.String("pd-splits", "", "pd: prefill engine counts of the disaggregated fleets, the rest of the engines decoding (default 2,1; 2 with -quick)")
+	pdProtocols := fs.String("pd-protocols", "", "pd: disaggregation protocols, of "+strings.Join(tlbench.PDProtocols, ",")+" (default both)")
 	loadWeight := fs.Float64("cache-load-weight", 0, "cache_aware_load_weight of the cache_aware runs (default: the gateway's)")
 	if err := fs.Parse(args); err != nil {
 		return tlbench.Config{}, err
@@ -147,6 +153,9 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 			c.PriorityModes = append(c.PriorityModes, m)
 		}
 	}
+	if err := parsePD(&c, *pdRates, *pdSplits, *pdProtocols, *pdRepeats, *pdDuration); err != nil {
+		return tlbench.Config{}, err
+	}
 	if *only != "" {
 		c.Only = nil
 		for _, e := range strings.Split(*only, ",") {
@@ -184,6 +193,12 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	}
 	if slices.Contains(c.Only, tlbench.ExpOpenLoop) || slices.Contains(c.Only, tlbench.ExpKVEvents) {
 		c.Timeout = 4 * time.Hour // the default sweep runs about two hours on 2 cores
+		if *quick {
+			c.Timeout = 10 * time.Minute
+		}
+	}
+	if slices.Contains(c.Only, tlbench.ExpPD) {
+		c.Timeout = 45 * time.Minute // the default runs about 20 minutes on 2 cores
 		if *quick {
 			c.Timeout = 10 * time.Minute
 		}
@@ -249,6 +264,59 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	c.ShareProfile = *shareProfile
 	c.OverheadProfile = *overheadProfile
 	return c, nil
+}
+
+// parsePD applies the pd experiment's flags to c.
+func parsePD(c *tlbench.Config, rates, splits, protocols string, repeats int, duration time.Duration) error {
+	if rates != "" {
+		c.PDRates = nil
+		for _, p := range strings.Split(rates, ",") {
+			r, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+			if err != nil || r <= 0 || math.IsInf(r, 0) {
+				return fmt.Errorf("-pd-rates: not a positive rate: %q", p)
+			}
+			c.PDRates = append(c.PDRates, r)
+		}
+	}
+	if splits != "" {
+		ps, err := parseInts(splits)
+		if err != nil {
+			return fmt.Errorf("-pd-splits: %w", err)
+		}
+		for _, p := range ps {
+			if p >= c.PDEngines {
+				return fmt.Errorf("-pd-splits: %d prefill engines of %d leave none to decode", p, c.PDEngines)
+			}
+		}
+		c.PDSplits = ps
+	}
+	if protocols != "" {
+		c.PDProtocols = nil
+		for _, p := range strings.Split(protocols, ",") {
+			p = strings.TrimSpace(p)
+			if !slices.Contains(tlbench.PDProtocols, p) {
+				return fmt.Errorf("-pd-protocols: %q is not %s", p, strings.Join(tlbench.PDProtocols, ", "))
+			}
+			if !slices.Contains(c.PDProtocols, p) {
+				c.PDProtocols = append(c.PDProtocols, p)
+			}
+		}
+	}
+	switch {
+	case repeats < 0:
+		return fmt.Errorf("-pd-repeats: must not be negative, got %d", repeats)
+	case repeats > 0:
+		c.PDRepeats = repeats
+	}
+	switch {
+	case duration < 0:
+		return fmt.Errorf("-pd-duration: must not be negative, got %v", duration)
+	case duration > 0 && duration <= c.PDWarmup:
+		return fmt.Errorf("-pd-duration: %v is not longer than the warmup of %v", duration, c.PDWarmup)
+	case duration > 0:
+		c.PDDuration = duration
+	}
+	return nil
 }
 
 // parseOpenLoop applies the openloop experiment's flags to c.

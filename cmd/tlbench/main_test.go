@@ -110,3 +110,36 @@ func TestParseOpenLoopFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestParsePDFlags(t *testing.T) {
+	c, err := parseFlags([]string{"-only", "pd", "-pd-rates", "10,22.5", "-pd-repeats", "2", "-pd-duration", "30s", "-pd-splits", "3",
+		"-pd-protocols", "sglang"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Only, []string{tlbench.ExpPD}) || !slices.Equal(c.PDRates, []float64{10, 22.5}) || c.PDRepeats != 2 || c.PDDuration != 30*time.Second ||
+		!slices.Equal(c.PDSplits, []int{3}) || !slices.Equal(c.PDProtocols, []string{"sglang"}) || c.Timeout != 45*time.Minute {
+		t.Errorf("parsed %+v", c)
+	}
+	q, err := parseFlags([]string{"-quick", "-only", "pd"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.PDRepeats != 1 || !slices.Equal(q.PDSplits, []int{2}) || q.Timeout != 10*time.Minute {
+		t.Errorf("quick %+v", q)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-pd-rates", "10,0"}, `-pd-rates: not a positive rate: "0"`},
+		{[]string{"-pd-splits", "4"}, "-pd-splits: 4 prefill engines of 4 leave none to decode"},
+		{[]string{"-pd-protocols", "trtllm"}, `-pd-protocols: "trtllm" is not vllm, sglang`},
+		{[]string{"-pd-repeats", "-1"}, "-pd-repeats: must not be negative"},
+		{[]string{"-pd-duration", "2s"}, "-pd-duration: 2s is not longer than the warmup of 4s"},
+	} {
+		if _, err := parseFlags(tc.args, io.Discard); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("parseFlags(%q) = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -17,7 +17,10 @@
 // Run only when named: the open loop through replicas and fleet sync, its
 // sync cost, exact routing on KV events, priorities (two tenants at 120%
 // of capacity, with and without priority bands and TTFT objectives) and
-// fleet-wide key limits (three synced replicas granting one key's limit).
+// fleet-wide key limits (three synced replicas granting one key's limit)
+// and disaggregated prefill and decode (unified engines against prefill
+// and decode ones paired over vLLM's and SGLang's protocols, on the
+// engines' step model).
 //
 // With Config.Out set it also writes the tables (results.md) and SVG plots
 // (and PNGs when rsvg-convert is installed) into that directory. Every run
@@ -35,6 +38,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
 	"github.com/tlgate/tlgate/internal/tool/bench/procs"
@@ -58,6 +62,9 @@ const (
 	// ExpKeyLimits is three synced replicas granting one key's limit
 	// (keylimits.go).
 	ExpKeyLimits = "keylimits"
+	// ExpPD is unified engines against prefill and decode engines, on
+	// long prompts mixed with chat (pd.go).
+	ExpPD = "pd"
 )
 
 // Admission control of the routing runs' gateways (Config.Admission).
@@ -77,7 +84,7 @@ var Experiments = []string{ExpRouting, ExpOverhead, ExpScale, ExpMemory, ExpOver
 // Optional are the experiments run only when named: the open-loop sweep
 // takes an hour or more; the sync cost measurement, which ends it, can
 // also run alone.
-var Optional = []string{ExpOpenLoop, ExpSyncCost, ExpKVEvents, ExpPriority, ExpKeyLimits}
+var Optional = []string{ExpOpenLoop, ExpSyncCost, ExpKVEvents, ExpPriority, ExpKeyLimits, ExpPD}
 
 // Config is everything a run needs; Preset gives the full and quick ones
 // and cmd/tlbench's flags override parts.
@@ -157,6 +164,26 @@ type Config struct {
 	// long its clients send.
 	KeyLimitRPM      int
 	KeyLimitDuration time.Duration
+
+	// Disaggregated prefill and decode (pd.go): PDEngines engines of the
+	// step model's preset PDPreset, all unified or, for each of PDSplits,
+	// that many prefill engines and the rest decode ones, paired over
+	// each of PDProtocols; Poisson arrivals at each of PDRates requests
+	// per second for PDDuration (PDWarmup not recorded), PDRepeats times.
+	// PDLongShare of the prompts are of PDLongTokens tokens answered with
+	// PDLongOutput tokens, the rest of PDChatTokens answered with
+	// PDChatOutput; the joint SLO is PDTTFTSLO and PDTPOTSLO.
+	PDEngines                  int
+	PDPreset                   string
+	PDSplits                   []int
+	PDProtocols                []string
+	PDRates                    []float64
+	PDDuration, PDWarmup       time.Duration
+	PDRepeats                  int
+	PDLongShare                float64
+	PDLongTokens, PDChatTokens [2]int
+	PDLongOutput, PDChatOutput int
+	PDTTFTSLO, PDTPOTSLO       time.Duration
 
 	// Overload (overload.go).
 	OverloadEngines, OverloadRunning, OverloadTokens, OverloadQueue int
@@ -259,6 +286,11 @@ func Preset(quick bool) Config {
 		PriorityDuration: 30 * time.Second, PriorityWarmup: 5 * time.Second,
 		PriorityModes: slices.Clone(PriorityModes), PriorityRepeats: 3,
 		KeyLimitRPM: 600, KeyLimitDuration: 20 * time.Second,
+
+		PDEngines: 4, PDPreset: enginesim.PresetLlama8BH100.Name, PDSplits: []int{2, 1}, PDProtocols: slices.Clone(PDProtocols),
+		PDRates: []float64{12, 18, 24}, PDDuration: 20 * time.Second, PDWarmup: 4 * time.Second, PDRepeats: 3,
+		PDLongShare: 0.5, PDLongTokens: [2]int{2048, 8192}, PDChatTokens: [2]int{128, 512}, PDLongOutput: 64, PDChatOutput: 128,
+		PDTTFTSLO: time.Second, PDTPOTSLO: 15 * time.Millisecond,
 	}
 	if quick {
 		c.Timeout = 2 * time.Minute
@@ -273,6 +305,8 @@ func Preset(quick bool) Config {
 		c.OpenDuration, c.OpenWarmup = 4*time.Second, time.Second
 		c.PriorityDuration, c.PriorityWarmup, c.PriorityRepeats = 6*time.Second, 2*time.Second, 1
 		c.KeyLimitDuration = 5 * time.Second
+		c.PDSplits, c.PDRates, c.PDRepeats = []int{2}, []float64{24}, 1
+		c.PDDuration, c.PDWarmup = 8*time.Second, 2*time.Second
 	}
 	return c
 }
@@ -293,7 +327,8 @@ func buildBinaries(ctx context.Context, c Config, logOut io.Writer) (_ binaries,
 	syncCost := slices.Contains(c.Only, ExpSyncCost)
 	kvEvents := slices.Contains(c.Only, ExpKVEvents)
 	keyLimits := slices.Contains(c.Only, ExpKeyLimits)
-	gateway := slices.Contains(c.Only, ExpOverhead) || slices.Contains(c.Only, ExpOpenLoop) || syncCost || kvEvents || slices.Contains(c.Only, ExpPriority) || keyLimits
+	gateway := slices.Contains(c.Only, ExpOverhead) || slices.Contains(c.Only, ExpOpenLoop) || syncCost || kvEvents || slices.Contains(c.Only, ExpPriority) || keyLimits ||
+		slices.Contains(c.Only, ExpPD)
 	engine := slices.Contains(c.Only, ExpOverhead)
 	nats := slices.Contains(c.Only, ExpOpenLoop) && slices.Contains(c.OpenSync, true) || syncCost || kvEvents || keyLimits
 	if !gateway && !engine {
@@ -389,6 +424,8 @@ func Run(ctx context.Context, c Config, out, logOut io.Writer) error {
 			sec, ps, err = priorityExperiment(ctx, c, bins, logOut)
 		case ExpKeyLimits:
 			sec, ps, err = keyLimitsExperiment(ctx, c, bins, logOut)
+		case ExpPD:
+			sec, err = pdExperiment(ctx, c, bins, logOut)
 		default:
 			err = fmt.Errorf("unknown experiment %q", e)
 		}
