@@ -211,6 +211,9 @@ func (s *State) Admit(req *Request, key string, from *actor.PID, now time.Time) 
 	if s.cfg.Admission.Enabled {
 		if mq := s.queues[name]; mq != nil {
 			if hi, ok := mq.q.Highest(); ok && hi >= cls.Priority {
+				if nt := s.tokensToWait(req, now); nt != nil {
+					return Admission{Err: nt, Class: cls}
+				}
 				ad := s.enqueue(req, key, cls, name, from, now)
 				ad.Joined = true
 				return ad

@@ -6,7 +6,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/kvindex"
+	"github.com/tlgate/tlgate/internal/routing/policy"
 )
 
 // The exact view: for workers that publish their KV cache events, what
@@ -158,6 +160,63 @@ func (s *State) markUsable(now time.Time) bool {
 		anyUsable = anyUsable || u
 	}
 	return anyUsable
+}
+
+// tokenizeBeforeWait asks a cache_aware request that finds its pool full
+// (s.cands: the pool's candidates) for its prompt's tokens now, as its
+// pick would once dispatched, when it brings none and may be asked: it
+// tokenizes while it would wait anyway and waits with them. Asked only at
+// dispatch, a waiter would leave the queue to tokenize and lose its place,
+// and every slot freed would send the whole queue away.
+func (s *State) tokenizeBeforeWait(model string, req *Request, now time.Time) {
+	if s.prefix == nil || s.exact == nil || req.NoAsk || len(s.cands) == 0 {
+		return
+	}
+	base, _ := indexKey(s.members[0].Model, model, req.CacheSalt)
+	if _, ok := tokensOf(req, base); ok || req.NoTokens[base] {
+		return
+	}
+	if s.markUsable(now) {
+		s.needTok = s.needTokens(base, model)
+	}
+}
+
+// tokensToWait returns the NeedTokensError a cache_aware request that is
+// about to join its model's queue answers first (nil: none), by the rule
+// of tokenizeBeforeWait, over the pools its pick would look at: the
+// route's backends, or its cascade step's model.
+func (s *State) tokensToWait(req *Request, now time.Time) *NeedTokensError {
+	if s.cfg.Policy != policy.NameCacheAware || s.prefix == nil || s.exact == nil || req.NoAsk || req.LeastLoaded || req.Pin != "" {
+		return nil
+	}
+	models, role := []string{req.Model}, fleet.RoleUnified
+	if r, ok := s.table.Lookup(req.Model); ok {
+		switch {
+		case r.IsCascade():
+			models = []string{r.Cascade[min(max(req.Step, 0), len(r.Cascade)-1)].Model}
+		default:
+			models = models[:0]
+			for _, b := range r.Backends {
+				models = append(models, b.Model)
+			}
+			if r.IsDisaggregated() {
+				role = fleet.RolePrefill
+			}
+		}
+	}
+	full := s.full
+	defer func() { s.full = full }()
+	for _, m := range models {
+		s.needTok = nil
+		if _, ok := s.candidates(s.cfg.Policy, m, role, req, now, nil); ok {
+			s.tokenizeBeforeWait(m, req, now)
+		}
+		if nt := s.needTok; nt != nil {
+			s.needTok = nil
+			return nt
+		}
+	}
+	return nil
 }
 
 // needTokens builds the NeedTokensError of a pick among s.cands for

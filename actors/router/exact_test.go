@@ -304,3 +304,51 @@ func TestExactPartialTokens(t *testing.T) {
 		t.Fatalf("a prefix of the tokens: prompt %d, %v", tg.PromptTokens, err)
 	}
 }
+
+// TestExactTokenizesBeforeWaiting: a cache_aware request that brings no
+// tokens is asked for them before it waits in a full pool's queue (the
+// pool full, or a queue already there), not when it is dispatched: a
+// waiter sent away to tokenize would lose its place, and every freed slot
+// would send the whole queue away.
+func TestExactTokenizesBeforeWaiting(t *testing.T) {
+	s := exactState(t, Config{Admission: AdmissionConfig{Enabled: true, Worker: 1, QueueSize: 8, QueueTimeout: 30 * time.Second}}, "a", "b")
+	events(t, s, "a", kvindex.Exact)
+	events(t, s, "b", kvindex.Exact)
+	req := func(id string, tokens bool) *Request {
+		r := &Request{Model: "m", RequestID: id, Prompt: words(id, 100), Keys: &TokenKeys{}}
+		if tokens {
+			r.Tokens = map[string][]uint32{"m": etoks(0, 100)}
+		}
+		return r
+	}
+	for _, id := range []string{"r1", "r2"} {
+		if ad := s.Admit(req(id, true), "k", pid(id), now); ad.Err != nil || ad.Queued != nil {
+			t.Fatalf("%s: %+v", id, ad)
+		}
+	}
+	// The pool is full: asked for tokens, not queued.
+	if ad := s.Admit(req("r3", false), "k", pid("r3"), now); !errors.Is(ad.Err, ErrNeedTokens) || ad.Queued != nil {
+		t.Fatalf("full pool, no tokens: %+v", ad)
+	}
+	// With them it waits.
+	q3 := s.Admit(req("r3", true), "k", pid("r3"), now)
+	if q3.Queued == nil {
+		t.Fatalf("full pool, tokens: %+v", q3)
+	}
+	// A queue is there: a request without tokens is asked before it joins,
+	// one that may not be asked joins without.
+	if ad := s.Admit(req("r4", false), "k", pid("r4"), now); !errors.Is(ad.Err, ErrNeedTokens) || ad.Queued != nil {
+		t.Fatalf("queue there, no tokens: %+v", ad)
+	}
+	noAsk := req("r5", false)
+	noAsk.NoAsk = true
+	if ad := s.Admit(noAsk, "k", pid("r5"), now); ad.Queued == nil {
+		t.Fatalf("queue there, no ask: %+v", ad)
+	}
+	// A freed slot dispatches the first waiter, with its tokens.
+	s.Release("a")
+	d := s.Dispatch(now.Add(time.Millisecond))
+	if len(d) != 1 || d[0].W != q3.Queued || d[0].Err != nil || d[0].Target.CacheView != "exact" {
+		t.Fatalf("dispatch: %+v", d)
+	}
+}

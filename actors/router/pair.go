@@ -35,7 +35,7 @@ func (s *State) pickPair(t *Target, model string, req *Request, now time.Time) e
 	if len(keys) == 0 {
 		return ErrNoCapacity
 	}
-	p, ok := s.candidates(model, fleet.RolePrefill, req, now, func(w *fleet.Worker) bool {
+	p, ok := s.candidates(s.cfg.Policy, model, fleet.RolePrefill, req, now, func(w *fleet.Worker) bool {
 		k, ok := fleet.PairKeyOf(w)
 		return ok && slices.Contains(keys, k)
 	})
@@ -77,7 +77,7 @@ func (s *State) pickPair(t *Target, model string, req *Request, now time.Time) e
 // decodeKeys returns what the routable decode workers of model that may
 // take req pair with (fleet.PairKeyOf), each once.
 func (s *State) decodeKeys(model string, req *Request, now time.Time) []fleet.PairKey {
-	if _, ok := s.candidates(model, fleet.RoleDecode, req, now, nil); !ok {
+	if _, ok := s.candidates("", model, fleet.RoleDecode, req, now, nil); !ok {
 		return nil
 	}
 	var keys []fleet.PairKey
@@ -92,7 +92,7 @@ func (s *State) decodeKeys(model string, req *Request, now time.Time) []fleet.Pa
 // pickDecode picks t.Prefill's decode partner by load into t.Worker.
 func (s *State) pickDecode(t *Target, model string, req *Request, now time.Time) error {
 	pw := t.Prefill
-	if _, ok := s.candidates(model, fleet.RoleDecode, req, now, func(w *fleet.Worker) bool { return fleet.Pairs(pw, w) }); !ok {
+	if _, ok := s.candidates("", model, fleet.RoleDecode, req, now, func(w *fleet.Worker) bool { return fleet.Pairs(pw, w) }); !ok {
 		return ErrNoCapacity
 	}
 	s.dcands = s.dcands[:0]

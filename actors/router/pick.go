@@ -112,8 +112,8 @@ func fallbacks(r routes.Route, first string) []string {
 }
 
 // candidates fills the scratch slices with the routable, non-excluded
-// members of a pool.
-func (s *State) candidates(model string, role fleet.Role, req *Request, now time.Time, keep func(*fleet.Worker) bool) (*pool, bool) {
+// members of a pool, for a pick by policy pol ("" for one by load alone).
+func (s *State) candidates(pol policy.Name, model string, role fleet.Role, req *Request, now time.Time, keep func(*fleet.Worker) bool) (*pool, bool) {
 	s.cands, s.members, s.loads = s.cands[:0], s.members[:0], s.loads[:0]
 	p, ok := s.pools[poolKey{model, role}]
 	if !ok {
@@ -128,6 +128,9 @@ func (s *State) candidates(model string, role fleet.Role, req *Request, now time
 	// request: it waits in its model's queue (admission.go).
 	if s.cfg.Admission.Enabled && s.poolFull(now) {
 		s.full = true
+		if pol == policy.NameCacheAware {
+			s.tokenizeBeforeWait(model, req, now)
+		}
 		s.cands, s.members, s.loads = s.cands[:0], s.members[:0], s.loads[:0]
 	}
 	return p, len(s.cands) > 0
@@ -185,7 +188,7 @@ func (s *State) pickAnyRole(t *Target, model string, req *Request, now time.Time
 // pickOneBy picks a worker of the pool (model, role) by policy pol,
 // among those keep accepts (nil: all).
 func (s *State) pickOneBy(pol policy.Name, t *Target, model string, role fleet.Role, req *Request, now time.Time, keep func(*fleet.Worker) bool) error {
-	p, ok := s.candidates(model, role, req, now, keep)
+	p, ok := s.candidates(pol, model, role, req, now, keep)
 	if !ok {
 		return ErrNoCapacity
 	}
