@@ -70,14 +70,23 @@ type slotTime struct {
 }
 
 // settleLocked adds the time since the last change of the running or
-// waiting counts to c.slots; it runs before every such change.
+// waiting counts to c.slots; it runs before every such change. On the
+// step scheduler the counts are its queues', the time its clock's, and
+// sequences wait on KV when the last step's admission stopped at a head
+// that did not fit the free blocks (not when they only wait for the next
+// step to start).
 func (c *core) settleLocked() {
-	now := time.Now()
+	now, running := time.Now(), c.running
+	stalled := c.waiting.Len() > 0
+	if s := c.sched; s != nil {
+		now, running = s.clock.Now(), len(s.running)
+		stalled = s.kvShort && len(s.waiting) > 0
+	}
 	if !c.slots.last.IsZero() {
 		dt := now.Sub(c.slots.last)
-		c.slots.busy += dt * time.Duration(c.running)
-		if c.waiting.Len() > 0 && c.running < c.maxRunning {
-			c.slots.stalled += dt * time.Duration(c.maxRunning-c.running)
+		c.slots.busy += dt * time.Duration(running)
+		if stalled && running < c.maxRunning {
+			c.slots.stalled += dt * time.Duration(c.maxRunning-running)
 		}
 	}
 	c.slots.last = now

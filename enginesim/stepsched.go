@@ -125,6 +125,10 @@ type stepSched struct {
 	steps       uint64
 	preemptions uint64
 	closed      bool
+	// kvShort is set when the last step's admission stopped because the
+	// head of the waiting queue did not fit the free KV blocks (the
+	// engine's slots stalled on KV, Stats.StalledSlotTime).
+	kvShort bool
 	// observe, when set, is called (under the lock) with each token made
 	// ready: whether it is the sequence's first and the time since the
 	// previous one (or since arrival).
@@ -164,6 +168,7 @@ func (s *stepSched) submit(q *stepSeq, h *handle) error {
 		s.c.dropLocked(h)
 		return errCoreClosed
 	}
+	s.c.settleLocked()
 	need := blockCount(q.promptLen + q.maxTokens)
 	if q.prefillOnly {
 		need = blockCount(q.promptLen)
@@ -258,6 +263,7 @@ func (s *stepSched) finishLocked(q *stepSeq) {
 		return
 	}
 	q.released = true
+	s.c.settleLocked()
 	s.waiting = slices.DeleteFunc(s.waiting, func(x *stepSeq) bool { return x == q })
 	s.running = slices.DeleteFunc(s.running, func(x *stepSeq) bool { return x == q })
 	switch {
@@ -302,6 +308,7 @@ func (s *stepSched) pendingAccept() bool {
 // then, if nothing was preempted, waiting sequences are admitted in order
 // while the budget, max_num_seqs and the free blocks allow.
 func (s *stepSched) schedule() *stepPlan {
+	s.c.settleLocked()
 	p := &stepPlan{}
 	budget := s.budget
 	preempted := false
@@ -329,10 +336,12 @@ func (s *stepSched) schedule() *stepPlan {
 		s.add(p, q, n)
 		budget -= n
 	}
+	s.kvShort = preempted // the victims wait for blocks
 	for !preempted && budget > 0 && len(s.waiting) > 0 && len(s.running) < s.maxSeqs {
 		q := s.waiting[0]
 		n, ok := s.admit(q, budget)
 		if !ok {
+			s.kvShort = true
 			break
 		}
 		s.waiting = s.waiting[1:]
@@ -422,6 +431,7 @@ func (s *stepSched) preempt(q *stepSeq) {
 // are cached, and a sequence whose tokens are all computed has its next
 // token ready to sample (or, prefillOnly, is done).
 func (s *stepSched) complete(p *stepPlan, now time.Time) {
+	s.c.settleLocked()
 	s.steps++
 	for i, q := range p.seqs {
 		q.inStep = false

@@ -209,3 +209,28 @@ func TestLongPrefillSlowsDecodes(t *testing.T) {
 		}
 	}
 }
+
+// TestStepSchedulerSlotTime checks the slot figures on the step scheduler
+// (Stats.BusySlotTime, StalledSlotTime): busy integrates the running
+// sequences over the scheduler's clock, stalled the free slots while the
+// head of the queue did not fit the free KV blocks.
+func TestStepSchedulerSlotTime(t *testing.T) {
+	// Three blocks: a (two prompt blocks, four tokens: three blocks at its
+	// end) leaves no room for b's two prompt blocks until it finishes.
+	h := newSchedHarness(t, 3, 512, 4, StepCost{Fixed: time.Millisecond})
+	a, b := h.add(0, 32, 4), h.add(100, 32, 4)
+	for h.step() != nil {
+	}
+	if len(h.times[a]) != 4 || len(h.times[b]) != 4 {
+		t.Fatalf("tokens: a %d, b %d, want 4 each", len(h.times[a]), len(h.times[b]))
+	}
+	h.c.mu.Lock()
+	h.c.settleLocked()
+	busy, stalled := h.c.slots.busy, h.c.slots.stalled
+	h.c.unlock()
+	// a runs steps 1-4 and b steps 5-8, one slot each; while a runs, b
+	// waits on KV with three slots free.
+	if busy != 8*time.Millisecond || stalled != 12*time.Millisecond {
+		t.Fatalf("busy %v, stalled %v; want 8ms and 12ms", busy, stalled)
+	}
+}
