@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
 	"github.com/tlgate/tlgate/internal/tool/bench/tlbench"
 )
@@ -107,6 +108,8 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	pdSplits := fs.String("pd-splits", "", "pd: prefill engine counts of the disaggregated fleets, the rest of the engines decoding (default 2,1; 2 with -quick)")
 	pdProtocols := fs.String("pd-protocols", "", "pd: disaggregation protocols, of "+strings.Join(tlbench.PDProtocols, ",")+" (default both)")
 	loadWeight := fs.Float64("cache-load-weight", 0, "cache_aware_load_weight of the cache_aware runs (default: the gateway's)")
+	enginePreset := fs.String("engine-preset", "", "routing, openloop, kvevents: run the engines on the step model of this enginesim preset ("+
+		strings.Join(enginesim.PresetNames(), ", ")+"), each with its run's KV blocks and running sequences (default: the flat timing model)")
 	if err := fs.Parse(args); err != nil {
 		return tlbench.Config{}, err
 	}
@@ -124,6 +127,10 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 		return tlbench.Config{}, fmt.Errorf("-admission: want %s, %s or %s, got %q", tlbench.AdmissionDefault, tlbench.AdmissionOff, tlbench.AdmissionWorker, *admission)
 	}
 	c.CacheLoadWeight, c.Admission = *loadWeight, *admission
+	if err := tlbench.CheckEnginePreset(*enginePreset); err != nil {
+		return tlbench.Config{}, fmt.Errorf("-engine-preset: %w", err)
+	}
+	c.EnginePreset = *enginePreset
 	switch {
 	case *kvPressure < 0:
 		return tlbench.Config{}, fmt.Errorf("-kv-pressure: must not be negative, got %v", *kvPressure)

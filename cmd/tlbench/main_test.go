@@ -143,3 +143,29 @@ func TestParsePDFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestParseEnginePreset(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    string // Config.EnginePreset
+		wantErr string
+	}{
+		{nil, "", ""},
+		{[]string{"-engine-preset", ""}, "", ""},
+		{[]string{"-only", "routing", "-engine-preset", "llama-3.1-8b-h100"}, "llama-3.1-8b-h100", ""},
+		{[]string{"-engine-preset", "llama-3.1-70b-fp8-h100", "-quick"}, "llama-3.1-70b-fp8-h100", ""},
+		{[]string{"-engine-preset", "llama-3.1-8b"}, "", `-engine-preset: unknown engine preset "llama-3.1-8b" (want llama-3.1-70b-fp8-h100, llama-3.1-8b-h100, or none for the flat timing model)`},
+	} {
+		c, err := parseFlags(tc.args, io.Discard)
+		switch {
+		case tc.wantErr != "":
+			if err == nil || err.Error() != tc.wantErr {
+				t.Errorf("parseFlags(%q) = %v, want %q", tc.args, err, tc.wantErr)
+			}
+		case err != nil:
+			t.Errorf("parseFlags(%q): %v", tc.args, err)
+		case c.EnginePreset != tc.want:
+			t.Errorf("parseFlags(%q): engine preset %q, want %q", tc.args, c.EnginePreset, tc.want)
+		}
+	}
+}

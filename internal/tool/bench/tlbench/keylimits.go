@@ -48,15 +48,19 @@ func keyLimitsExperiment(ctx context.Context, c Config, bins binaries, logOut io
 	return keyLimitsSection(c, runs), nil, nil
 }
 
-// keyLimitInterval is the replicas' load_interval in the experiment.
-const keyLimitInterval = time.Second
+// keyLimitInterval is the replicas' load_interval in the experiment, and
+// keyLimitDecode its engine's decode time per token (flat timing).
+const (
+	keyLimitInterval = time.Second
+	keyLimitDecode   = time.Millisecond
+)
 
 func keyLimitOne(ctx context.Context, c Config, bin string, nats *natsServer, mode string) (keyLimitRun, error) {
 	extra := fmt.Sprintf("\n[[gateway.api_keys]]\nname = \"limited\"\nkey = \"tlbench-limited\"\nscopes = [\"inference\"]\nrequests_per_minute = %d\n", c.KeyLimitRPM)
 	spec := replicaSpec{bin: bin, replicas: 3, policy: config.PolicyLeastOutstanding, heartbeat: c.Heartbeat,
 		syncURL: nats.url(), syncToken: nats.token, keyLimits: mode, extra: extra}
 	start := time.Now()
-	f, err := startReplicas(ctx, spec, []enginesim.Config{{ID: "engine-0", Model: c.Model, DecodePerToken: time.Millisecond, HeartbeatInterval: c.Heartbeat}})
+	f, err := startReplicas(ctx, spec, []enginesim.Config{{ID: "engine-0", Model: c.Model, DecodePerToken: keyLimitDecode, HeartbeatInterval: c.Heartbeat}})
 	if err != nil {
 		return keyLimitRun{}, err
 	}
@@ -120,11 +124,11 @@ func keyLimitsSection(c Config, runs []keyLimitRun) section {
 				r.granted, bound, metOrMissed(float64(r.granted) <= bound)))
 		}
 	}
-	lead := fmt.Sprintf("Three gateway processes with fleet sync on (load_interval %v) behind no balancer: 24 closed-loop clients send "+
+	lead := fmt.Sprintf("Three gateway processes with fleet sync on (load_interval %v) behind no balancer, one reference engine (%s): 24 closed-loop clients send "+
 		"one-token completions of one API key (requests_per_minute = %d) to the replicas in turn for %v, starting %v after the replicas did. "+
 		"One gateway would grant the limit's rate over the time since the replicas started (their buckets start empty with shared limits; "+
 		"full with key_limits = \"replica\", and each replica counts alone). The stated bound adds, per replica, two load intervals "+
 		"at the whole limit's rate (its first, counting alone, and the one its peers take to cut their parts) and one request of rounding.",
-		keyLimitInterval, c.KeyLimitRPM, c.KeyLimitDuration, 3*keyLimitInterval)
+		keyLimitInterval, flatModel(0, keyLimitDecode), c.KeyLimitRPM, c.KeyLimitDuration, 3*keyLimitInterval)
 	return section{title: "Fleet-wide key limits", lead: lead, tables: []*table{t}, notes: notes}
 }

@@ -93,10 +93,11 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 		return s
 	}
 	sec := section{title: "Exact routing on the engines' KV cache events",
-		lead: fmt.Sprintf("%d reference engines (flat timing: prefill %v per uncached token, decode %v per token), each KV cache sized so that the fleet holds %.2f of the workload's working set; "+
+		lead: fmt.Sprintf("%d reference engines (%s), each KV cache sized so that the fleet holds %.2f of the workload's working set; "+
 			"one gateway process; open-loop Poisson arrivals for %v (the first %v not counted); %d runs of each configuration, medians with the range. "+
-			"Arms: least_outstanding, cache_aware on the prefix index (engines publishing no events), cache_aware on the engines' KV events (ZMQ, vLLM's map encoding, with replay).",
-			c.Engines, c.Prefill, c.OpenDecode, c.KVPressure, c.OpenDuration, c.OpenWarmup, c.OpenRepeats)}
+			"Arms: least_outstanding, cache_aware on the prefix index (engines publishing no events), cache_aware on the engines' KV events (ZMQ, vLLM's map encoding, with replay). "+
+			"The tokenization cost's engines answer at once (no prefill or decode time), so that the tokenizer's time is all the difference.",
+			c.Engines, engineModel(c, c.OpenDecode), c.KVPressure, c.OpenDuration, c.OpenWarmup, c.OpenRepeats)}
 	var runs []kvRun
 	capacity := map[loadgen.Kind]float64{}
 	blocks := map[loadgen.Kind]int{}
@@ -439,8 +440,8 @@ func kvTokenizeCost(ctx context.Context, c Config, spec func(int, bool, string) 
 		for arm := range 2 {
 			events := arm == 0
 			engines := kvEngines(c, loadgen.RAG, 4096, events)
-			for i := range engines {
-				engines[i].PrefillPerToken, engines[i].DecodePerToken = 0, 0
+			for i := range engines { // zero-cost on either model: the tokenizer's time alone
+				engines[i].Step, engines[i].PrefillPerToken, engines[i].DecodePerToken = nil, 0, 0
 			}
 			f, err := startReplicas(ctx, spec(1, false, config.PolicyCacheAware), engines)
 			if err != nil {

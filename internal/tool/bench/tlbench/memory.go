@@ -226,10 +226,10 @@ func memorySection(rows []memoryRow) section {
 		notes = append(notes, fmt.Sprintf("Target: under 50 KiB per open stream at %d streams: %.1f KiB — %s.",
 			r.streams, r.gatewayPerStream()/1024, metOrMissed(r.gatewayPerStream() < 50*1024)))
 	}
-	lead := fmt.Sprintf("Streamed completions held open: %d reference engines emit the first token at once and the next after an hour, "+
+	lead := fmt.Sprintf("Streamed completions held open: %d reference engines (%s) emit the first token at once and the next after an hour, "+
 		"so every stream is open end to end with nothing to relay. runtime.MemStats HeapInuse+StackInuse (after GC) grows by Δ while "+
 		"the streams are open; the streams are opened once straight to the engines and once through the gateway, and the gateway's "+
-		"own share is (Δgateway − Δdirect) / streams. All three parties share one process, hence the subtraction.", memoryEngines)
+		"own share is (Δgateway − Δdirect) / streams. All three parties share one process, hence the subtraction.", memoryEngines, flatModel(0, time.Hour))
 	return section{title: "Gateway memory per open stream", lead: lead, tables: []*table{t}, notes: notes}
 }
 

@@ -98,12 +98,12 @@ func openSessions(c Config, kind loadgen.Kind, rate float64, seed uint64) ([]loa
 	return loadgen.SessionsOf(built), nil
 }
 
-// openEngines are the engines of an open-loop run: the routing runs'
-// engines with the open loop's decode time.
+// openEngines are the engines of an open-loop run: the routing runs',
+// with the open loop's decode time per token on the flat model.
 func openEngines(c Config, kind loadgen.Kind) []enginesim.Config {
 	out := routingEngines(c, kind)
 	for i := range out {
-		out[i].DecodePerToken = c.OpenDecode
+		timeEngine(c, &out[i], c.OpenDecode)
 	}
 	return out
 }
@@ -648,7 +648,7 @@ func openSection(c Config, capacity map[loadgen.Kind]float64, capRuns []openRun,
 	}
 	lead := fmt.Sprintf("Open loop: sessions arrive as a Poisson process and every request goes to one of the gateway replicas drawn at random "+
 		"(a load balancer spreading requests), each replica the gateway binary in a process of its own, the %d in-process reference engines "+
-		"(prefill %v per uncached prompt token, decode %v per token, %d running sequences, %d KV blocks for multi-turn and %d for rag) heartbeating to all of them every %v. "+
+		"(%s; %d running sequences, %d KV blocks for multi-turn and %d for rag) heartbeating to all of them every %v. "+
 		"With sync on, the replicas share one nats-server, also a process of its own. "+
 		"multi-turn: each new conversation sends %d turns, every turn a think time (%v on average, evenly from half to one and a half times) after the previous answer, "+
 		"its prompt the previous prompt, the answer (%d bytes) and a new user message (%d bytes) after a %d-byte system prompt; rag: each arrival is one question over one of %d documents. "+
@@ -658,7 +658,7 @@ func openSection(c Config, capacity map[loadgen.Kind]float64, capRuns []openRun,
 		"A policy's goodput (DistServe's) is the highest rate of the sweep it holds with at least %.0f%% of its requests within the SLO%s. "+
 		"Hit rate: the engines' prefix-cache hits over queries, in tokens. Gateway CPU: all replicas' user+system time over the window per request. "+
 		"Figures are the median of %d runs with their range; the machine's 1-minute load average during the runs was %.1f–%.1f (2 cores, shared).",
-		c.Engines, c.Prefill, c.OpenDecode, c.MaxRunning, c.KVBlocksTurns, c.KVBlocksLong, c.Heartbeat,
+		c.Engines, engineModel(c, c.OpenDecode), c.MaxRunning, c.KVBlocksTurns, c.KVBlocksLong, c.Heartbeat,
 		c.OpenTurns, c.Think, c.AnswerBytes, c.TurnUserBytes, c.TurnSystemBytes, c.Documents, c.OpenMaxTokens, capacityUsers(c), c.OpenDuration, c.OpenWarmup, c.OpenSLO,
 		100*c.OpenAttainment, past, c.OpenRepeats, loLoad, hiLoad)
 	var notes []string

@@ -380,7 +380,7 @@ func overheadSection(c Config, cells []*overheadCell, nginxNote string) section 
 			fmt.Sprintf("%.0f", cell.rps), proxyCPU, cell.perRequest(cell.engineCPU), cell.perRequest(cell.clientCPU), alloc, mallocs,
 			fmt.Sprint(cell.failed), fmt.Sprint(cell.dropped))
 	}
-	lead := fmt.Sprintf("Separate processes on loopback: one zero-cost reference engine (`cmd/enginesim`, %d tokens per answer), "+
+	lead := fmt.Sprintf("Separate processes on loopback: one zero-cost reference engine (`cmd/enginesim`, flat timing with no prefill or decode time, %d tokens per answer), "+
 		"the `gateway` binary (its default route policy, cache_aware; JSON access log written to a file, metrics on), a bare Go "+
 		"`httputil.ReverseProxy` (FlushInterval -1, upstream keep-alive: the floor of a Go HTTP proxy on this machine), "+
 		"and nginx (%d worker processes, upstream keep-alive, proxy_buffering off); the load generator is tlbench's own process. "+

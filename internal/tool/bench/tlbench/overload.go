@@ -273,13 +273,13 @@ func overloadSection(c Config, capacity float64, rows []overloadRow) section {
 			f1(r.goodput()), f1(r.throughput()), ms(r.latency.P50), ms(r.latency.P99),
 			strconv.Itoa(r.overloaded), strconv.Itoa(r.timedOut+r.other), pct(r.share(keyHeavy)), pct(r.share(keyLight)))
 	}
-	lead := fmt.Sprintf("%d engines running at most %d sequences each (more wait in the engine's own queue), decode %v per token, "+
+	lead := fmt.Sprintf("%d engines running at most %d sequences each (more wait in the engine's own queue; %s), "+
 		"%d-token completions; the fleet's capacity, measured through the gateway with %d closed-loop clients, is %.1f req/s. "+
 		"Open-loop arrivals at multiples of it for %v, one in five from the light key and the rest from the heavy key, each client "+
 		"giving up after %v. Admission control on: worker limit %d, queue_size %d, queue_timeout %v; off: [gateway.admission] enabled = false. "+
 		"Goodput counts answers within the SLO of %v; served p50/p99 are over every 200 answer; the key shares are of the served answers "+
 		"(the light key offers 20%% of the load).",
-		c.OverloadEngines, c.OverloadRunning, c.OverloadDecode, c.OverloadTokens, c.OverloadEngines*c.OverloadRunning, capacity,
+		c.OverloadEngines, c.OverloadRunning, flatModel(0, c.OverloadDecode), c.OverloadTokens, c.OverloadEngines*c.OverloadRunning, capacity,
 		c.OverloadDuration, c.OverloadClientTimeout, c.OverloadRunning, c.OverloadQueue, c.OverloadQueueTimeout, c.OverloadSLO)
 	return section{title: "Overload: admission control", lead: lead, tables: []*table{t}}
 }

@@ -303,7 +303,7 @@ func prioritySection(c Config, capacity, rates map[string]float64, runs []priori
 				pct(att), metOrMissed(att >= 0.99), pct(share), metOrMissed(share >= 0.9), n)
 		}
 	}
-	lead := fmt.Sprintf("%d engines of at most %d running sequences (prefill %v per uncached prompt token, decode %v per token, %d KV blocks of %d tokens), one gateway process (cache_aware) in front. "+
+	lead := fmt.Sprintf("%d engines of at most %d running sequences (%s; %d KV blocks of %d tokens), one gateway process (cache_aware) in front. "+
 		"Capacity of each tenant alone, closed loop through the gateway with admission control off: interactive %.1f req/s, batch %.1f req/s. "+
 		"Open loop for %v (the first %v not recorded): the interactive tenant at %.0f%% of its capacity (%.1f req/s: multi-turn conversations of %d turns, %d-token answers, streamed) "+
 		"and the batch tenant at %.0f%% of its (%.1f req/s: prompts of %d bytes of their own, %d-token answers, streamed), %.0f%% of the fleet together. "+
@@ -312,7 +312,7 @@ func prioritySection(c Config, capacity, rates map[string]float64, runs []priori
 		"Within objective: the interactive requests whose first token came within %v of sending, over all its requests of the window (refused and failed ones miss). "+
 		"Batch served req/s: the batch requests answered within the recorded window, per second (sent earlier or later alike); batch / capacity left: that over (1 − %.0f%%) × its capacity alone. "+
 		"Medians of the runs, (min–max) beside.",
-		c.PriorityEngines, c.MaxRunning, c.Prefill, c.OpenDecode, c.PriorityKVBlocks, enginesim.BlockTokens,
+		c.PriorityEngines, c.MaxRunning, flatModel(c.Prefill, c.OpenDecode), c.PriorityKVBlocks, enginesim.BlockTokens,
 		capacity[tenantChat], capacity[tenantBatch], c.PriorityDuration, c.PriorityWarmup,
 		100*c.PriorityInteractive, rates[tenantChat], sessionTurns(c, loadgen.MultiTurn), c.PriorityChatTokens,
 		100*c.PriorityBatch, rates[tenantBatch], c.PriorityBatchBytes, c.PriorityBatchTokens, 100*(c.PriorityInteractive+c.PriorityBatch),

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tlgate/tlgate/enginesim"
@@ -60,8 +61,54 @@ func workloadConfig(c Config, kind loadgen.Kind, n int, seed uint64) loadgen.Wor
 	return w
 }
 
+// CheckEnginePreset reports an error unless name is "" (the flat timing
+// model) or an enginesim preset's (Config.EnginePreset).
+func CheckEnginePreset(name string) error {
+	if name == "" {
+		return nil
+	}
+	if _, err := enginesim.LookupPreset(name); err != nil {
+		return fmt.Errorf("unknown engine preset %q (want %s, or none for the flat timing model)", name, strings.Join(enginesim.PresetNames(), ", "))
+	}
+	return nil
+}
+
+// timeEngine sets e's timing as c says: the step scheduler of
+// c.EnginePreset, keeping e's KV blocks and running sequences, or the
+// flat model's prefill (c.Prefill) and decode time per token.
+func timeEngine(c Config, e *enginesim.Config, decode time.Duration) {
+	if p, ok := enginesim.Presets[c.EnginePreset]; ok {
+		p.Apply(e)
+		e.PrefillPerToken, e.DecodePerToken = 0, 0
+		return
+	}
+	e.Step = nil
+	e.PrefillPerToken, e.DecodePerToken = c.Prefill, decode
+}
+
+// engineModel says which engine model timeEngine gives the engines, with
+// the flat model's decode time per token.
+func engineModel(c Config, decode time.Duration) string {
+	p, ok := enginesim.Presets[c.EnginePreset]
+	if !ok {
+		return flatModel(c.Prefill, decode)
+	}
+	k := p.Step.Cost
+	budget := p.Step.MaxNumBatchedTokens
+	if budget == 0 {
+		budget = enginesim.DefaultMaxNumBatchedTokens
+	}
+	return fmt.Sprintf("step model, preset %s: %s on %s, each step %v + %v per prefill token + %v per decode sequence + %v per context token, %d tokens per step at most",
+		p.Name, p.Model, p.GPU, k.Fixed, k.PerPrefillToken, k.PerDecodeSeq, k.PerContextToken, budget)
+}
+
+// flatModel describes the flat timing model with its per-token times.
+func flatModel(prefill, decode time.Duration) string {
+	return fmt.Sprintf("flat timing: prefill %v per uncached prompt token, decode %v per token", prefill, decode)
+}
+
 // routingEngines returns the engine configurations of a routing run of
-// workload kind.
+// workload kind, timed as c.EnginePreset says.
 func routingEngines(c Config, kind loadgen.Kind) []enginesim.Config {
 	out := make([]enginesim.Config, c.Engines)
 	blocks := c.KVBlocks
@@ -74,10 +121,10 @@ func routingEngines(c Config, kind loadgen.Kind) []enginesim.Config {
 	for i := range out {
 		out[i] = enginesim.Config{
 			ID: fmt.Sprintf("engine-%d", i), Model: c.Model,
-			PrefillPerToken: c.Prefill, DecodePerToken: c.Decode,
 			KVBlocks: blocks, MaxRunning: c.MaxRunning,
 			HeartbeatInterval: c.Heartbeat,
 		}
+		timeEngine(c, &out[i], c.Decode)
 	}
 	return out
 }
@@ -241,7 +288,7 @@ func routingSection(c Config, rows []routingRow, meanTokens map[loadgen.Kind]flo
 		t.add(string(r.workload), r.policy, pct(r.hitRate), ms(r.ttft.P50), ms(r.ttft.P99), ms(r.e2e.P50), ms(r.e2e.P99),
 			f1(r.rps), pct(r.busy), pct(r.stalled), f2(r.maxMean), r.perEngineString(), strconv.Itoa(r.res.Failed))
 	}
-	lead := fmt.Sprintf("%d engines (prefill %v per uncached prompt token, decode %v per token, prefix cache in %d-token blocks, "+
+	lead := fmt.Sprintf("%d engines (%s; prefix cache in %d-token blocks, "+
 		"%d KV blocks and %d running sequences each), %d concurrent keep-alive clients, %d chat requests per run "+
 		"(max_tokens %d, %.0f%% streamed), fresh engines for every run. "+
 		"shared: %d system prompts of about %d bytes with random user messages of about %d bytes; distinct: a system prompt of its own per request; mixed: half and half. "+
@@ -256,7 +303,7 @@ func routingSection(c Config, rows []routingRow, meanTokens map[loadgen.Kind]flo
 		"slots busy = the engines' running sequences over the run, a share of all their running slots; slots stalled on KV = their free slots while requests waited anyway, "+
 		"the head of the queue not fitting the free KV blocks (the rest of the idle share is slots free with nothing waiting); "+
 		"max/mean load = the busiest engine's request count over the mean.",
-		c.Engines, c.Prefill, c.Decode, enginesim.BlockTokens, c.KVBlocks, c.MaxRunning, c.Concurrency, c.Requests,
+		c.Engines, engineModel(c, c.Decode), enginesim.BlockTokens, c.KVBlocks, c.MaxRunning, c.Concurrency, c.Requests,
 		c.MaxTokens, 100*c.StreamFraction, c.SystemPrompts, c.SystemBytes, c.UserBytes,
 		c.Conversations, c.TurnRequests, c.TurnSystemBytes, c.AnswerBytes, c.TurnUserBytes, c.Think,
 		c.RAGSystemBytes, c.Documents, c.DocumentBytes, c.UserBytes, c.KVBlocksTurns, c.KVBlocksLong,

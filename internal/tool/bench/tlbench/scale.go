@@ -30,7 +30,7 @@ func scaleExperiment(ctx context.Context, c Config) (section, []plotFile, error)
 				fmt.Sprintf("%.0f", r.PickNsPerOp), fmt.Sprintf("%d / %d", r.ActorOps, r.PickOps))
 		}
 	}
-	lead := fmt.Sprintf("The router actor driven directly: a registry and a router spawned as the gateway spawns them, "+
+	lead := fmt.Sprintf("The router actor driven directly, no engines: a registry and a router spawned as the gateway spawns them, "+
 		"fed one heartbeat per fake worker (all serving one model), then Route requests sent with RequestFuture one at a time "+
 		"(64 distinct prefix keys, each pick released at once); and the pure router.State.Pick on the same workers. "+
 		"Each timing runs for %v or %d operations, whichever is longer.", c.PickBudget, c.PickMinOps)

@@ -101,6 +101,14 @@ type Config struct {
 	Seed    uint64
 	Model   string
 
+	// EnginePreset, when set, runs the engines of the routing runs and of
+	// the runs built on them (open loop and its sync drill, KV events) on the
+	// step scheduler of the enginesim preset of that name, each with its
+	// run's own KV blocks and running sequences (they size the eviction
+	// pressure); "" runs them on the flat timing model (Prefill, and
+	// Decode or OpenDecode, per token).
+	EnginePreset string
+
 	// Routing quality.
 	Engines                int
 	Requests, Concurrency  int
@@ -376,6 +384,9 @@ func (b binaries) remove() {
 // Run runs the configured experiments in order, printing each section to
 // out as it completes; progress goes to logOut.
 func Run(ctx context.Context, c Config, out, logOut io.Writer) error {
+	if err := CheckEnginePreset(c.EnginePreset); err != nil {
+		return err
+	}
 	bins, err := buildBinaries(ctx, c, logOut)
 	if err != nil {
 		return err
