@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -140,6 +141,9 @@ func TestRoutingRunOnStepModel(t *testing.T) {
 		}
 		if hit, busy, failed := row[2], row[8], row[12]; hit == "0.0%" || busy == "0.0%" || failed != "0" {
 			t.Errorf("%s: hit rate %s, slots busy %s, failed %s", p, hit, busy, failed)
+		}
+		if _, err := strconv.ParseUint(row[len(row)-1], 10, 64); err != nil || len(row) != 14 {
+			t.Errorf("%s: no preemption count in %q", p, row)
 		}
 	}
 }

@@ -41,7 +41,11 @@ type routingRow struct {
 	// their free slots while sequences waited (KV short), as shares of
 	// all their slots.
 	busy, stalled float64
-	res           *loadgen.Result
+	// preempted counts the sequences the engines' step schedulers
+	// preempted (to recompute) when KV blocks ran out; always 0 on the
+	// flat model, which admits a sequence only when all its blocks fit.
+	preempted uint64
+	res       *loadgen.Result
 }
 
 // workloadConfig is the workload of kind with n shared system prompts.
@@ -186,8 +190,8 @@ func routingExperiment(ctx context.Context, c Config, logOut io.Writer) (section
 var sweepPolicies = Policies
 
 func logRouting(w io.Writer, r routingRow) {
-	fmt.Fprintf(w, "tlbench:   %-10s %3d prompts %-17s hit %5.1f%%  ttft p50 %6s p99 %6s ms  %6.1f req/s  max/mean %.2f\n",
-		r.workload, r.prompts, r.policy, 100*r.hitRate, ms(r.ttft.P50), ms(r.ttft.P99), r.rps, r.maxMean)
+	fmt.Fprintf(w, "tlbench:   %-10s %3d prompts %-17s hit %5.1f%%  ttft p50 %6s p99 %6s ms  %6.1f req/s  max/mean %.2f  preempted %d\n",
+		r.workload, r.prompts, r.policy, 100*r.hitRate, ms(r.ttft.P50), ms(r.ttft.P99), r.rps, r.maxMean, r.preempted)
 }
 
 // routingRun starts a fresh cluster for one policy and drives the workload.
@@ -243,6 +247,7 @@ func routingRun(ctx context.Context, c Config, kind loadgen.Kind, p string, w *l
 		stalled += after[i].StalledSlotTime - before[i].StalledSlotTime
 		hits += after[i].PrefixHits - before[i].PrefixHits
 		queries += after[i].PrefixQueries - before[i].PrefixQueries
+		row.preempted += after[i].Preemptions - before[i].Preemptions
 		row.perEngine = append(row.perEngine, after[i].Requests-before[i].Requests)
 	}
 	if queries > 0 {
@@ -283,10 +288,10 @@ func (r routingRow) perEngineString() string {
 
 func routingSection(c Config, rows []routingRow, meanTokens map[loadgen.Kind]float64) section {
 	t := &table{header: []string{"workload", "policy", "prefix-cache hit rate", "TTFT p50 ms", "TTFT p99 ms",
-		"latency p50 ms", "latency p99 ms", "req/s", "slots busy", "slots stalled on KV", "max/mean load", "requests per engine", "failed"}}
+		"latency p50 ms", "latency p99 ms", "req/s", "slots busy", "slots stalled on KV", "max/mean load", "requests per engine", "failed", "preempted"}}
 	for _, r := range rows {
 		t.add(string(r.workload), r.policy, pct(r.hitRate), ms(r.ttft.P50), ms(r.ttft.P99), ms(r.e2e.P50), ms(r.e2e.P99),
-			f1(r.rps), pct(r.busy), pct(r.stalled), f2(r.maxMean), r.perEngineString(), strconv.Itoa(r.res.Failed))
+			f1(r.rps), pct(r.busy), pct(r.stalled), f2(r.maxMean), r.perEngineString(), strconv.Itoa(r.res.Failed), strconv.FormatUint(r.preempted, 10))
 	}
 	lead := fmt.Sprintf("%d engines (%s; prefix cache in %d-token blocks, "+
 		"%d KV blocks and %d running sequences each), %d concurrent keep-alive clients, %d chat requests per run "+
@@ -302,7 +307,9 @@ func routingSection(c Config, rows []routingRow, meanTokens map[loadgen.Kind]flo
 		"Hit rate = the engines' prefix-cache hits / queries (tokens); TTFT from the streamed requests, latency (to the last byte) from all; "+
 		"slots busy = the engines' running sequences over the run, a share of all their running slots; slots stalled on KV = their free slots while requests waited anyway, "+
 		"the head of the queue not fitting the free KV blocks (the rest of the idle share is slots free with nothing waiting); "+
-		"max/mean load = the busiest engine's request count over the mean.",
+		"max/mean load = the busiest engine's request count over the mean; preempted = the sequences the engines preempted to recompute later when KV blocks ran out "+
+		"(the step model admits a sequence when its first chunk fits and allocates blocks as it grows, as vLLM does; the flat model admits one only when all its blocks fit and never preempts). "+
+		"The hit rate counts every admission's lookup, a preempted sequence's readmission included.",
 		c.Engines, engineModel(c, c.Decode), enginesim.BlockTokens, c.KVBlocks, c.MaxRunning, c.Concurrency, c.Requests,
 		c.MaxTokens, 100*c.StreamFraction, c.SystemPrompts, c.SystemBytes, c.UserBytes,
 		c.Conversations, c.TurnRequests, c.TurnSystemBytes, c.AnswerBytes, c.TurnUserBytes, c.Think,
@@ -390,10 +397,10 @@ func routingPlots(rows []routingRow) []plotFile {
 // sweepTable lists the shared workload's runs by number of system prompts.
 func sweepTable(rows []routingRow) *table {
 	t := &table{header: []string{"shared system prompts", "policy", "prefix-cache hit rate", "TTFT p50 ms", "TTFT p99 ms",
-		"req/s", "slots busy", "slots stalled on KV", "max/mean load", "requests per engine", "failed"}}
+		"req/s", "slots busy", "slots stalled on KV", "max/mean load", "requests per engine", "failed", "preempted"}}
 	for _, r := range rows {
 		t.add(strconv.Itoa(r.prompts), r.policy, pct(r.hitRate), ms(r.ttft.P50), ms(r.ttft.P99), f1(r.rps), pct(r.busy), pct(r.stalled), f2(r.maxMean),
-			r.perEngineString(), strconv.Itoa(r.res.Failed))
+			r.perEngineString(), strconv.Itoa(r.res.Failed), strconv.FormatUint(r.preempted, 10))
 	}
 	return t
 }
