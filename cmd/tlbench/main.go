@@ -104,7 +104,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	priorityModes := fs.String("priority-modes", "", "priority: modes to compare, of "+strings.Join(tlbench.PriorityModes, ",")+" (default all)")
 	pdRates := fs.String("pd-rates", "", "pd: arrival rates in requests per second (default 12,18,24; 24 with -quick)")
 	pdRepeats := fs.Int("pd-repeats", 0, "pd: runs of every fleet at every rate (default 3, 1 with -quick)")
-	pdDuration := fs.Duration("pd-duration", 0, "pd: how long each run sends, its warmup included (default 20s, 8s with -quick)")
+	pdDuration := fs.Duration("pd-duration", 0, "pd: how long each run sends, its warmup included (default 15s, 8s with -quick)")
 	pdSplits := fs.String("pd-splits", "", "pd: prefill engine counts of the disaggregated fleets, the rest of the engines decoding (default 2,1; 2 with -quick)")
 	pdProtocols := fs.String("pd-protocols", "", "pd: disaggregation protocols, of "+strings.Join(tlbench.PDProtocols, ",")+" (default both)")
 	loadWeight := fs.Float64("cache-load-weight", 0, "cache_aware_load_weight of the cache_aware runs (default: the gateway's)")
@@ -205,7 +205,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 		}
 	}
 	if slices.Contains(c.Only, tlbench.ExpPD) {
-		c.Timeout = 45 * time.Minute // the default runs about 20 minutes on 2 cores
+		c.Timeout = 45 * time.Minute // the default runs about 20 minutes on 2 cores (3 rates, 15 runs each)
 		if *quick {
 			c.Timeout = 10 * time.Minute
 		}

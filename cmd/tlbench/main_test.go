@@ -136,7 +136,7 @@ func TestParsePDFlags(t *testing.T) {
 		{[]string{"-pd-splits", "4"}, "-pd-splits: 4 prefill engines of 4 leave none to decode"},
 		{[]string{"-pd-protocols", "trtllm"}, `-pd-protocols: "trtllm" is not vllm, sglang`},
 		{[]string{"-pd-repeats", "-1"}, "-pd-repeats: must not be negative"},
-		{[]string{"-pd-duration", "2s"}, "-pd-duration: 2s is not longer than the warmup of 4s"},
+		{[]string{"-pd-duration", "2s"}, "-pd-duration: 2s is not longer than the warmup of 3s"},
 	} {
 		if _, err := parseFlags(tc.args, io.Discard); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("parseFlags(%q) = %v, want %q", tc.args, err, tc.want)

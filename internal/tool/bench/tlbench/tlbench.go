@@ -296,7 +296,7 @@ func Preset(quick bool) Config {
 		KeyLimitRPM: 600, KeyLimitDuration: 20 * time.Second,
 
 		PDEngines: 4, PDPreset: enginesim.PresetLlama8BH100.Name, PDSplits: []int{2, 1}, PDProtocols: slices.Clone(PDProtocols),
-		PDRates: []float64{12, 18, 24}, PDDuration: 20 * time.Second, PDWarmup: 4 * time.Second, PDRepeats: 3,
+		PDRates: []float64{12, 18, 24}, PDDuration: 15 * time.Second, PDWarmup: 3 * time.Second, PDRepeats: 3,
 		PDLongShare: 0.5, PDLongTokens: [2]int{2048, 8192}, PDChatTokens: [2]int{128, 512}, PDLongOutput: 64, PDChatOutput: 128,
 		PDTTFTSLO: time.Second, PDTPOTSLO: 15 * time.Millisecond,
 	}
