@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -356,9 +357,19 @@ func checkDiscoveryRBAC(t *testing.T, srv *kubeapi.Server, objs []*unstructured.
 		}
 		return r.Status.Allowed
 	}
+	// The apiserver's RBAC authorizer reads Roles and RoleBindings from an
+	// informer's cache: a grant applied a moment ago may not be seen yet.
+	// A grant the rendered RBAC should give is asked again until it is
+	// seen (10 s bound); grants it should not give are asked after, when
+	// the bindings are known to be in the cache.
 	want := func(ok bool, ns, group, resource, name, verb string) {
 		t.Helper()
-		if got := can(ns, group, resource, name, verb); got != ok {
+		got := can(ns, group, resource, name, verb)
+		for deadline := time.Now().Add(10 * time.Second); ok && !got && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+			got = can(ns, group, resource, name, verb)
+		}
+		if got != ok {
 			t.Errorf("%s may %s %s %q in %s: %v, want %v", user, verb, resource, name, ns, got, ok)
 		}
 	}
