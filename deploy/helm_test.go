@@ -17,7 +17,6 @@ import (
 
 	"github.com/BurntSushi/toml"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/sets"
 
@@ -346,30 +345,17 @@ func checkDiscoveryRBAC(t *testing.T, srv *kubeapi.Server, objs []*unstructured.
 	dep := kubeapi.Find(objs, "Deployment", "tlgate", false)
 	sa, _, _ := unstructured.NestedString(dep.Object, "spec", "template", "spec", "serviceAccountName")
 	user := "system:serviceaccount:" + dep.GetNamespace() + ":" + sa
-	can := func(ns, group, resource, name, verb string) bool {
-		t.Helper()
-		r, err := srv.Admin.AuthorizationV1().SubjectAccessReviews().Create(srv.Ctx(), &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + dep.GetNamespace()},
-				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Group: group, Resource: resource, Name: name, Verb: verb}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r.Status.Allowed
-	}
-	// The apiserver's RBAC authorizer reads Roles and RoleBindings from an
-	// informer's cache: a grant applied a moment ago may not be seen yet.
-	// A grant the rendered RBAC should give is asked again until it is
-	// seen (10 s bound); grants it should not give are asked after, when
-	// the bindings are known to be in the cache.
+	// A grant the rendered RBAC should give is asked again until the
+	// authorizer has seen the binding (kubeapi.Server.Allowed); grants it
+	// should not give are asked after, when the bindings are in its cache.
 	want := func(ok bool, ns, group, resource, name, verb string) {
 		t.Helper()
-		got := can(ns, group, resource, name, verb)
-		for deadline := time.Now().Add(10 * time.Second); ok && !got && time.Now().Before(deadline); {
-			time.Sleep(100 * time.Millisecond)
-			got = can(ns, group, resource, name, verb)
+		wait := time.Duration(0)
+		if ok {
+			wait = 10 * time.Second
 		}
-		if got != ok {
+		attrs := authorizationv1.ResourceAttributes{Namespace: ns, Group: group, Resource: resource, Name: name, Verb: verb}
+		if got := srv.Allowed(t, dep.GetNamespace(), sa, attrs, wait); got != ok {
 			t.Errorf("%s may %s %s %q in %s: %v, want %v", user, verb, resource, name, ns, got, ok)
 		}
 	}

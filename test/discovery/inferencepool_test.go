@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -66,6 +67,7 @@ func (k *poolKube) poolToken(t *testing.T, pool string) string {
 	if _, err := k.Admin.RbacV1().RoleBindings(k.ns).Create(k.ctx(), rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	k.AwaitAllowed(t, gatewayNS, sa.Name, authorizationv1.ResourceAttributes{Namespace: k.ns, Group: gvr.Group, Resource: gvr.Resource, Name: pool, Verb: "list"})
 	token := k.Token(gatewayNS, sa.Name)
 	checkPoolPrivilege(t, k.kube, token, k.ns, pool)
 	return token

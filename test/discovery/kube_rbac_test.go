@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -79,6 +80,9 @@ func applyRBAC(t *testing.T, k *kube, watched ...string) string {
 		if _, err := k.Admin.RbacV1().RoleBindings(ns).Create(k.ctx(), b, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for _, ns := range watched {
+		k.AwaitAllowed(t, gatewayNS, sa.Name, authorizationv1.ResourceAttributes{Namespace: ns, Resource: "pods", Verb: "list"})
 	}
 	exp := int64(3600)
 	tr, err := k.Admin.CoreV1().ServiceAccounts(gatewayNS).CreateToken(k.ctx(), sa.Name,

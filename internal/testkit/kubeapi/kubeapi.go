@@ -29,6 +29,8 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -255,4 +257,45 @@ func (s *Server) Ctx() context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	s.t.Cleanup(cancel)
 	return ctx
+}
+
+// AwaitAllowed asks the apiserver (a SubjectAccessReview) whether the
+// ServiceAccount sa of namespace saNS may do what attrs says, until it may,
+// and fails the test when it still may not after 10 s. The RBAC authorizer
+// reads Roles and RoleBindings from an informer's cache, so a binding
+// created a moment ago may not be seen yet: a test that checks what a
+// fresh binding grants (or that it grants no more) waits for it here first.
+func (s *Server) AwaitAllowed(t testing.TB, saNS, sa string, attrs authorizationv1.ResourceAttributes) {
+	t.Helper()
+	if !s.allowedWithin(t, saNS, sa, attrs, 10*time.Second) {
+		t.Fatalf("system:serviceaccount:%s:%s may not %s %s in %q after 10 s", saNS, sa, attrs.Verb, attrs.Resource, attrs.Namespace)
+	}
+}
+
+// Allowed is AwaitAllowed's question without the failure: whether the
+// ServiceAccount may, once the authorizer has had up to wait to see a
+// fresh binding (0 asks once).
+func (s *Server) Allowed(t testing.TB, saNS, sa string, attrs authorizationv1.ResourceAttributes, wait time.Duration) bool {
+	t.Helper()
+	return s.allowedWithin(t, saNS, sa, attrs, wait)
+}
+
+func (s *Server) allowedWithin(t testing.TB, saNS, sa string, attrs authorizationv1.ResourceAttributes, wait time.Duration) bool {
+	t.Helper()
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:               "system:serviceaccount:" + saNS + ":" + sa,
+		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + saNS},
+		ResourceAttributes: &attrs,
+	}}
+	deadline := time.Now().Add(wait)
+	for {
+		r, err := s.Admin.AuthorizationV1().SubjectAccessReviews().Create(s.Ctx(), review, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("kubeapi: subject access review: %v", err)
+		}
+		if r.Status.Allowed || !time.Now().Before(deadline) {
+			return r.Status.Allowed
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
