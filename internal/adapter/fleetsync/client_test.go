@@ -241,7 +241,8 @@ func TestSyncPeerBatchesCoalesced(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for tc.metric("tlgate_sync_messages_received_total", "kind", metrics.SyncBatch) < 2*each {
 		if time.Now().After(deadline) {
-			t.Fatalf("%v of %d batches received", tc.metric("tlgate_sync_messages_received_total", "kind", metrics.SyncBatch), 2*each)
+			t.Fatalf("%v of %d batches received (%v dropped)", tc.metric("tlgate_sync_messages_received_total", "kind", metrics.SyncBatch), 2*each,
+				tc.metric("tlgate_sync_messages_dropped_total", "kind", metrics.SyncBatch))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

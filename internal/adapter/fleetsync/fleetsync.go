@@ -237,8 +237,9 @@ func (c *Client) Applied(r router.PeerApplied) {
 func (c *Client) subject(s string) string { return c.cfg.SubjectPrefix + "." + s }
 
 // Start connects to NATS as replica id, feeding the router actor pid,
-// and starts the batcher, the subscriptions and the load ticker. NATS
-// need not be reachable: the client keeps trying in the background, and
+// and starts the batcher, the subscriptions and the load ticker. When
+// NATS is reachable, Start returns once the server holds the
+// subscriptions. NATS need not be reachable: the client keeps trying in the background, and
 // the gateway serves meanwhile. It fails only on a configuration that
 // cannot be used (TLS files, credentials).
 func (c *Client) Start(id string, pid *actor.PID) error {
@@ -296,6 +297,13 @@ func (c *Client) Start(id string, pid *actor.PID) error {
 	c.mu.Unlock()
 	go c.run(ctx)
 	if nc.IsConnected() {
+		// The subscriptions go out on the connection's writer; a round
+		// trip makes the server hold them before Start returns, so no
+		// peer's message sent after that is missed. A slow server only
+		// delays them: the client serves on either way.
+		if err := nc.FlushTimeout(c.cfg.ConnectTimeout.Duration); err != nil {
+			c.log.Warn().Err(err).Msg("fleet sync: NATS did not confirm the subscriptions in connect_timeout; they take effect when it does")
+		}
 		c.m.Up(true)
 		c.goWarm() // or the connect handler's, whichever runs first
 	}
