@@ -28,25 +28,28 @@ func (a *requestActor) attempt(ctx actor.Context, extra http.Header) {
 	self, root, ex, p := ctx.Self(), ctx.ActorSystem().Root, a.ex, a.d.Proxy
 	ex.wg.Add(1)
 	if !ex.Req.Stream {
-		go func() {
+		var resp *proxy.Response
+		var err error
+		ex.spawn(func() { resp, err = p.Fetch(actx, att) }, func() {
 			defer ex.wg.Done()
-			resp, err := p.Fetch(actx, att)
 			root.Send(self, &fetched{resp: resp, err: err})
-		}()
+		})
 		return
 	}
 	debug, target, step, rt := ex.Debug, a.target, a.target.CascadeStep, a.d.Router
 	worker := target.Worker.ID
 	sw := a.streamWriter()
-	go func() {
-		defer ex.wg.Done()
-		res := p.Stream(actx, att, sw, func(status int, uh http.Header) {
+	var res proxy.Result
+	ex.spawn(func() {
+		res = p.Stream(actx, att, sw, func(status int, uh http.Header) {
 			ex.committed.Store(true)
 			reportAnswer(root.Send, rt, target, status, time.Since(started))
 			responseHeaders(ex.W.Header(), ex.RequestID, debug, worker, cascadeStep(target, step))
 		})
+	}, func() {
+		defer ex.wg.Done()
 		root.Send(self, &streamed{res: res})
-	}()
+	})
 }
 
 // upstream is a request of the exchange to the engine at addr: body, the

@@ -50,6 +50,7 @@ type Exchange struct {
 	wg        sync.WaitGroup
 	committed atomic.Bool
 	trace     *trace.SpanContext // the request span's, set by the actor (nil: tracing off)
+	loop      *edgeLoop          // the edge's goroutine running the actor (Run); nil: spawned by Props
 }
 
 // Salt is how an attempt's body carries the request's cache_salt.
@@ -76,6 +77,17 @@ type Budget interface {
 // NewExchange returns an exchange ready to hand to the actor.
 func NewExchange(ctx context.Context, w http.ResponseWriter, req openai.Request, path, requestID string) *Exchange {
 	return &Exchange{Ctx: ctx, W: w, Req: req, Path: path, RequestID: requestID, Received: time.Now(), Done: make(chan Outcome, 1)}
+}
+
+// spawn runs an attempt's I/O (run) and then its report to the actor
+// (then) away from the actor: on the edge's goroutine when Run runs the
+// actor and that goroutine is free, else on a new goroutine.
+func (ex *Exchange) spawn(run, then func()) {
+	if ex.loop != nil {
+		ex.loop.goWork(run, then)
+		return
+	}
+	go func() { run(); then() }()
 }
 
 // Wait blocks until no attempt goroutine of the exchange is running.

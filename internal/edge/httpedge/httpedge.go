@@ -267,9 +267,7 @@ func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, 
 		ex.Tokens = adm.Reservation
 	}
 	ex.Debug = key.Has(auth.ScopeDebug)
-	d.Root.Spawn(request.Props(d.Request, ex))
-	o := <-ex.Done
-	ex.Wait() // no attempt goroutine touches w after this
+	o := request.Run(d.Root, d.Request, ex) // no attempt touches w after this
 	if !o.Streamed && !ex.Committed() && o.Status != 499 {
 		for k, v := range o.Header {
 			w.Header()[k] = v
