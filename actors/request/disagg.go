@@ -51,11 +51,12 @@ func (a *requestActor) tokenize(ctx actor.Context) {
 	addr, model := a.target.Prefill.HTTPAddress, a.target.ServedModel
 	tctx := a.traceTokenize()
 	ex.wg.Add(1)
-	go func() {
+	var ids []uint32
+	var err error
+	ex.spawn(func() { ids, err = eng.Tokenize(tctx, addr, model, ex.Req.Object.Bytes(), ex.Req.Chat) }, func() {
 		defer ex.wg.Done()
-		ids, err := eng.Tokenize(tctx, addr, model, ex.Req.Object.Bytes(), ex.Req.Chat)
 		root.Send(self, &tokenized{ids: ids, err: err})
-	}()
+	})
 }
 
 func (a *requestActor) onTokenized(ctx actor.Context, m *tokenized) {
@@ -82,16 +83,18 @@ func (a *requestActor) prefill(ctx actor.Context) {
 	addr := a.target.Prefill.GRPCAddress
 	pctx := a.tracePrefill()
 	ex.wg.Add(1)
-	go func() {
-		defer ex.wg.Done()
+	m := &prefilled{}
+	ex.spawn(func() {
 		start := time.Now()
 		resp, err := eng.Prefill(pctx, addr, req)
-		m := &prefilled{took: time.Since(start), err: err}
+		m.took, m.err = time.Since(start), err
 		if resp != nil {
 			m.handle = resp.GetHandleId()
 		}
+	}, func() {
+		defer ex.wg.Done()
 		root.Send(self, m)
-	}()
+	})
 }
 
 func (a *requestActor) onPrefilled(ctx actor.Context, m *prefilled) {

@@ -179,18 +179,27 @@ func (a *requestActor) prefillLeg(ctx actor.Context, lctx context.Context, body 
 	if wait {
 		ex.wg.Add(1)
 	}
-	go func() {
-		if wait {
-			defer ex.wg.Done()
-		}
+	m := &legAnswered{gen: gen}
+	spawn := ex.spawn
+	if !wait {
+		// A leg beside the decode leg may outlive the answer: never on
+		// the edge's goroutine, which returns with the answer.
+		spawn = func(run, then func()) { go func() { run(); then() }() }
+	}
+	spawn(func() {
 		start := time.Now()
 		resp, err := p.Fetch(lctx, att)
 		if err == nil && resp.Status != http.StatusOK {
 			err = fmt.Errorf("prefill answered %d", resp.Status)
 		}
 		endSpan(span, err)
-		root.Send(self, &legAnswered{gen: gen, resp: resp, err: err, took: time.Since(start)})
-	}()
+		m.resp, m.err, m.took = resp, err, time.Since(start)
+	}, func() {
+		if wait {
+			defer ex.wg.Done()
+		}
+		root.Send(self, m)
+	})
 }
 
 // scheme is the engines' HTTP scheme.

@@ -78,14 +78,17 @@ func (a *requestActor) needTokens(ctx actor.Context, nt *router.NeedTokensError)
 	self, root, tok := ctx.Self(), ctx.ActorSystem().Root, a.d.Tokenizer
 	tctx, cancel := context.WithTimeout(a.ex.Ctx, a.d.TokenizeTimeout)
 	start := time.Now()
-	go func() {
+	var ids []uint32
+	var err error
+	a.ex.spawn(func() {
 		defer cancel()
-		ids, err := tok.Tokenize(tctx, tr)
+		ids, err = tok.Tokenize(tctx, tr)
 		if err == nil && tctx.Err() != nil {
 			err = tctx.Err()
 		}
+	}, func() {
 		root.Send(self, &tokensFor{base: nt.Base, ids: ids, err: err, took: time.Since(start)})
-	}()
+	})
 }
 
 // onTokens routes again with the tokens, or without them.
