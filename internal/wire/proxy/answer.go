@@ -93,12 +93,15 @@ func (p *Proxy) readAnswer(ctx, actx context.Context, resp *http.Response, wait 
 	}
 	var buf bytes.Buffer
 	if resp.ContentLength > 0 {
-		buf.Grow(int(resp.ContentLength))
+		// One byte over the length: the read that finds the end fits.
+		buf.Grow(int(resp.ContentLength) + 1)
 	}
 	body := io.LimitReader(resp.Body, limit+1)
 	wait.Reset(p.o.IdleTimeout)
 	for {
-		buf.Grow(4 << 10)
+		if buf.Available() == 0 {
+			buf.Grow(4 << 10)
+		}
 		b := buf.AvailableBuffer()
 		n, err := body.Read(b[:cap(b)])
 		buf.Write(b[:n])
@@ -157,14 +160,14 @@ func checkAnswer(resp *http.Response, body []byte, expect openai.Endpoint, d *di
 		}
 		return nil, bad(FailStatus5xx, "(server error)")
 	case st >= 200 && st < 300:
-		ans := dialect.Read(body)
-		if !ans.JSON() {
+		r := &Response{Status: st, Header: resp.Header, Body: body, Answer: dialect.Read(body)}
+		if !r.Answer.JSON() {
 			return nil, bad(FailBadAnswer, "(not JSON)")
 		}
-		if !d.Success(&ans, expect) {
+		if !d.Success(&r.Answer, expect) {
 			return nil, bad(FailBadAnswer, "(not the answer its path calls for)")
 		}
-		return &Response{Status: st, Header: resp.Header, Body: body, Answer: ans}, nil
+		return r, nil
 	case st == http.StatusUnauthorized || st == http.StatusForbidden || st == http.StatusProxyAuthRequired:
 		return nil, bad(FailBadAnswer, "(the engine refused the gateway)")
 	case st >= 400 && st < 500:

@@ -43,7 +43,7 @@ func (p *Proxy) Fetch(ctx context.Context, a Attempt) (*Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := p.client.Do(req)
+	resp, err := p.do(req)
 	if err != nil {
 		ae := classify(ctx, actx, err, false)
 		ae.Generating = ae.Reason == FailTimeout && errors.Is(context.Cause(actx), errGenerating)

@@ -19,6 +19,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -128,6 +130,22 @@ func New(o Options) *Proxy {
 		}
 	}
 	return p
+}
+
+// do sends req: on the proxy's own transport directly (it follows no
+// redirect, so an http.Client would only add its allocations), else with
+// the caller's Client. A transport error names the method and URL, as
+// the Client's do.
+func (p *Proxy) do(req *http.Request) (*http.Response, error) {
+	if p.transport == nil {
+		return p.client.Do(req)
+	}
+	resp, err := p.transport.RoundTrip(req)
+	if err != nil {
+		op := req.Method[:1] + strings.ToLower(req.Method[1:])
+		return nil, &url.Error{Op: op, URL: req.URL.Redacted(), Err: err}
+	}
+	return resp, nil
 }
 
 // Close closes idle connections to engines. Attempts in progress are not

@@ -88,7 +88,7 @@ func (p *Proxy) Stream(ctx context.Context, a Attempt, w http.ResponseWriter, co
 	if err != nil {
 		return Result{Err: err}
 	}
-	resp, err := p.client.Do(req)
+	resp, err := p.do(req)
 	if err != nil {
 		ae := classify(ctx, actx, err, false)
 		return Result{Err: ae, ClientGone: ae.Reason == FailCanceled}
