@@ -15,9 +15,10 @@ import (
 )
 
 // Exchange is one client request as the edge hands it over, and the channel
-// on which the actor hands back its outcome. The edge waits on Done, then on
-// Wait (no attempt goroutine may still touch the response writer), then
-// writes Outcome unless the response was already committed by a stream.
+// on which the actor hands back its outcome. The edge runs it with Run (or
+// spawns Props and waits on Done, then on Wait: no attempt may still touch
+// the response writer), then writes Outcome unless the response was already
+// committed by a stream.
 type Exchange struct {
 	Ctx context.Context // the client's request context
 	W   http.ResponseWriter
@@ -90,7 +91,7 @@ func (ex *Exchange) spawn(run, then func()) {
 	go func() { run(); then() }()
 }
 
-// Wait blocks until no attempt goroutine of the exchange is running.
+// Wait blocks until no attempt of the exchange is running.
 func (ex *Exchange) Wait() { ex.wg.Wait() }
 
 // Committed reports whether bytes of a streamed answer reached the client.
