@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -72,7 +73,7 @@ func TestEdgeLoop(t *testing.T) {
 			l.Schedule(func() { order = append(order, "second") }) // as a mailbox going idle and woken again would
 		})
 		l.drain()
-		if want := []string{"first", "second", "attempt"}; !equalStrings(order, want) || fb.n.Load() != 1 {
+		if want := []string{"first", "second", "attempt"}; !slices.Equal(order, want) || fb.n.Load() != 1 {
 			t.Fatalf("order %v, fallback runs %d; want %v and 1", order, fb.n.Load(), want)
 		}
 	})
@@ -108,18 +109,6 @@ func TestEdgeLoop(t *testing.T) {
 	})
 }
 
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // TestRequestRunsOnItsEdgeGoroutine: a request that fails over (worker a
 // answers 503) and escalates (b's answer is not confident enough) before
 // the cascade's last step answers runs every message of its actor and its
@@ -127,13 +116,7 @@ func equalStrings(a, b []string) bool {
 // the dispatcher, so the request costs no goroutine handoff but the
 // router's.
 func TestRequestRunsOnItsEdgeGoroutine(t *testing.T) {
-	unsure := `{"choices":[{"index":0,"message":{"role":"assistant","content":"hm"},"logprobs":{"content":[{"token":"hm","logprob":-3}]}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}`
-	sure := `{"choices":[{"index":0,"message":{"role":"assistant","content":"yes"}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}`
-	e := newEngines(t, map[string]func(http.ResponseWriter){
-		"a": func(w http.ResponseWriter) { w.WriteHeader(http.StatusServiceUnavailable) },
-		"b": answerJSON(unsure),
-		"c": answerJSON(sure),
-	})
+	e := failoverCascadeEngines(t)
 	for _, stream := range []bool{false, true} {
 		body := `{"model":"auto", "messages":[{"role":"user","content":"is it?"}]}`
 		req, err := openai.ParseRequest([]byte(body), true)
@@ -167,7 +150,7 @@ func TestRequestRunsOnItsEdgeGoroutine(t *testing.T) {
 		d.Proxy.Close()
 		_ = sys.Root.StopFuture(rt).Wait()
 		sys.Shutdown()
-		if !stream && (o.Status != http.StatusOK || string(o.Body) != sure || len(routes) != 3) {
+		if !stream && (o.Status != http.StatusOK || string(o.Body) != sureAnswer || len(routes) != 3) {
 			t.Fatalf("outcome %d %s %q after %d routes, want the big model's answer after 3", o.Status, o.Code, o.Body, len(routes))
 		}
 		if stream && (!o.Streamed || rec.Code != http.StatusOK || rec.Body.Len() == 0) {

@@ -53,6 +53,25 @@ func (e *engines) sent(name string) []string {
 	return append([]string(nil), e.bodies[name]...)
 }
 
+// failoverCascadeEngines are the engines of cascadeRouter's cascade:
+// worker a answers 503, b an answer below the acceptance rule, c one the
+// last step returns.
+func failoverCascadeEngines(t *testing.T) *engines {
+	t.Helper()
+	return newEngines(t, map[string]func(http.ResponseWriter){
+		"a": func(w http.ResponseWriter) { w.WriteHeader(http.StatusServiceUnavailable) },
+		"b": answerJSON(unsureAnswer),
+		"c": answerJSON(sureAnswer),
+	})
+}
+
+// unsureAnswer is below cascadeRouter's acceptance rule; sureAnswer is
+// the last step's.
+const (
+	unsureAnswer = `{"choices":[{"index":0,"message":{"role":"assistant","content":"hm"},"logprobs":{"content":[{"token":"hm","logprob":-3}]}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}`
+	sureAnswer   = `{"choices":[{"index":0,"message":{"role":"assistant","content":"yes"}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}`
+)
+
 // answerJSON answers 200 with body.
 func answerJSON(body string) func(w http.ResponseWriter) {
 	return func(w http.ResponseWriter) {
@@ -117,13 +136,7 @@ func runExchange(t *testing.T, fake func(actor.Context), d *Deps, ex *Exchange) 
 // (the served model, logprobs forced on below the last step, nothing
 // else), and nothing parses the body again, whatever the attempt.
 func TestRequestParsedOnce(t *testing.T) {
-	unsure := `{"choices":[{"index":0,"message":{"role":"assistant","content":"hm"},"logprobs":{"content":[{"token":"hm","logprob":-3}]}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}`
-	sure := `{"choices":[{"index":0,"message":{"role":"assistant","content":"yes"}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}`
-	e := newEngines(t, map[string]func(http.ResponseWriter){
-		"a": func(w http.ResponseWriter) { w.WriteHeader(http.StatusServiceUnavailable) },
-		"b": answerJSON(unsure),
-		"c": answerJSON(sure),
-	})
+	e := failoverCascadeEngines(t)
 	body := `{"model":"auto", "messages":[{"role":"user","content":"is it?"}], "temperature":0.5}`
 	req, err := openai.ParseRequest([]byte(body), true)
 	if err != nil {
@@ -141,7 +154,7 @@ func TestRequestParsedOnce(t *testing.T) {
 	}}
 	ex := NewExchange(context.Background(), httptest.NewRecorder(), req, "/v1/chat/completions", "req-1")
 	a, o := runExchange(t, cascadeRouter(e, &routes, &mu), d, ex)
-	if o.Status != http.StatusOK || string(o.Body) != sure {
+	if o.Status != http.StatusOK || string(o.Body) != sureAnswer {
 		t.Fatalf("outcome %d %s %q, want the big model's answer", o.Status, o.Code, o.Body)
 	}
 	mu.Lock()
