@@ -151,14 +151,11 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 		c.PriorityDuration = *priorityDuration
 	}
 	if *priorityModes != "" {
-		c.PriorityModes = nil
-		for _, m := range strings.Split(*priorityModes, ",") {
-			m = strings.TrimSpace(m)
-			if !slices.Contains(tlbench.PriorityModes, m) {
-				return tlbench.Config{}, fmt.Errorf("-priority-modes: %q is not %s", m, strings.Join(tlbench.PriorityModes, ", "))
-			}
-			c.PriorityModes = append(c.PriorityModes, m)
+		ms, err := chooseFrom("-priority-modes", *priorityModes, tlbench.PriorityModes)
+		if err != nil {
+			return tlbench.Config{}, err
 		}
+		c.PriorityModes = ms
 	}
 	if err := parsePD(&c, *pdRates, *pdSplits, *pdProtocols, *pdRepeats, *pdDuration); err != nil {
 		return tlbench.Config{}, err
@@ -233,14 +230,11 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 		}
 	}
 	if *pols != "" {
-		c.RoutePolicies = nil
-		for _, p := range strings.Split(*pols, ",") {
-			p = strings.TrimSpace(p)
-			if !slices.Contains(tlbench.Policies, p) {
-				return tlbench.Config{}, fmt.Errorf("-policies: unknown policy %q (want %s)", p, strings.Join(tlbench.Policies, ", "))
-			}
-			c.RoutePolicies = append(c.RoutePolicies, p)
+		ps, err := chooseFrom("-policies", *pols, tlbench.Policies)
+		if err != nil {
+			return tlbench.Config{}, err
 		}
+		c.RoutePolicies = ps
 	}
 	if *sweep != "" {
 		if c.SweepPrompts, err = parseInts(*sweep); err != nil {
@@ -298,32 +292,13 @@ func parsePD(c *tlbench.Config, rates, splits, protocols string, repeats int, du
 		c.PDSplits = ps
 	}
 	if protocols != "" {
-		c.PDProtocols = nil
-		for _, p := range strings.Split(protocols, ",") {
-			p = strings.TrimSpace(p)
-			if !slices.Contains(tlbench.PDProtocols, p) {
-				return fmt.Errorf("-pd-protocols: %q is not %s", p, strings.Join(tlbench.PDProtocols, ", "))
-			}
-			if !slices.Contains(c.PDProtocols, p) {
-				c.PDProtocols = append(c.PDProtocols, p)
-			}
+		ps, err := chooseFrom("-pd-protocols", protocols, tlbench.PDProtocols)
+		if err != nil {
+			return err
 		}
+		c.PDProtocols = ps
 	}
-	switch {
-	case repeats < 0:
-		return fmt.Errorf("-pd-repeats: must not be negative, got %d", repeats)
-	case repeats > 0:
-		c.PDRepeats = repeats
-	}
-	switch {
-	case duration < 0:
-		return fmt.Errorf("-pd-duration: must not be negative, got %v", duration)
-	case duration > 0 && duration <= c.PDWarmup:
-		return fmt.Errorf("-pd-duration: %v is not longer than the warmup of %v", duration, c.PDWarmup)
-	case duration > 0:
-		c.PDDuration = duration
-	}
-	return nil
+	return runShape("-pd", repeats, duration, c.PDWarmup, &c.PDRepeats, &c.PDDuration)
 }
 
 // parseOpenLoop applies the openloop experiment's flags to c.
@@ -384,31 +359,56 @@ func parseOpenLoop(c *tlbench.Config, rates, goodputRates, replicas, sync, workl
 	}
 	if policies != "" {
 		// The preset compares every policy the open loop knows.
-		known := c.OpenPolicies
-		c.OpenPolicies = nil
-		for _, p := range strings.Split(policies, ",") {
-			p = strings.TrimSpace(p)
-			if !slices.Contains(known, p) {
-				return fmt.Errorf("-open-policies: %q is not %s", p, strings.Join(known, " or "))
-			}
-			if !slices.Contains(c.OpenPolicies, p) {
-				c.OpenPolicies = append(c.OpenPolicies, p)
-			}
+		ps, err := chooseFrom("-open-policies", policies, c.OpenPolicies)
+		if err != nil {
+			return err
+		}
+		c.OpenPolicies = ps
+	}
+	return runShape("-open", repeats, duration, c.OpenWarmup, &c.OpenRepeats, &c.OpenDuration)
+}
+
+// chooseFrom reads flag's comma-separated list of names from known, each
+// kept once, in the order given.
+func chooseFrom(flag, list string, known []string) ([]string, error) {
+	var out []string
+	for _, p := range strings.Split(list, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(known, p) {
+			return nil, fmt.Errorf("%s: %q is not %s", flag, p, orList(known))
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
 		}
 	}
+	return out, nil
+}
+
+// orList names the choices: "a, b or c".
+func orList(choices []string) string {
+	if len(choices) < 2 {
+		return strings.Join(choices, "")
+	}
+	return strings.Join(choices[:len(choices)-1], ", ") + " or " + choices[len(choices)-1]
+}
+
+// runShape sets an experiment's repeats and run duration from the flags
+// prefix-repeats and prefix-duration (zero: the default kept); a run must
+// last longer than its warmup.
+func runShape(prefix string, repeats int, duration, warmup time.Duration, toRepeats *int, toDuration *time.Duration) error {
 	switch {
 	case repeats < 0:
-		return fmt.Errorf("-open-repeats: must be positive, got %d", repeats)
+		return fmt.Errorf("%s-repeats: must not be negative, got %d", prefix, repeats)
 	case repeats > 0:
-		c.OpenRepeats = repeats
+		*toRepeats = repeats
 	}
 	switch {
 	case duration < 0:
-		return fmt.Errorf("-open-duration: must be positive, got %v", duration)
-	case duration > 0 && duration <= c.OpenWarmup:
-		return fmt.Errorf("-open-duration: %v is not longer than the warmup of %v", duration, c.OpenWarmup)
+		return fmt.Errorf("%s-duration: must not be negative, got %v", prefix, duration)
+	case duration > 0 && duration <= warmup:
+		return fmt.Errorf("%s-duration: %v is not longer than the warmup of %v", prefix, duration, warmup)
 	case duration > 0:
-		c.OpenDuration = duration
+		*toDuration = duration
 	}
 	return nil
 }

@@ -54,7 +54,7 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-workloads", "burst"}, `-workloads: unknown workload "burst"`},
 		{[]string{"-rate", "-5"}, "-timeout and -rate must not be negative"},
 		{[]string{"extra"}, `unexpected arguments ["extra"]`},
-		{[]string{"-policies", "least_outstanding,magic"}, `-policies: unknown policy "magic"`},
+		{[]string{"-policies", "least_outstanding,magic"}, `-policies: "magic" is not least_outstanding, `},
 		{[]string{"-sweep", "4,0"}, `-sweep: not a positive integer: "0"`},
 		{[]string{"-cache-load-weight", "-1"}, "-cache-load-weight: must not be negative, got -1"},
 	} {
@@ -99,8 +99,8 @@ func TestParseOpenLoopFlags(t *testing.T) {
 		{[]string{"-open-sync", "off,maybe"}, `-open-sync: "maybe" is not off or on`},
 		{[]string{"-open-workloads", "shared"}, `-open-workloads: "shared" is not multi-turn or rag`},
 		{[]string{"-open-policies", "cache_aware,random"}, `-open-policies: "random" is not least_outstanding or cache_aware`},
-		{[]string{"-open-repeats", "-1"}, "-open-repeats: must be positive, got -1"},
-		{[]string{"-open-duration", "-1s"}, "-open-duration: must be positive, got -1s"},
+		{[]string{"-open-repeats", "-1"}, "-open-repeats: must not be negative, got -1"},
+		{[]string{"-open-duration", "-1s"}, "-open-duration: must not be negative, got -1s"},
 		{[]string{"-open-duration", "2s"}, "-open-duration: 2s is not longer than the warmup of 2s"},
 		{[]string{"-open-release-hold", "-1ms"}, `-open-release-hold: want a duration of 0 or more, got "-1ms"`},
 		{[]string{"-open-release-hold", "soon"}, `-open-release-hold: want a duration of 0 or more, got "soon"`},
@@ -134,7 +134,7 @@ func TestParsePDFlags(t *testing.T) {
 	}{
 		{[]string{"-pd-rates", "10,0"}, `-pd-rates: not a positive rate: "0"`},
 		{[]string{"-pd-splits", "4"}, "-pd-splits: 4 prefill engines of 4 leave none to decode"},
-		{[]string{"-pd-protocols", "trtllm"}, `-pd-protocols: "trtllm" is not vllm, sglang`},
+		{[]string{"-pd-protocols", "trtllm"}, `-pd-protocols: "trtllm" is not vllm or sglang`},
 		{[]string{"-pd-repeats", "-1"}, "-pd-repeats: must not be negative"},
 		{[]string{"-pd-duration", "2s"}, "-pd-duration: 2s is not longer than the warmup of 3s"},
 	} {
