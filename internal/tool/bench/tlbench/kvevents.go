@@ -107,15 +107,7 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 		if err != nil {
 			return section{}, err
 		}
-		users := c.OpenCapacityUsers
-		if users < 1 {
-			users = 4 * c.Engines * c.MaxRunning
-		}
-		rate := float64(users) * 20
-		if floor := time.Duration(c.OpenMaxTokens) * c.OpenDecode; floor > 0 {
-			rate = max(rate, float64(users)/floor.Seconds())
-		}
-		sessions, err := openSessions(c, kind, rate, seed)
+		users, sessions, err := capacityLoad(c, kind, seed)
 		if err != nil {
 			return section{}, err
 		}

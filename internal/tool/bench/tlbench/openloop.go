@@ -77,6 +77,24 @@ func goodputOf(res *loadgen.Result, slo time.Duration) (goodput, attained float6
 	return goodput, attained
 }
 
+// capacityLoad returns the closed-loop users of a capacity run, enough to
+// keep every slot busy (OpenCapacityUsers, when set), and the sessions
+// they draw from.
+func capacityLoad(c Config, kind loadgen.Kind, seed uint64) (int, []loadgen.Session, error) {
+	users := c.OpenCapacityUsers
+	if users < 1 {
+		users = 4 * c.Engines * c.MaxRunning
+	}
+	// Enough sessions that the users never run out of them: no request
+	// is answered faster than its max_tokens of decode.
+	rate := float64(users) * 20
+	if floor := time.Duration(c.OpenMaxTokens) * c.OpenDecode; floor > 0 {
+		rate = max(rate, float64(users)/floor.Seconds())
+	}
+	sessions, err := openSessions(c, kind, rate, seed)
+	return users, sessions, err
+}
+
 // openSessions builds the sessions of one workload at rate: enough
 // conversations (or questions) to start at that rate for the whole run.
 func openSessions(c Config, kind loadgen.Kind, rate float64, seed uint64) ([]loadgen.Session, error) {
@@ -302,17 +320,7 @@ func openLoopExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 	for wi, kind := range c.OpenWorkloads {
 		// Capacity: closed-loop users enough to keep every slot busy.
 		seed := c.Seed + uint64(wi)
-		users := c.OpenCapacityUsers
-		if users < 1 {
-			users = 4 * c.Engines * c.MaxRunning
-		}
-		// Enough sessions that the users never run out of them: no request
-		// is answered faster than its max_tokens of decode.
-		rate := float64(users) * 20
-		if floor := time.Duration(c.OpenMaxTokens) * c.OpenDecode; floor > 0 {
-			rate = max(rate, float64(users)/floor.Seconds())
-		}
-		sessions, err := openSessions(c, kind, rate, seed)
+		users, sessions, err := capacityLoad(c, kind, seed)
 		if err != nil {
 			return section{}, nil, err
 		}
