@@ -22,31 +22,48 @@ import (
 // onSnapshotRequest answers a peer's warm start with the router's view,
 // sized to fit one message before the router copies anything.
 func (c *Client) onSnapshotRequest(msg *nats.Msg) {
-	asker := string(msg.Data)
-	switch {
-	case asker == c.ID():
-		c.warnDuplicateID()
-		return
-	case !ValidReplicaID(asker):
-		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropMalformed, 1)
-		return
-	case !c.serveLimit.Allow():
-		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropRate, 1)
+	asker, ok := c.askerToServe(msg, metrics.SyncSnapshot)
+	if !ok {
 		return
 	}
 	data := c.buildSnapshot()
-	if data == nil {
-		return
-	}
-	c.mu.Lock()
-	nc := c.nc
-	c.mu.Unlock()
-	if nc == nil || nc.Publish(c.subject(subjectSnapshots+"."+c.ID()+"."+asker), data) != nil {
-		c.m.Dropped(metrics.SyncSnapshot, metrics.SyncDropDisconnected, 1)
+	if data == nil || !c.answerAsker(asker, data, metrics.SyncSnapshot) {
 		return
 	}
 	c.m.Sent(metrics.SyncSnapshot, 1)
 	c.m.Snapshot(metrics.SnapshotServed, len(data), 0)
+}
+
+// askerToServe returns the replica id a request of kind (a snapshot, or
+// stored records) on msg asks for, ok false when it is not answered: its
+// id is this replica's own, malformed, or asks past the serving rate.
+func (c *Client) askerToServe(msg *nats.Msg, kind string) (string, bool) {
+	asker := string(msg.Data)
+	switch {
+	case asker == c.ID():
+		c.warnDuplicateID()
+		return "", false
+	case !ValidReplicaID(asker):
+		c.m.Dropped(kind, metrics.SyncDropMalformed, 1)
+		return "", false
+	case !c.serveLimit.Allow():
+		c.m.Dropped(kind, metrics.SyncDropRate, 1)
+		return "", false
+	}
+	return asker, true
+}
+
+// answerAsker publishes data of kind to asker on this replica's snapshot
+// subject, and reports whether it went.
+func (c *Client) answerAsker(asker string, data []byte, kind string) bool {
+	c.mu.Lock()
+	nc := c.nc
+	c.mu.Unlock()
+	if nc == nil || nc.Publish(c.subject(subjectSnapshots+"."+c.ID()+"."+asker), data) != nil {
+		c.m.Dropped(kind, metrics.SyncDropDisconnected, 1)
+		return false
+	}
+	return true
 }
 
 // snapshotLimit is the size a snapshot sent must fit: max_message_bytes,
@@ -104,18 +121,11 @@ func (c *Client) askRecords(replica string) {
 // onRecordsRequest answers a peer that asks for this replica's own stored
 // responses (newest first, as many as fit one message): never a peer's.
 func (c *Client) onRecordsRequest(msg *nats.Msg) {
-	asker := string(msg.Data)
-	switch {
-	case asker == c.ID():
-		c.warnDuplicateID()
+	if c.o.Stored == nil {
 		return
-	case !ValidReplicaID(asker):
-		c.m.Dropped(metrics.SyncStored, metrics.SyncDropMalformed, 1)
-		return
-	case c.o.Stored == nil:
-		return
-	case !c.serveLimit.Allow():
-		c.m.Dropped(metrics.SyncStored, metrics.SyncDropRate, 1)
+	}
+	asker, ok := c.askerToServe(msg, metrics.SyncStored)
+	if !ok {
 		return
 	}
 	limit := c.snapshotLimit() - snapshotHeaderBytes
@@ -127,12 +137,7 @@ func (c *Client) onRecordsRequest(msg *nats.Msg) {
 			size += n
 		}
 	})
-	c.mu.Lock()
-	nc := c.nc
-	c.mu.Unlock()
-	if nc == nil || nc.Publish(c.subject(subjectSnapshots+"."+c.ID()+"."+asker), EncodeRecords(nil, c.ID(), rs)) != nil {
-		c.m.Dropped(metrics.SyncStored, metrics.SyncDropDisconnected, 1)
-	}
+	c.answerAsker(asker, EncodeRecords(nil, c.ID(), rs), metrics.SyncStored)
 }
 
 // snapshotHeaderBytes bounds a message's header and counts.
