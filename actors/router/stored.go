@@ -114,11 +114,16 @@ type pendingStored struct {
 
 // dropPendingStored drops what waits of replica's.
 func (s *State) dropPendingStored(replica string) {
+	s.keepPendingStored(func(e *pendingStored) bool { return e.replica != replica })
+}
+
+// keepPendingStored keeps the waiting stored responses keep is true of.
+func (s *State) keepPendingStored(keep func(*pendingStored) bool) {
 	for id, es := range s.pendingStored {
 		kept := es[:0]
-		for _, e := range es {
-			if e.replica != replica {
-				kept = append(kept, e)
+		for i := range es {
+			if keep(&es[i]) {
+				kept = append(kept, es[i])
 			}
 		}
 		s.pendingStoredN -= len(es) - len(kept)
@@ -154,18 +159,5 @@ func (s *State) applyPendingStored(w *fleet.Worker) {
 // expirePendingStored drops the waiting stored responses whose wait is
 // over at now.
 func (s *State) expirePendingStored(now time.Time) {
-	for id, es := range s.pendingStored {
-		kept := es[:0]
-		for _, e := range es {
-			if !now.After(e.wait) {
-				kept = append(kept, e)
-			}
-		}
-		s.pendingStoredN -= len(es) - len(kept)
-		if len(kept) == 0 {
-			delete(s.pendingStored, id)
-		} else {
-			s.pendingStored[id] = kept
-		}
-	}
+	s.keepPendingStored(func(e *pendingStored) bool { return !now.After(e.wait) })
 }
