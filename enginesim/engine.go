@@ -216,23 +216,22 @@ func (e *Engine) serve() {
 		ErrorLog:          errLog,
 	}
 	e.wg.Go(func() { e.httpSrv.Serve(e.httpLis) })
-	if e.controlLis != nil {
-		e.controlSrv = &http.Server{
-			Handler:           e.controlHandler(),
+	// A side server: the control plane, SGLang's bootstrap.
+	side := func(h http.Handler, lis *gateListener) *http.Server {
+		srv := &http.Server{
+			Handler:           h,
 			ReadHeaderTimeout: 10 * time.Second,
 			BaseContext:       func(net.Listener) context.Context { return e.ctx },
 			ErrorLog:          errLog,
 		}
-		e.wg.Go(func() { e.controlSrv.Serve(e.controlLis) })
+		e.wg.Go(func() { srv.Serve(lis) })
+		return srv
+	}
+	if e.controlLis != nil {
+		e.controlSrv = side(e.controlHandler(), e.controlLis)
 	}
 	if e.bootLis != nil {
-		e.bootSrv = &http.Server{
-			Handler:           e.bootstrapHandler(),
-			ReadHeaderTimeout: 10 * time.Second,
-			BaseContext:       func(net.Listener) context.Context { return e.ctx },
-			ErrorLog:          errLog,
-		}
-		e.wg.Go(func() { e.bootSrv.Serve(e.bootLis) })
+		e.bootSrv = side(e.bootstrapHandler(), e.bootLis)
 	}
 	if e.grpcLis != nil {
 		e.grpcSrv = grpc.NewServer(append(e.grpcTracing(), grpc.WaitForHandlers(true))...)
