@@ -35,8 +35,9 @@ backends = [{ model = "m", weight = 1 }]
 	env := map[string]string{"TLGATE_URL": c.url, "TLGATE_KEY": "key-admin"}
 
 	code, out, errOut := c.tlctl(env, "workers")
-	if code != 0 || !strings.Contains(out, "w1") || !strings.Contains(out, "w2") || !strings.Contains(out, "routable") {
-		t.Fatalf("workers: %d\n%s%s", code, out, errOut)
+	if code != 0 || !strings.Contains(out, "w1") || !strings.Contains(out, "w2") || !strings.Contains(out, "routable") ||
+		!strings.Contains(out, "CACHE VIEW") || strings.Count(out, "approximate") != 2 {
+		t.Fatalf("workers (both routable, on the prefix index): %d\n%s%s", code, out, errOut)
 	}
 	code, out, _ = c.tlctl(env, "-o", "json", "workers")
 	var ws struct {

@@ -335,6 +335,9 @@ type worker struct {
 	DownSince     string `json:"down_since"`
 	KVFreeBlocks  int    `json:"kv_free_blocks"`
 	KVTotalBlocks int    `json:"kv_total_blocks"`
+	// CacheView is how cache_aware sees the worker's cache: exact (its
+	// KV events), stale or approximate ("" under other policies).
+	CacheView     string `json:"cache_view"`
 	Draining      bool   `json:"draining"`
 	Drained       bool   `json:"drained"`
 	Routable      bool   `json:"routable"`
@@ -361,12 +364,12 @@ func (c *client) workers(ctx context.Context) error {
 		return fmt.Errorf("workers: the gateway's answer is not a worker list: %w", err)
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tMODEL\tROLE\tSOURCE\tSTATE\tQUEUE\tRUNNING\tIN FLIGHT\tPEER IN FLIGHT\tKV USED\tHEARTBEAT\tADDRESS")
+	fmt.Fprintln(tw, "ID\tMODEL\tROLE\tSOURCE\tSTATE\tQUEUE\tRUNNING\tIN FLIGHT\tPEER IN FLIGHT\tKV USED\tCACHE VIEW\tHEARTBEAT\tADDRESS")
 	now := time.Now()
 	var down []worker
 	for _, w := range body.Workers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", w.ID, dash(w.Model), w.Role, w.Source, state(w, now),
-			w.QueueDepth, w.Running, w.InFlight, w.PeerInFlight, kvUsed(w), age(w.LastHeartbeat, now), w.HTTPAddress)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", w.ID, dash(w.Model), w.Role, w.Source, state(w, now),
+			w.QueueDepth, w.Running, w.InFlight, w.PeerInFlight, kvUsed(w), dash(w.CacheView), age(w.LastHeartbeat, now), w.HTTPAddress)
 		if w.LastError != "" {
 			down = append(down, w)
 		}
