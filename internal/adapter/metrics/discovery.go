@@ -1,8 +1,6 @@
 package metrics
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -43,13 +41,8 @@ func NewDiscoveryMetrics(reg prometheus.Registerer) (*DiscoveryMetrics, error) {
 				"(refused: an address requests are never sent to; cap: past max_engines)."}, []string{lDiscovery, lReason}),
 	}
 	cs := []prometheus.Collector{d.engines, d.dropped}
-	for i, c := range cs {
-		if err := reg.Register(c); err != nil {
-			for _, done := range cs[:i] {
-				reg.Unregister(done)
-			}
-			return nil, fmt.Errorf("metrics: register: %w", err)
-		}
+	if err := registerAll(reg, cs...); err != nil {
+		return nil, err
 	}
 	return d, nil
 }

@@ -1,8 +1,6 @@
 package metrics
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -68,13 +66,8 @@ func NewKeyMetrics(reg prometheus.Registerer) (*KeyMetrics, error) {
 	}
 	k := newKeyMetrics(MaxKeys, MaxModels)
 	cs := []prometheus.Collector{k.tokens, k.requests, k.limited, k.share}
-	for i, c := range cs {
-		if err := reg.Register(c); err != nil {
-			for _, done := range cs[:i] {
-				reg.Unregister(done)
-			}
-			return nil, fmt.Errorf("metrics: register: %w", err)
-		}
+	if err := registerAll(reg, cs...); err != nil {
+		return nil, err
 	}
 	return k, nil
 }

@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -106,13 +105,8 @@ func NewKVMetrics(reg prometheus.Registerer) (*KVMetrics, error) {
 			"earlier turns; miss).", lResult),
 	}
 	cs := []prometheus.Collector{k.batches, k.events, k.gaps, k.replays, k.problems, k.connected, k.blocks, k.index, k.stale, k.views, k.picks, k.tokenize, k.tokCache}
-	for i, c := range cs {
-		if err := reg.Register(c); err != nil {
-			for _, done := range cs[:i] {
-				reg.Unregister(done)
-			}
-			return nil, fmt.Errorf("metrics: register: %w", err)
-		}
+	if err := registerAll(reg, cs...); err != nil {
+		return nil, err
 	}
 	return k, nil
 }

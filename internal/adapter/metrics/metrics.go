@@ -146,13 +146,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	m := newMetrics(MaxRoutes, MaxWorkers, MaxModels)
 	cs := m.collectors()
-	for i, c := range cs {
-		if err := reg.Register(c); err != nil {
-			for _, done := range cs[:i] {
-				reg.Unregister(done)
-			}
-			return nil, fmt.Errorf("metrics: register: %w", err)
-		}
+	if err := registerAll(reg, cs...); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -705,4 +700,18 @@ func (m *Metrics) ConnectionRefused(reason string) {
 		return
 	}
 	m.connRefused.WithLabelValues(connRefusedReasons.label(reason)).Inc()
+}
+
+// registerAll registers every collector of cs with reg, or none: when
+// one is refused, those registered before it are unregistered.
+func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return fmt.Errorf("metrics: register: %w", err)
+		}
+	}
+	return nil
 }

@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"fmt"
 	"slices"
 	"time"
 
@@ -110,13 +109,8 @@ func NewSyncMetrics(reg prometheus.Registerer) (*SyncMetrics, error) {
 	}
 	s := newSyncMetrics()
 	cs := []prometheus.Collector{s.up, s.peers, s.uncorrob, s.sent, s.received, s.dropped, s.bytesSent, s.bytesRecv, s.lag, s.snapBytes, s.snapTime, s.snapshots}
-	for i, c := range cs {
-		if err := reg.Register(c); err != nil {
-			for _, done := range cs[:i] {
-				reg.Unregister(done)
-			}
-			return nil, fmt.Errorf("metrics: register: %w", err)
-		}
+	if err := registerAll(reg, cs...); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
