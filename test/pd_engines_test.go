@@ -355,10 +355,48 @@ func (p *pairLog) snapshot() []string {
 	return append([]string(nil), p.pairs...)
 }
 
+// pdReports records the reports of disaggregated requests (what the
+// tlgate_disagg_* metrics are made of).
+type pdReports struct {
+	mu   sync.Mutex
+	reps []request.PDReport
+}
+
+func (p *pdReports) hook(d *request.Deps) {
+	prev := d.OnPD
+	d.OnPD = func(ex *request.Exchange, r request.PDReport) {
+		if prev != nil {
+			prev(ex, r)
+		}
+		p.mu.Lock()
+		p.reps = append(p.reps, r)
+		p.mu.Unlock()
+	}
+}
+
+// wantProtocol checks that n requests were reported, each under protocol.
+func (p *pdReports) wantProtocol(t *testing.T, protocol string, n int) {
+	t.Helper()
+	eventually(t, 5*eventuallyUnit, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.reps) >= n
+	}, "%d disaggregated requests reported", n)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.reps {
+		if string(r.Protocol) != protocol || r.Pairs != 1 {
+			t.Errorf("a disaggregated request reported protocol %q and %d pairs, want %s and 1: %+v", r.Protocol, r.Pairs, protocol, r)
+		}
+	}
+}
+
 func TestVLLMDisaggregatedEqualsUnified(t *testing.T) {
-	f := newPDFleet(t, pdOpts{},
+	var reps pdReports
+	f := newPDFleet(t, pdOpts{deps: reps.hook},
 		pdSpec{id: "u", kind: "vllm"}, pdSpec{id: "p", kind: "vllm", role: "prefill"}, pdSpec{id: "d", kind: "vllm", role: "decode"})
 	equalsUnified(t, f)
+	reps.wantProtocol(t, "vllm", 4)
 	p, d := f.byID["p"].e, f.byID["d"].e
 	eventually(t, 5*eventuallyUnit, func() bool {
 		ps, ds := p.Stats(), d.Stats()
@@ -367,9 +405,11 @@ func TestVLLMDisaggregatedEqualsUnified(t *testing.T) {
 }
 
 func TestSGLangDisaggregatedEqualsUnified(t *testing.T) {
-	f := newPDFleet(t, pdOpts{},
+	var reps pdReports
+	f := newPDFleet(t, pdOpts{deps: reps.hook},
 		pdSpec{id: "u", kind: "sglang"}, pdSpec{id: "p", kind: "sglang", role: "prefill"}, pdSpec{id: "d", kind: "sglang", role: "decode"})
 	equalsUnified(t, f)
+	reps.wantProtocol(t, "sglang", 4)
 	p, d := f.byID["p"].e, f.byID["d"].e
 	eventually(t, 5*eventuallyUnit, func() bool {
 		ps, ds := p.Stats(), d.Stats()

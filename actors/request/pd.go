@@ -125,7 +125,7 @@ func (a *requestActor) disaggregate(ctx actor.Context) {
 	}
 	pd := a.pdOf()
 	pd.gen++
-	pd.report.Pairs++
+	a.pdReport().Pairs++
 	pd.prefillErr, pd.prefillBody, pd.prefilled, pd.pending = nil, nil, false, nil
 	pd.prefillStart, pd.prefillEnd, pd.decodeStart = time.Time{}, time.Time{}, time.Time{}
 	switch proto {
