@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -31,68 +32,116 @@ func demoConfig() *config.Config {
 	return cfg
 }
 
-// demoEngines are the in-process reference engines of the demo: two small
-// unified workers (the canary's two versions), a large unified worker, and
-// a prefill worker with two decode workers of the large model.
+// demoEngines are the in-process reference engines of the demo that
+// heartbeat to the gateway: two small unified workers (the canary's two
+// versions) and a large unified worker.
 var demoEngines = []enginesim.Config{
 	{ID: "smol-v3-a", Model: "smol-v3", Role: enginesim.RoleUnified, Confidence: 0.35},
 	{ID: "smol-v4-a", Model: "smol-v4", Role: enginesim.RoleUnified, Confidence: 0.4},
 	{ID: "big-a", Model: "big", Role: enginesim.RoleUnified, Confidence: 0.9},
+}
+
+// demoProbed are the demo's engines that the gateway probes, as it probes
+// the vLLM servers operators run (they send no heartbeats): a prefill
+// worker and two decode workers of the large model, listed in
+// [[gateway.engines]] with kind = "vllm", which the big-pd route pairs
+// over vLLM's kv_transfer_params (NixlConnector's protocol). As SGLang
+// engines they would be kind = "sglang", the prefill engine with a
+// bootstrap port (enginesim.Config.BootstrapAddr, the entry's
+// bootstrap_port), paired over SGLang's bootstrap rooms instead.
+var demoProbed = []enginesim.Config{
 	{ID: "big-prefill-a", Model: "big", Role: enginesim.RolePrefill, Confidence: 0.9},
 	{ID: "big-decode-a", Model: "big", Role: enginesim.RoleDecode, Confidence: 0.9},
 	{ID: "big-decode-b", Model: "big", Role: enginesim.RoleDecode, Confidence: 0.9},
 }
 
-// startDemo starts the demo engines heartbeating to gw, waits until every
-// one is routable and prints ready-to-paste commands carrying the address
-// the gateway listens on. With a tracing endpoint the engines export their
-// spans there too (service.name enginesim). The returned func stops them.
-func startDemo(ctx context.Context, gw *gateway.Gateway, tc config.Tracing, logger zerolog.Logger, out io.Writer) (func(), error) {
+// demoFleet is the demo's running engines and their tracing.
+type demoFleet struct {
+	tp      *tracing.Provider
+	logger  zerolog.Logger
+	engines []*enginesim.Engine
+}
+
+// startDemoProbed starts the engines of demoProbed and lists each in
+// cfg's [[gateway.engines]], before the gateway starts. With a tracing
+// endpoint the engines export their spans there too (service.name
+// enginesim). The fleet's stop stops them.
+func startDemoProbed(ctx context.Context, cfg *config.Config, logger zerolog.Logger) (*demoFleet, error) {
+	tc := cfg.Gateway.Tracing
 	tp, err := tracing.New(ctx, tracing.Config{Endpoint: tc.Endpoint, Protocol: tc.Protocol, SampleRatio: tc.SampleRatio, ServiceName: "enginesim"})
 	if err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
-	var engines []*enginesim.Engine
-	stop := func() {
-		for _, e := range engines {
-			_ = e.Close()
+	d := &demoFleet{tp: tp, logger: logger}
+	for _, c := range demoProbed {
+		e, err := d.start(ctx, c)
+		if err != nil {
+			d.stop()
+			return nil, err
 		}
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = tp.Shutdown(sctx)
-		cancel()
-		_ = os.RemoveAll(demoConfig().Gateway.StateDir)
+		cfg.Gateway.Engines = append(cfg.Gateway.Engines, demoEntry(c, e))
 	}
+	return d, nil
+}
+
+// demoEntry is the [[gateway.engines]] entry of e, a demoProbed engine.
+func demoEntry(c enginesim.Config, e *enginesim.Engine) config.Engine {
+	return config.Engine{ID: c.ID, HTTPAddress: e.HTTPAddr(), Model: c.Model, Kind: config.KindVLLM, Role: c.Role,
+		ProbeInterval: config.D(config.DefaultProbeInterval)}
+}
+
+// start starts one engine on the step model, timed like the real thing:
+// the small models as Llama-3.1-8B and the large one as Llama-3.1-70B
+// (FP8), each on one H100 (enginesim.Presets).
+func (d *demoFleet) start(ctx context.Context, c enginesim.Config) (*enginesim.Engine, error) {
+	preset := enginesim.PresetLlama8BH100
+	if c.Model == "big" {
+		preset = enginesim.PresetLlama70BFP8H100
+	}
+	preset.Apply(&c)
+	c.Logger = d.logger.With().Str("engine", c.ID).Logger().Level(zerolog.WarnLevel)
+	if d.tp.Enabled() {
+		c.Tracer = d.tp.TracerProvider()
+	}
+	e, err := enginesim.Start(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("demo: engine %s: %w", c.ID, err)
+	}
+	d.engines = append(d.engines, e)
+	return e, nil
+}
+
+// stop stops the engines and the tracing, and removes the demo's state.
+func (d *demoFleet) stop() {
+	for _, e := range d.engines {
+		_ = e.Close()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = d.tp.Shutdown(sctx)
+	cancel()
+	_ = os.RemoveAll(demoConfig().Gateway.StateDir)
+}
+
+// startHeartbeating starts the demo engines that heartbeat to gw, waits
+// until every demo engine is routable and prints ready-to-paste commands
+// carrying the address the gateway listens on.
+func (d *demoFleet) startHeartbeating(ctx context.Context, gw *gateway.Gateway, out io.Writer) error {
 	for _, c := range demoEngines {
 		c.Gateways = []string{gw.RegistryAddr()}
 		c.HeartbeatInterval = 2 * time.Second
-		// The step model, timed like the real thing: the small models as
-		// Llama-3.1-8B and the large one as Llama-3.1-70B (FP8), each on
-		// one H100 (enginesim.Presets).
-		preset := enginesim.PresetLlama8BH100
-		if c.Model == "big" {
-			preset = enginesim.PresetLlama70BFP8H100
+		if _, err := d.start(ctx, c); err != nil {
+			return err
 		}
-		preset.Apply(&c)
-		c.Logger = logger.With().Str("engine", c.ID).Logger().Level(zerolog.WarnLevel)
-		if tp.Enabled() {
-			c.Tracer = tp.TracerProvider()
-		}
-		e, err := enginesim.Start(ctx, c)
-		if err != nil {
-			stop()
-			return nil, fmt.Errorf("demo: engine %s: %w", c.ID, err)
-		}
-		engines = append(engines, e)
 	}
 	if err := waitRoutable(ctx, gw, 10*time.Second); err != nil {
-		stop()
-		return nil, err
+		return err
 	}
 	u := "http://" + gw.HTTPAddr()
 	fmt.Fprintf(out, `
 tlgate demo is up: %[1]s  (gRPC registry on %[2]s)
 %[3]d reference engines: smol-v3 and smol-v4 (a 90/10 canary behind "smol"), big (unified),
-and big behind "big-pd" as one prefill and two decode workers, on the step model
+and big behind "big-pd" as one prefill and two decode engines that the gateway probes
+as vLLM servers and pairs over vLLM's kv_transfer_params, all on the step model
 (smol timed as Llama-3.1-8B, big as Llama-3.1-70B FP8, each on one H100).
 
 Stream a chat completion:
@@ -108,7 +157,7 @@ and unsure of this one, so it escalates to the large model, step 1:
   curl -s %[1]s/v1/completions -H 'Content-Type: application/json' -D - \
     -d '{"model":"auto","prompt":"The capital of France is","max_tokens":12}'
 
-Disaggregated prefill and decode, seeded:
+Disaggregated prefill and decode (vLLM's protocol), seeded:
   curl -N %[1]s/v1/completions -H 'Content-Type: application/json' \
     -d '{"model":"big-pd","prompt":"Once upon a time","max_tokens":24,"seed":7,"stream":true}'
 
@@ -122,8 +171,8 @@ Models, workers and routes:
   curl -s %[1]s/metrics | grep ^tlgate_
 
 Ctrl-C stops it.
-`, u, gw.RegistryAddr(), len(engines))
-	return stop, nil
+`, u, gw.RegistryAddr(), len(d.engines))
+	return nil
 }
 
 // waitRoutable polls the router until every demo engine is routable, ctx
@@ -134,14 +183,14 @@ func waitRoutable(ctx context.Context, gw *gateway.Gateway, within time.Duration
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if n := routableDemoEngines(gw); n == len(demoEngines) {
+		if n := routableDemoEngines(gw); n == len(demoEngines)+len(demoProbed) {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("demo: %w", ctx.Err())
 		case <-deadline.C:
-			return fmt.Errorf("demo: %d of %d engines routable after %v", routableDemoEngines(gw), len(demoEngines), within)
+			return fmt.Errorf("demo: %d of %d engines routable after %v", routableDemoEngines(gw), len(demoEngines)+len(demoProbed), within)
 		case <-tick.C:
 		}
 	}
@@ -162,7 +211,7 @@ func routableDemoEngines(gw *gateway.Gateway) int {
 		routable[w.ID] = w.Routable
 	}
 	n := 0
-	for _, c := range demoEngines {
+	for _, c := range slices.Concat(demoEngines, demoProbed) {
 		if routable[c.ID] {
 			n++
 		}

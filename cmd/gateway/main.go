@@ -150,16 +150,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// The demo's engines (sims): the probed ones are listed in the
+	// configuration, so they start first; the heartbeating ones need the
+	// gateway's registry.
+	var sims *demoFleet
+	if *demo {
+		if sims, err = startDemoProbed(ctx, cfg, logger); err != nil {
+			return err
+		}
+	}
 	gw, err := gateway.Start(ctx, cfg, gateway.Options{Logger: logger, Registry: reg, Gatherer: reg})
 	if err != nil {
+		if sims != nil {
+			sims.stop()
+		}
 		if *configPath != "" {
 			return fmt.Errorf("%s: %w", *configPath, err)
 		}
 		return fmt.Errorf("-demo: %w", err)
 	}
-	var stopDemo func()
-	if *demo {
-		if stopDemo, err = startDemo(ctx, gw, cfg.Gateway.Tracing, logger, stdout); err != nil {
+	if sims != nil {
+		if err := sims.startHeartbeating(ctx, gw, stdout); err != nil {
+			sims.stop()
 			_ = gw.Close(context.Background())
 			if ctx.Err() != nil {
 				return nil // stopped while starting: not a failure
@@ -181,8 +193,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	shutdown(gw, cfg.Gateway, logger)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.Gateway.ShutdownTimeout.Duration+time.Second)
 	defer cancel()
-	if stopDemo != nil {
-		stopDemo()
+	if sims != nil {
+		sims.stop()
 	}
 	return gw.Close(sctx)
 }

@@ -370,12 +370,18 @@ func TestRunDemo(t *testing.T) {
 	if a := r.get(paths["/admin/v1/workers"].url); a.status != http.StatusOK || json.Unmarshal([]byte(a.body), &workers) != nil {
 		t.Fatalf("/admin/v1/workers: %d %s", a.status, a.body)
 	}
-	if len(workers.Workers) != len(demoEngines) {
-		t.Errorf("%d workers listed, want %d: %+v", len(workers.Workers), len(demoEngines), workers.Workers)
+	if len(workers.Workers) != len(demoEngines)+len(demoProbed) {
+		t.Errorf("%d workers listed, want %d: %+v", len(workers.Workers), len(demoEngines)+len(demoProbed), workers.Workers)
 	}
 	for _, w := range workers.Workers {
-		if !w.Routable || w.Source != "heartbeat" {
-			t.Errorf("worker %+v: want routable, source heartbeat", w)
+		// The large model's prefill and decode engines are probed as vLLM
+		// servers; the others heartbeat.
+		source := "heartbeat"
+		if strings.HasPrefix(w.ID, "big-prefill-") || strings.HasPrefix(w.ID, "big-decode-") {
+			source = "probe"
+		}
+		if !w.Routable || w.Source != source {
+			t.Errorf("worker %+v: want routable, source %s", w, source)
 		}
 	}
 	routes := r.get(paths["/admin/v1/routes"].url)
@@ -394,6 +400,8 @@ func TestRunDemo(t *testing.T) {
 	}
 	if a := r.get(paths["/metrics"].url); a.status != http.StatusOK || !strings.Contains(a.body, "\ntlgate_requests_total{") {
 		t.Errorf("/metrics: %d, no tlgate_requests_total series", a.status)
+	} else if !strings.Contains(a.body, `tlgate_disagg_leg_duration_seconds_count{leg="prefill",protocol="vllm"} `) {
+		t.Errorf("/metrics: no prefill leg over vLLM's protocol: the big-pd pair was not driven as vLLM servers\n%s", a.body)
 	}
 
 	httpAddr := strings.TrimPrefix(base, "http://")

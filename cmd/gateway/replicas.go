@@ -60,6 +60,34 @@ func runReplicas(ctx context.Context, n int, logger zerolog.Logger, out io.Write
 	}
 	defer ns.Close()
 
+	var engines []*enginesim.Engine
+	defer func() {
+		for _, e := range engines {
+			_ = e.Close()
+		}
+	}()
+	start := func(c enginesim.Config) (*enginesim.Engine, error) {
+		c.DecodePerToken = 20 * time.Millisecond
+		c.PrefillPerToken = 200 * time.Microsecond
+		c.Logger = logger.With().Str("engine", c.ID).Logger().Level(zerolog.WarnLevel)
+		e, err := enginesim.Start(ctx, c)
+		if err != nil {
+			return nil, fmt.Errorf("demo: engine %s: %w", c.ID, err)
+		}
+		engines = append(engines, e)
+		return e, nil
+	}
+	// The engines every replica probes start first: each one's
+	// configuration lists them.
+	var probed []config.Engine
+	for _, c := range demoProbed {
+		e, err := start(c)
+		if err != nil {
+			return err
+		}
+		probed = append(probed, demoEntry(c, e))
+	}
+
 	var gws []*gateway.Gateway
 	closeAll := func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -73,6 +101,7 @@ func runReplicas(ctx context.Context, n int, logger zerolog.Logger, out io.Write
 		cfg := demoConfig()
 		g := &cfg.Gateway
 		g.Listen, g.RegistryListen = "127.0.0.1:0", "127.0.0.1:0"
+		g.Engines = append(g.Engines, probed...)
 		g.Store = config.Store{Kind: config.StoreEtcd, Endpoints: etcd.Endpoints(), Prefix: config.DefaultStorePrefix, DialTimeout: config.D(5 * time.Second)}
 		g.Sync.Kind, g.Sync.URL = config.SyncNATS, config.StringList{ns.URL()}
 		g.Sync.ReplicaID, g.Sync.User, g.Sync.Password = ids[i], ids[i], passwords[i]
@@ -87,23 +116,12 @@ func runReplicas(ctx context.Context, n int, logger zerolog.Logger, out io.Write
 	for i, gw := range gws {
 		registries[i] = gw.RegistryAddr()
 	}
-	var engines []*enginesim.Engine
-	defer func() {
-		for _, e := range engines {
-			_ = e.Close()
-		}
-	}()
 	for _, c := range demoEngines {
 		c.Gateways = registries
 		c.HeartbeatInterval = 2 * time.Second
-		c.DecodePerToken = 20 * time.Millisecond
-		c.PrefillPerToken = 200 * time.Microsecond
-		c.Logger = logger.With().Str("engine", c.ID).Logger().Level(zerolog.WarnLevel)
-		e, err := enginesim.Start(ctx, c)
-		if err != nil {
-			return fmt.Errorf("demo: engine %s: %w", c.ID, err)
+		if _, err := start(c); err != nil {
+			return err
 		}
-		engines = append(engines, e)
 	}
 	for _, gw := range gws {
 		if err := waitRoutable(ctx, gw, 10*time.Second); err != nil {
@@ -113,13 +131,13 @@ func runReplicas(ctx context.Context, n int, logger zerolog.Logger, out io.Write
 			return err
 		}
 	}
-	printReplicas(out, gws, etcd.Endpoints(), ns.URL(), len(engines))
+	printReplicas(out, gws, etcd.Endpoints(), ns.URL(), len(demoEngines), len(demoProbed))
 	<-ctx.Done()
 	logger.Info().Msg("shutting down")
 	return nil
 }
 
-func printReplicas(out io.Writer, gws []*gateway.Gateway, endpoints []string, natsURL string, engines int) {
+func printReplicas(out io.Writer, gws []*gateway.Gateway, endpoints []string, natsURL string, heartbeating, probed int) {
 	var list strings.Builder
 	for i, gw := range gws {
 		fmt.Fprintf(&list, "  replica %d: http://%s  (gRPC registry %s)\n", i, gw.HTTPAddr(), gw.RegistryAddr())
@@ -127,7 +145,8 @@ func printReplicas(out io.Writer, gws []*gateway.Gateway, endpoints []string, na
 	a, b := "http://"+gws[0].HTTPAddr(), "http://"+gws[1].HTTPAddr()
 	fmt.Fprintf(out, `
 tlgate demo is up: %[1]d gateway replicas sharing one route table in an embedded etcd (%[2]s)
-%[3]s%[4]d reference engines heartbeat to every replica. The replicas route as one fleet:
+%[3]s%[4]d reference engines heartbeat to every replica, and every replica probes %[8]d more (vLLM servers).
+The replicas route as one fleet:
 they share their routing decisions, load and prefix index through an embedded NATS (%[7]s,
 one user per replica, each allowed to publish only as itself),
 so a worker's in-flight requests on one replica show on the others (peer_in_flight):
@@ -148,5 +167,5 @@ A drain on replica 1 stops routing to smol-v4 on every replica:
   curl -s %[5]s/admin/v1/workers
 
 Ctrl-C stops it.
-`, len(gws), strings.Join(endpoints, ","), list.String(), engines, a, b, natsURL)
+`, len(gws), strings.Join(endpoints, ","), list.String(), heartbeating, a, b, natsURL, probed)
 }
