@@ -125,6 +125,31 @@ func TestHelmTemplateDryRunVLLMFleet(t *testing.T) {
 	checkDiscoveryRBAC(t, srv, objs, cfg)
 }
 
+// TestHelmTemplateDryRunVLLMDisaggregated is the same for
+// ci/vllm-pd-values.yaml: vLLM prefill and decode pods found by label,
+// their roles from a label, a route that serves their model disaggregated
+// (paired over vLLM's kv_transfer_params, as the engines' kind says), and
+// no NetworkPolicy rule letting anything reach the registry port, since
+// probed engines send no heartbeats.
+func TestHelmTemplateDryRunVLLMDisaggregated(t *testing.T) {
+	srv := kubeapi.Start(t)
+	objs := kubeapi.Render(t, chartDir, release, namespace, "-f", filepath.Join(chartDir, "ci", "vllm-pd-values.yaml"))
+	cfg := renderedConfig(t, objs, "tlgate-config", false)
+	if d := cfg.Gateway.Discovery; len(d) != 1 || d[0].EngineKind != "vllm" || d[0].RoleLabel != "tlgate.io/role" || d[0].Selector != "app=vllm-pd" {
+		t.Errorf("discovery %+v: want the vLLM pods labelled app=vllm-pd, their role from tlgate.io/role", d)
+	}
+	routes := cfg.Gateway.Routes
+	if len(routes) != 1 || routes[0].Model != "llama-pd" || !slices.Equal(routes[0].Targets, []string{"disaggregated"}) {
+		t.Errorf("routes %+v: want llama-pd served disaggregated", routes)
+	}
+	np := kubeapi.Find(objs, "NetworkPolicy", "tlgate", false)
+	if ingress, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress"); len(ingress) != 1 {
+		t.Errorf("the gateway's NetworkPolicy has %d ingress rules, want the HTTP port's alone: %v", len(ingress), ingress)
+	}
+	dryRun(t, srv, objs)
+	checkDiscoveryRBAC(t, srv, objs, cfg)
+}
+
 // TestHelmTemplateDryRunInferencePool is the same for
 // ci/inferencepool-values.yaml: an InferencePool source (its Role grants
 // that pool by name), an etcd of the operator's, keys from existing
