@@ -24,6 +24,7 @@ import (
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
 
 // The reference engine as the engines operators run: it sends no
@@ -141,6 +142,7 @@ type pdOpts struct {
 	cfg   []clusterOpt        // changes to the configuration
 	deps  func(*request.Deps) // the request actors' dependencies
 	probe string              // the engines' probe_interval (default 50ms)
+	gw    func(*gateway.Options)
 }
 
 // newPDFleet starts the engines of specs and a gateway probing them (and
@@ -198,7 +200,7 @@ func newPDFleet(t *testing.T, o pdOpts, specs ...pdSpec) *pdFleet {
 			fmt.Fprintf(&toml, "bootstrap_port = %s\n", port)
 		}
 	}
-	f.cluster = newClusterDeps(t, pdRoutesEngines+o.extra+toml.String(), o.cfg, o.deps, heartbeats...)
+	f.cluster = newClusterGateway(t, pdRoutesEngines+o.extra+toml.String(), o.cfg, o.deps, o.gw, heartbeats...)
 	ids := make([]string, 0, len(specs))
 	for _, s := range specs {
 		ids = append(ids, s.id)

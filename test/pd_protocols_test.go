@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/tlgate/tlgate/enginesim"
 	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
 
 // clientBody is a chat request's body with every field a vLLM prefill leg
@@ -511,4 +514,86 @@ func (p *pairLog) reasons() []pairReason {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]pairReason(nil), p.why...)
+}
+
+// TestDisaggregatedAccessLogAndUsage: a request a vLLM or an SGLang pair
+// served is logged with its protocol, its prefill engine, the pairs tried
+// and why each engine of the pair was chosen, and charged its tokens
+// once: the access log's usage (what the key's tokens limit is settled
+// with) equals the unified engine's for the same body and seed, streamed
+// or not, so the prefill leg's own answer is never counted.
+func TestDisaggregatedAccessLogAndUsage(t *testing.T) {
+	for _, kind := range []string{"vllm", "sglang"} {
+		t.Run(kind, func(t *testing.T) {
+			var logs syncBuffer
+			f := newPDFleet(t, pdOpts{gw: func(o *gateway.Options) { o.Logger = zerolog.New(&logs) }},
+				pdSpec{id: "u", kind: kind}, pdSpec{id: "p", kind: kind, role: "prefill"}, pdSpec{id: "d", kind: kind, role: "decode"})
+			for _, stream := range []bool{false, true} {
+				path, ub := pdBody("big", false, stream, 11)
+				_, db := pdBody("big-pd", false, stream, 11)
+				id := fmt.Sprintf("%s-stream-%v", kind, stream)
+				if r := f.post(path, "", ub, "X-Request-Id", "unified-"+id); r.status != 200 {
+					t.Fatalf("unified: %d %s", r.status, r.body)
+				}
+				if r := f.post(path, "", db, "X-Request-Id", "pd-"+id); r.status != 200 {
+					t.Fatalf("disaggregated: %d %s", r.status, r.body)
+				}
+				var u, d map[string]any
+				eventually(t, 5*eventuallyUnit, func() bool {
+					u, d = accessLine(logs.String(), "unified-"+id), accessLine(logs.String(), "pd-"+id)
+					return u != nil && d != nil
+				}, "the access log lines of %s", id)
+				for _, k := range []string{"prompt_tokens", "completion_tokens"} {
+					if d[k] != u[k] || u[k] == nil || u[k].(float64) <= 0 {
+						t.Errorf("%s: %s %v disaggregated, %v unified: want the decode answer's usage alone", id, k, d[k], u[k])
+					}
+				}
+				if d["protocol"] != kind || d["prefill"] != "p" || d["worker"] != "d" || d["pairs"] != 1.0 ||
+					d["prefill_reason"] == nil || d["prefill_reason"] == "" || d["decode_reason"] == nil || d["decode_reason"] == "" {
+					t.Errorf("%s: access log %v, want protocol %s, prefill p, worker d, one pair and both reasons", id, d, kind)
+				}
+			}
+		})
+	}
+}
+
+// accessLine returns the access-log line (JSON) of the request whose
+// client request id is id (nil: none yet).
+func accessLine(logs, id string) map[string]any {
+	for _, l := range strings.Split(logs, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["client_request_id"] == id && m["outcome"] != nil {
+			return m
+		}
+	}
+	return nil
+}
+
+// TestCascadeStepOverEnginePairs: a cascade whose later step is a route
+// served disaggregated by vLLM engines escalates to it: step 0's answer
+// is judged and refused (no answer has a logprob above 0), and step 1's
+// request is prefilled on the prefill engine over vLLM's protocol and
+// answered by the decode engine.
+func TestCascadeStepOverEnginePairs(t *testing.T) {
+	var reps pdReports
+	f := newPDFleet(t, pdOpts{deps: reps.hook, extra: `
+[[gateway.routes]]
+model = "auto"
+cascade = [{ model = "big", accept_if = "min_logprob > 0" }, { model = "big-pd" }]
+`}, pdSpec{id: "u", kind: "vllm"},
+		pdSpec{id: "p", kind: "vllm", role: "prefill"}, pdSpec{id: "d", kind: "vllm", role: "decode"})
+	r := f.post("/v1/completions", "", map[string]any{"model": "auto", "prompt": "Escalate this one.", "max_tokens": 6, "seed": 3})
+	if r.status != 200 || r.header.Get("X-TL-Cascade-Step") != "1" || r.header.Get("X-TL-Route") != "d" {
+		t.Fatalf("%d step %q route %q %s: want step 1 answered by the decode engine d", r.status, r.header.Get("X-TL-Cascade-Step"), r.header.Get("X-TL-Route"), r.body)
+	}
+	reps.wantProtocol(t, "vllm", 1)
+	var prefilled bool
+	for _, got := range f.byID["p"].front.requests() {
+		if ktp, ok := got.body["kv_transfer_params"].(map[string]any); ok && ktp["do_remote_decode"] == true {
+			prefilled = true
+		}
+	}
+	if !prefilled {
+		t.Fatal("the prefill engine was not asked over vLLM's protocol (kv_transfer_params with do_remote_decode)")
+	}
 }
