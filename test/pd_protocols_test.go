@@ -597,3 +597,110 @@ cascade = [{ model = "big", accept_if = "min_logprob > 0" }, { model = "big-pd" 
 		t.Fatal("the prefill engine was not asked over vLLM's protocol (kv_transfer_params with do_remote_decode)")
 	}
 }
+
+// TestCascadeStepsOnOneVLLMPrefill: a cascade whose two steps are both
+// served disaggregated by the same vLLM prefill engine prefills each step
+// anew: the params step 0's decode leg took are not sent again (the engine
+// freed their blocks once read), so step 1 is answered by the decode
+// engine without a failure, and nobody is blamed.
+func TestCascadeStepsOnOneVLLMPrefill(t *testing.T) {
+	var reps pdReports
+	f := newPDFleet(t, pdOpts{deps: reps.hook, extra: `
+[[gateway.routes]]
+model = "big-pd-2"
+backends = [{ model = "big", weight = 1 }]
+targets = ["disaggregated"]
+
+[[gateway.routes]]
+model = "auto"
+cascade = [{ model = "big-pd", accept_if = "min_logprob > 0" }, { model = "big-pd-2" }]
+`}, pdSpec{id: "p", kind: "vllm", role: "prefill"}, pdSpec{id: "d", kind: "vllm", role: "decode"})
+	r := f.post("/v1/completions", "", map[string]any{"model": "auto", "prompt": "Escalate this one too.", "max_tokens": 6, "seed": 4})
+	if r.status != 200 || r.header.Get("X-TL-Cascade-Step") != "1" || r.header.Get("X-TL-Cascade-Escalation") != "" {
+		t.Fatalf("%d step %q escalation %q %s: want step 1's answer", r.status, r.header.Get("X-TL-Cascade-Step"), r.header.Get("X-TL-Cascade-Escalation"), r.body)
+	}
+	prefills := 0
+	for _, got := range f.byID["p"].front.requests() {
+		if ktp, ok := got.body["kv_transfer_params"].(map[string]any); ok && ktp["do_remote_decode"] == true {
+			prefills++
+		}
+	}
+	if prefills != 2 {
+		t.Fatalf("the prefill engine was asked %d prefill legs, want one per step", prefills)
+	}
+	eventually(t, 5*eventuallyUnit, func() bool {
+		reps.mu.Lock()
+		defer reps.mu.Unlock()
+		return len(reps.reps) == 1
+	}, "the request's report")
+	if rep := reps.reps[0]; rep.Protocol != "vllm" || rep.Pairs != 2 || len(rep.Failures) != 0 {
+		t.Fatalf("report %+v: want two vLLM pairs (one a step) and no leg failure", rep)
+	}
+}
+
+// TestCascadeLogNamesTheAnsweringWorker: a cascade whose disaggregated
+// step 0 is refused and whose unified step 1 answers is logged with step
+// 1's worker and no pair: the prefill engine, protocol and reasons of step
+// 0's pair are not left on the line.
+func TestCascadeLogNamesTheAnsweringWorker(t *testing.T) {
+	var logs syncBuffer
+	f := newPDFleet(t, pdOpts{gw: func(o *gateway.Options) { o.Logger = zerolog.New(&logs) }, extra: `
+[[gateway.routes]]
+model = "auto"
+cascade = [{ model = "big-pd", accept_if = "min_logprob > 0" }, { model = "big" }]
+`}, pdSpec{id: "u", kind: "vllm"}, pdSpec{id: "p", kind: "vllm", role: "prefill"}, pdSpec{id: "d", kind: "vllm", role: "decode"})
+	r := f.post("/v1/completions", "", map[string]any{"model": "auto", "prompt": "Escalate to the unified one.", "max_tokens": 6, "seed": 5},
+		"X-Request-Id", "cascade-to-unified")
+	if r.status != 200 || r.header.Get("X-TL-Cascade-Step") != "1" || r.header.Get("X-TL-Route") != "u" {
+		t.Fatalf("%d step %q route %q %s: want step 1 answered by u", r.status, r.header.Get("X-TL-Cascade-Step"), r.header.Get("X-TL-Route"), r.body)
+	}
+	var line map[string]any
+	eventually(t, 5*eventuallyUnit, func() bool {
+		line = accessLine(logs.String(), "cascade-to-unified")
+		return line != nil
+	}, "the access log line")
+	for _, k := range []string{"prefill", "protocol", "prefill_reason", "decode_reason"} {
+		if v, ok := line[k]; ok {
+			t.Errorf("the access log line of a request u answered has %s %v (step 0's pair): %v", k, v, line)
+		}
+	}
+	if line["worker"] != "u" {
+		t.Errorf("access log worker %v, want u", line["worker"])
+	}
+}
+
+// TestDisaggregatedClientGoneDuringPrefillCharged: a non-streamed request
+// whose client goes away while its vLLM prefill leg runs is charged what
+// that leg asked the engine for (the prompt and one token), not the
+// client's max_tokens: no decode leg ever ran.
+func TestDisaggregatedClientGoneDuringPrefillCharged(t *testing.T) {
+	var logs syncBuffer
+	f := newPDFleet(t, pdOpts{gw: func(o *gateway.Options) { o.Logger = zerolog.New(&logs) }},
+		pdSpec{id: "p1", kind: "vllm", role: "prefill", cfg: enginesim.Config{Faults: enginesim.Faults{StallMS: 600000}}},
+		pdSpec{id: "d1", kind: "vllm", role: "decode"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, body := pdBody("big-pd", false, false, 1)
+	body["max_tokens"] = 2000
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url+"/v1/completions", strings.NewReader(string(b)))
+	req.Header.Set("X-Request-Id", "gone-while-prefilling")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	eventually(t, 10*eventuallyUnit, func() bool { return f.byID["p1"].e.Stats().Requests >= 1 }, "the prefill leg to reach p1")
+	cancel()
+	<-done
+	var line map[string]any
+	eventually(t, 10*eventuallyUnit, func() bool {
+		line = accessLine(logs.String(), "gone-while-prefilling")
+		return line != nil
+	}, "the access log line")
+	if line["completion_tokens"] != 1.0 || line["usage_estimated"] != true || len(f.byID["d1"].front.requests()) != 0 {
+		t.Fatalf("access log %v: want one estimated completion token charged (the prefill leg's), and no decode leg", line)
+	}
+}

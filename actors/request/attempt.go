@@ -103,6 +103,7 @@ func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
 		if !accepted {
 			a.keep(resp)
 			a.releaseHeld(ctx)
+			a.pdStepEnded()
 			a.log.Escalations++
 			a.traceAttemptEnd(OutcomeEscalated, "", nil)
 			a.step = a.target.CascadeStep + 1

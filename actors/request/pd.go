@@ -57,6 +57,9 @@ type pdState struct {
 	params []byte
 	holder string
 	reused bool
+	// heldBody is the answer params came in (its prompt logprobs go with
+	// the decode answer of a pair that reuses them).
+	heldBody []byte
 	keep   string // the prefill worker the next Route keeps (Request.KeepPrefill)
 
 	// SGLang: the pair's room, and the prefill leg in flight (cancel).
@@ -128,6 +131,7 @@ func (a *requestActor) disaggregate(ctx actor.Context) {
 	a.pdReport().Pairs++
 	pd.prefillErr, pd.prefillBody, pd.prefilled, pd.pending = nil, nil, false, nil
 	pd.prefillStart, pd.prefillEnd, pd.decodeStart = time.Time{}, time.Time{}, time.Time{}
+	pd.report.Prefill, pd.report.Decode, pd.report.TransferWait = 0, 0, 0 // the last pair's
 	switch proto {
 	case fleet.ProtocolVLLM:
 		a.vllmPair(ctx)
@@ -268,6 +272,22 @@ func (a *requestActor) releasePrefillSlot(ctx actor.Context) {
 	}
 }
 
+// pdStepEnded ends the pairs of a cascade step whose answer was refused:
+// an SGLang prefill leg still in flight is canceled, and a vLLM prefill
+// worker's params are not reused by the next step (its decode leg took
+// them, and the engine freed the blocks once they were read).
+func (a *requestActor) pdStepEnded() {
+	pd := a.pd
+	if pd == nil {
+		return
+	}
+	if pd.cancel != nil {
+		pd.cancel()
+		pd.cancel = nil
+	}
+	pd.params, pd.heldBody, pd.holder, pd.reused, pd.keep = nil, nil, "", false, ""
+}
+
 // pdDecodeStarted marks the start of a decode leg.
 func (a *requestActor) pdDecodeStarted() {
 	if a.pd != nil && a.target.Disaggregated() {
@@ -318,19 +338,19 @@ func (a *requestActor) pdFailed(phase, reason, blamed string) string {
 		pd.cancel = nil
 	}
 	if a.target.Protocol() != fleet.ProtocolVLLM || phase != PhaseDecode || pd.params == nil {
-		pd.params, pd.holder, pd.reused = nil, "", false
+		pd.params, pd.heldBody, pd.holder, pd.reused = nil, nil, "", false
 		return ""
 	}
 	if pd.reused {
 		holder := pd.holder
-		pd.params, pd.holder, pd.reused = nil, "", false
+		pd.params, pd.heldBody, pd.holder, pd.reused = nil, nil, "", false
 		return holder
 	}
 	if reason == string(proxy.FailRefused) || reason == string(proxy.FailStatus503) {
 		pd.keep, pd.reused = pd.holder, true
 		return ""
 	}
-	pd.params, pd.holder = nil, ""
+	pd.params, pd.heldBody, pd.holder = nil, nil, ""
 	return ""
 }
 

@@ -15,13 +15,14 @@ import (
 // the params a failed decode leg did not use.
 func (a *requestActor) vllmPair(ctx actor.Context) {
 	pd := a.pd
-	if pd.params != nil && a.target.Prefill.ID == pd.holder {
+	if pd.params != nil && pd.reused && a.target.Prefill.ID == pd.holder {
+		pd.prefillBody, pd.prefilled = pd.heldBody, true
 		a.releasePrefillSlot(ctx)
 		a.pdDecodeStarted()
 		a.attempt(ctx, nil)
 		return
 	}
-	pd.params, pd.holder, pd.reused = nil, "", false
+	pd.params, pd.heldBody, pd.holder, pd.reused = nil, nil, "", false
 	a.prefillLeg(ctx, a.ex.Ctx, a.body(nil, disagg.VLLMPrefillEdits()...), true)
 }
 
@@ -42,7 +43,7 @@ func (a *requestActor) vllmPrefilled(ctx actor.Context, m *legAnswered) {
 		return
 	}
 	pd := a.pd
-	pd.params, pd.holder, pd.prefillBody, pd.prefilled = params, a.target.Prefill.ID, m.resp.Body, true
+	pd.params, pd.heldBody, pd.holder, pd.prefillBody, pd.prefilled = params, m.resp.Body, a.target.Prefill.ID, m.resp.Body, true
 	a.prefillDone(ctx)
 	a.pdDecodeStarted()
 	a.attempt(ctx, nil)
