@@ -274,6 +274,9 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 	a.log.Route, a.log.ServedModel, a.log.Worker, a.log.Reason, a.log.CascadeStep = t.Route, t.ServedModel, t.Worker.ID, t.Reason, t.CascadeStep
 	a.skipped(t.Skipped)
 	a.step = t.CascadeStep // a retry on this step skips no step again
+	// The log names the pair of the target that answers: a cascade step
+	// served unified after a disaggregated one has none.
+	a.log.Prefill, a.log.Protocol, a.log.PrefillReason, a.log.DecodeReason = "", "", "", ""
 	if t.Prefill != nil {
 		a.log.Prefill = t.Prefill.ID
 	}
