@@ -23,7 +23,7 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 	a.traceAttemptEnd(OutcomeFailed, reason, err)
 	generating := proxy.IsGenerating(err)
 	if generating || proxy.ReasonOf(err) == proxy.FailCanceled {
-		a.chargeAbandoned()
+		a.chargeAbandoned(phase == PhasePrefill)
 	}
 	if a.ex.Ctx.Err() != nil {
 		a.log.ClientGone = true

@@ -51,15 +51,20 @@ func (a *requestActor) countFetched(resp *proxy.Response) {
 // chargeAbandoned adds the estimated engine work of a non-streamed attempt
 // that ended without an answer because it timed out generating or its
 // client went away: the engine read the prompt and may have generated up
-// to max_tokens (none counted when the request set no max_tokens). The
-// figures are marked Estimated; the key is charged them like any usage.
-func (a *requestActor) chargeAbandoned() {
+// to max_tokens (none counted when the request set no max_tokens), or, a
+// disaggregated pair's prefill leg (prefill), the one token that leg asks
+// for. The figures are marked Estimated; the key is charged them like any
+// usage.
+func (a *requestActor) chargeAbandoned(prefill bool) {
 	if a.ex.Req.Stream {
 		return
 	}
 	u := usage.Usage{PromptTokens: usage.EstimatePrompt(a.ex.Req.Prompt), Estimated: true}
 	if m := a.ex.Req.MaxTokens; m != nil && *m > 0 {
 		u.CompletionTokens = *m
+		if prefill {
+			u.CompletionTokens = 1
+		}
 	}
 	a.log.Usage.Add(u)
 	a.log.AbandonedAttempts++
