@@ -60,7 +60,7 @@ type pdState struct {
 	// heldBody is the answer params came in (its prompt logprobs go with
 	// the decode answer of a pair that reuses them).
 	heldBody []byte
-	keep   string // the prefill worker the next Route keeps (Request.KeepPrefill)
+	keep     string // the prefill worker the next Route keeps (Request.KeepPrefill)
 
 	// SGLang: the pair's room, and the prefill leg in flight (cancel).
 	room   uint64
