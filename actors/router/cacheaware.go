@@ -168,6 +168,7 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request, now time.T
 		if ca.exact.usable[i] {
 			t.CacheView = kvindex.Exact.CacheView()
 			t.Indexing.Exact.Expect = s.exact.Holds(id, keys) < len(keys)
+			t.Indexing.Exact.Keys = keys
 		}
 		s.exact.Speculate(id, keys, bs, now)
 		if ca.exact.usable[i] {

@@ -306,15 +306,24 @@ func (s *State) applyPeerSpeculate(ev *PeerEvent, now time.Time, r *PeerApplied)
 // timeout (kvindex.Index.Expect).
 type ExactIndexing struct {
 	// Expect: the pick's prompt has blocks the worker's view did not
-	// hold.
+	// hold. Keys are the prompt's block keys (read only): blocks the
+	// events brought before the answer began expect nothing more.
 	Expect bool
+	Keys   []uint64
 }
 
-// exactIndexed applies ix's exact part at now.
+// exactIndexed applies ix's exact part at now: the worker's events are
+// expected unless its view already holds every block of the prompt (an
+// engine may publish a prompt's blocks before its first token reaches
+// the gateway, and an idle one publishes nothing after).
 func (s *State) exactIndexed(ix Indexing, now time.Time) {
-	if s.exact != nil && ix.Exact.Expect {
-		s.exact.Expect(ix.Worker, now)
+	if s.exact == nil || !ix.Exact.Expect {
+		return
 	}
+	if k := ix.Exact.Keys; len(k) > 0 && s.exact.Holds(ix.Worker, k) == len(k) {
+		return
+	}
+	s.exact.Expect(ix.Worker, now)
 }
 
 // exactStats is a worker's exact view for the admin API.

@@ -189,6 +189,34 @@ func TestExactViewStates(t *testing.T) {
 	s.RemoveWorker("a")
 }
 
+// TestExactEventsBeforeAnswerExpectNothing: an engine may publish a
+// prompt's blocks before the answer's first byte reaches the gateway;
+// once its view holds them all, the answer's start expects no more
+// events, and an engine that then stays idle keeps its view exact.
+func TestExactEventsBeforeAnswerExpectNothing(t *testing.T) {
+	s := exactState(t, Config{KVIndex: kvindex.Config{EventTimeout: time.Second}}, "a")
+	events(t, s, "a", kvindex.Exact)
+	prompt := etoks(0, 4*ebs)
+	tg, err := s.Pick(&Request{Model: "m", RequestID: "r", Prompt: words("x", 100), Tokens: map[string][]uint32{"m": prompt}, Keys: &TokenKeys{}}, now)
+	if err != nil || !tg.Indexing.Exact.Expect {
+		t.Fatalf("pick on a: %+v %v, want its events expected", tg.Indexing.Exact, err)
+	}
+	events(t, s, "a", kvindex.Exact, storedBatch(prompt, 0)) // before the first byte
+	s.Indexed(tg.Indexing, now.Add(10*time.Millisecond))
+	if !s.exact.Usable("a", now.Add(5*time.Second)) {
+		t.Fatal("a's view went stale although its events came before the answer began")
+	}
+	// Events that did not bring the prompt's blocks leave it expected.
+	tg, err = s.Pick(&Request{Model: "m", RequestID: "r2", Prompt: words("y", 100), Tokens: map[string][]uint32{"m": etoks(5000, 4*ebs)}, Keys: &TokenKeys{}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Indexed(tg.Indexing, now.Add(10*time.Millisecond))
+	if s.exact.Usable("a", now.Add(5*time.Second)) {
+		t.Fatal("a's view stayed exact although the blocks of an answer it began never came")
+	}
+}
+
 // TestExactNotRelayedBySync: fleet sync relays the prefix-index records of
 // approximate workers only; every replica follows the others' events.
 func TestExactNotRelayedBySync(t *testing.T) {
