@@ -236,18 +236,26 @@ func (s *State) needTokens(base, served string) *NeedTokensError {
 	return e
 }
 
+// exactBlockSize is the block size, in tokens, of worker id's exact view:
+// its events', else what its heartbeats say (kvBlockTokens), else 16. A
+// pick's keys and a peer's speculated keys are cut by the same rule, so
+// that they name the same blocks.
+func (s *State) exactBlockSize(id string, kvBlockTokens int) int {
+	if bs := s.exact.BlockSize(id); bs > 0 {
+		return bs
+	}
+	if kvBlockTokens > 0 {
+		return kvBlockTokens
+	}
+	return 16
+}
+
 // exactHeld returns, for candidate i whose view is usable, the tokens of
 // the prompt (tokens, in namespace lora/salt of base) its cache holds,
 // weighed by tier, and the prompt's keys at its block size.
 func (s *State) exactHeld(i int, req *Request, base, lora, salt string, tokens []uint32, now time.Time) (float64, []uint64, int) {
 	id := s.cands[i].ID
-	bs := s.exact.BlockSize(id)
-	if bs <= 0 {
-		bs = max(s.members[i].KVBlockTokens, 0)
-		if bs == 0 {
-			bs = 16
-		}
-	}
+	bs := s.exactBlockSize(id, s.members[i].KVBlockTokens)
 	var keys []uint64
 	if req.Keys != nil {
 		keys = req.Keys.keysFor(base, lora, salt, tokens, bs)
@@ -293,11 +301,7 @@ func (s *State) applyPeerSpeculate(ev *PeerEvent, now time.Time, r *PeerApplied)
 		r.applied(ev.Kind) // no exact view here: nothing to hold
 		return
 	}
-	bs := s.exact.BlockSize(ev.Worker)
-	if bs <= 0 {
-		bs = max(w.KVBlockTokens, 16)
-	}
-	s.exact.Speculate(ev.Worker, ev.Hashes, bs, now)
+	s.exact.Speculate(ev.Worker, ev.Hashes, s.exactBlockSize(ev.Worker, w.KVBlockTokens), now)
 	r.applied(ev.Kind)
 }
 

@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -278,23 +279,31 @@ func TestExactCascadeAsksPerModel(t *testing.T) {
 // TestExactSpeculationShared: an exact pick's speculative blocks reach the
 // peers, which hold them on the worker until its events come.
 func TestExactSpeculationShared(t *testing.T) {
+	for _, bt := range []int{16, 8} { // the workers' KV block size, before any event says
+		t.Run(fmt.Sprint(bt), func(t *testing.T) { exactSpeculationShared(t, bt) })
+	}
+}
+
+func exactSpeculationShared(t *testing.T, blockTokens int) {
 	s, rec := syncState(t, policy.NameCacheAware, SyncConfig{}, "a", "b")
+	peer, _ := syncState(t, policy.NameCacheAware, SyncConfig{}, "a", "b")
+	for _, st := range []*State{s, peer} {
+		for _, id := range []string{"a", "b"} {
+			x := caWorker(id)
+			x.KVBlockTokens = blockTokens
+			st.SetWorker(x)
+			st.ApplyKV(&KVEvents{Worker: id, State: kvindex.Exact}, now)
+		}
+	}
 	spec := &specRecorder{recorder: rec}
 	s.cfg.Sync.Syncer = spec
-	for _, id := range []string{"a", "b"} {
-		s.ApplyKV(&KVEvents{Worker: id, State: kvindex.Exact}, now)
-	}
 	prompt := etoks(0, 40*ebs)
 	tg, err := s.Pick(&Request{Model: "m", RequestID: "r", Tokens: map[string][]uint32{"m": prompt}}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spec.worker != tg.Worker.ID || len(spec.keys) != 40 {
+	if spec.worker != tg.Worker.ID || len(spec.keys) != len(prompt)/blockTokens {
 		t.Fatalf("told the peers %s %d keys, picked %s", spec.worker, len(spec.keys), tg.Worker.ID)
-	}
-	peer, _ := syncState(t, policy.NameCacheAware, SyncConfig{}, "a", "b")
-	for _, id := range []string{"a", "b"} {
-		peer.ApplyKV(&KVEvents{Worker: id, State: kvindex.Exact}, now)
 	}
 	r := peer.ApplyPeer(&PeerBatch{Replica: "r2", Events: []PeerEvent{{Kind: PeerSpeculate, Worker: tg.Worker.ID, Hashes: spec.keys}, {Kind: PeerSpeculate, Worker: "zz", Hashes: spec.keys}}}, now)
 	if r.Dropped[PeerDrop{PeerSpeculate, DropUnknownWorker}] != 1 {
