@@ -197,6 +197,12 @@ type rankView struct {
 	free   []int32
 	newest int32 // -1: none
 	oldest int32
+	// collided are the engine hashes seen naming two different blocks
+	// (SGLang hashes a page's tokens alone, so equal pages after
+	// different prefixes share one): a block whose parent is one of them
+	// cannot be placed, since the parent may be either. Bounded by
+	// MaxBlocks; past it the rank's view starts again.
+	collided map[uint64]struct{}
 }
 
 // entry is one block: its keys, namespace tags, tiers, and its place on
@@ -406,7 +412,7 @@ func (x *Index) store(v *view, rvp **rankView, ev *Event, a *Applied) {
 	var lora, salt uint32
 	if ev.HasParent {
 		p, ok := rv.byHash[ev.Parent]
-		if !ok {
+		if _, amb := rv.collided[ev.Parent]; !ok || amb {
 			a.Unresolved += n
 			return
 		}
@@ -446,8 +452,10 @@ func (x *Index) insert(v *view, rv *rankView, key, h uint64, bit uint8, lora, sa
 			return 0
 		}
 		// The engine reuses a hash for another block (SGLang names equal
-		// tokens alike under any salt): the old block is replaced.
+		// tokens alike after any prefix and under any salt): the old block
+		// is replaced, and the hash no longer names one parent.
 		x.drop(v, rv, s)
+		x.collide(v, rv, h)
 	}
 	if s, ok := rv.byKey[key]; ok {
 		// The same block under another engine hash: keep the newest name.
@@ -493,6 +501,20 @@ func (x *Index) remove(v *view, rv *rankView, ev *Event, a *Applied) {
 			x.drop(v, rv, s)
 		}
 	}
+}
+
+// collide records that engine hash h named two different blocks of rv.
+// Past MaxBlocks such hashes the rank's blocks are forgotten (missed hits,
+// never a wrong one) and the record starts again.
+func (x *Index) collide(v *view, rv *rankView, h uint64) {
+	if rv.collided == nil {
+		rv.collided = map[uint64]struct{}{}
+	}
+	if len(rv.collided) >= x.cfg.MaxBlocks {
+		x.clearRank(v, rv)
+		rv.collided = map[uint64]struct{}{}
+	}
+	rv.collided[h] = struct{}{}
 }
 
 // clearRank forgets every block of rv (AllBlocksCleared).

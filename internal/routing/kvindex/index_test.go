@@ -169,6 +169,36 @@ func TestReplacedHashes(t *testing.T) {
 	}
 }
 
+// TestCollidedHashesPlaceNoChild: SGLang names a page by its tokens
+// alone, so one hash can name the same page after two prefixes; a block
+// stored after such a hash cannot be placed (its parent may be either)
+// and is left out, never recorded after the wrong prefix.
+func TestCollidedHashesPlaceNoChild(t *testing.T) {
+	x := newExact(t, Config{}, "w")
+	a, b, tt, c := toks(100, 4), toks(200, 4), toks(300, 4), toks(400, 4)
+	const ha, hb, ht, hc = 11, 12, 13, 14
+	apply(t, x, "w", 0, stored(a, 0, ha), stored(tt, ha, ht), stored(b, 0, hb), stored(tt, hb, ht))
+	got := apply(t, x, "w", 0, stored(c, ht, hc)) // after a's t, or b's?
+	if got.Unresolved != 1 {
+		t.Fatalf("applied %+v: want the block after a collided hash left out", got)
+	}
+	cat := func(ps ...[]uint32) []uint32 {
+		var out []uint32
+		for _, p := range ps {
+			out = append(out, p...)
+		}
+		return out
+	}
+	if m := x.Match("w", Keys(nil, "", "", cat(b, tt, c), bs), t0); m.Blocks != 2 {
+		t.Fatalf("b t c matched %d blocks, want the 2 the engine surely holds", m.Blocks)
+	}
+	// A cleared view forgets the collisions with the blocks.
+	apply(t, x, "w", 0, Event{Kind: Cleared}, stored(a, 0, ha), stored(tt, ha, ht), stored(c, ht, hc))
+	if m := x.Match("w", Keys(nil, "", "", cat(a, tt, c), bs), t0); m.Blocks != 3 {
+		t.Fatalf("after a clear, a t c matched %d blocks, want 3", m.Blocks)
+	}
+}
+
 func TestBlockSizeChangeClears(t *testing.T) {
 	x := newExact(t, Config{}, "w")
 	apply(t, x, "w", 0, stored(toks(0, 8), 0, 1, 2))
