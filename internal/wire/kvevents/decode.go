@@ -718,7 +718,10 @@ func (p *parser) metadata(f *fields) error {
 			}
 			continue
 		}
-		k, _, _ := p.str("metadata key")
+		k, _, err := p.str("metadata key")
+		if err != nil {
+			return err
+		}
 		if k == "cache_salt" {
 			if f.salt, err = p.loose("cache_salt"); err != nil {
 				return err

@@ -175,6 +175,13 @@ func TestDecodeRefusesBadInput(t *testing.T) {
 			_ = e.EncodeArrayLen(1)
 			_ = e.EncodeMap(map[string]any{"block_hashes": []uint64{1}})
 		}), kvevents.ErrMalformed, "no type"},
+		{"a metadata key past the string bound", enc(func(e *msgpack.Encoder) {
+			_ = e.EncodeArrayLen(2)
+			_ = e.EncodeFloat64(1)
+			_ = e.EncodeArrayLen(1)
+			_ = e.EncodeMap(map[string]any{"type": "BlockStored", "block_hashes": []uint64{1}, "token_ids": []int{1}, "block_size": 1,
+				"metadata": map[string]any{strings.Repeat("k", kvevents.MaxString+1): "x", "cache_salt": "s"}})
+		}), kvevents.ErrTooLarge, "metadata key"},
 		{"rank out of range", kvpub.Encode(kvpub.Batch{Rank: kvpub.Ptr(1 << 20)}, kvpub.Options{}), kvevents.ErrMalformed, "data_parallel_rank"},
 		{"a million hashes", enc(func(e *msgpack.Encoder) {
 			_ = e.EncodeArrayLen(2)
