@@ -262,6 +262,7 @@ func (s *sub) run(ctx context.Context) error {
 // serve reads one connection until it fails or ctx ends.
 func (s *sub) serve(ctx context.Context, zc *zmq4.Conn, raw net.Conn) error {
 	msgs := make(chan message, s.cfg.QueueLen)
+	dropped := make(chan struct{}, 1) // the reader dropped a message
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -282,6 +283,10 @@ func (s *sub) serve(ctx context.Context, zc *zmq4.Conn, raw net.Conn) error {
 			case msgs <- message{frames: m.Frames}:
 			default:
 				s.cfg.Observer.Problem(s.cfg.Worker, ProblemQueueFull)
+				select {
+				case dropped <- struct{}{}:
+				default:
+				}
 			}
 		}
 	}()
@@ -299,8 +304,24 @@ func (s *sub) serve(ctx context.Context, zc *zmq4.Conn, raw net.Conn) error {
 		s.clear(kvindex.Stale)
 	}
 	s.flush(ctx)
+	// lostSome: the reader dropped a message since the queue was last
+	// empty. The batches queued may all be older than it, so only an empty
+	// queue proves none will show the gap.
+	lostSome := false
 	for {
-		m, ok := <-msgs
+		if lostSome && len(msgs) == 0 {
+			lostSome = false
+			s.recoverDropped(ctx)
+			s.flush(ctx)
+		}
+		var m message
+		ok := true
+		select {
+		case m, ok = <-msgs:
+		case <-dropped:
+			lostSome = true
+			continue
+		}
 		if !ok {
 			return errors.New("kvsub: reader stopped")
 		}
@@ -540,6 +561,20 @@ func (s *sub) catchUp(ctx context.Context, until uint64, bounded bool) bool {
 	s.setState(kvindex.Exact)
 	s.dedupe = true
 	return true
+}
+
+// recoverDropped follows a batch the reader had no room for when no
+// later batch is queued to show the gap (an engine that then goes quiet
+// would leave the view without it for good): the replay gives back what
+// came after the last batch applied, else the view starts again, stale
+// until the next batch.
+func (s *sub) recoverDropped(ctx context.Context) {
+	if _, ok := s.tr.Last(); ok && s.cfg.Replay != "" {
+		s.catchUp(ctx, 0, false) // what it cannot give back, it starts again itself
+		return
+	}
+	s.tr.Reset()
+	s.clear(kvindex.Stale)
 }
 
 // rebuild fills an empty view from the replay buffer, from its start;
