@@ -3,7 +3,6 @@ package router
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -314,6 +313,9 @@ func (s *State) drop(mq *modelQueue, w *Waiter) {
 func (s *State) dropEmpty(name string) {
 	if mq := s.queues[name]; mq != nil && mq.q.Len() == 0 {
 		delete(s.queues, name)
+		if d := s.drains[name]; d != nil {
+			d.backlog = false // the time until its next dispatch is no dispatch interval
+		}
 	}
 }
 
@@ -386,58 +388,87 @@ func (s *State) Dispatch(now time.Time) []Dispatched {
 	if len(s.queues) == 0 {
 		return nil
 	}
-	names := make([]string, 0, len(s.queues))
-	for n := range s.queues {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	var out []Dispatched
-	for _, name := range names {
-		mq := s.queues[name]
-		for mq.q.Len() > 0 {
-			w := mq.q.Peek().Value
-			if !now.Before(w.Deadline) {
-				s.drop(mq, w)
-				out = append(out, Dispatched{W: w, Err: fmt.Errorf("router: %q: waited %s: %w", w.Req.Model, now.Sub(w.Enqueued), ErrOverloaded)})
-				continue
-			}
-			if err := s.unreachable(w, now); err != nil {
-				s.drop(mq, w)
-				out = append(out, Dispatched{W: w, Err: err})
-				continue
-			}
-			head := w
-			w = s.warmWaiter(mq, head, now)
-			s.full, s.saturated, s.why = false, false, ""
-			t, err := s.Pick(&w.Req, now)
-			if err != nil && s.full && errors.Is(err, ErrNoCapacity) {
-				if mq.saturated = s.saturatedWhy(); mq.saturated != "" {
-					for _, x := range s.shed(mq) {
-						out = append(out, Dispatched{W: x, Err: &SaturatedError{Model: x.Req.Model, Priority: x.Class.Priority, Why: mq.saturated}})
-					}
-				}
-				break
-			}
-			mq.saturated = ""
-			if w != head {
-				for _, x := range mq.q.Turn(WarmWindow) {
-					if x.Value == w {
-						break
-					}
-					x.Value.Passed++
-				}
-			}
-			mq.q.Served(w.entry)
-			s.forget(w)
-			s.dispatched(name, mq.q.Len(), now)
-			if err == nil {
-				t.Queue, t.Priority = name, w.Class.Priority
-			}
-			out = append(out, Dispatched{W: w, Target: t, Err: err})
+	// Queues of different routes may share workers: their heads go in
+	// one order (nextQueue), so that no waiter is passed by one of a lower
+	// priority in another queue. A queue whose pick finds its workers
+	// full is done for this round.
+	full := map[string]bool{}
+	for {
+		name, mq := s.nextQueue(full)
+		if mq == nil {
+			break
 		}
+		w := mq.q.Peek().Value
+		if !now.Before(w.Deadline) {
+			s.drop(mq, w)
+			out = append(out, Dispatched{W: w, Err: fmt.Errorf("router: %q: waited %s: %w", w.Req.Model, now.Sub(w.Enqueued), ErrOverloaded)})
+			continue
+		}
+		if err := s.unreachable(w, now); err != nil {
+			s.drop(mq, w)
+			out = append(out, Dispatched{W: w, Err: err})
+			continue
+		}
+		head := w
+		w = s.warmWaiter(mq, head, now)
+		s.full, s.saturated, s.why = false, false, ""
+		t, err := s.Pick(&w.Req, now)
+		if err != nil && s.full && errors.Is(err, ErrNoCapacity) {
+			if mq.saturated = s.saturatedWhy(); mq.saturated != "" {
+				for _, x := range s.shed(mq) {
+					out = append(out, Dispatched{W: x, Err: &SaturatedError{Model: x.Req.Model, Priority: x.Class.Priority, Why: mq.saturated}})
+				}
+			}
+			full[name] = true
+			continue
+		}
+		mq.saturated = ""
+		if w != head {
+			for _, x := range mq.q.Turn(WarmWindow) {
+				if x.Value == w {
+					break
+				}
+				x.Value.Passed++
+			}
+		}
+		mq.q.Served(w.entry)
+		s.forget(w)
+		s.dispatched(name, mq.q.Len(), now)
+		if err == nil {
+			t.Queue, t.Priority = name, w.Class.Priority
+		}
+		out = append(out, Dispatched{W: w, Target: t, Err: err})
+	}
+	for name := range s.queues {
 		s.dropEmpty(name)
 	}
 	return out
+}
+
+// nextQueue returns the queue, among those not in full, whose next waiter
+// goes first: the highest priority, then the earliest due, then the
+// queue's name (nil: none waits).
+func (s *State) nextQueue(full map[string]bool) (string, *modelQueue) {
+	var (
+		best  string
+		bq    *modelQueue
+		bHead *Waiter
+	)
+	for name, mq := range s.queues {
+		if full[name] || mq.q.Len() == 0 {
+			continue
+		}
+		w := mq.q.Peek().Value
+		switch {
+		case bq == nil,
+			w.Class.Priority > bHead.Class.Priority,
+			w.Class.Priority == bHead.Class.Priority && w.Due.Before(bHead.Due),
+			w.Class.Priority == bHead.Class.Priority && w.Due.Equal(bHead.Due) && name < best:
+			best, bq, bHead = name, mq, w
+		}
+	}
+	return best, bq
 }
 
 // Expiry is what a waiter's timer found: the waiter that leaves (nil when

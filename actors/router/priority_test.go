@@ -142,6 +142,93 @@ func TestPriorityDispatchedFirst(t *testing.T) {
 	}
 }
 
+// TestPriorityAcrossRoutesOfOneModel: two routes served by the same
+// workers wait in queues of their own; when a slot frees, the waiter of
+// the higher priority goes first whichever queue it is in, and over
+// random runs over both routes and the model itself no request is
+// dispatched while one of a higher priority waits in any queue.
+func TestPriorityAcrossRoutesOfOneModel(t *testing.T) {
+	rs := []routes.Route{
+		{Model: "batch", Backends: []routes.Backend{{Model: "m", Weight: 1}}, Priority: -1},
+		{Model: "interactive", Backends: []routes.Backend{{Model: "m", Weight: 1}}, Priority: 5},
+	}
+	s := prioState(t, 1, 1, 16, rs)
+	fill(t, s, 1)
+	for _, name := range []string{"interactive", "batch"} {
+		if ad := s.Admit(&Request{Model: name}, name, pid(name), now); ad.Queued == nil {
+			t.Fatalf("%s not queued: %+v", name, ad)
+		}
+	}
+	if got := serveOne(s, "w0", now); strings.Join(got, " ") != "interactive" {
+		t.Fatalf("dispatched %v, want the interactive route's waiter first", got)
+	}
+
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			s := prioState(t, 2, 2, 8, rs)
+			r := rand.New(rand.NewPCG(seed, 11))
+			var held []string
+			prio := map[string]int{}
+			check := func(p int, what string) {
+				for name, mq := range s.queues {
+					if hi, ok := mq.q.Highest(); ok && hi > p {
+						t.Fatalf("%s of priority %d dispatched while priority %d waits in %s", what, p, hi, name)
+					}
+				}
+			}
+			models := []string{"m", "batch", "interactive"}
+			for i := range 400 {
+				at := now.Add(time.Duration(i) * time.Millisecond)
+				if r.IntN(3) > 0 || len(held) == 0 {
+					name := fmt.Sprint("r", i)
+					rq := &Request{Model: models[r.IntN(len(models))]}
+					ad := s.Admit(rq, fmt.Sprint("k", r.IntN(3)), pid(name), at)
+					prio[name] = ad.Class.Priority
+					if ad.Err == nil && ad.Queued == nil {
+						check(ad.Class.Priority, name)
+						held = append(held, ad.Target.Worker.ID)
+					}
+					continue
+				}
+				k := r.IntN(len(held))
+				s.Release(held[k])
+				held = append(held[:k], held[k+1:]...)
+				for _, d := range s.Dispatch(at) {
+					if d.Err == nil {
+						check(prio[d.W.From.Id], d.W.From.Id)
+						held = append(held, d.Target.Worker.ID)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestWaitEstimateAfterIdleQueue: a queue that emptied without a dispatch
+// (its waiter left) and waits again 5 s later measures no 5-second
+// dispatch interval: a request with a 2 s objective then waits instead of
+// being refused with a Retry-After of 5 s.
+func TestWaitEstimateAfterIdleQueue(t *testing.T) {
+	s := prioState(t, 1, 1, 16, nil)
+	fill(t, s, 1)
+	for _, name := range []string{"a", "b"} {
+		if ad := s.Admit(req(0, Ask{}), name, pid(name), now); ad.Queued == nil {
+			t.Fatalf("%s: %+v", name, ad)
+		}
+	}
+	serveOne(s, "w0", now.Add(100*time.Millisecond)) // a leaves, b is left waiting
+	s.Leave(pid("b"))
+	later := now.Add(5 * time.Second) // within the worker's heartbeat deadline
+	if ad := s.Admit(req(0, Ask{}), "c", pid("c"), later); ad.Queued == nil {
+		t.Fatalf("c: %+v", ad)
+	}
+	serveOne(s, "w0", later.Add(time.Millisecond))
+	ad := s.Admit(req(0, Ask{Objective: 2 * time.Second}), "d", pid("d"), later.Add(2*time.Millisecond))
+	if ad.Err != nil || ad.Queued == nil {
+		t.Fatalf("d: %+v (retry after %s): the idle time was taken for a dispatch interval", ad, ad.RetryAfter)
+	}
+}
+
 // TestSheddableRefusedFirstWhenSaturated: while a model's workers are full
 // only by the gateway's limits, a sheddable request waits (behind every
 // other band); once every worker's engine reports itself saturated (a
