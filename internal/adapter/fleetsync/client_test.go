@@ -28,6 +28,7 @@ type fakeRouter struct {
 	inboxes int                // SyncInbox messages
 	batches []router.PeerBatch // taken from the inbox
 	applied []*router.ApplySnapshot
+	stored  int // ApplyStored messages
 	hold    chan struct{}
 }
 
@@ -51,7 +52,17 @@ func (f *fakeRouter) Receive(ctx actor.Context) {
 		f.mu.Lock()
 		f.applied = append(f.applied, m)
 		f.mu.Unlock()
+	case *router.ApplyStored:
+		f.mu.Lock()
+		f.stored++
+		f.mu.Unlock()
 	}
+}
+
+func (f *fakeRouter) storedApplied() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stored
 }
 
 // testClient is a started client of a NATS server, its router a
@@ -88,6 +99,13 @@ func syncConfig(t *testing.T, ns *embednats.Server, tweak func(*config.Sync)) co
 
 func startClient(t *testing.T, id string, cfg config.Sync) *testClient {
 	t.Helper()
+	return startClientWith(t, id, cfg, nil)
+}
+
+// startClientWith is startClient with the stored responses a replica
+// relayed itself (nil: none kept).
+func startClientWith(t *testing.T, id string, cfg config.Sync, stored OwnRecords) *testClient {
+	t.Helper()
 	sys := actor.NewActorSystem()
 	fr := &fakeRouter{}
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return fr }))
@@ -96,7 +114,7 @@ func startClient(t *testing.T, id string, cfg config.Sync) *testClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := New(cfg, Options{Root: sys.Root, Logger: zerolog.Nop(), Metrics: m, ChunkBytes: 128})
+	c := New(cfg, Options{Root: sys.Root, Logger: zerolog.Nop(), Metrics: m, ChunkBytes: 128, Stored: stored})
 	if err := c.Start(id, pid); err != nil {
 		t.Fatal(err)
 	}
@@ -298,5 +316,61 @@ func TestSyncBatchOnAnotherReplicasSubject(t *testing.T) {
 	defer tc.router.mu.Unlock()
 	if len(tc.router.batches) != 0 {
 		t.Fatalf("the router was given %d batches", len(tc.router.batches))
+	}
+}
+
+// noRecords keeps no stored response of its own.
+type noRecords struct{}
+
+func (noRecords) ExportOwn(int, time.Time, func(digest, owner, worker string, ttl time.Duration)) {}
+
+// TestSyncRecordsOnlyWhenAsked: a peer's stored responses are taken once,
+// as the answer to this replica's request; records it publishes unasked
+// (on its own subject, so NATS's permissions let it) are dropped before
+// they reach the router.
+func TestSyncRecordsOnlyWhenAsked(t *testing.T) {
+	ns := startNATS(t)
+	tc := startClientWith(t, "me", syncConfig(t, ns, nil), noRecords{})
+	pub := connect(t, ns)
+	records := EncodeRecords(nil, "peer", []router.StoredRecord{{ID: "d1", Owner: "o", Worker: "w", For: time.Minute}})
+	subject := tc.subject(subjectSnapshots + ".peer.me")
+	for range 50 {
+		if err := pub.Publish(subject, records); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	unasked := func() float64 {
+		return tc.metric("tlgate_sync_messages_dropped_total", "kind", metrics.SyncStored, "reason", metrics.SyncDropUnasked)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for unasked() < 50 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v of 50 unasked answers dropped", unasked())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := tc.router.storedApplied(); n != 0 {
+		t.Fatalf("%d unasked answers reached the router", n)
+	}
+	tc.askRecords("peer")
+	for range 2 {
+		if err := pub.Publish(subject, records); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for tc.router.storedApplied() < 1 || unasked() < 51 {
+		if time.Now().After(deadline) {
+			t.Fatalf("asked once: %d answers applied, %v dropped; want 1 and 51", tc.router.storedApplied(), unasked())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := tc.router.storedApplied(); n != 1 {
+		t.Fatalf("asked once: %d answers applied", n)
 	}
 }

@@ -103,6 +103,10 @@ type Client struct {
 	// snapWait takes the snapshot a warm start waits for (nil: none
 	// waits).
 	snapWait chan peerSnapshot
+	// recordsAsked are the replicas asked for their stored responses and
+	// not answered yet: one answer each is taken (onRecords), none
+	// unasked.
+	recordsAsked map[string]bool
 
 	inbox      inbox
 	serveLimit *rate.Limiter // snapshots answered
@@ -121,9 +125,10 @@ type Client struct {
 func New(cfg config.Sync, o Options) *Client {
 	c := &Client{
 		cfg: cfg, o: o, m: o.Metrics, log: o.Logger,
-		queue:   make(chan router.PeerEvent, cfg.MaxQueue),
-		maxHash: min(MaxHashes, max(1, (cfg.MaxBatchBytes-1024)/8)),
-		limits:  map[string]*rate.Limiter{},
+		queue:        make(chan router.PeerEvent, cfg.MaxQueue),
+		maxHash:      min(MaxHashes, max(1, (cfg.MaxBatchBytes-1024)/8)),
+		limits:       map[string]*rate.Limiter{},
+		recordsAsked: map[string]bool{},
 		// Each peer may ask for one snapshot per peer_timeout.
 		serveLimit: rate.NewLimiter(rate.Limit(float64(cfg.MaxPeers)/max(cfg.PeerTimeout.Seconds(), 1e-3)), cfg.MaxPeers),
 		// Each peer's consoles may ask a few times a second.

@@ -113,6 +113,12 @@ func (c *Client) askRecords(replica string) {
 	if nc == nil || c.o.Stored == nil || !ValidReplicaID(replica) {
 		return
 	}
+	c.mu.Lock()
+	if len(c.recordsAsked) >= 2*c.cfg.MaxPeers {
+		clear(c.recordsAsked) // answers never sent: ask anew
+	}
+	c.recordsAsked[replica] = true
+	c.mu.Unlock()
 	if err := nc.Publish(c.subject(subjectStored+"."+replica), []byte(id)); err != nil {
 		c.m.Dropped(metrics.SyncStored, metrics.SyncDropDisconnected, 1)
 	}
@@ -181,8 +187,18 @@ func (c *Client) onSnapshot(msg *nats.Msg) {
 	}
 }
 
-// onRecords hands replica from's stored responses to the router.
+// onRecords hands replica from's stored responses to the router: its one
+// answer to this replica's request (askRecords); an answer not asked for
+// is dropped before it is decoded.
 func (c *Client) onRecords(from string, data []byte) {
+	c.mu.Lock()
+	asked := c.recordsAsked[from]
+	delete(c.recordsAsked, from)
+	c.mu.Unlock()
+	if !asked {
+		c.m.Dropped(metrics.SyncStored, metrics.SyncDropUnasked, 1)
+		return
+	}
 	replica, rs, err := DecodeRecords(data)
 	switch {
 	case err != nil:
