@@ -322,3 +322,23 @@ func TestEjectionBackoffBetweenBaseAndMax(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerLiftNeedsAListedReplica: with the fleet listed, a lift of an
+// ejection this replica made on its own evidence is taken from a listed
+// replica (an operator's lift it relays), never from one the list does
+// not name.
+func TestPeerLiftNeedsAListedReplica(t *testing.T) {
+	s, _ := syncState(t, policy.NameLeastOutstanding, SyncConfig{Listed: []string{"p1", "p2"}}, "a", "b")
+	if e := s.AttemptFailed("a", "refused", now); !e.Ejected {
+		t.Fatalf("a not ejected: %+v", e)
+	}
+	lift := func(replica string) PeerApplied {
+		return s.ApplyPeer(&PeerBatch{Replica: replica, Sent: now, Events: []PeerEvent{{Kind: PeerLift, Worker: "a"}}}, now)
+	}
+	if r := lift("x"); r.Dropped[PeerDrop{PeerLift, DropUnlisted}] != 1 || !s.ejected("a", now) {
+		t.Fatalf("an unlisted replica's lift: %+v, ejected %v", r, s.ejected("a", now))
+	}
+	if lift("p1"); s.ejected("a", now) {
+		t.Fatal("a listed replica's lift left the worker ejected")
+	}
+}

@@ -297,6 +297,9 @@ const (
 	// no failure of, fewer than EjectionQuorum peers reporting it: the
 	// worker is suspect here, not ejected.
 	DropNoEvidence = "no_evidence"
+	// DropUnlisted: a lift of an ejection from a replica the listed fleet
+	// ([gateway.sync] peers) does not name.
+	DropUnlisted = "unlisted"
 )
 
 // PeerDrop counts one dropped peer event.
@@ -423,6 +426,13 @@ func (s *State) ApplyPeer(b *PeerBatch, now time.Time) PeerApplied {
 		case PeerLift:
 			if _, ok := s.workers[ev.Worker]; !ok {
 				r.drop(ev.Kind, DropUnknownWorker)
+				continue
+			}
+			if l := s.cfg.Sync.Listed; len(l) > 0 && !slices.Contains(l, b.Replica) {
+				// With the fleet listed, an ejection takes a quorum of
+				// listed replicas; undoing this replica's own evidence
+				// takes one of them at least.
+				r.drop(ev.Kind, DropUnlisted)
 				continue
 			}
 			if s.LiftEjection(ev.Worker, now) {

@@ -64,6 +64,9 @@ const (
 	// no failure of, too few peers reporting it: the worker is suspect
 	// here, not ejected.
 	SyncDropNoEvidence = "no_evidence"
+	// SyncDropUnlisted: a lift of an ejection from a replica not listed in
+	// [gateway.sync] peers.
+	SyncDropUnlisted = "unlisted"
 )
 
 // Outcomes of a warm start's snapshot request: the outcome label of
@@ -79,7 +82,7 @@ var (
 	syncKinds       = fixedSet{SyncPick, SyncRelease, SyncLoad, SyncEject, SyncStored, SyncForget, SyncIndex, SyncLift, SyncSpeculate, SyncBatch, SyncSnapshot, SyncKeys, SyncTraffic}
 	syncDropReasons = fixedSet{SyncDropMalformed, SyncDropOversized, SyncDropStale, SyncDropDuplicateID, SyncDropRate, SyncDropQueueFull,
 		SyncDropDisconnected, SyncDropSlowConsumer, SyncDropUnknownWorker, SyncDropOtherModel, SyncDropTooManyPeers, SyncDropCapped,
-		SyncDropChunkBytes, SyncDropUnknownKind, SyncDropEjection, SyncDropInvalid, SyncDropSpoofed, SyncDropBacklog, SyncDropUnasked, SyncDropNoEvidence}
+		SyncDropChunkBytes, SyncDropUnknownKind, SyncDropEjection, SyncDropInvalid, SyncDropSpoofed, SyncDropBacklog, SyncDropUnasked, SyncDropNoEvidence, SyncDropUnlisted}
 	snapshotOutcomes = fixedSet{SnapshotApplied, SnapshotNone, SnapshotFailed, SnapshotServed}
 )
 
