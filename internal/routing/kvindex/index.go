@@ -740,9 +740,14 @@ func (s *speculative) add(k uint64, exp, now time.Time, limit int) {
 	if s.until == nil {
 		s.until = map[uint64]time.Time{}
 	}
+	if e, ok := s.until[k]; ok && e.Equal(exp) {
+		return // held already until then (a key repeated in one pick, or one batch)
+	}
 	for s.head < len(s.fifo) {
 		it := s.fifo[s.head]
-		if now.Before(it.exp) && len(s.until) < limit {
+		// Past the limit, or past twice as many items (keys held again
+		// later leave their earlier items behind), the oldest goes.
+		if now.Before(it.exp) && len(s.until) < limit && len(s.fifo)-s.head < 2*limit {
 			break
 		}
 		if e, ok := s.until[it.key]; ok && e.Equal(it.exp) {

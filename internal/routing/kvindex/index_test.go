@@ -199,6 +199,28 @@ func TestCollidedHashesPlaceNoChild(t *testing.T) {
 	}
 }
 
+// TestSpeculativeBounded: whatever a pick or a peer speculates (one key
+// over and over, at one time or at many), the speculative entries and the
+// queue that expires them stay within MaxSpeculative's bound.
+func TestSpeculativeBounded(t *testing.T) {
+	x := newExact(t, Config{MaxSpeculative: 100}, "w")
+	same := make([]uint64, 100_000)
+	for i := range same {
+		same[i] = 7
+	}
+	x.Speculate("w", same, bs, t0)
+	if sp := &x.workers["w"].spec; len(sp.fifo)-sp.head != 1 || x.Match("w", []uint64{7}, t0).Blocks != 1 {
+		t.Fatalf("one key speculated 100,000 times: %d queued, want 1 held", len(sp.fifo)-sp.head)
+	}
+	for i := range 10_000 {
+		x.Speculate("w", []uint64{uint64(i % 3)}, bs, t0.Add(time.Duration(i)*time.Microsecond))
+	}
+	sp := &x.workers["w"].spec
+	if n := len(sp.fifo) - sp.head; n > 2*100+1 || sp.len() > 100 {
+		t.Fatalf("%d speculative entries, %d queued to expire: want at most 100 and 201", sp.len(), n)
+	}
+}
+
 func TestBlockSizeChangeClears(t *testing.T) {
 	x := newExact(t, Config{}, "w")
 	apply(t, x, "w", 0, stored(toks(0, 8), 0, 1, 2))
