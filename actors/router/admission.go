@@ -567,7 +567,7 @@ const WarmWindow = 16
 // same way). Keys and flows keep their turns; within a flow the head is
 // passed over at most WarmWindow times (Dispatch counts a pass when the
 // later waiter leaves), so no request waits behind more than that many
-// later ones, and a head with a TTFT objective is never passed over.
+// later ones, and a waiter with a TTFT objective is never passed over.
 func (s *State) warmWaiter(mq *modelQueue, head *Waiter, now time.Time) *Waiter {
 	if s.prefix == nil || head.Passed >= WarmWindow || head.Class.Objective > 0 {
 		return head
@@ -578,10 +578,14 @@ func (s *State) warmWaiter(mq *modelQueue, head *Waiter, now time.Time) *Waiter 
 	}
 	best, most := head, s.warmChunks(head, now)
 	for _, e := range list[1:] {
-		if w := e.Value; now.Before(w.Deadline) {
+		w := e.Value
+		if now.Before(w.Deadline) {
 			if n := s.warmChunks(w, now); n > most {
 				best, most = w, n
 			}
+		}
+		if w.Class.Objective > 0 {
+			break // never passed over: no later waiter leaves before it
 		}
 	}
 	return best

@@ -191,6 +191,22 @@ func TestDispatchPrefersWarmWaiter(t *testing.T) {
 			t.Fatalf("after a's release: %+v, want k1's waiter (its key's turn)", d)
 		}
 	})
+	t.Run("never past a waiter with an objective", func(t *testing.T) {
+		s := warmAdmitState(t, 8)
+		answered(s, admit(s, sysA+"first", "k").Target)
+		answered(s, admit(s, sysB+"second", "k").Target)
+		admit(s, "cold head, no objective", "k") // due at its deadline, now + 30 s
+		// Due after the head (now + 30.5 s), so behind it in the flow.
+		timed := s.Admit(&Request{Model: "m", Prompt: "cold, with an objective", Ask: Ask{Objective: 29500 * time.Millisecond}}, "k", nil, now.Add(time.Second)).Queued
+		warm := s.Admit(&Request{Model: "m", Prompt: sysA + "warm on a"}, "k", nil, now.Add(2*time.Second)).Queued
+		if warm == nil || timed == nil {
+			t.Fatal("not queued")
+		}
+		s.Release("a")
+		if d := s.Dispatch(now.Add(2 * time.Second)); len(d) != 1 || d[0].W == warm {
+			t.Fatalf("after a's release: %+v, want no warm waiter passing one with an objective", d)
+		}
+	})
 	t.Run("head passed over at most WarmWindow times", func(t *testing.T) {
 		s := warmAdmitState(t, 4*WarmWindow)
 		answered(s, admit(s, sysA+"first", "k").Target)
