@@ -8,6 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/routing/policy"
 )
@@ -111,6 +112,30 @@ func TestQueueDeadline(t *testing.T) {
 		}
 		if len(left) != 2 || left[0] != "served:5s" || left[1] != "overloaded:30s" {
 			t.Fatalf("queue events %v", left)
+		}
+	})
+}
+
+// TestQueueAnsweredWhenLastWorkerGoes: a request waiting for the only
+// worker of its model is answered no_capacity the moment that worker is
+// gone, not overloaded at its queue timeout.
+func TestQueueAnsweredWhenLastWorkerGoes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := router.Config{Policy: policy.NameLeastOutstanding,
+			Admission: router.AdmissionConfig{Enabled: true, Worker: 1, QueueSize: 8, QueueTimeout: 30 * time.Second}}
+		e := newEnv(t, cfg, nil)
+		e.beat(unified("a", "m", 0))
+		e.mustRoute(router.Request{Model: "m", RequestID: "1", Key: "k"})
+		waiting := e.sys.Root.RequestFuture(e.router, &router.Route{Request: router.Request{Model: "m", RequestID: "2", Key: "k"}}, time.Hour)
+		time.Sleep(time.Second)
+		start := time.Now()
+		e.sys.Root.Send(e.router, &registry.WorkerGone{ID: "a"})
+		res, err := waiting.Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := res.(*router.RouteResult); !errors.Is(r.Err, router.ErrNoCapacity) || time.Since(start) != 0 {
+			t.Fatalf("waiter answered %+v after %v, want no_capacity at once", r, time.Since(start))
 		}
 	})
 }

@@ -142,6 +142,7 @@ func (a *routerActor) Receive(ctx actor.Context) {
 		a.dispatch(ctx)
 	case *registry.WorkerGone:
 		st.RemoveWorker(m.ID)
+		a.dispatch(ctx) // its waiters may have no worker left: answered now
 	case *registry.Changes:
 		for _, g := range m.Gone {
 			st.RemoveWorker(g.ID)
@@ -150,7 +151,7 @@ func (a *routerActor) Receive(ctx actor.Context) {
 			st.SetWorker(w)
 		}
 		ctx.Respond(&registry.ChangesApplied{Gen: m.Gen})
-		if len(m.Changed) > 0 {
+		if len(m.Changed) > 0 || len(m.Gone) > 0 {
 			a.dispatch(ctx)
 		}
 	case *registry.SnapshotResult:
