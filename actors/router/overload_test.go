@@ -10,6 +10,7 @@ import (
 
 	"github.com/tlgate/tlgate/actors/registry"
 	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/policy"
 )
 
@@ -84,6 +85,19 @@ func TestQueueDeadline(t *testing.T) {
 		}
 		e := newEnv(t, cfg, nil)
 		e.beat(unified("a", "m", 0))
+		// a stays registered throughout (a worker gone answers its queue).
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(2 * time.Second):
+					e.sys.Root.Send(e.reg, &registry.Heartbeat{Status: unified("a", "m", 0), Arrived: time.Now(), Source: fleet.SourceHeartbeat})
+				}
+			}
+		}()
 		first := e.mustRoute(router.Request{Model: "m", RequestID: "1", Key: "k"})
 		ask := func(id string) *actor.Future {
 			return e.sys.Root.RequestFuture(e.router, &router.Route{Request: router.Request{Model: "m", RequestID: id, Key: "k"}}, time.Hour)
