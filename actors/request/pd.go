@@ -140,6 +140,14 @@ func (a *requestActor) disaggregate(ctx actor.Context) {
 	}
 }
 
+// cancelLeg cancels the prefill leg in flight, if any.
+func (pd *pdState) cancelLeg() {
+	if pd.cancel != nil {
+		pd.cancel()
+		pd.cancel = nil
+	}
+}
+
 // pdOf returns the request's engine-protocol state, made on first use.
 func (a *requestActor) pdOf() *pdState {
 	if a.pd == nil {
@@ -281,10 +289,7 @@ func (a *requestActor) pdStepEnded() {
 	if pd == nil {
 		return
 	}
-	if pd.cancel != nil {
-		pd.cancel()
-		pd.cancel = nil
-	}
+	pd.cancelLeg()
 	pd.params, pd.heldBody, pd.holder, pd.reused, pd.keep = nil, nil, "", false, ""
 }
 
@@ -333,10 +338,7 @@ func (a *requestActor) pdFailed(phase, reason, blamed string) string {
 	rep.Failures = append(rep.Failures, LegFailure{Leg: phase, Worker: blamed, Reason: reason})
 	pd := a.pd
 	pd.keep = ""
-	if pd.cancel != nil {
-		pd.cancel() // an SGLang pair's prefill leg: its room is given up
-		pd.cancel = nil
-	}
+	pd.cancelLeg() // an SGLang pair's prefill leg: its room is given up
 	if a.target.Protocol() != fleet.ProtocolVLLM || phase != PhaseDecode || pd.params == nil {
 		pd.params, pd.heldBody, pd.holder, pd.reused = nil, nil, "", false
 		return ""
@@ -369,10 +371,7 @@ func (a *requestActor) pdEnd() {
 	if pd == nil {
 		return
 	}
-	if pd.cancel != nil {
-		pd.cancel()
-		pd.cancel = nil
-	}
+	pd.cancelLeg()
 	r := pd.report
 	a.log.Pairs, a.log.PrefillLeg, a.log.DecodeLeg, a.log.TransferWait = r.Pairs, r.Prefill, r.Decode, r.TransferWait
 	for _, f := range r.Failures {

@@ -35,10 +35,7 @@ func (a *requestActor) sglangPair(ctx actor.Context) {
 // nothing.
 func (a *requestActor) sglangPrefilled(ctx actor.Context, m *legAnswered) {
 	pd := a.pd
-	if pd.cancel != nil {
-		pd.cancel() // the leg is over
-		pd.cancel = nil
-	}
+	pd.cancelLeg() // the leg is over
 	if m.err == nil {
 		pd.prefillBody, pd.prefilled = m.resp.Body, true
 		a.prefillDone(ctx)

@@ -105,39 +105,51 @@ func TestPriorityDispatchedFirst(t *testing.T) {
 				s := prioState(t, 3, 2, 8, nil)
 				s.cfg.Admission.PerWorker = perWorker
 				r := rand.New(rand.NewPCG(seed, 7))
-				var held []string // workers of requests in flight
-				prio := map[string]int{}
-				check := func(p int, what string) {
-					for _, mq := range s.queues {
-						if hi, ok := mq.q.Highest(); ok && hi > p {
-							t.Fatalf("%s of priority %d dispatched while priority %d waits", what, p, hi)
-						}
-					}
-				}
-				for i := range 400 {
-					at := now.Add(time.Duration(i) * time.Millisecond)
-					if r.IntN(3) > 0 || len(held) == 0 {
-						name := fmt.Sprint("r", i)
-						p := r.IntN(5) - 2
-						prio[name] = p
-						ad := s.Admit(req(p, Ask{FairnessID: fmt.Sprint(r.IntN(2))}), fmt.Sprint("k", r.IntN(3)), pid(name), at)
-						if ad.Err == nil && ad.Queued == nil {
-							check(p, name)
-							held = append(held, ad.Target.Worker.ID)
-						}
-						continue
-					}
-					k := r.IntN(len(held))
-					s.Release(held[k])
-					held = append(held[:k], held[k+1:]...)
-					for _, d := range s.Dispatch(at) {
-						if d.Err == nil {
-							check(prio[d.W.From.Id], d.W.From.Id)
-							held = append(held, d.Target.Worker.ID)
-						}
-					}
-				}
+				randomAdmissions(t, s, r, func(i int) (*Request, int) {
+					p := r.IntN(5) - 2
+					return req(p, Ask{FairnessID: fmt.Sprint(r.IntN(2))}), p
+				})
 			})
+		}
+	}
+}
+
+// randomAdmissions runs 400 steps of random arrivals (next makes each
+// request and gives its priority) and releases on s, checking after every
+// request that leaves for a worker that none of a higher priority waits
+// in any queue.
+func randomAdmissions(t *testing.T, s *State, r *rand.Rand, next func(i int) (*Request, int)) {
+	t.Helper()
+	var held []string // workers of requests in flight
+	prio := map[string]int{}
+	check := func(p int, what string) {
+		for name, mq := range s.queues {
+			if hi, ok := mq.q.Highest(); ok && hi > p {
+				t.Fatalf("%s of priority %d dispatched while priority %d waits in %s", what, p, hi, name)
+			}
+		}
+	}
+	for i := range 400 {
+		at := now.Add(time.Duration(i) * time.Millisecond)
+		if r.IntN(3) > 0 || len(held) == 0 {
+			name := fmt.Sprint("r", i)
+			rq, p := next(i)
+			prio[name] = p
+			ad := s.Admit(rq, fmt.Sprint("k", r.IntN(3)), pid(name), at)
+			if ad.Err == nil && ad.Queued == nil {
+				check(p, name)
+				held = append(held, ad.Target.Worker.ID)
+			}
+			continue
+		}
+		k := r.IntN(len(held))
+		s.Release(held[k])
+		held = append(held[:k], held[k+1:]...)
+		for _, d := range s.Dispatch(at) {
+			if d.Err == nil {
+				check(prio[d.W.From.Id], d.W.From.Id)
+				held = append(held, d.Target.Worker.ID)
+			}
 		}
 	}
 }
@@ -167,39 +179,11 @@ func TestPriorityAcrossRoutesOfOneModel(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			s := prioState(t, 2, 2, 8, rs)
 			r := rand.New(rand.NewPCG(seed, 11))
-			var held []string
-			prio := map[string]int{}
-			check := func(p int, what string) {
-				for name, mq := range s.queues {
-					if hi, ok := mq.q.Highest(); ok && hi > p {
-						t.Fatalf("%s of priority %d dispatched while priority %d waits in %s", what, p, hi, name)
-					}
-				}
-			}
 			models := []string{"m", "batch", "interactive"}
-			for i := range 400 {
-				at := now.Add(time.Duration(i) * time.Millisecond)
-				if r.IntN(3) > 0 || len(held) == 0 {
-					name := fmt.Sprint("r", i)
-					rq := &Request{Model: models[r.IntN(len(models))]}
-					ad := s.Admit(rq, fmt.Sprint("k", r.IntN(3)), pid(name), at)
-					prio[name] = ad.Class.Priority
-					if ad.Err == nil && ad.Queued == nil {
-						check(ad.Class.Priority, name)
-						held = append(held, ad.Target.Worker.ID)
-					}
-					continue
-				}
-				k := r.IntN(len(held))
-				s.Release(held[k])
-				held = append(held[:k], held[k+1:]...)
-				for _, d := range s.Dispatch(at) {
-					if d.Err == nil {
-						check(prio[d.W.From.Id], d.W.From.Id)
-						held = append(held, d.Target.Worker.ID)
-					}
-				}
-			}
+			randomAdmissions(t, s, r, func(int) (*Request, int) {
+				m := models[r.IntN(len(models))]
+				return &Request{Model: m}, s.Classify(&Request{Model: m}).Priority
+			})
 		})
 	}
 }
