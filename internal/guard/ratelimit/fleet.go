@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -45,8 +46,13 @@ type FleetConfig struct {
 	// PeerTimeout forgets a peer not heard from for that long.
 	PeerTimeout time.Duration
 	// MaxPeers bounds the peers tracked; a replica beyond them is ignored
-	// until one falls silent.
+	// until one falls silent, unless it is Listed and an unlisted one can
+	// make room.
 	MaxPeers int
+	// Listed are the fleet's replica ids ([gateway.sync] peers; none: no
+	// list). A listed replica is never kept out by ids the list does not
+	// name: a replica not counted would be granted its share twice.
+	Listed []string
 }
 
 // Demand is one replica's demand for one key: the requests it was asked
@@ -141,7 +147,7 @@ func (l *Limiter) Peer(replica string, ds []Demand, now time.Time) {
 	defer f.mu.Unlock()
 	if _, ok := f.peers[replica]; !ok && len(f.peers) >= f.cfg.MaxPeers {
 		f.expire(now)
-		if len(f.peers) >= f.cfg.MaxPeers {
+		if len(f.peers) >= f.cfg.MaxPeers && !(slices.Contains(f.cfg.Listed, replica) && f.evictUnlisted()) {
 			return
 		}
 	}
@@ -152,6 +158,23 @@ func (l *Limiter) Peer(replica string, ds []Demand, now time.Time) {
 		}
 	}
 	f.peers[replica] = peerDemand{at: now, d: d}
+}
+
+// evictUnlisted forgets the unlisted peer heard from longest ago, and
+// reports whether there was one.
+func (f *fleet) evictUnlisted() bool {
+	var oldest string
+	var at time.Time
+	for id, p := range f.peers {
+		if !slices.Contains(f.cfg.Listed, id) && (oldest == "" || p.at.Before(at) || p.at.Equal(at) && id < oldest) {
+			oldest, at = id, p.at
+		}
+	}
+	if oldest == "" {
+		return false
+	}
+	delete(f.peers, oldest)
+	return true
 }
 
 // expire forgets the peers not heard from within the timeout.

@@ -187,3 +187,38 @@ func TestFleetGrantsAtMostTheLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestFleetListedPeersNotKeptOut: ids the listed fleet does not name fill
+// a replica's peer table (made up by a holder of a shared fleet token, or
+// replicas of an earlier rollout); a listed replica heard after them still
+// takes a place, so every replica counts every other and the fleet grants
+// no more than the limit.
+func TestFleetListedPeersNotKeptOut(t *testing.T) {
+	const limit, interval = 600, time.Second
+	r := &replicas{now: time.Unix(1_000_000, 0)}
+	ids := []string{"gw-0", "gw-1", "gw-2"}
+	for _, id := range ids {
+		l := New(map[string]Limits{"k": {RequestsPerMinute: limit}}, func() time.Time { return r.now })
+		l.EnableFleet(FleetConfig{Replica: id, Interval: interval, PeerTimeout: 5 * interval, MaxPeers: 2, Listed: ids})
+		r.ls, r.ids = append(r.ls, l), append(r.ids, id)
+	}
+	for range 20 {
+		for _, l := range r.ls {
+			l.Peer("made-up", nil, r.now) // heard before the others, every interval
+		}
+		for range 20 { // equal demand on each replica
+			for _, l := range r.ls {
+				l.Admit("k", Want{})
+			}
+		}
+		r.now = r.now.Add(interval)
+		r.tick()
+	}
+	sum := 0
+	for _, lim := range r.local("k") {
+		sum += lim.RequestsPerMinute
+	}
+	if sum > limit {
+		t.Fatalf("the replicas hold %d requests a minute of a limit of %d: %v", sum, limit, r.local("k"))
+	}
+}

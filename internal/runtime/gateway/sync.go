@@ -76,7 +76,7 @@ func (g *Gateway) startSync(gw *config.Gateway) error {
 	}
 	if gw.Sync.KeyLimits == config.KeyLimitsFleet {
 		g.limits.EnableFleet(ratelimit.FleetConfig{Replica: id, Interval: gw.Sync.LoadInterval.Duration,
-			PeerTimeout: gw.Sync.PeerTimeout.Duration, MaxPeers: gw.Sync.MaxPeers})
+			PeerTimeout: gw.Sync.PeerTimeout.Duration, MaxPeers: gw.Sync.MaxPeers, Listed: gw.Sync.Peers})
 	}
 	if err := g.sync.Start(id, g.Router); err != nil {
 		return fmt.Errorf("sync: %w", err)
