@@ -70,6 +70,10 @@ type Map struct {
 	// held is the replica whose share holds each digest of a peer's.
 	held map[string]string
 	n    int // entries of every peer
+	// gone are the digests forgotten (their responses deleted), the most
+	// recent MaxEntries: ids are never reused, so no peer stores one again
+	// (a peer that forgot another's digest could take it over otherwise).
+	gone *simplelru.LRU[string, struct{}]
 }
 
 // New returns an empty Map bounded by cfg (zero fields take the defaults).
@@ -80,7 +84,11 @@ func New(cfg Config) *Map {
 	if cfg.MaxEntries <= 0 {
 		cfg.MaxEntries = DefaultMaxEntries
 	}
-	return &Map{cfg: cfg, own: newShare(cfg.MaxEntries), peer: map[string]*share{}, held: map[string]string{}}
+	gone, err := simplelru.NewLRU[string, struct{}](cfg.MaxEntries, nil)
+	if err != nil {
+		panic(err) // MaxEntries > 0 here
+	}
+	return &Map{cfg: cfg, own: newShare(cfg.MaxEntries), peer: map[string]*share{}, held: map[string]string{}, gone: gone}
 }
 
 // TTL is how long an entry lives.
@@ -109,6 +117,9 @@ func (m *Map) PutPeer(replica, digest, owner, worker string, ttl time.Duration, 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if other, ok := m.held[digest]; ok && other != replica && m.peerGet(other, digest, now) != nil {
+		return false
+	}
+	if m.gone.Contains(digest) {
 		return false
 	}
 	s := m.peer[replica]
@@ -224,6 +235,7 @@ func (m *Map) ForgetPeer(digest string) {
 }
 
 func (m *Map) forgetPeer(digest string) {
+	m.gone.Add(digest, struct{}{})
 	if replica, ok := m.held[digest]; ok {
 		if s := m.peer[replica]; s != nil {
 			if e, ok := s.lru.Peek(digest); ok {

@@ -37,6 +37,18 @@ func TestMap(t *testing.T) {
 			return m.Worker("r1", "bob", t0)
 		}, "", false},
 		{"unknown id", func(m *Map) (string, bool) { return m.Worker("nope", "alice", t0) }, "", false},
+		{"a peer that forgot another's digest cannot store it", func(m *Map) (string, bool) {
+			peerPut(m, "gw-1", "r1", "alice", "w1", time.Minute, t0)
+			m.ForgetPeer(Digest("r1"))
+			peerPut(m, "mallory", "r1", "alice", "w9", time.Minute, t0)
+			return m.Worker("r1", "alice", t0)
+		}, "", false},
+		{"nor can any peer store a response deleted here", func(m *Map) (string, bool) {
+			m.Put("r1", "w1", "alice", t0)
+			m.Forget("r1")
+			peerPut(m, "gw-1", "r1", "alice", "w9", time.Minute, t0)
+			return m.Worker("r1", "alice", t0)
+		}, "", false},
 		{"expired after the TTL", func(m *Map) (string, bool) {
 			m.Put("r1", "w1", "alice", t0)
 			return m.Worker("r1", "alice", t0.Add(10*time.Minute))
