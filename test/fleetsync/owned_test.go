@@ -64,6 +64,10 @@ func TestResponsesOwnedByKey(t *testing.T) {
 	for i := range f.Replicas {
 		notFound(fmt.Sprintf("bob's GET through replica %d", i), bob.Do(ctx, http.MethodGet, f.Replicas[i].URL+"/v1/responses/"+id, ""))
 		notFound(fmt.Sprintf("bob's DELETE through replica %d", i), bob.Do(ctx, http.MethodDelete, f.Replicas[i].URL+"/v1/responses/"+id, ""))
+		// HEAD goes where GET goes (net/http's mux), and answers as GET would, without a body.
+		if r := bob.Do(ctx, http.MethodHead, f.Replicas[i].URL+"/v1/responses/"+id, ""); r.Err != nil || r.Status != http.StatusNotFound || r.Route() != "" {
+			t.Fatalf("bob's HEAD through replica %d: %d %v (route %q), want the gateway's 404", i, r.Status, r.Err, r.Route())
+		}
 		notFound(fmt.Sprintf("bob's follow-up through replica %d", i), bob.Do(ctx, http.MethodPost, f.Replicas[i].URL+"/v1/responses",
 			fmt.Sprintf(`{"model":%q,"input":"tell me","max_output_tokens":2,"previous_response_id":%q}`, model, id)))
 	}
