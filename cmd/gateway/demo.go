@@ -57,9 +57,22 @@ var demoProbed = []enginesim.Config{
 
 // demoFleet is the demo's running engines and their tracing.
 type demoFleet struct {
-	tp      *tracing.Provider
-	logger  zerolog.Logger
+	tp     *tracing.Provider // nil: none
+	logger zerolog.Logger
+	// timing sets an engine's timing model (stepTiming, flatTiming).
+	timing  func(*enginesim.Config)
 	engines []*enginesim.Engine
+}
+
+// stepTiming times an engine on the step model like the real thing: the
+// small models as Llama-3.1-8B and the large one as Llama-3.1-70B (FP8),
+// each on one H100 (enginesim.Presets).
+func stepTiming(c *enginesim.Config) {
+	preset := enginesim.PresetLlama8BH100
+	if c.Model == "big" {
+		preset = enginesim.PresetLlama70BFP8H100
+	}
+	preset.Apply(c)
 }
 
 // startDemoProbed starts the engines of demoProbed and lists each in
@@ -72,33 +85,47 @@ func startDemoProbed(ctx context.Context, cfg *config.Config, logger zerolog.Log
 	if err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
-	d := &demoFleet{tp: tp, logger: logger}
-	for _, c := range demoProbed {
-		e, err := d.start(ctx, c)
-		if err != nil {
-			d.stop()
-			return nil, err
-		}
-		cfg.Gateway.Engines = append(cfg.Gateway.Engines, demoEntry(c, e))
+	d := &demoFleet{tp: tp, logger: logger, timing: stepTiming}
+	entries, err := d.startProbed(ctx)
+	if err != nil {
+		d.stop()
+		return nil, err
 	}
+	cfg.Gateway.Engines = append(cfg.Gateway.Engines, entries...)
 	return d, nil
 }
 
-// demoEntry is the [[gateway.engines]] entry of e, a demoProbed engine.
-func demoEntry(c enginesim.Config, e *enginesim.Engine) config.Engine {
-	return config.Engine{ID: c.ID, HTTPAddress: e.HTTPAddr(), Model: c.Model, Kind: config.KindVLLM, Role: c.Role,
-		ProbeInterval: config.D(config.DefaultProbeInterval)}
+// startProbed starts the engines of demoProbed and returns their
+// [[gateway.engines]] entries.
+func (d *demoFleet) startProbed(ctx context.Context) ([]config.Engine, error) {
+	var entries []config.Engine
+	for _, c := range demoProbed {
+		e, err := d.start(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, config.Engine{ID: c.ID, HTTPAddress: e.HTTPAddr(), Model: c.Model, Kind: config.KindVLLM, Role: c.Role,
+			ProbeInterval: config.D(config.DefaultProbeInterval)})
+	}
+	return entries, nil
 }
 
-// start starts one engine on the step model, timed like the real thing:
-// the small models as Llama-3.1-8B and the large one as Llama-3.1-70B
-// (FP8), each on one H100 (enginesim.Presets).
-func (d *demoFleet) start(ctx context.Context, c enginesim.Config) (*enginesim.Engine, error) {
-	preset := enginesim.PresetLlama8BH100
-	if c.Model == "big" {
-		preset = enginesim.PresetLlama70BFP8H100
+// startHeartbeaters starts the engines of demoEngines, heartbeating to
+// the registries.
+func (d *demoFleet) startHeartbeaters(ctx context.Context, registries []string) error {
+	for _, c := range demoEngines {
+		c.Gateways = registries
+		c.HeartbeatInterval = 2 * time.Second
+		if _, err := d.start(ctx, c); err != nil {
+			return err
+		}
 	}
-	preset.Apply(&c)
+	return nil
+}
+
+// start starts one engine, timed by d.timing.
+func (d *demoFleet) start(ctx context.Context, c enginesim.Config) (*enginesim.Engine, error) {
+	d.timing(&c)
 	c.Logger = d.logger.With().Str("engine", c.ID).Logger().Level(zerolog.WarnLevel)
 	if d.tp.Enabled() {
 		c.Tracer = d.tp.TracerProvider()
@@ -126,12 +153,8 @@ func (d *demoFleet) stop() {
 // until every demo engine is routable and prints ready-to-paste commands
 // carrying the address the gateway listens on.
 func (d *demoFleet) startHeartbeating(ctx context.Context, gw *gateway.Gateway, out io.Writer) error {
-	for _, c := range demoEngines {
-		c.Gateways = []string{gw.RegistryAddr()}
-		c.HeartbeatInterval = 2 * time.Second
-		if _, err := d.start(ctx, c); err != nil {
-			return err
-		}
+	if err := d.startHeartbeaters(ctx, []string{gw.RegistryAddr()}); err != nil {
+		return err
 	}
 	if err := waitRoutable(ctx, gw, 10*time.Second); err != nil {
 		return err

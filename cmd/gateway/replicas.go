@@ -60,32 +60,13 @@ func runReplicas(ctx context.Context, n int, logger zerolog.Logger, out io.Write
 	}
 	defer ns.Close()
 
-	var engines []*enginesim.Engine
-	defer func() {
-		for _, e := range engines {
-			_ = e.Close()
-		}
-	}()
-	start := func(c enginesim.Config) (*enginesim.Engine, error) {
-		c.DecodePerToken = 20 * time.Millisecond
-		c.PrefillPerToken = 200 * time.Microsecond
-		c.Logger = logger.With().Str("engine", c.ID).Logger().Level(zerolog.WarnLevel)
-		e, err := enginesim.Start(ctx, c)
-		if err != nil {
-			return nil, fmt.Errorf("demo: engine %s: %w", c.ID, err)
-		}
-		engines = append(engines, e)
-		return e, nil
-	}
 	// The engines every replica probes start first: each one's
 	// configuration lists them.
-	var probed []config.Engine
-	for _, c := range demoProbed {
-		e, err := start(c)
-		if err != nil {
-			return err
-		}
-		probed = append(probed, demoEntry(c, e))
+	sims := &demoFleet{logger: logger, timing: flatTiming}
+	defer sims.stop()
+	probed, err := sims.startProbed(ctx)
+	if err != nil {
+		return err
 	}
 
 	var gws []*gateway.Gateway
@@ -116,12 +97,8 @@ func runReplicas(ctx context.Context, n int, logger zerolog.Logger, out io.Write
 	for i, gw := range gws {
 		registries[i] = gw.RegistryAddr()
 	}
-	for _, c := range demoEngines {
-		c.Gateways = registries
-		c.HeartbeatInterval = 2 * time.Second
-		if _, err := start(c); err != nil {
-			return err
-		}
+	if err := sims.startHeartbeaters(ctx, registries); err != nil {
+		return err
 	}
 	for _, gw := range gws {
 		if err := waitRoutable(ctx, gw, 10*time.Second); err != nil {
@@ -135,6 +112,13 @@ func runReplicas(ctx context.Context, n int, logger zerolog.Logger, out io.Write
 	<-ctx.Done()
 	logger.Info().Msg("shutting down")
 	return nil
+}
+
+// flatTiming times an engine on the flat per-token model: three
+// gateways and six engines share the machine's cores.
+func flatTiming(c *enginesim.Config) {
+	c.DecodePerToken = 20 * time.Millisecond
+	c.PrefillPerToken = 200 * time.Microsecond
 }
 
 func printReplicas(out io.Writer, gws []*gateway.Gateway, endpoints []string, natsURL string, heartbeating, probed int) {
