@@ -92,7 +92,7 @@ func (l *edgeLoop) goWork(run, then func()) {
 	l.mu.Lock()
 	if l.state != loopWaiting || l.work != nil {
 		l.mu.Unlock()
-		go func() { run(); then() }()
+		spawnAway(run, then)
 		return
 	}
 	l.work = &edgeWork{run: run, then: then}

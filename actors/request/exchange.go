@@ -88,8 +88,11 @@ func (ex *Exchange) spawn(run, then func()) {
 		ex.loop.goWork(run, then)
 		return
 	}
-	go func() { run(); then() }()
+	spawnAway(run, then)
 }
+
+// spawnAway runs run, then then, on a new goroutine.
+func spawnAway(run, then func()) { go func() { run(); then() }() }
 
 // Wait blocks until no attempt of the exchange is running.
 func (ex *Exchange) Wait() { ex.wg.Wait() }

@@ -140,6 +140,12 @@ func (a *requestActor) disaggregate(ctx actor.Context) {
 	}
 }
 
+// dropParams forgets a vLLM prefill leg's params, the answer they came in
+// and the worker that holds the KV they name: the next pair prefills.
+func (pd *pdState) dropParams() {
+	pd.params, pd.heldBody, pd.holder, pd.reused = nil, nil, "", false
+}
+
 // cancelLeg cancels the prefill leg in flight, if any.
 func (pd *pdState) cancelLeg() {
 	if pd.cancel != nil {
@@ -196,7 +202,7 @@ func (a *requestActor) prefillLeg(ctx actor.Context, lctx context.Context, body 
 	if !wait {
 		// A leg beside the decode leg may outlive the answer: never on
 		// the edge's goroutine, which returns with the answer.
-		spawn = func(run, then func()) { go func() { run(); then() }() }
+		spawn = spawnAway
 	}
 	spawn(func() {
 		start := time.Now()
@@ -290,7 +296,8 @@ func (a *requestActor) pdStepEnded() {
 		return
 	}
 	pd.cancelLeg()
-	pd.params, pd.heldBody, pd.holder, pd.reused, pd.keep = nil, nil, "", false, ""
+	pd.dropParams()
+	pd.keep = ""
 }
 
 // pdDecodeStarted marks the start of a decode leg.
@@ -340,19 +347,19 @@ func (a *requestActor) pdFailed(phase, reason, blamed string) string {
 	pd.keep = ""
 	pd.cancelLeg() // an SGLang pair's prefill leg: its room is given up
 	if a.target.Protocol() != fleet.ProtocolVLLM || phase != PhaseDecode || pd.params == nil {
-		pd.params, pd.heldBody, pd.holder, pd.reused = nil, nil, "", false
+		pd.dropParams()
 		return ""
 	}
 	if pd.reused {
 		holder := pd.holder
-		pd.params, pd.heldBody, pd.holder, pd.reused = nil, nil, "", false
+		pd.dropParams()
 		return holder
 	}
 	if reason == string(proxy.FailRefused) || reason == string(proxy.FailStatus503) {
 		pd.keep, pd.reused = pd.holder, true
 		return ""
 	}
-	pd.params, pd.heldBody, pd.holder = nil, nil, ""
+	pd.dropParams()
 	return ""
 }
 

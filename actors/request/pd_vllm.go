@@ -22,7 +22,7 @@ func (a *requestActor) vllmPair(ctx actor.Context) {
 		a.attempt(ctx, nil)
 		return
 	}
-	pd.params, pd.heldBody, pd.holder, pd.reused = nil, nil, "", false
+	pd.dropParams()
 	a.prefillLeg(ctx, a.ex.Ctx, a.body(nil, disagg.VLLMPrefillEdits()...), true)
 }
 
