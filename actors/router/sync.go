@@ -428,7 +428,7 @@ func (s *State) ApplyPeer(b *PeerBatch, now time.Time) PeerApplied {
 				r.drop(ev.Kind, DropUnknownWorker)
 				continue
 			}
-			if l := s.cfg.Sync.Listed; len(l) > 0 && !slices.Contains(l, b.Replica) {
+			if !s.inFleet(b.Replica) {
 				// With the fleet listed, an ejection takes a quorum of
 				// listed replicas; undoing this replica's own evidence
 				// takes one of them at least.
@@ -745,6 +745,13 @@ func (s *State) vote(id, replica string, until time.Time) {
 	v[replica] = until
 }
 
+// inFleet reports whether replica's word counts where a listed fleet's
+// does (quorums, lifts): every replica's when SyncConfig.Listed is empty,
+// else a listed one's.
+func (s *State) inFleet(replica string) bool {
+	return len(s.cfg.Sync.Listed) == 0 || slices.Contains(s.cfg.Sync.Listed, replica)
+}
+
 // liveVotes counts the tracked peers whose word that worker id is to be
 // ejected is in force at now (dropping the others); for a quorum, when
 // SyncConfig.Listed names the fleet, only listed replicas count.
@@ -756,7 +763,7 @@ func (s *State) liveVotes(id string, now time.Time, quorum bool) int {
 			delete(v, replica)
 			continue
 		}
-		if !quorum || len(s.cfg.Sync.Listed) == 0 || slices.Contains(s.cfg.Sync.Listed, replica) {
+		if !quorum || s.inFleet(replica) {
 			n++
 		}
 	}
