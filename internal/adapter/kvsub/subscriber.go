@@ -292,17 +292,7 @@ func (s *sub) serve(ctx context.Context, zc *zmq4.Conn, raw net.Conn) error {
 	}()
 	stop := context.AfterFunc(ctx, func() { _ = raw.Close() })
 	defer stop()
-	// Catch up with what was published while the view was not following:
-	// everything buffered on a first connection, what came after the last
-	// batch applied on a reconnection.
-	if s.cfg.Replay != "" {
-		s.catchUp(ctx, 0, false)
-	} else if _, ok := s.tr.Last(); ok {
-		// Nothing proves the engine is the one that was followed, nor that
-		// nothing was lost: start again.
-		s.tr.Reset()
-		s.clear(kvindex.Stale)
-	}
+	s.catchUpMissed(ctx)
 	s.flush(ctx)
 	// lostSome: the reader dropped a message since the queue was last
 	// empty. The batches queued may all be older than it, so only an empty
@@ -311,7 +301,7 @@ func (s *sub) serve(ctx context.Context, zc *zmq4.Conn, raw net.Conn) error {
 	for {
 		if lostSome && len(msgs) == 0 {
 			lostSome = false
-			s.recoverDropped(ctx)
+			s.catchUpMissed(ctx)
 			s.flush(ctx)
 		}
 		var m message
@@ -563,18 +553,24 @@ func (s *sub) catchUp(ctx context.Context, until uint64, bounded bool) bool {
 	return true
 }
 
-// recoverDropped follows a batch the reader had no room for when no
-// later batch is queued to show the gap (an engine that then goes quiet
-// would leave the view without it for good): the replay gives back what
-// came after the last batch applied, else the view starts again, stale
+// catchUpMissed catches up with what was published while the view was
+// not following: on a connection, everything buffered (a first one) or
+// what came after the last batch applied (a reconnection); after batches
+// the reader had no room for and no later batch queued to show the gap
+// (an engine that then goes quiet would leave the view without them for
+// good). The replay gives it back (what it cannot, it starts again
+// itself); without one, nothing proves the engine is the one followed nor
+// that nothing was lost, so a view that followed one starts again, stale
 // until the next batch.
-func (s *sub) recoverDropped(ctx context.Context) {
-	if _, ok := s.tr.Last(); ok && s.cfg.Replay != "" {
-		s.catchUp(ctx, 0, false) // what it cannot give back, it starts again itself
+func (s *sub) catchUpMissed(ctx context.Context) {
+	if s.cfg.Replay != "" {
+		s.catchUp(ctx, 0, false)
 		return
 	}
-	s.tr.Reset()
-	s.clear(kvindex.Stale)
+	if _, ok := s.tr.Last(); ok {
+		s.tr.Reset()
+		s.clear(kvindex.Stale)
+	}
 }
 
 // rebuild fills an empty view from the replay buffer, from its start;
