@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"reflect"
@@ -346,28 +347,17 @@ func TestDisaggregatedClientGoneCancelsBoth(t *testing.T) {
 			specs := []pdSpec{{id: "p1", kind: tc.kind, role: "prefill", cfg: tc.cfg["p1"]}, {id: "d1", kind: tc.kind, role: "decode", cfg: tc.cfg["d1"]}}
 			f := newPDFleet(t, pdOpts{}, specs...)
 			p, d := f.byID["p1"], f.byID["d1"]
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			_, body := pdBody("big-pd", false, true, 1)
-			body["max_tokens"] = 2000
-			b, _ := json.Marshal(body)
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url+"/v1/completions", strings.NewReader(string(b)))
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					return
-				}
-				defer resp.Body.Close()
-				if tc.readFirst {
-					line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+			var read func(io.Reader)
+			if tc.readFirst {
+				read = func(r io.Reader) {
+					line, _ := bufio.NewReader(r).ReadString('\n')
 					if !strings.HasPrefix(line, "data: ") {
 						t.Errorf("first line %q", line)
 					}
-					cancel()
 				}
-			}()
+			}
+			cancel, done := f.goneClient(true, "", read)
+			defer cancel()
 			if !tc.readFirst {
 				eventually(t, 10*eventuallyUnit, func() bool {
 					return p.e.Stats().Requests >= 1 && len(d.front.requests()) >= tc.decodeLegs
@@ -390,6 +380,35 @@ func TestDisaggregatedClientGoneCancelsBoth(t *testing.T) {
 			}
 		})
 	}
+}
+
+// goneClient sends a big-pd completion of 2,000 tokens (streamed or not,
+// with X-Request-Id id when set) from a client that goes away when cancel
+// is called, or, with read set, once read has read the answer's start.
+// done closes when the client is gone.
+func (f *pdFleet) goneClient(stream bool, id string, read func(io.Reader)) (cancel func(), done <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	_, body := pdBody("big-pd", false, stream, 1)
+	body["max_tokens"] = 2000
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url+"/v1/completions", strings.NewReader(string(b)))
+	if id != "" {
+		req.Header.Set("X-Request-Id", id)
+	}
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		if read != nil {
+			read(resp.Body)
+			cancel()
+		}
+	}()
+	return cancel, gone
 }
 
 // TestDisaggregatedPairsOnlyOneKind: in a fleet of vLLM, SGLang and
@@ -678,20 +697,8 @@ func TestDisaggregatedClientGoneDuringPrefillCharged(t *testing.T) {
 	f := newPDFleet(t, pdOpts{gw: func(o *gateway.Options) { o.Logger = zerolog.New(&logs) }},
 		pdSpec{id: "p1", kind: "vllm", role: "prefill", cfg: enginesim.Config{Faults: enginesim.Faults{StallMS: 600000}}},
 		pdSpec{id: "d1", kind: "vllm", role: "decode"})
-	ctx, cancel := context.WithCancel(context.Background())
+	cancel, done := f.goneClient(false, "gone-while-prefilling", nil)
 	defer cancel()
-	_, body := pdBody("big-pd", false, false, 1)
-	body["max_tokens"] = 2000
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url+"/v1/completions", strings.NewReader(string(b)))
-	req.Header.Set("X-Request-Id", "gone-while-prefilling")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}()
 	eventually(t, 10*eventuallyUnit, func() bool { return f.byID["p1"].e.Stats().Requests >= 1 }, "the prefill leg to reach p1")
 	cancel()
 	<-done
