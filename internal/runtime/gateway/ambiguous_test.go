@@ -179,7 +179,8 @@ const (
 // can lose one exchange: armed with a marker (bytes of one request's
 // message), it closes the connection either before it forwards the DATA
 // frame holding the marker or when etcd's first frame answering that
-// request's stream comes back. It fires once and then relays everything
+// request's stream comes back (relaying none of etcd's frames in
+// between, watch events included). It fires once and then relays everything
 // again (the client's reconnection included), unless it was armed to
 // refuse every connection after (until restore).
 type dropProxy struct {
@@ -342,11 +343,17 @@ func (p *dropProxy) downstream(pc *proxied) {
 		}
 		pc.mu.Lock()
 		a := pc.pending
-		answer := a != nil && stream == pc.stream && (typ == frameHeaders || typ == frameData || typ == frameReset)
 		pc.mu.Unlock()
-		if answer {
-			p.fire(a, pc)
-			return
+		if a != nil {
+			// Nothing etcd sends once the request is on its way reaches
+			// the client: a watch event for the write, on its own stream,
+			// can come before the answer, and would tell the gateway the
+			// outcome the case means it not to know.
+			if stream == pc.stream && (typ == frameHeaders || typ == frameData || typ == frameReset) {
+				p.fire(a, pc)
+				return
+			}
+			continue
 		}
 		if _, err := pc.client.Write(frame); err != nil {
 			return
@@ -374,8 +381,8 @@ func (p *dropProxy) fire(a *dropArm, pc *proxied) {
 		p.refuse = true
 	}
 	p.mu.Unlock()
+	close(a.fired) // before the close, which the client may answer at once
 	p.close(pc)
-	close(a.fired)
 }
 
 func (p *dropProxy) close(pc *proxied) {
