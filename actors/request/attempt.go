@@ -63,7 +63,7 @@ func (a *requestActor) upstream(addr string, body []byte, extra http.Header) pro
 			h[k] = v
 		}
 	}
-	return proxy.Attempt{URL: a.scheme() + "://" + addr + a.ex.Path, Body: body, Header: h,
+	return proxy.Attempt{URL: a.scheme() + "://" + addr + a.enginePath(), Body: body, Header: h,
 		RequestID: a.ex.RequestID, ClientRequestID: a.ex.ClientRequestID,
 		Expect: a.ex.Req.Endpoint, Method: a.ex.Method, Dialect: a.dialect}
 }

@@ -29,6 +29,7 @@ func (a *requestActor) finish(ctx actor.Context, o Outcome) {
 	a.endAttempt(ctx)
 	a.pdEnd()
 	o = a.escalationFailed(o)
+	o = a.bridged(o)
 	if o.Header == nil {
 		o.Header = http.Header{}
 	}

@@ -106,24 +106,18 @@ type LegFailure struct {
 func (f LegFailure) String() string { return f.Leg + " " + f.Worker + ": " + f.Reason }
 
 // disaggregate starts the attempt of a disaggregated target by its pair's
-// protocol.
+// protocol; a Responses or Messages request goes over chat completions
+// (bridgeToChat).
 func (a *requestActor) disaggregate(ctx actor.Context) {
 	proto := a.target.Protocol()
 	a.log.Protocol = string(proto)
 	a.log.PrefillReason, a.log.DecodeReason = a.target.PrefillReason, a.target.DecodeReason
-	if proto == fleet.ProtocolTLGate {
-		if !a.dialect.Completions() {
-			a.finish(ctx, Outcome{Status: http.StatusBadRequest, Code: openai.CodeInvalidRequest,
-				Message: fmt.Sprintf("Model %q is served disaggregated (prefill/decode), which %s does not support.", a.ex.Req.Model, a.ex.Path)})
-			return
-		}
-		a.pdReport().Pairs++
-		a.tokenize(ctx)
+	if !a.dialect.Completions() && !a.bridgeToChat(ctx) {
 		return
 	}
-	if !a.dialect.Completions() {
-		a.finish(ctx, Outcome{Status: http.StatusBadRequest, Code: openai.CodeInvalidRequest,
-			Message: fmt.Sprintf("Model %q is served disaggregated (prefill/decode), which %s does not support.", a.ex.Req.Model, a.ex.Path)})
+	if proto == fleet.ProtocolTLGate {
+		a.pdReport().Pairs++
+		a.tokenize(ctx)
 		return
 	}
 	pd := a.pdOf()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/routing/prefixindex"
+	"github.com/tlgate/tlgate/internal/wire/chatbridge"
 	"github.com/tlgate/tlgate/internal/wire/dialect"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 	"github.com/tlgate/tlgate/internal/wire/proxy"
@@ -151,6 +152,11 @@ type requestActor struct {
 	generations int
 	// pd is a disaggregated request's state across its pairs (pd.go).
 	pd *pdState
+	// bridge translates a Messages or Responses exchange to chat
+	// completions and back, once it is sent to engines driven over chat
+	// (a disaggregated pair's legs); nil: the engines speak the client's
+	// API (bridge.go).
+	bridge *chatbridge.Bridge
 	// kept is the last cascade step's answer that was escalated from, and
 	// failedStep the step a failed route or attempt was for
 	// (escalation.go).
@@ -210,7 +216,7 @@ func (a *requestActor) route(ctx actor.Context) {
 		return
 	}
 	step := a.step
-	if !a.dialect.Completions() {
+	if !a.dialect.Completions() || a.bridge != nil {
 		step = lastStep
 	}
 	if !a.pinStored(ctx) {

@@ -14,7 +14,11 @@ import (
 // its running usage (after what earlier answers of the request used) and is
 // cut when the budget refuses more.
 func (a *requestActor) streamWriter() http.ResponseWriter {
-	a.sniff = a.dialect.NewWriter(a.ex.W, !a.ex.Req.AsksUsage)
+	var w http.ResponseWriter = a.ex.W
+	if a.bridge != nil {
+		w = a.bridge.Stream(w)
+	}
+	a.sniff = a.dialect.NewWriter(w, !a.ex.Req.AsksUsage)
 	if b := a.ex.Tokens; b != nil {
 		prior := a.log.Usage.Total()
 		a.sniff.Limit(usage.EstimatePrompt(a.ex.Req.Prompt), func(n int) bool { return b.Use(prior + n) })
