@@ -65,7 +65,7 @@ func (a *requestActor) upstream(addr string, body []byte, extra http.Header) pro
 	}
 	return proxy.Attempt{URL: a.scheme() + "://" + addr + a.enginePath(), Body: body, Header: h,
 		RequestID: a.ex.RequestID, ClientRequestID: a.ex.ClientRequestID,
-		Expect: a.ex.Req.Endpoint, Method: a.ex.Method, Dialect: a.dialect}
+		Expect: a.expect(), Method: a.ex.Method, Dialect: a.dialect}
 }
 
 func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {

@@ -51,6 +51,7 @@ func (a *requestActor) bridgeToChat(ctx actor.Context) bool {
 	}
 	req.CacheSalt = a.ex.Req.CacheSalt // the key's, as the edge set it
 	req.AsksUsage = true               // the bridge ends the client's stream with it
+	req.Endpoint = a.ex.Req.Endpoint   // the client's, for metrics; answers are judged as chat (expect)
 	a.ex.Req, a.dialect, a.bridge = req, dialect.OpenAI, b
 	return true
 }
@@ -62,6 +63,15 @@ func (a *requestActor) enginePath() string {
 		return chatbridge.ChatPath
 	}
 	return a.ex.Path
+}
+
+// expect is the endpoint whose answer an attempt must get: chat
+// completions once the exchange is bridged, else the client's.
+func (a *requestActor) expect() openai.Endpoint {
+	if a.bridge != nil {
+		return openai.EndpointChat
+	}
+	return a.ex.Req.Endpoint
 }
 
 // bridged translates a whole answer of a bridged exchange into the
