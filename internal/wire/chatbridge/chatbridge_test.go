@@ -214,7 +214,11 @@ func relay(t *testing.T, b *Bridge, stream string, n int) string {
 	return rec.Body.String()
 }
 
-var toolStream = chunk(`{"role":"assistant","content":""}`, "") + chunk(`{"content":"hel"}`, "") + chunk(`{"content":"lo"}`, "") +
+// toolStream is a chat stream of text (with token logprobs), then a tool
+// call in three chunks, then its usage.
+var toolStream = chunk(`{"role":"assistant","content":""}`, "") +
+	strings.Replace(chunk(`{"content":"hel"}`, ""), `"finish_reason"`, `"logprobs":{"content":[{"token":"hel","logprob":-0.5,"bytes":[104,101,108],"top_logprobs":[]}]},"finish_reason"`, 1) +
+	strings.Replace(chunk(`{"content":"lo"}`, ""), `"finish_reason"`, `"logprobs":{"content":[{"token":"lo","logprob":-0.25,"bytes":[108,111],"top_logprobs":[]}]},"finish_reason"`, 1) +
 	chunk(`{"tool_calls":[{"index":0,"id":"t1","type":"function","function":{"name":"f","arguments":""}}]}`, "") +
 	chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":"}}]}`, "") +
 	chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}`, "") +
@@ -268,6 +272,9 @@ func TestStreamResponses(t *testing.T) {
 		}
 		if data[0].Get("response.id").Str != last.Get("id").Str || data[12].Get("arguments").Str != `{"a":1}` || data[7].Get("part.text").Str != "hello" {
 			t.Errorf("ids or texts differ: %s / %s", data[0].Raw, last.Raw)
+		}
+		if data[5].Get("logprobs.0.logprob").Float() != -0.25 || last.Get("output.0.content.0.logprobs.#").Int() != 2 || data[6].Get("logprobs.1.token").Str != "lo" {
+			t.Errorf("token logprobs: delta %s, done %s, completed %s", data[5].Raw, data[6].Raw, last.Get("output.0.content.0").Raw)
 		}
 	}
 }

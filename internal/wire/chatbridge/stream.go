@@ -49,6 +49,7 @@ type Stream struct {
 	done  []outputItem
 	msg   *outputItem
 	text  []byte
+	lps   []byte // the message's token logprobs so far, a JSON list's elements
 	calls []*openCall
 }
 
@@ -141,7 +142,7 @@ func (s *Stream) event(data []byte) {
 	}
 	d := ch.Get("delta")
 	if t := d.Get("content"); t.Str != "" {
-		s.textDelta(t.Str)
+		s.textDelta(t.Str, ch.Get("logprobs.content"))
 	}
 	d.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
 		s.toolDelta(tc)
@@ -196,7 +197,10 @@ func (s *Stream) emitSeq(name string, fields map[string]any) {
 	s.emit(name, fields)
 }
 
-func (s *Stream) textDelta(t string) {
+// textDelta writes a chunk's text, with its token logprobs (lp, chat's
+// list) for the Responses API, whose output_text carries them in the same
+// shape.
+func (s *Stream) textDelta(t string, lp gjson.Result) {
 	if s.b.api == Messages {
 		if s.open != "text" {
 			s.closeBlock()
@@ -213,14 +217,25 @@ func (s *Stream) textDelta(t string) {
 		s.closeCalls()
 		content := []outputContent{}
 		s.msg = &outputItem{Type: "message", ID: itemID("msg"), Status: "in_progress", Role: "assistant", Content: &content}
-		s.text = s.text[:0]
+		s.text, s.lps = s.text[:0], s.lps[:0]
 		s.emitSeq("response.output_item.added", map[string]any{"output_index": len(s.done), "item": *s.msg})
 		s.emitSeq("response.content_part.added", map[string]any{"item_id": s.msg.ID, "output_index": len(s.done), "content_index": 0,
 			"part": outputContent{Type: "output_text", Annotations: []any{}, Logprobs: json.RawMessage("[]")}})
 	}
 	s.text = append(s.text, t...)
+	delta := json.RawMessage("[]")
+	if lp.IsArray() {
+		delta = raw(lp)
+		lp.ForEach(func(_, v gjson.Result) bool {
+			if len(s.lps) > 0 {
+				s.lps = append(s.lps, ',')
+			}
+			s.lps = append(s.lps, v.Raw...)
+			return true
+		})
+	}
 	s.emitSeq("response.output_text.delta", map[string]any{"item_id": s.msg.ID, "output_index": len(s.done), "content_index": 0,
-		"delta": t, "logprobs": []any{}})
+		"delta": t, "logprobs": delta})
 }
 
 func (s *Stream) toolDelta(tc gjson.Result) {
@@ -275,8 +290,9 @@ func (s *Stream) closeMessage() {
 		return
 	}
 	i := len(s.done)
-	part := outputContent{Type: "output_text", Text: string(s.text), Annotations: []any{}, Logprobs: json.RawMessage("[]")}
-	s.emitSeq("response.output_text.done", map[string]any{"item_id": s.msg.ID, "output_index": i, "content_index": 0, "text": part.Text, "logprobs": []any{}})
+	lps := json.RawMessage("[" + string(s.lps) + "]")
+	part := outputContent{Type: "output_text", Text: string(s.text), Annotations: []any{}, Logprobs: lps}
+	s.emitSeq("response.output_text.done", map[string]any{"item_id": s.msg.ID, "output_index": i, "content_index": 0, "text": part.Text, "logprobs": lps})
 	s.emitSeq("response.content_part.done", map[string]any{"item_id": s.msg.ID, "output_index": i, "content_index": 0, "part": part})
 	content := []outputContent{part}
 	s.msg.Content, s.msg.Status = &content, "completed"
