@@ -37,7 +37,7 @@ func (a *requestActor) bridgeToChat(ctx actor.Context) bool {
 		} else {
 			o.Message = err.Error()
 		}
-		o.Message = fmt.Sprintf("Model %q is served disaggregated (prefill/decode), its engines driven over chat completions, and this request cannot be sent that way: %s", a.ex.Req.Model, o.Message)
+		o.Message = fmt.Sprintf("Model %q is served disaggregated (prefill/decode), over chat completions, which cannot carry this request: %s", a.ex.Req.Model, o.Message)
 		a.finish(ctx, o)
 		return false
 	}
@@ -52,6 +52,9 @@ func (a *requestActor) bridgeToChat(ctx actor.Context) bool {
 	req.CacheSalt = a.ex.Req.CacheSalt // the key's, as the edge set it
 	req.AsksUsage = true               // the bridge ends the client's stream with it
 	req.Endpoint = a.ex.Req.Endpoint   // the client's, for metrics; answers are judged as chat (expect)
+	// The prompt as routing rendered it: the request's prefix hashes,
+	// kept across its Routes (a failover's), were taken from it.
+	req.Prompt, req.PrefixKey = a.ex.Req.Prompt, a.ex.Req.PrefixKey
 	a.ex.Req, a.dialect, a.bridge = req, dialect.OpenAI, b
 	return true
 }

@@ -133,8 +133,17 @@ func messageID(chatID string) string {
 	return "msg_" + strings.TrimPrefix(chatID, "chatcmpl-")
 }
 
-// stopReason maps a chat finish_reason (and vLLM's stop_reason, the stop
-// string that matched) to Anthropic's stop_reason and stop_sequence.
+// matchedStop is the stop string a chat choice says it matched: vLLM's
+// stop_reason, SGLang's matched_stop (either may also be a token id).
+func matchedStop(ch gjson.Result) gjson.Result {
+	if s := ch.Get("stop_reason"); s.Type == gjson.String {
+		return s
+	}
+	return ch.Get("matched_stop")
+}
+
+// stopReason maps a chat finish_reason (and the stop string that matched,
+// matchedStop) to Anthropic's stop_reason and stop_sequence.
 func stopReason(finish string, stop gjson.Result) (string, *string) {
 	switch finish {
 	case "length":
@@ -173,7 +182,7 @@ func (b *Bridge) message(c gjson.Result) messageJSON {
 			Name: tc.Get("function.name").Str, Input: toolInput(tc.Get("function.arguments").Str)})
 		return true
 	})
-	reason, seq := stopReason(ch.Get("finish_reason").Str, ch.Get("stop_reason"))
+	reason, seq := stopReason(ch.Get("finish_reason").Str, matchedStop(ch))
 	m.StopReason, m.StopSequence = &reason, seq
 	m.Usage = messageUsage{InputTokens: c.Get("usage.prompt_tokens").Int(), OutputTokens: c.Get("usage.completion_tokens").Int()}
 	return m

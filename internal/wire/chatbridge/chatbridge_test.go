@@ -65,14 +65,29 @@ func TestRequests(t *testing.T) {
 				"tools":[{"type":"function","name":"f","parameters":{"type":"object"},"strict":true}],"tool_choice":{"type":"function","name":"f"},
 				"text":{"format":{"type":"json_schema","name":"s","schema":{"type":"object"}}}}`,
 			want: map[string]string{"max_tokens": "9", "logprobs": "true", "top_logprobs": "2", "store": "", "metadata": "",
-				"messages.0": `{"role":"system","content":"Be terse."}`, "messages.1": `{"role":"system","content":"rules"}`,
-				"messages.2": `{"role":"user","content":"ab"}`,
-				"messages.3": `{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}},{"id":"c2","type":"function","function":{"name":"g","arguments":"{}"}}]}`,
-				"messages.4": `{"role":"tool","content":"1","tool_call_id":"c1"}`, "messages.5": "",
+				"messages.0": `{"role":"system","content":"Be terse.\n\nrules"}`,
+				"messages.1": `{"role":"user","content":"ab"}`,
+				"messages.2": `{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}},{"id":"c2","type":"function","function":{"name":"g","arguments":"{}"}}]}`,
+				"messages.3": `{"role":"tool","content":"1","tool_call_id":"c1"}`, "messages.4": "",
 				"tools":       `[{"type":"function","function":{"name":"f","parameters":{"type":"object"},"strict":true}}]`,
 				"tool_choice": `{"function":{"name":"f"},"type":"function"}`, "response_format": `{"json_schema":{"name":"s","schema":{"type":"object"}},"type":"json_schema"}`,
 			},
 		},
+		{
+			name: "responses: a call joins the text that announced it; tool_choice without tools left out", api: Responses,
+			body: `{"model":"m","tool_choice":"auto","parallel_tool_calls":false,"tools":[],"input":[{"role":"user","content":"q"},
+				{"type":"message","role":"assistant","content":[{"type":"output_text","text":"let me check"}]},
+				{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":[{"type":"input_text","text":"42"}]}]}`,
+			want: map[string]string{"tool_choice": "", "parallel_tool_calls": "", "tools": "",
+				"messages.1": `{"role":"assistant","content":"let me check","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}`,
+				"messages.2": `{"role":"tool","content":"42","tool_call_id":"c1"}`, "messages.3": ""},
+		},
+		{name: "messages: tool_choice null, no tools", api: Messages, body: `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"q"}],"tool_choice":null}`,
+			want: map[string]string{"tool_choice": ""}},
+		{name: "responses: tool_choice null", api: Responses, body: `{"model":"m","input":"x","tool_choice":null}`,
+			want: map[string]string{"tool_choice": ""}},
+		{name: "responses: an image as a function's output", api: Responses, param: "input[0].output",
+			body: `{"model":"m","input":[{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"see"},{"type":"input_image","image_url":"http://x"}]}]}`},
 		{name: "responses: store", api: Responses, param: "store", body: `{"model":"m","input":"x","store":true}`},
 		{name: "responses: previous_response_id", api: Responses, param: "previous_response_id", body: `{"model":"m","input":"x","previous_response_id":"resp_1"}`},
 		{name: "responses: a file input", api: Responses, param: "input[0].content[0].type",
@@ -228,7 +243,7 @@ func TestStreamMessages(t *testing.T) {
 	b, _, _ := New(Messages, []byte(`{"model":"m","max_tokens":5,"messages":[]}`))
 	for _, n := range []int{1, 7, 1 << 20} {
 		names, data := events(t, relay(t, b, toolStream, n))
-		want := "message_start content_block_start content_block_delta content_block_delta content_block_stop content_block_start content_block_delta content_block_delta content_block_stop message_delta message_stop"
+		want := "message_start content_block_start content_block_delta content_block_delta content_block_stop content_block_start content_block_delta content_block_stop message_delta message_stop"
 		if got := strings.Join(names, " "); got != want {
 			t.Fatalf("pieces of %d: events %s, want %s", n, got, want)
 		}
@@ -236,8 +251,8 @@ func TestStreamMessages(t *testing.T) {
 			0: `{"message":{"id":"msg_5","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}},"type":"message_start"}`,
 			2: `{"delta":{"text":"hel","type":"text_delta"},"index":0,"type":"content_block_delta"}`,
 			5: `{"content_block":{"type":"tool_use","id":"t1","name":"f","input":{}},"index":1,"type":"content_block_start"}`,
-			7: `{"delta":{"partial_json":"1}","type":"input_json_delta"},"index":1,"type":"content_block_delta"}`,
-			9: `{"delta":{"stop_reason":"tool_use","stop_sequence":null},"type":"message_delta","usage":{"input_tokens":7,"output_tokens":3}}`,
+			6: `{"delta":{"partial_json":"{\"a\":1}","type":"input_json_delta"},"index":1,"type":"content_block_delta"}`,
+			8: `{"delta":{"stop_reason":"tool_use","stop_sequence":null},"type":"message_delta","usage":{"input_tokens":7,"output_tokens":3}}`,
 		} {
 			if data[i].Raw != w {
 				t.Errorf("event %d (%s) = %s, want %s", i, names[i], data[i].Raw, w)
@@ -276,6 +291,27 @@ func TestStreamResponses(t *testing.T) {
 		if data[5].Get("logprobs.0.logprob").Float() != -0.25 || last.Get("output.0.content.0.logprobs.#").Int() != 2 || data[6].Get("logprobs.1.token").Str != "lo" {
 			t.Errorf("token logprobs: delta %s, done %s, completed %s", data[5].Raw, data[6].Raw, last.Get("output.0.content.0").Raw)
 		}
+	}
+}
+
+// TestStreamMessagesInterleavedCalls: two tool calls whose arguments
+// chat interleaves are two whole tool_use blocks, each with its own
+// input; a matched stop string does not hide the tool_use stop reason.
+func TestStreamMessagesInterleavedCalls(t *testing.T) {
+	b, _, _ := New(Messages, []byte(`{"model":"m","max_tokens":5,"messages":[]}`))
+	stream := chunk(`{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"{\"x\":"}},{"index":1,"id":"b","type":"function","function":{"name":"g","arguments":"{\"y\":"}}]}`, "") +
+		chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"1}"}},{"index":1,"function":{"arguments":"2}"}}]}`, "") +
+		strings.Replace(chunk(`{}`, "tool_calls"), `"finish_reason"`, `"stop_reason":"</s>","finish_reason"`, 1) + "data: [DONE]\n\n"
+	names, data := events(t, relay(t, b, stream, 3))
+	if got := strings.Join(names, " "); got != "message_start content_block_start content_block_delta content_block_stop content_block_start content_block_delta content_block_stop message_delta message_stop" {
+		t.Fatalf("events %s", got)
+	}
+	if data[1].Get("content_block.id").Str != "a" || data[2].Get("delta.partial_json").Str != `{"x":1}` ||
+		data[4].Get("content_block.name").Str != "g" || data[5].Get("delta.partial_json").Str != `{"y":2}` || data[5].Get("index").Int() != 1 {
+		t.Errorf("blocks: %v", data)
+	}
+	if d := data[7].Get("delta"); d.Get("stop_reason").Str != "tool_use" || d.Get("stop_sequence").Type != gjson.Null {
+		t.Errorf("message_delta %s, want tool_use and no stop_sequence", data[7].Raw)
 	}
 }
 

@@ -127,6 +127,29 @@ func (b *chatBody) set(k string, v any) {
 	b.vals[k] = raw
 }
 
+// drop removes member k, if set.
+func (b *chatBody) drop(k string) {
+	if _, ok := b.vals[k]; !ok {
+		return
+	}
+	delete(b.vals, k)
+	for i, key := range b.keys {
+		if key == k {
+			b.keys = append(b.keys[:i], b.keys[i+1:]...)
+			break
+		}
+	}
+}
+
+// toolsOnly drops what only tools give meaning to when no tool is sent:
+// engines refuse a tool_choice without tools.
+func (b *chatBody) toolsOnly() {
+	if _, ok := b.vals["tools"]; !ok {
+		b.drop("tool_choice")
+		b.drop("parallel_tool_calls")
+	}
+}
+
 func (b *chatBody) bytes() []byte {
 	out := []byte{'{'}
 	for i, k := range b.keys {
@@ -210,6 +233,10 @@ func MessagesToChat(body []byte) ([]byte, error) {
 	})
 	if ferr != nil {
 		return nil, ferr
+	}
+	out.toolsOnly()
+	if msgs == nil {
+		msgs = []chatMessage{} // an array, which the engine judges
 	}
 	out.set("messages", msgs)
 	return out.bytes(), nil
@@ -367,6 +394,9 @@ func optRaw(v gjson.Result) json.RawMessage {
 
 // anthropicToolChoice translates a Messages tool_choice.
 func anthropicToolChoice(out *chatBody, v gjson.Result) *openai.FieldError {
+	if v.Type == gjson.Null {
+		return nil
+	}
 	switch t := v.Get("type").Str; t {
 	case "auto", "none":
 		out.set("tool_choice", t)
@@ -429,15 +459,15 @@ func ResponsesToChat(body []byte) ([]byte, error) {
 			}
 		case "store":
 			if v.Bool() {
-				ferr = fieldErr(key, "this model's engines are driven over chat completions, which store nothing: send store false, or leave it out")
+				ferr = fieldErr(key, "the engines, driven over chat completions, store nothing: send store false, or leave it out")
 			}
 		case "previous_response_id":
 			if v.Type != gjson.Null {
-				ferr = fieldErr(key, "this model's engines are driven over chat completions, which store nothing to continue: send the conversation so far in input")
+				ferr = fieldErr(key, "the engines, driven over chat completions, store no response to continue: send the conversation so far in input")
 			}
 		case "background", "prompt", "conversation":
 			if v.Type != gjson.Null && v.Type != gjson.False {
-				ferr = fieldErr(key, "%s needs responses stored by the engine, and this model's engines are driven over chat completions, which store nothing", key)
+				ferr = fieldErr(key, "%s needs responses stored by the engine, and the engines, driven over chat completions, store nothing", key)
 			}
 		case "metadata", "truncation", "include", "service_tier", "prompt_cache_key", "safety_identifier", "max_tool_calls":
 			// the hosted API's own bookkeeping; chat completions has none
@@ -449,14 +479,17 @@ func ResponsesToChat(body []byte) ([]byte, error) {
 	if ferr != nil {
 		return nil, ferr
 	}
-	out.set("messages", append(system, msgs...))
+	out.toolsOnly()
+	out.set("messages", leadingSystem(append(system, msgs...)))
 	return out.bytes(), nil
 }
 
 // responsesInput translates a Responses input: a string is one user
 // message; items are messages (developer as system), function calls
 // (consecutive ones as one assistant message's tool calls) and their
-// outputs (tool messages); reasoning items are left out.
+// outputs (tool messages); a function call joins the assistant message
+// before it (the text that announced it, or the calls beside it), as one
+// chat turn; reasoning items are left out.
 func responsesInput(v gjson.Result) ([]chatMessage, *openai.FieldError) {
 	if v.Type == gjson.String {
 		return []chatMessage{{Role: "user", Content: v.Str}}, nil
@@ -485,7 +518,7 @@ func responsesInput(v gjson.Result) ([]chatMessage, *openai.FieldError) {
 		case "function_call":
 			call := chatToolCall{ID: it.Get("call_id").Str, Type: "function",
 				Function: chatFunction{Name: it.Get("name").Str, Arguments: it.Get("arguments").Str}}
-			if n := len(out); n > 0 && out[n-1].Role == "assistant" && len(out[n-1].ToolCalls) > 0 {
+			if n := len(out); n > 0 && out[n-1].Role == "assistant" {
 				out[n-1].ToolCalls = append(out[n-1].ToolCalls, call)
 			} else {
 				out = append(out, chatMessage{Role: "assistant", ToolCalls: []chatToolCall{call}})
@@ -498,7 +531,11 @@ func responsesInput(v gjson.Result) ([]chatMessage, *openai.FieldError) {
 				if c, ferr = responsesContent(o, param+".output"); ferr != nil {
 					return false
 				}
-				text, _ = c.(string)
+				var ok bool
+				if text, ok = c.(string); !ok {
+					ferr = fieldErr(param+".output", "a function call's output can only be text here: a chat completions tool message carries no images")
+					return false
+				}
 			}
 			out = append(out, chatMessage{Role: "tool", ToolCallID: it.Get("call_id").Str, Content: text})
 		case "reasoning":
@@ -509,6 +546,29 @@ func responsesInput(v gjson.Result) ([]chatMessage, *openai.FieldError) {
 		return true
 	})
 	return out, ferr
+}
+
+// leadingSystem merges the system messages a conversation opens with
+// (instructions, then developer or system items) into one, their texts
+// joined by a blank line: many chat templates take one system message,
+// first.
+func leadingSystem(msgs []chatMessage) []chatMessage {
+	n := 0
+	for n < len(msgs) && msgs[n].Role == "system" {
+		if _, ok := msgs[n].Content.(string); !ok {
+			break
+		}
+		n++
+	}
+	if n < 2 {
+		return msgs
+	}
+	texts := make([]string, n)
+	for i := range n {
+		texts[i] = msgs[i].Content.(string)
+	}
+	msgs[n-1].Content = strings.Join(texts, "\n\n")
+	return msgs[n-1:]
 }
 
 // responsesContent is a message's content as chat content: a string, or
@@ -573,6 +633,9 @@ func responsesTools(v gjson.Result) ([]chatTool, *openai.FieldError) {
 
 // responsesToolChoice translates a Responses tool_choice.
 func responsesToolChoice(out *chatBody, v gjson.Result) *openai.FieldError {
+	if v.Type == gjson.Null {
+		return nil
+	}
 	if v.Type == gjson.String {
 		out.set("tool_choice", v.Str)
 		return nil

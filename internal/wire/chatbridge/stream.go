@@ -34,13 +34,17 @@ type Stream struct {
 	chatID         string
 	created        int64
 	finish         string
-	stop           *string
+	stop           gjson.Result // the stop string matched (matchedStop)
 	usage          gjson.Result // the chat usage object, once seen
 
-	// Messages: the content block open ("" none, "text", "tool") and
-	// the index of the next one.
+	// Messages: the content block open ("" none, "text") and the index of
+	// the next one; the tool calls streamed so far, by the chat index, in
+	// the order they began, each written as one whole block once the calls
+	// end (chat may interleave calls' arguments; Anthropic's blocks follow
+	// one another).
 	open  string
 	block int
+	uses  []*openCall
 
 	// Responses: the sequence number of the next event, the output
 	// items done, the message item open and the function calls open (by
@@ -149,11 +153,7 @@ func (s *Stream) event(data []byte) {
 		return true
 	})
 	if f := ch.Get("finish_reason"); f.Type == gjson.String {
-		s.finish = f.Str
-		if st := ch.Get("stop_reason"); st.Type == gjson.String {
-			v := st.Str
-			s.stop = &v
-		}
+		s.finish, s.stop = f.Str, matchedStop(ch)
 		s.closeAll()
 	}
 }
@@ -203,7 +203,7 @@ func (s *Stream) emitSeq(name string, fields map[string]any) {
 func (s *Stream) textDelta(t string, lp gjson.Result) {
 	if s.b.api == Messages {
 		if s.open != "text" {
-			s.closeBlock()
+			s.closeUses()
 			s.open = "text"
 			empty := ""
 			s.emit("content_block_start", map[string]any{"type": "content_block_start", "index": s.block,
@@ -242,16 +242,18 @@ func (s *Stream) toolDelta(tc gjson.Result) {
 	idx := int(tc.Get("index").Int())
 	args := tc.Get("function.arguments").Str
 	if s.b.api == Messages {
-		if s.open != "tool" || tc.Get("id").Str != "" {
-			s.closeBlock()
-			s.open = "tool"
-			s.emit("content_block_start", map[string]any{"type": "content_block_start", "index": s.block,
-				"content_block": messageBlockJSON{Type: "tool_use", ID: tc.Get("id").Str, Name: tc.Get("function.name").Str, Input: json.RawMessage("{}")}})
+		s.closeBlock()
+		var use *openCall
+		for _, u := range s.uses {
+			if u.index == idx {
+				use = u
+			}
 		}
-		if args != "" {
-			s.emit("content_block_delta", map[string]any{"type": "content_block_delta", "index": s.block,
-				"delta": map[string]string{"type": "input_json_delta", "partial_json": args}})
+		if use == nil {
+			use = &openCall{index: idx, item: outputItem{CallID: tc.Get("id").Str, Name: tc.Get("function.name").Str}}
+			s.uses = append(s.uses, use)
 		}
+		use.args = append(use.args, args...)
 		return
 	}
 	s.closeMessage()
@@ -274,7 +276,7 @@ func (s *Stream) toolDelta(tc gjson.Result) {
 	}
 }
 
-// closeBlock ends the Messages content block open, if any.
+// closeBlock ends the Messages text block open, if any.
 func (s *Stream) closeBlock() {
 	if s.open == "" {
 		return
@@ -313,9 +315,26 @@ func (s *Stream) closeCalls() {
 	s.calls = s.calls[:0]
 }
 
+// closeUses writes the Messages tool calls streamed so far, each as one
+// tool_use block with its whole input.
+func (s *Stream) closeUses() {
+	for _, u := range s.uses {
+		s.emit("content_block_start", map[string]any{"type": "content_block_start", "index": s.block,
+			"content_block": messageBlockJSON{Type: "tool_use", ID: u.item.CallID, Name: u.item.Name, Input: json.RawMessage("{}")}})
+		if len(u.args) > 0 {
+			s.emit("content_block_delta", map[string]any{"type": "content_block_delta", "index": s.block,
+				"delta": map[string]string{"type": "input_json_delta", "partial_json": string(u.args)}})
+		}
+		s.emit("content_block_stop", map[string]any{"type": "content_block_stop", "index": s.block})
+		s.block++
+	}
+	s.uses = s.uses[:0]
+}
+
 func (s *Stream) closeAll() {
 	if s.b.api == Messages {
 		s.closeBlock()
+		s.closeUses()
 		return
 	}
 	s.closeMessage()
@@ -332,13 +351,7 @@ func (s *Stream) end() {
 	s.closeAll()
 	s.ended = true
 	if s.b.api == Messages {
-		reason, seq := stopReason(s.finish, gjson.Result{})
-		if s.stop != nil {
-			reason, seq = "stop_sequence", s.stop
-		}
-		if s.finish == "length" || s.finish == "tool_calls" {
-			seq = nil
-		}
+		reason, seq := stopReason(s.finish, s.stop)
 		s.emit("message_delta", map[string]any{"type": "message_delta",
 			"delta": map[string]any{"stop_reason": reason, "stop_sequence": seq},
 			"usage": messageUsage{InputTokens: s.usage.Get("prompt_tokens").Int(), OutputTokens: s.usage.Get("completion_tokens").Int()}})
