@@ -141,13 +141,19 @@ func (b *chatBody) drop(k string) {
 	}
 }
 
-// toolsOnly drops what only tools give meaning to when no tool is sent:
-// engines refuse a tool_choice without tools.
-func (b *chatBody) toolsOnly() {
+// with is the body with its messages (the leading system messages
+// merged, leadingSystem), less what only tools give meaning to when no
+// tool is sent (engines refuse a tool_choice without tools).
+func (b *chatBody) with(msgs []chatMessage) []byte {
 	if _, ok := b.vals["tools"]; !ok {
 		b.drop("tool_choice")
 		b.drop("parallel_tool_calls")
 	}
+	if msgs == nil {
+		msgs = []chatMessage{} // an array, which the engine judges
+	}
+	b.set("messages", leadingSystem(msgs))
+	return b.bytes()
 }
 
 func (b *chatBody) bytes() []byte {
@@ -234,12 +240,7 @@ func MessagesToChat(body []byte) ([]byte, error) {
 	if ferr != nil {
 		return nil, ferr
 	}
-	out.toolsOnly()
-	if msgs == nil {
-		msgs = []chatMessage{} // an array, which the engine judges
-	}
-	out.set("messages", msgs)
-	return out.bytes(), nil
+	return out.with(msgs), nil
 }
 
 // blocksText is the text of a string or of an array of text blocks.
@@ -479,9 +480,7 @@ func ResponsesToChat(body []byte) ([]byte, error) {
 	if ferr != nil {
 		return nil, ferr
 	}
-	out.toolsOnly()
-	out.set("messages", leadingSystem(append(system, msgs...)))
-	return out.bytes(), nil
+	return out.with(append(system, msgs...)), nil
 }
 
 // responsesInput translates a Responses input: a string is one user
