@@ -23,8 +23,8 @@ func (a *requestActor) bridgeToChat(ctx actor.Context) bool {
 	if a.bridge != nil {
 		return true
 	}
-	api, ok := chatbridge.Of(a.ex.Path)
-	if !ok || a.ex.Method != http.MethodPost {
+	api, ok := chatbridge.Of(a.dialect)
+	if !ok || a.ex.Method != http.MethodPost || a.ex.Path != api.String() {
 		a.finish(ctx, Outcome{Status: http.StatusBadRequest, Code: openai.CodeInvalidRequest,
 			Message: fmt.Sprintf("Model %q is served disaggregated (prefill/decode), which %s %s does not support.", a.ex.Req.Model, a.ex.Method, a.ex.Path)})
 		return false

@@ -37,13 +37,13 @@ const (
 	Responses
 )
 
-// Of returns the API of a request path, and false for a path the bridge
-// does not translate.
-func Of(path string) (API, bool) {
-	switch path {
-	case dialect.PathMessages:
+// Of returns the API of a request's dialect (dialect.Of), and false for
+// one the bridge does not translate.
+func Of(d *dialect.Dialect) (API, bool) {
+	switch d {
+	case dialect.Messages:
 		return Messages, true
-	case dialect.PathResponses:
+	case dialect.Responses:
 		return Responses, true
 	}
 	return 0, false
