@@ -31,7 +31,6 @@ type Stream struct {
 
 	started, ended bool
 	model          string
-	chatID         string
 	created        int64
 	finish         string
 	stop           gjson.Result // the stop string matched (matchedStop)
@@ -108,7 +107,7 @@ func (s *Stream) Write(p []byte) (int, error) {
 		s.buf = s.buf[:copy(s.buf, s.buf[end:])]
 		s.sc.Shift(end)
 	}
-	if s.sc.Bad { // not SSE after all: the rest is the engine's to say
+	if s.sc.Bad { // not SSE after all: nothing more can be translated, and nothing untranslated reaches the client
 		s.ended = true
 	}
 	if len(s.out) > 0 {
@@ -161,13 +160,13 @@ func (s *Stream) event(data []byte) {
 // start writes the API's first events, from the first chunk.
 func (s *Stream) start(c gjson.Result) {
 	s.started = true
-	s.model, s.chatID, s.created = c.Get("model").Str, c.Get("id").Str, c.Get("created").Int()
+	s.model, s.created = c.Get("model").Str, c.Get("created").Int()
 	if s.created == 0 {
 		s.created = time.Now().Unix()
 	}
 	if s.b.api == Messages {
 		s.emit("message_start", map[string]any{"type": "message_start", "message": messageJSON{
-			ID: messageID(s.chatID), Type: "message", Role: "assistant", Model: s.model, Content: []messageBlockJSON{}}})
+			ID: messageID(c.Get("id").Str), Type: "message", Role: "assistant", Model: s.model, Content: []messageBlockJSON{}}})
 		return
 	}
 	r := s.b.base(s.model, s.created, "in_progress")
