@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -456,5 +457,36 @@ scopes = ["inference", "debug"]
 			t.Fatalf("replica %d routed to %q: %d %v; its views: %v; failovers %v; engines %+v %+v", i, rep.Route(), rep.Status, rep.Err, views,
 				f.Metric(i, "tlgate_failovers_total"), f.Engines[0].Stats().Requests, f.Engines[1].Stats().Requests)
 		}
+	}
+}
+
+// TestKVEventsIndexAgreement: once the prefix index made the same picks
+// as the engines' events for a model's latest checks, the gateway routes
+// that model's requests on the index without tokenizing them, all but one
+// in agreement_sample; with index_agreement 0 it tokenizes every one.
+func TestKVEventsIndexAgreement(t *testing.T) {
+	for _, share := range []float64{config.DefaultIndexAgreement, 0} {
+		t.Run(fmt.Sprint(share), func(t *testing.T) {
+			kc := newKVCluster(t, []clusterOpt{func(cfg *config.Config) {
+				cfg.Gateway.KVEvents.IndexAgreement = share
+			}}, kvEngine("w1", true, kvevents.Encoder{}), kvEngine("w2", true, kvevents.Encoder{}))
+			kc.warm("w1", "w2")
+			for i := range router.AgreementChecks {
+				if tg := kc.ask("m", "", short(fmt.Sprint("checked ", i))); tg.CacheView != "exact" {
+					t.Fatalf("request %d of the first %d routed on %s", i, router.AgreementChecks, tg.CacheView)
+				}
+			}
+			views := map[string]int{}
+			for i := range 2 * router.DefaultAgreementSample {
+				views[kc.ask("m", "", short(fmt.Sprint("trusted ", i))).CacheView]++
+			}
+			want := map[string]int{"exact": 2, router.ViewAgreed: 2*router.DefaultAgreementSample - 2}
+			if share == 0 {
+				want = map[string]int{"exact": 2 * router.DefaultAgreementSample}
+			}
+			if !maps.Equal(views, want) {
+				t.Fatalf("picks by view %v, want %v", views, want)
+			}
+		})
 	}
 }

@@ -17,6 +17,8 @@ type cacheState struct {
 	index   *prefixindex.Index
 	prefill []int // parallel to State.cands
 	exact   exactScore
+	// indexOnly is an agreement check's scratch (agreement.go).
+	indexOnly []int
 }
 
 // newCacheState returns the cache-aware state of cfg, or nil when the
@@ -118,9 +120,12 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request, now time.T
 	}
 	anyExact := s.markUsable(now)
 	tokens, haveTokens := tokensOf(req, base)
+	agreed := false
 	if anyExact && !haveTokens && !req.NoAsk && !req.NoTokens[base] {
-		s.needTok = s.needTokens(base, model)
-		return -1, ""
+		if agreed = s.skipTokens(base, req); !agreed {
+			s.needTok = s.needTokens(base, model)
+			return -1, ""
+		}
 	}
 	q := ca.index.LookupHashed(base, ns, req.Prompt, req.Hashes)
 	est := ca.index.Tokens(q.PromptBytes())
@@ -153,6 +158,14 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request, now time.T
 	if i < 0 {
 		return -1, ""
 	}
+	if haveTokens && anyExact {
+		s.checkAgreement(base, req, i, func(j int) int {
+			if s.members[j].Model != base {
+				return est
+			}
+			return est - min(est, ca.index.Tokens(q.ChunksAt(s.loads[j].slot)*chunk))
+		})
+	}
 	hs := q.Hashes() // the request's memo's: stable until its next Route
 	if req.Hashes == nil {
 		hs = slices.Clone(hs) // the index's scratch
@@ -160,6 +173,9 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request, now time.T
 	t.Indexing = Indexing{Worker: s.cands[i].ID, Model: base, Hashes: hs}
 	t.MatchedTokens, t.PromptTokens = prompt-ca.prefill[i], prompt
 	t.CacheView = kvindex.None.CacheView()
+	if agreed {
+		t.CacheView = ViewAgreed
+	}
 	if haveTokens {
 		// The pick's blocks are held speculatively until its events come;
 		// an exact pick expects them.

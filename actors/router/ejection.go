@@ -260,6 +260,9 @@ type Observer struct {
 	OnAdmission func(queue string, priority int, key, outcome string)
 	// OnKVApplied: a worker's KV events were applied to its exact view.
 	OnKVApplied func(KVApplied)
+	// OnAgreement: an exact pick of a request of base model was checked
+	// against the prefix index's (agreement.go); agreed: the same worker.
+	OnAgreement func(model string, agreed bool)
 }
 
 // overloadView fills v's ejection and admission fields at now.

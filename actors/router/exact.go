@@ -75,6 +75,10 @@ func (e *NeedTokensError) Unwrap() error { return ErrNeedTokens }
 // router alone reads and fills it; the zero value holds none.
 type TokenKeys struct {
 	sets []keySet
+	// skip and checked are the request's agreement decisions per base
+	// model (agreement.go): routed on the index without its tokens, and
+	// its exact pick checked against the index's.
+	skip, checked map[string]bool
 }
 
 type keySet struct {
@@ -176,7 +180,7 @@ func (s *State) tokenizeBeforeWait(model string, req *Request, now time.Time) {
 	if _, ok := tokensOf(req, base); ok || req.NoTokens[base] {
 		return
 	}
-	if s.markUsable(now) {
+	if s.markUsable(now) && !s.skipTokens(base, req) {
 		s.needTok = s.needTokens(base, model)
 	}
 }

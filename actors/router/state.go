@@ -33,6 +33,13 @@ type Config struct {
 	// of a tokenizer of it ("": ask one of its workers).
 	KVIndex    kvindex.Config
 	Tokenizers map[string]string
+	// IndexAgreement is the share of a model's latest exact picks the
+	// prefix index must have agreed with for its requests to be routed on
+	// the index without being tokenized, all but one in AgreementSample
+	// (zero: DefaultAgreementSample); 0: every request is tokenized
+	// (agreement.go).
+	IndexAgreement  float64
+	AgreementSample int
 	// Ejection and Admission are passive health and admission control
 	// (ejection.go, admission.go); Observe receives their events.
 	Ejection  EjectionConfig
@@ -183,6 +190,9 @@ type State struct {
 	prefix   *cacheState        // the cache_aware policy's index; nil for others
 	exact    *kvindex.Index     // the exact views (cache_aware only)
 	needTok  *NeedTokensError   // set by a pick that needs the prompt's tokens
+	// agreements are the prefix index's agreement with the exact picks,
+	// per base model (agreement.go).
+	agreements map[string]*agreement
 
 	// dcands is the scratch of a disaggregated pair's decode pick.
 	dcands []policy.DecodeCandidate

@@ -69,7 +69,8 @@ func TestConfig(t *testing.T) {
 			ConnectTimeout: D(2 * time.Second), ReconnectWait: D(500 * time.Millisecond), KeyLimits: "fleet"}
 		want.Responses = Responses{StoreTTL: D(time.Hour), StoreMaxEntries: 100_000}
 		want.KVEvents = KVEvents{MaxBlocks: 1 << 18, SpeculativeTTL: D(2 * time.Second), EventTimeout: D(5 * time.Second), ReplayTimeout: D(2 * time.Second),
-			MaxMessageBytes: 16 << 20, BytesPerSecond: 64 << 20, CPUWeight: 0.8, DiskWeight: 0.5}
+			MaxMessageBytes: 16 << 20, BytesPerSecond: 64 << 20, CPUWeight: 0.8, DiskWeight: 0.5,
+			IndexAgreement: 0.95, AgreementSample: 8}
 		want.Tokenizer = Tokenizer{Timeout: D(50 * time.Millisecond), CacheTokens: 1 << 22}
 		if !reflect.DeepEqual(c.Gateway, want) {
 			t.Fatalf("defaults\n got %+v\nwant %+v", c.Gateway, want)

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/kvindex"
 	"github.com/tlgate/tlgate/internal/routing/routes"
@@ -36,12 +37,21 @@ type KVEvents struct {
 	// [0, 1].
 	CPUWeight  float64 `toml:"cpu_weight"`
 	DiskWeight float64 `toml:"disk_weight"`
+	// IndexAgreement is the share, in [0, 1], of a model's latest picks
+	// on the events that the prefix index would have made alike, at or
+	// above which the model's requests are routed on the prefix index
+	// without being tokenized, but one in AgreementSample; 0: always
+	// tokenized.
+	IndexAgreement  float64 `toml:"index_agreement"`
+	AgreementSample int     `toml:"agreement_sample"`
 }
 
 // Bounds of [gateway.kv_events].
 const (
 	MaxKVEventsBlocks       = 1 << 24
 	MaxKVEventsMessageBytes = 1 << 30
+	DefaultIndexAgreement   = 0.95
+	MaxAgreementSample      = 1 << 20
 )
 
 func defaultKVEvents() KVEvents {
@@ -49,6 +59,7 @@ func defaultKVEvents() KVEvents {
 		MaxBlocks: kvindex.DefaultMaxBlocks, SpeculativeTTL: D(kvindex.DefaultSpeculativeTTL), EventTimeout: D(kvindex.DefaultEventTimeout),
 		ReplayTimeout: D(2 * time.Second), MaxMessageBytes: 16 << 20, BytesPerSecond: 64 << 20,
 		CPUWeight: kvindex.DefaultWeights[kvindex.CPU], DiskWeight: kvindex.DefaultWeights[kvindex.Disk],
+		IndexAgreement: DefaultIndexAgreement, AgreementSample: router.DefaultAgreementSample,
 	}
 }
 
@@ -84,6 +95,12 @@ func (v *checker) kvEvents(k KVEvents) {
 		if math.IsNaN(w.w) || w.w < 0 || w.w > 1 {
 			v.add(at+w.key, "must be in [0, 1], got %v", w.w)
 		}
+	}
+	if a := k.IndexAgreement; math.IsNaN(a) || a < 0 || a > 1 {
+		v.add(at+"index_agreement", "must be in [0, 1] (0: always tokenize), got %v", a)
+	}
+	if k.AgreementSample < 1 || k.AgreementSample > MaxAgreementSample {
+		v.add(at+"agreement_sample", "must be from 1 to %d, got %d", MaxAgreementSample, k.AgreementSample)
 	}
 }
 

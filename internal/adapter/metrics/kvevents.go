@@ -28,6 +28,16 @@ const (
 const (
 	ViewExact       = "exact"
 	ViewApproximate = "approximate"
+	// ViewAgreed: the prefix index, which agreed with the exact view
+	// lately, without tokenizing the request (router.ViewAgreed).
+	ViewAgreed = "agreed"
+)
+
+// Results of an exact pick's check against the prefix index: the result
+// label of tlgate_cache_aware_agreement_checks_total.
+const (
+	CheckAgreed    = "agreed"
+	CheckDisagreed = "disagreed"
 )
 
 // Outcomes of a tokenization: the outcome label of
@@ -42,7 +52,8 @@ const (
 var (
 	kvProblems  = fixedSet{"malformed", "oversized", "flood", "queue_full", "backwards", "restart", "disconnected", "unrecovered"}
 	kvTiers     = fixedSet{"gpu", "cpu", "disk", "other"}
-	kvViews     = fixedSet{ViewExact, ViewApproximate}
+	kvViews     = fixedSet{ViewExact, ViewApproximate, ViewAgreed}
+	checks      = fixedSet{CheckAgreed, CheckDisagreed}
 	kvOps       = fixedSet{"stored", "removed", "cleared", "unresolved", "evicted"}
 	tokOutcomes = fixedSet{TokenizeOK, TokenizeCached, TokenizeTimeout, TokenizeError}
 	tokCache    = fixedSet{"hit", "prefix", "miss"}
@@ -68,6 +79,7 @@ type KVMetrics struct {
 	picks     *prometheus.CounterVec
 	tokenize  *prometheus.HistogramVec
 	tokCache  *prometheus.CounterVec
+	agreement *prometheus.CounterVec
 }
 
 // NewKVMetrics creates the KV events metrics and registers them on reg; it
@@ -97,14 +109,16 @@ func NewKVMetrics(reg prometheus.Registerer) (*KVMetrics, error) {
 			Help: "Workers whose exact view is stale: their events were lost or are late, and they are routed on the prefix index."}),
 		views: gauge("kv_events_workers", "Workers with a KV events subscription, by view (exact, stale, approximate while pending).", lView),
 		picks: counter("cache_aware_picks_total", "cache_aware picks, by route and the view the picked worker was scored on (exact: its KV events; "+
-			"approximate: the prefix index).", lRoute, lView),
+			"approximate: the prefix index; agreed: the prefix index, without tokenizing, while it agrees with the KV events).", lRoute, lView),
+		agreement: counter("cache_aware_agreement_checks_total", "Picks on the KV events checked against the pick the prefix index alone "+
+			"would have made, by result (agreed: the same worker; disagreed).", lResult),
 		tokenize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "tokenize_seconds",
 			Help:    "What tokenizing a request for routing on KV events added before its pick, by outcome (ok, cached, timeout, error).",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}, []string{lOutcome}),
 		tokCache: counter("tokenize_cache_total", "Lookups of the tokenization cache, by result (hit: the whole prompt; prefix: a conversation's "+
 			"earlier turns; miss).", lResult),
 	}
-	cs := []prometheus.Collector{k.batches, k.events, k.gaps, k.replays, k.problems, k.connected, k.blocks, k.index, k.stale, k.views, k.picks, k.tokenize, k.tokCache}
+	cs := []prometheus.Collector{k.batches, k.events, k.gaps, k.replays, k.problems, k.connected, k.blocks, k.index, k.stale, k.views, k.picks, k.tokenize, k.tokCache, k.agreement}
 	if err := registerAll(reg, cs...); err != nil {
 		return nil, err
 	}
@@ -224,6 +238,18 @@ func (k *KVMetrics) Pick(route, view string) {
 		return
 	}
 	k.picks.WithLabelValues(route, kvViews.label(view)).Inc()
+}
+
+// Agreement counts an exact pick's check against the prefix index's.
+func (k *KVMetrics) Agreement(_ string, agreed bool) {
+	if k == nil {
+		return
+	}
+	r := CheckDisagreed
+	if agreed {
+		r = CheckAgreed
+	}
+	k.agreement.WithLabelValues(r).Inc()
 }
 
 // Tokenized records what tokenizing a request added, by outcome.

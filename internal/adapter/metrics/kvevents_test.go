@@ -32,6 +32,10 @@ func TestKVMetrics(t *testing.T) {
 	k.Pick("r", ViewExact)
 	k.Pick("r", ViewApproximate)
 	k.Pick("r", "")
+	k.Pick("r", ViewAgreed)
+	k.Agreement("m", true)
+	k.Agreement("m", false)
+	k.Agreement("m", true)
 	k.Tokenized(TokenizeOK, 3*time.Millisecond)
 	k.Tokenized("bogus", time.Millisecond)
 	k.TokenCache("prefix")
@@ -40,6 +44,12 @@ func TestKVMetrics(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(k.problems.WithLabelValues("w1", Other)); got != 1 {
 		t.Fatalf("an unknown problem counts as other: %v", got)
+	}
+	if got := testutil.ToFloat64(k.picks.WithLabelValues("r", ViewAgreed)); got != 1 {
+		t.Fatalf("agreed picks %v", got)
+	}
+	if a, d := testutil.ToFloat64(k.agreement.WithLabelValues(CheckAgreed)), testutil.ToFloat64(k.agreement.WithLabelValues(CheckDisagreed)); a != 2 || d != 1 {
+		t.Fatalf("agreement checks %v agreed, %v disagreed; want 2, 1", a, d)
 	}
 	if got := testutil.ToFloat64(k.stale); got != 1 {
 		t.Fatalf("stale workers %v", got)

@@ -26,6 +26,8 @@ func kvRouterConfig(rc *router.Config, gw *config.Gateway, km *metrics.KVMetrics
 	for _, e := range gw.Tokenizer.Endpoints {
 		rc.Tokenizers[e.Model] = e.URL
 	}
+	rc.IndexAgreement, rc.AgreementSample = gw.KVEvents.IndexAgreement, gw.KVEvents.AgreementSample
+	rc.Observe.OnAgreement = km.Agreement
 	rc.Observe.OnKVApplied = func(r router.KVApplied) {
 		a := r.Applied
 		km.Applied(r.Worker, a.Stored, a.Removed, a.Cleared, a.Unresolved, a.Evicted)

@@ -72,6 +72,7 @@ type kvRun struct {
 	tokenizeMean time.Duration
 	fallbacks    float64
 	exactShare   float64 // picks made on an exact view
+	agreedShare  float64 // picks made untokenized on the agreeing prefix index
 }
 
 // kvEventsExperiment runs the eviction-pressure sweep, the drop drill, the
@@ -148,8 +149,8 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 						return section{}, fmt.Errorf("%s at %.0f%%, %s: %w", kind, 100*frac, arm, err)
 					}
 					r.arm, r.fraction, r.rate, r.repeat = arm, frac, rate, rep
-					fmt.Fprintf(logOut, "tlbench:   %-10s %3.0f%% %-27s TTFT p50 %6.1f p90 %6.1f p99 %7.1f ms, goodput %5.1f/s, hit %4.1f%% (expected %4.1f%%), exact picks %4.1f%%, tokenize %.2f ms (%.1f%% past deadline), failed %d\n",
-						kind, 100*frac, arm, msf(r.ttft.P50), msf(r.ttft.P90), msf(r.ttft.P99), r.goodput, 100*r.hitRate, 100*r.predicted, 100*r.exactShare, msf(r.tokenizeMean), 100*r.fallbacks, r.failed+r.dropped)
+					fmt.Fprintf(logOut, "tlbench:   %-10s %3.0f%% %-27s TTFT p50 %6.1f p90 %6.1f p99 %7.1f ms, goodput %5.1f/s, hit %4.1f%% (expected %4.1f%%), exact picks %4.1f%% (agreed %4.1f%%), tokenize %.2f ms (%.1f%% past deadline), failed %d\n",
+						kind, 100*frac, arm, msf(r.ttft.P50), msf(r.ttft.P90), msf(r.ttft.P99), r.goodput, 100*r.hitRate, 100*r.predicted, 100*r.exactShare, 100*r.agreedShare, msf(r.tokenizeMean), 100*r.fallbacks, r.failed+r.dropped)
 					runs = append(runs, r)
 				}
 			}
@@ -231,8 +232,8 @@ func kvOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec, s
 			out.tokenizeMean = time.Duration(d("tok_sum") / n * float64(time.Second))
 			out.fallbacks = d("tok_timeout") / n
 		}
-		if n := d("exact") + d("approx"); n > 0 {
-			out.exactShare = d("exact") / n
+		if n := d("exact") + d("approx") + d("agreed"); n > 0 {
+			out.exactShare, out.agreedShare = d("exact")/n, d("agreed")/n
 		}
 	}
 	return out, nil
@@ -251,6 +252,7 @@ func kvCounters(ctx context.Context, f *replicaFleet) map[string]float64 {
 		m["tok_timeout"] += metricSum(b, "tlgate_tokenize_seconds_count", `outcome="timeout"`)
 		m["exact"] += metricSum(b, "tlgate_cache_aware_picks_total", `view="exact"`)
 		m["approx"] += metricSum(b, "tlgate_cache_aware_picks_total", `view="approximate"`)
+		m["agreed"] += metricSum(b, "tlgate_cache_aware_picks_total", `view="agreed"`)
 	}
 	return m
 }
@@ -263,6 +265,7 @@ type kvGroup struct {
 	n, failed         int
 	p50, p90, p99     spread
 	good, hit, exact  spread
+	agreed            spread
 	expected          spread
 	tokMean, fallback spread
 }
@@ -285,29 +288,29 @@ func groupKV(runs []kvRun) []kvGroup {
 	var out []kvGroup
 	for _, k := range keys {
 		g := kvGroup{kind: k.kind, fraction: k.frac, arm: k.arm, n: len(by[k])}
-		var p50, p90, p99, good, hit, exact, tok, fb, exp []float64
+		var p50, p90, p99, good, hit, exact, agreed, tok, fb, exp []float64
 		for _, r := range by[k] {
 			p50, p90, p99 = append(p50, msf(r.ttft.P50)), append(p90, msf(r.ttft.P90)), append(p99, msf(r.ttft.P99))
 			good, hit, exact = append(good, r.goodput), append(hit, r.hitRate), append(exact, r.exactShare)
 			tok, fb = append(tok, msf(r.tokenizeMean)), append(fb, r.fallbacks)
-			exp = append(exp, r.predicted)
+			exp, agreed = append(exp, r.predicted), append(agreed, r.agreedShare)
 			g.failed += r.failed + r.dropped
 		}
 		g.p50, g.p90, g.p99, g.good, g.hit, g.exact, g.tokMean, g.fallback = spreadOf(p50), spreadOf(p90), spreadOf(p99), spreadOf(good), spreadOf(hit), spreadOf(exact), spreadOf(tok), spreadOf(fb)
-		g.expected = spreadOf(exp)
+		g.expected, g.agreed = spreadOf(exp), spreadOf(agreed)
 		out = append(out, g)
 	}
 	return out
 }
 
 func kvSweepTable(runs []kvRun) *table {
-	t := &table{header: []string{"workload", "rate", "arm", "TTFT p50 ms", "TTFT p90 ms", "TTFT p99 ms", "goodput req/s", "hit rate (the gateway expected)", "picks on events", "tokenize ms (past deadline)", "failed"}}
+	t := &table{header: []string{"workload", "rate", "arm", "TTFT p50 ms", "TTFT p90 ms", "TTFT p99 ms", "goodput req/s", "hit rate (the gateway expected)", "picks on events (untokenized, the index agreeing)", "tokenize ms (past deadline)", "failed"}}
 	pctf := func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
 	for _, g := range groupKV(runs) {
 		tok, exact := "–", "–"
 		if g.arm == armEvents {
 			tok = g.tokMean.format(func(v float64) string { return fmt.Sprintf("%.2f", v) }, g.n) + " (" + pctf(g.fallback.med) + ")"
-			exact = g.exact.format(pctf, g.n)
+			exact = g.exact.format(pctf, g.n) + " (" + pctf(g.agreed.med) + ")"
 		}
 		t.add(string(g.kind), fmt.Sprintf("%.0f%%", 100*g.fraction), g.arm, g.p50.format(f1, g.n), g.p90.format(f1, g.n), g.p99.format(f1, g.n),
 			g.good.format(f1, g.n), hitCell(g, pctf), exact, tok, strconv.Itoa(g.failed))
@@ -435,7 +438,9 @@ func kvTokenizeCost(ctx context.Context, c Config, spec func(int, bool, string) 
 			for i := range engines { // zero-cost on either model: the tokenizer's time alone
 				engines[i].Step, engines[i].PrefillPerToken, engines[i].DecodePerToken = nil, 0, 0
 			}
-			f, err := startReplicas(ctx, spec(1, false, config.PolicyCacheAware), engines)
+			sp := spec(1, false, config.PolicyCacheAware)
+			sp.extra += "\n[gateway.kv_events]\nindex_agreement = 0\n" // every request tokenized: its cost is measured
+			f, err := startReplicas(ctx, sp, engines)
 			if err != nil {
 				return nil, err
 			}

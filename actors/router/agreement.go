@@ -1,0 +1,125 @@
+package router
+
+import "github.com/tlgate/tlgate/internal/routing/policy"
+
+// Agreement: tokenizing a request costs its pick the tokenizer's round
+// trip (about a millisecond for a 512-token prompt, more for longer ones),
+// and where caches hold what the prefix index believes they hold, the
+// exact view picks the worker the index would have picked anyway. So each
+// exact pick is checked against the pick the prefix index alone would have
+// made, per base model; while the index agreed with at least
+// Config.IndexAgreement of the last AgreementChecks checks, requests of
+// that model are routed on the index without being tokenized, except one
+// in Config.AgreementSample, which is still tokenized and picked on the
+// exact view, to keep checking. One disagreement too many, and every
+// request is tokenized again. A view never claims a hit from the index:
+// a pick made so is an approximate one (its CacheView is ViewAgreed), as
+// if the engines published nothing.
+
+// AgreementChecks is how many of a model's latest exact picks the
+// agreement is measured over.
+const AgreementChecks = 64
+
+// DefaultAgreementSample is Config.AgreementSample's default.
+const DefaultAgreementSample = 8
+
+// ViewAgreed is the CacheView of a pick made on the prefix index because
+// it agreed with the exact view lately (the request was not tokenized).
+const ViewAgreed = "agreed"
+
+// agreement is one base model's latest checks.
+type agreement struct {
+	checks [AgreementChecks]bool // a ring; true: the index agreed
+	n      int                   // checks made, at most AgreementChecks
+	next   int                   // the ring's next slot
+	agreed int                   // true checks in the ring
+	// skipped counts requests routed on the index since the last sample.
+	skipped int
+}
+
+// record adds a check.
+func (a *agreement) record(agreed bool) {
+	if a.n == AgreementChecks && a.checks[a.next] {
+		a.agreed--
+	}
+	a.checks[a.next] = agreed
+	if agreed {
+		a.agreed++
+	}
+	a.next = (a.next + 1) % AgreementChecks
+	a.n = min(a.n+1, AgreementChecks)
+}
+
+// trusted reports whether the index agreed with at least share of the
+// last AgreementChecks checks (share 0: never).
+func (a *agreement) trusted(share float64) bool {
+	return share > 0 && a.n == AgreementChecks && float64(a.agreed) >= share*AgreementChecks
+}
+
+// skipTokens reports whether a request of base model, which brings no
+// tokens and may be asked for them, routes on the prefix index instead:
+// the index agrees lately and the request is not the sample. The answer is
+// kept in req.Keys, so that every Route of one request (dispatch scans,
+// failover) decides alike and counts once.
+func (s *State) skipTokens(base string, req *Request) bool {
+	if req.Keys != nil {
+		if skip, ok := req.Keys.skip[base]; ok {
+			return skip
+		}
+	}
+	skip := false
+	if a := s.agreements[base]; a != nil && a.trusted(s.cfg.IndexAgreement) {
+		sample := s.cfg.AgreementSample
+		if sample <= 0 {
+			sample = DefaultAgreementSample
+		}
+		a.skipped++
+		if skip = a.skipped < sample; !skip {
+			a.skipped = 0
+		}
+	}
+	if req.Keys != nil {
+		if req.Keys.skip == nil {
+			req.Keys.skip = map[string]bool{}
+		}
+		req.Keys.skip[base] = skip
+	}
+	return skip
+}
+
+// checkAgreement records, once per request, whether the prefix index
+// alone would have picked s.cands[picked], the pick on the exact view of
+// a request of base model; indexPrefill(i) is what candidate i would
+// prefill by the index alone.
+func (s *State) checkAgreement(base string, req *Request, picked int, indexPrefill func(i int) int) {
+	if s.cfg.IndexAgreement <= 0 {
+		return
+	}
+	if req.Keys != nil {
+		if req.Keys.checked[base] {
+			return
+		}
+		if req.Keys.checked == nil {
+			req.Keys.checked = map[string]bool{}
+		}
+		req.Keys.checked[base] = true
+	}
+	ca := s.prefix
+	ca.indexOnly = ca.indexOnly[:0]
+	for i := range s.cands {
+		ca.indexOnly = append(ca.indexOnly, indexPrefill(i))
+	}
+	j, _ := policy.CacheAware(s.cands, ca.indexOnly, ca.cfg)
+	a := s.agreements[base]
+	if a == nil {
+		if s.agreements == nil {
+			s.agreements = map[string]*agreement{}
+		}
+		a = &agreement{}
+		s.agreements[base] = a
+	}
+	a.record(j == picked)
+	if s.cfg.Observe.OnAgreement != nil {
+		s.cfg.Observe.OnAgreement(base, j == picked)
+	}
+}

@@ -1,0 +1,161 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/tlgate/tlgate/internal/routing/kvindex"
+)
+
+// agreementState has two workers whose views are exact and empty, and
+// checks agreement at share, sampling one request in sample.
+func agreementState(t *testing.T, share float64, sample int) (*State, *[]bool) {
+	t.Helper()
+	var seen []bool
+	cfg := Config{IndexAgreement: share, AgreementSample: sample}
+	cfg.Observe.OnAgreement = func(model string, agreed bool) {
+		if model != "m" {
+			t.Errorf("agreement observed for model %q", model)
+		}
+		seen = append(seen, agreed)
+	}
+	s := exactState(t, cfg, "a", "b")
+	events(t, s, "a", kvindex.Exact)
+	events(t, s, "b", kvindex.Exact)
+	return s, &seen
+}
+
+// pickWith picks a request of n's prompt with its tokens (the index and
+// the views know none of them: both pick by load alike).
+func pickWith(t *testing.T, s *State, n int, keys *TokenKeys) Target {
+	t.Helper()
+	req := &Request{Model: "m", RequestID: fmt.Sprint("r", n), Prompt: words(fmt.Sprint("p", n), 400),
+		Tokens: map[string][]uint32{"m": etoks(n*1000, 4*ebs)}, Keys: keys}
+	tg, err := s.Pick(req, now)
+	if err != nil {
+		t.Fatalf("pick %d with tokens: %v", n, err)
+	}
+	s.Release(tg.Worker.ID)
+	return tg
+}
+
+// pickWithout picks a request that brings no tokens and reports whether
+// it was asked for them.
+func pickWithout(t *testing.T, s *State, n int, keys *TokenKeys) (Target, bool) {
+	t.Helper()
+	req := &Request{Model: "m", RequestID: fmt.Sprint("q", n), Prompt: words(fmt.Sprint("q", n), 400), Keys: keys}
+	tg, err := s.Pick(req, now)
+	if errors.Is(err, ErrNeedTokens) {
+		return Target{}, true
+	}
+	if err != nil {
+		t.Fatalf("pick %d without tokens: %v", n, err)
+	}
+	s.Release(tg.Worker.ID)
+	return tg, false
+}
+
+// TestAgreementSkipsTokenizing: once the prefix index made the same pick
+// as the events for the share of a model's latest checks, its requests
+// route on the index untokenized, but the sample; a request decides once.
+func TestAgreementSkipsTokenizing(t *testing.T) {
+	s, seen := agreementState(t, 0.9, 4)
+	for n := range AgreementChecks - 1 {
+		pickWith(t, s, n, &TokenKeys{})
+		if _, asked := pickWithout(t, s, 1000+n, &TokenKeys{}); !asked {
+			t.Fatalf("routed untokenized after %d checks of %d", n+1, AgreementChecks)
+		}
+	}
+	// A request routed again (a failover, a dispatch scan) is checked once.
+	keys := &TokenKeys{}
+	pickWith(t, s, 63, keys)
+	pickWith(t, s, 63, keys)
+	if len(*seen) != AgreementChecks {
+		t.Fatalf("%d checks observed, want %d", len(*seen), AgreementChecks)
+	}
+	for i, ok := range *seen {
+		if !ok {
+			t.Fatalf("check %d disagreed: both views knew nothing", i)
+		}
+	}
+	var asked []int
+	for n := range 12 {
+		keys := &TokenKeys{}
+		tg, ask := pickWithout(t, s, 2000+n, keys)
+		if ask {
+			asked = append(asked, n)
+			continue
+		}
+		if tg.CacheView != ViewAgreed || tg.Indexing.Exact.Expect {
+			t.Fatalf("untokenized pick %d: view %q, expects events %v", n, tg.CacheView, tg.Indexing.Exact.Expect)
+		}
+		// Its next Route decides alike and leaves the sample's count.
+		if _, again := pickWithout(t, s, 2000+n, keys); again {
+			t.Fatalf("request %d asked for tokens on its second route", n)
+		}
+	}
+	if fmt.Sprint(asked) != "[3 7 11]" {
+		t.Fatalf("asked for tokens at %v, want one in 4: [3 7 11]", asked)
+	}
+}
+
+// TestDisagreementTokenizesAgain: picks on the events that the prefix
+// index would not have made (a worker holds a document the gateway never
+// sent it) end the trust; every request is tokenized again.
+func TestDisagreementTokenizesAgain(t *testing.T) {
+	s, seen := agreementState(t, 0.9, 1<<20) // no sample asks here
+	for n := range AgreementChecks {
+		pickWith(t, s, n, &TokenKeys{})
+	}
+	if _, asked := pickWithout(t, s, 1000, &TokenKeys{}); asked {
+		t.Fatal("asked for tokens although the index agreed on every check")
+	}
+	doc := etoks(500_000, 16*ebs)
+	events(t, s, "b", kvindex.Exact, storedBatch(doc, 0))
+	// The index picks a (the lower id, both idle); the events b.
+	disagree := 0
+	for n := 0; ; n++ {
+		req := &Request{Model: "m", RequestID: "d", Prompt: words(fmt.Sprint("d", n), 400),
+			Tokens: map[string][]uint32{"m": append(append([]uint32{}, doc...), etoks(600_000+n*100, 20)...)}, Keys: &TokenKeys{}}
+		tg, err := s.Pick(req, now)
+		if err != nil || tg.Worker.ID != "b" || tg.CacheView != "exact" {
+			t.Fatalf("pick on the events: %s %s %v", tg.Worker.ID, tg.CacheView, err)
+		}
+		s.Release("b")
+		disagree++
+		if _, asked := pickWithout(t, s, 3000+n, &TokenKeys{}); asked {
+			break
+		}
+		if disagree > AgreementChecks {
+			t.Fatal("still untokenized after a window of disagreements")
+		}
+	}
+	// 0.9 of 64 is 57.6: the seventh disagreement leaves 57 agreeing.
+	if disagree != 7 {
+		t.Fatalf("tokenized again after %d disagreements, want 7", disagree)
+	}
+	if (*seen)[len(*seen)-1] {
+		t.Fatal("the last check was observed as agreeing")
+	}
+	for n := range 3 {
+		if _, asked := pickWithout(t, s, 4000+n, &TokenKeys{}); !asked {
+			t.Fatalf("request %d after the disagreements routed untokenized", n)
+		}
+	}
+}
+
+// TestAgreementOff: with IndexAgreement 0 every request is tokenized,
+// however often the index agreed.
+func TestAgreementOff(t *testing.T) {
+	s, seen := agreementState(t, 0, 8)
+	for n := range 2 * AgreementChecks {
+		pickWith(t, s, n, &TokenKeys{})
+	}
+	if _, asked := pickWithout(t, s, 1000, &TokenKeys{}); !asked {
+		t.Fatal("routed untokenized with index_agreement 0")
+	}
+	if len(*seen) != 0 {
+		t.Fatalf("%d checks made with index_agreement 0", len(*seen))
+	}
+}
