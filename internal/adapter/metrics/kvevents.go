@@ -245,11 +245,11 @@ func (k *KVMetrics) Agreement(_ string, agreed bool) {
 	if k == nil {
 		return
 	}
-	r := CheckDisagreed
+	r := 1
 	if agreed {
-		r = CheckAgreed
+		r = 0
 	}
-	k.agreement.WithLabelValues(r).Inc()
+	k.agreement.WithLabelValues(checks[r]).Inc()
 }
 
 // Tokenized records what tokenizing a request added, by outcome.
