@@ -6,8 +6,9 @@ import "github.com/tlgate/tlgate/internal/routing/policy"
 // trip (about a millisecond for a 512-token prompt, more for longer ones),
 // and where caches hold what the prefix index believes they hold, the
 // exact view picks the worker the index would have picked anyway. So each
-// exact pick is checked against the pick the prefix index alone would have
-// made, per base model; while the index agreed with at least
+// exact pick on the whole prompt's tokens (not a conversation's earlier
+// turn's alone: Request.Partial) is checked against the pick the prefix
+// index alone would have made, per base model; while the index agreed with at least
 // Config.IndexAgreement of the last AgreementChecks checks, requests of
 // that model are routed on the index without being tokenized, except one
 // in Config.AgreementSample, which is still tokenized and picked on the

@@ -159,3 +159,18 @@ func TestAgreementOff(t *testing.T) {
 		t.Fatalf("%d checks made with index_agreement 0", len(*seen))
 	}
 }
+
+// TestAgreementChecksWholePrompts: a pick on a conversation's earlier
+// turn's tokens alone (Partial) is no check: it is not exact itself.
+func TestAgreementChecksWholePrompts(t *testing.T) {
+	s, seen := agreementState(t, 0.9, 8)
+	req := &Request{Model: "m", RequestID: "r", Prompt: words("p", 400), Tokens: map[string][]uint32{"m": etoks(0, 4*ebs)},
+		Partial: map[string]bool{"m": true}, Keys: &TokenKeys{}}
+	tg, err := s.Pick(req, now)
+	if err != nil || tg.CacheView != "exact" {
+		t.Fatalf("pick on an earlier turn's tokens: %+v %v", tg, err)
+	}
+	if len(*seen) != 0 {
+		t.Fatalf("%d checks of a pick on partial tokens", len(*seen))
+	}
+}

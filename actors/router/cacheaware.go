@@ -158,7 +158,7 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request, now time.T
 	if i < 0 {
 		return -1, ""
 	}
-	if haveTokens && anyExact {
+	if haveTokens && anyExact && !req.Partial[base] {
 		s.checkAgreement(base, req, i, func(j int) int {
 			if s.members[j].Model != base {
 				return est
