@@ -71,6 +71,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	openRepeats := fs.Int("open-repeats", 0, "openloop, synccost, kvevents: runs of every configuration (default 3, 1 with -quick)")
 	openDuration := fs.Duration("open-duration", 0, "openloop, synccost, kvevents: how long each run sends, its warmup included (default 8s, 4s with -quick)")
 	openWorkloads := fs.String("open-workloads", "", "openloop, kvevents: workloads (default multi-turn,rag)")
+	kvSample := fs.Int("kv-agreement-sample", 0, "kvevents: the gateway's [gateway.kv_events] agreement_sample (default: the gateway's)")
 	kvPressure := fs.Float64("kv-pressure", 0, "kvevents: the share of the workload's working set the fleet's KV holds (default 1/3: the engines evict; above 1 their caches hold it all)")
 	openOneEntry := fs.Bool("open-one-entry", false, "openloop: send every request to the first replica, the others only heartbeating and syncing (a control)")
 	sharePeersSilent := fs.Bool("share-peers-silent", false, "openloop, synccost: the sync cost's mirror peers publish nothing, so one replica's share prices its own publishing alone")
@@ -137,6 +138,10 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	case *kvPressure > 0:
 		c.KVPressure = *kvPressure
 	}
+	if *kvSample < 0 {
+		return tlbench.Config{}, fmt.Errorf("-kv-agreement-sample: must not be negative, got %d", *kvSample)
+	}
+	c.KVAgreementSample = *kvSample
 	if *priorityRepeats < 0 {
 		return tlbench.Config{}, fmt.Errorf("-priority-repeats: must not be negative, got %d", *priorityRepeats)
 	} else if *priorityRepeats > 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
+	"github.com/tlgate/tlgate/internal/tool/bench/procs"
 )
 
 // The arms of the eviction-pressure sweep.
@@ -73,6 +74,9 @@ type kvRun struct {
 	fallbacks    float64
 	exactShare   float64 // picks made on an exact view
 	agreedShare  float64 // picks made untokenized on the agreeing prefix index
+	// selfCPU is this process's CPU over the window per request: the
+	// engines' (their KV events included) and the load generator's.
+	selfCPU time.Duration
 }
 
 // kvEventsExperiment runs the eviction-pressure sweep, the drop drill, the
@@ -91,6 +95,9 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 	spec := func(replicas int, sync bool, policy string) replicaSpec {
 		s := base(replicas, sync, policy)
 		s.extra = "\n[gateway.tokenizer]\ntimeout = \"50ms\"\n"
+		if c.KVAgreementSample > 0 {
+			s.extra += fmt.Sprintf("\n[gateway.kv_events]\nagreement_sample = %d\n", c.KVAgreementSample)
+		}
 		return s
 	}
 	sec := section{title: "Exact routing on the engines' KV cache events",
@@ -149,8 +156,8 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 						return section{}, fmt.Errorf("%s at %.0f%%, %s: %w", kind, 100*frac, arm, err)
 					}
 					r.arm, r.fraction, r.rate, r.repeat = arm, frac, rate, rep
-					fmt.Fprintf(logOut, "tlbench:   %-10s %3.0f%% %-27s TTFT p50 %6.1f p90 %6.1f p99 %7.1f ms, goodput %5.1f/s, hit %4.1f%% (expected %4.1f%%), exact picks %4.1f%% (agreed %4.1f%%), tokenize %.2f ms (%.1f%% past deadline), failed %d\n",
-						kind, 100*frac, arm, msf(r.ttft.P50), msf(r.ttft.P90), msf(r.ttft.P99), r.goodput, 100*r.hitRate, 100*r.predicted, 100*r.exactShare, 100*r.agreedShare, msf(r.tokenizeMean), 100*r.fallbacks, r.failed+r.dropped)
+					fmt.Fprintf(logOut, "tlbench:   %-10s %3.0f%% %-27s TTFT p50 %6.1f p90 %6.1f p99 %7.1f ms, goodput %5.1f/s, hit %4.1f%% (expected %4.1f%%), exact picks %4.1f%% (agreed %4.1f%%), tokenize %.2f ms (%.1f%% past deadline), CPU %.0f µs gateway, %.0f µs engines, failed %d\n",
+						kind, 100*frac, arm, msf(r.ttft.P50), msf(r.ttft.P90), msf(r.ttft.P99), r.goodput, 100*r.hitRate, 100*r.predicted, 100*r.exactShare, 100*r.agreedShare, msf(r.tokenizeMean), 100*r.fallbacks, float64(r.cpuPerRequest)/1e3, float64(r.selfCPU)/1e3, r.failed+r.dropped)
 					runs = append(runs, r)
 				}
 			}
@@ -210,11 +217,13 @@ func kvOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec, s
 		case <-time.After(c.OpenWarmup):
 		}
 		m := kvCounters(ctx, f)
+		m["self_cpu"] = selfCPU()
 		mu.Lock()
 		before = m
 		mu.Unlock()
 		<-dctx.Done()
 		m = kvCounters(ctx, f)
+		m["self_cpu"] = selfCPU()
 		mu.Lock()
 		after = m
 		mu.Unlock()
@@ -232,11 +241,24 @@ func kvOne(ctx context.Context, c Config, kind loadgen.Kind, spec replicaSpec, s
 			out.tokenizeMean = time.Duration(d("tok_sum") / n * float64(time.Second))
 			out.fallbacks = d("tok_timeout") / n
 		}
+		if n := r.ok + r.failed; n > 0 {
+			out.selfCPU = time.Duration(d("self_cpu") / float64(n))
+		}
 		if n := d("exact") + d("approx") + d("agreed"); n > 0 {
 			out.exactShare, out.agreedShare = d("exact")/n, d("agreed")/n
 		}
 	}
 	return out, nil
+}
+
+// selfCPU is this process's CPU time so far, in nanoseconds (0 when it
+// cannot be read).
+func selfCPU() float64 {
+	d, err := procs.SelfCPU()
+	if err != nil {
+		return 0
+	}
+	return float64(d)
 }
 
 // kvCounters reads the gateways' tokenizer and pick counters.
@@ -266,6 +288,7 @@ type kvGroup struct {
 	p50, p90, p99     spread
 	good, hit, exact  spread
 	agreed            spread
+	cpu, selfCPU      spread
 	expected          spread
 	tokMean, fallback spread
 }
@@ -288,23 +311,25 @@ func groupKV(runs []kvRun) []kvGroup {
 	var out []kvGroup
 	for _, k := range keys {
 		g := kvGroup{kind: k.kind, fraction: k.frac, arm: k.arm, n: len(by[k])}
-		var p50, p90, p99, good, hit, exact, agreed, tok, fb, exp []float64
+		var p50, p90, p99, good, hit, exact, agreed, tok, fb, exp, cpu, self []float64
 		for _, r := range by[k] {
 			p50, p90, p99 = append(p50, msf(r.ttft.P50)), append(p90, msf(r.ttft.P90)), append(p99, msf(r.ttft.P99))
 			good, hit, exact = append(good, r.goodput), append(hit, r.hitRate), append(exact, r.exactShare)
 			tok, fb = append(tok, msf(r.tokenizeMean)), append(fb, r.fallbacks)
 			exp, agreed = append(exp, r.predicted), append(agreed, r.agreedShare)
+			cpu, self = append(cpu, float64(r.cpuPerRequest)/float64(time.Microsecond)), append(self, float64(r.selfCPU)/float64(time.Microsecond))
 			g.failed += r.failed + r.dropped
 		}
 		g.p50, g.p90, g.p99, g.good, g.hit, g.exact, g.tokMean, g.fallback = spreadOf(p50), spreadOf(p90), spreadOf(p99), spreadOf(good), spreadOf(hit), spreadOf(exact), spreadOf(tok), spreadOf(fb)
 		g.expected, g.agreed = spreadOf(exp), spreadOf(agreed)
+		g.cpu, g.selfCPU = spreadOf(cpu), spreadOf(self)
 		out = append(out, g)
 	}
 	return out
 }
 
 func kvSweepTable(runs []kvRun) *table {
-	t := &table{header: []string{"workload", "rate", "arm", "TTFT p50 ms", "TTFT p90 ms", "TTFT p99 ms", "goodput req/s", "hit rate (the gateway expected)", "picks on events (untokenized, the index agreeing)", "tokenize ms (past deadline)", "failed"}}
+	t := &table{header: []string{"workload", "rate", "arm", "TTFT p50 ms", "TTFT p90 ms", "TTFT p99 ms", "goodput req/s", "hit rate (the gateway expected)", "picks on events (untokenized, the index agreeing)", "tokenize ms (past deadline)", "gateway CPU µs/request", "engines' and load generator's CPU µs/request", "failed"}}
 	pctf := func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
 	for _, g := range groupKV(runs) {
 		tok, exact := "–", "–"
@@ -313,7 +338,7 @@ func kvSweepTable(runs []kvRun) *table {
 			exact = g.exact.format(pctf, g.n) + " (" + pctf(g.agreed.med) + ")"
 		}
 		t.add(string(g.kind), fmt.Sprintf("%.0f%%", 100*g.fraction), g.arm, g.p50.format(f1, g.n), g.p90.format(f1, g.n), g.p99.format(f1, g.n),
-			g.good.format(f1, g.n), hitCell(g, pctf), exact, tok, strconv.Itoa(g.failed))
+			g.good.format(f1, g.n), hitCell(g, pctf), exact, tok, g.cpu.format(f0, g.n), g.selfCPU.format(f0, g.n), strconv.Itoa(g.failed))
 	}
 	return t
 }
@@ -439,7 +464,7 @@ func kvTokenizeCost(ctx context.Context, c Config, spec func(int, bool, string) 
 				engines[i].Step, engines[i].PrefillPerToken, engines[i].DecodePerToken = nil, 0, 0
 			}
 			sp := spec(1, false, config.PolicyCacheAware)
-			sp.extra += "\n[gateway.kv_events]\nindex_agreement = 0\n" // every request tokenized: its cost is measured
+			sp.extra = "\n[gateway.tokenizer]\ntimeout = \"50ms\"\n[gateway.kv_events]\nindex_agreement = 0\n" // every request tokenized: its cost is measured
 			f, err := startReplicas(ctx, sp, engines)
 			if err != nil {
 				return nil, err

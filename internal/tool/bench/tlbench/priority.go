@@ -293,7 +293,6 @@ func prioritySection(c Config, capacity, rates map[string]float64, runs []priori
 			continue
 		}
 		n := len(a.cp50)
-		f0 := func(v float64) string { return fmt.Sprintf("%.0f", v) }
 		t.add(mode, spreadOf(a.cp50).format(f1, n), spreadOf(a.cp99).format(f1, n), spreadOf(a.att).format(pct, n), spreadOf(a.cref).format(f0, n),
 			spreadOf(a.bp50).format(f1, n), spreadOf(a.bp99).format(f1, n), spreadOf(a.tput).format(f1, n), spreadOf(a.share).format(pct, n),
 			spreadOf(a.bref).format(f0, n), fmt.Sprint(n), spreadOf(a.load).format(f1, n))

@@ -182,4 +182,6 @@ func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 
 func f1(f float64) string { return fmt.Sprintf("%.1f", f) }
 
+func f0(f float64) string { return fmt.Sprintf("%.0f", f) }
+
 func f2(f float64) string { return fmt.Sprintf("%.2f", f) }

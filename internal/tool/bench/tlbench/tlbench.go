@@ -232,6 +232,9 @@ type Config struct {
 	// holds in the kvevents sweep: below 1 the engines evict, above it
 	// their caches hold everything and the prefix index guesses right.
 	KVPressure float64
+	// KVAgreementSample, when above 0, is the events arm's
+	// [gateway.kv_events] agreement_sample (0: the gateway's default).
+	KVAgreementSample int
 	// OpenGoodputFractions are the rates beyond OpenFractions run only
 	// through the most replicas, with each sync setting: where each
 	// policy's goodput ends (OpenAttainment).
