@@ -471,14 +471,17 @@ func TestKVEventsIndexAgreement(t *testing.T) {
 				cfg.Gateway.KVEvents.IndexAgreement = share
 			}}, kvEngine("w1", true, kvevents.Encoder{}), kvEngine("w2", true, kvevents.Encoder{}))
 			kc.warm("w1", "w2")
-			for i := range router.AgreementChecks {
-				if tg := kc.ask("m", "", short(fmt.Sprint("checked ", i))); tg.CacheView != "exact" {
-					t.Fatalf("request %d of the first %d routed on %s", i, router.AgreementChecks, tg.CacheView)
+			// Questions on one document: from the second on, the prefix
+			// index and the events both hold it on the first's worker.
+			d := doc("agreed")
+			for i := range router.AgreementChecks + 1 {
+				if tg := kc.ask("m", "", withQuestion(d, fmt.Sprint("checked ", i))); tg.CacheView != "exact" {
+					t.Fatalf("request %d of the first %d routed on %s", i, router.AgreementChecks+1, tg.CacheView)
 				}
 			}
 			views := map[string]int{}
 			for i := range 2 * router.DefaultAgreementSample {
-				views[kc.ask("m", "", short(fmt.Sprint("trusted ", i))).CacheView]++
+				views[kc.ask("m", "", withQuestion(d, fmt.Sprint("trusted ", i))).CacheView]++
 			}
 			want := map[string]int{"exact": 2, router.ViewAgreed: 2*router.DefaultAgreementSample - 2}
 			if share == 0 {

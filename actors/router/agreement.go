@@ -7,9 +7,10 @@ import "github.com/tlgate/tlgate/internal/routing/policy"
 // and where caches hold what the prefix index believes they hold, the
 // exact view picks the worker the index would have picked anyway. So each
 // exact pick on the whole prompt's tokens (not a conversation's earlier
-// turn's alone: Request.Partial) is checked against the pick the prefix
-// index alone would have made, per base model; while the index agreed with at least
-// Config.IndexAgreement of the last AgreementChecks checks, requests of
+// turn's alone: Request.Partial), of a prompt one of the views believes
+// partly cached somewhere, is checked against the pick the prefix index
+// alone would have made, per base model; while the index agreed with at
+// least Config.IndexAgreement of the last AgreementChecks checks, requests of
 // that model are routed on the index without being tokenized, except one
 // in Config.AgreementSample, which is still tokenized and picked on the
 // exact view, to keep checking. One disagreement too many, and every
@@ -90,9 +91,13 @@ func (s *State) skipTokens(base string, req *Request) bool {
 
 // checkAgreement records, once per request, whether the prefix index
 // alone would have picked s.cands[picked], the pick on the exact view of
-// a request of base model; indexPrefill(i) is what candidate i would
-// prefill by the index alone.
-func (s *State) checkAgreement(base string, req *Request, picked int, indexPrefill func(i int) int) {
+// a request of base model, of prompt tokens (the index estimating est);
+// indexPrefill(i) is what candidate i would prefill by the index alone,
+// s.prefix.prefill[i] what it prefills by the pick. A prompt neither
+// view believes cached anywhere is no check: most requests of a workload
+// under eviction are such, and both views pick them alike by load, while
+// the index is wrong about the others.
+func (s *State) checkAgreement(base string, req *Request, picked, prompt, est int, indexPrefill func(i int) int) {
 	if s.cfg.IndexAgreement <= 0 {
 		return
 	}
@@ -107,8 +112,16 @@ func (s *State) checkAgreement(base string, req *Request, picked int, indexPrefi
 	}
 	ca := s.prefix
 	ca.indexOnly = ca.indexOnly[:0]
+	cached := false // does either view believe some of the prompt is cached?
 	for i := range s.cands {
-		ca.indexOnly = append(ca.indexOnly, indexPrefill(i))
+		p := indexPrefill(i)
+		ca.indexOnly = append(ca.indexOnly, p)
+		cached = cached || p < est || ca.prefill[i] < prompt
+	}
+	if !cached {
+		// Neither view knows any of the prompt: both pick by load alike,
+		// which says nothing of whether the index knows what is cached.
+		return
 	}
 	j, _ := policy.CacheAware(s.cands, ca.indexOnly, ca.cfg)
 	a := s.agreements[base]

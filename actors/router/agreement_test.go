@@ -26,16 +26,23 @@ func agreementState(t *testing.T, share float64, sample int) (*State, *[]bool) {
 	return s, &seen
 }
 
-// pickWith picks a request of n's prompt with its tokens (the index and
-// the views know none of them: both pick by load alike).
+// shared is the document every request of pickWith begins with, in
+// text for the prefix index and in tokens for the exact view.
+var shared, sharedTokens = words("shared document", 1024), etoks(900_000, 16*ebs)
+
+// pickWith picks a request of the shared document and n's question with
+// its tokens, and records it as begun (Indexed): from the second on, the
+// index and the view (its speculation) hold the document on the same
+// worker, and both pick it alike.
 func pickWith(t *testing.T, s *State, n int, keys *TokenKeys) Target {
 	t.Helper()
-	req := &Request{Model: "m", RequestID: fmt.Sprint("r", n), Prompt: words(fmt.Sprint("p", n), 400),
-		Tokens: map[string][]uint32{"m": etoks(n*1000, 4*ebs)}, Keys: keys}
+	req := &Request{Model: "m", RequestID: fmt.Sprint("r", n), Prompt: shared + words(fmt.Sprint("p", n), 400),
+		Tokens: map[string][]uint32{"m": append(append([]uint32{}, sharedTokens...), etoks(n*1000, 4*ebs)...)}, Keys: keys}
 	tg, err := s.Pick(req, now)
 	if err != nil {
 		t.Fatalf("pick %d with tokens: %v", n, err)
 	}
+	s.Indexed(tg.Indexing, now)
 	s.Release(tg.Worker.ID)
 	return tg
 }
@@ -61,6 +68,10 @@ func pickWithout(t *testing.T, s *State, n int, keys *TokenKeys) (Target, bool) 
 // route on the index untokenized, but the sample; a request decides once.
 func TestAgreementSkipsTokenizing(t *testing.T) {
 	s, seen := agreementState(t, 0.9, 4)
+	pickWith(t, s, -1, &TokenKeys{}) // nothing cached yet: no check
+	if len(*seen) != 0 {
+		t.Fatalf("a prompt neither view holds any of was checked: %v", *seen)
+	}
 	for n := range AgreementChecks - 1 {
 		pickWith(t, s, n, &TokenKeys{})
 		if _, asked := pickWithout(t, s, 1000+n, &TokenKeys{}); !asked {
@@ -105,7 +116,7 @@ func TestAgreementSkipsTokenizing(t *testing.T) {
 // sent it) end the trust; every request is tokenized again.
 func TestDisagreementTokenizesAgain(t *testing.T) {
 	s, seen := agreementState(t, 0.9, 1<<20) // no sample asks here
-	for n := range AgreementChecks {
+	for n := range AgreementChecks + 1 {
 		pickWith(t, s, n, &TokenKeys{})
 	}
 	if _, asked := pickWithout(t, s, 1000, &TokenKeys{}); asked {

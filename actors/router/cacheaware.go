@@ -159,7 +159,7 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request, now time.T
 		return -1, ""
 	}
 	if haveTokens && anyExact && !req.Partial[base] {
-		s.checkAgreement(base, req, i, func(j int) int {
+		s.checkAgreement(base, req, i, prompt, est, func(j int) int {
 			if s.members[j].Model != base {
 				return est
 			}
