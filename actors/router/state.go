@@ -159,8 +159,9 @@ type Target struct {
 	// are exact for a pick on an exact view.
 	MatchedTokens, PromptTokens int
 	// CacheView is how a cache_aware pick saw the worker's cache: "exact"
-	// (its KV events) or "approximate" (the prefix index); "" for other
-	// policies.
+	// (its KV events), "approximate" (the prefix index) or ViewAgreed (the
+	// prefix index, untokenized, while it agrees with the events); "" for
+	// other policies.
 	CacheView string
 	// Policy is the route policy that picked Worker, Candidates how many
 	// workers it chose among (for traces).
