@@ -5,18 +5,21 @@ import "github.com/tlgate/tlgate/internal/routing/policy"
 // Agreement: tokenizing a request costs its pick the tokenizer's round
 // trip (about a millisecond for a 512-token prompt, more for longer ones),
 // and where caches hold what the prefix index believes they hold, the
-// exact view picks the worker the index would have picked anyway. So each
-// exact pick on the whole prompt's tokens (not a conversation's earlier
-// turn's alone: Request.Partial), of a prompt one of the views believes
-// partly cached somewhere, is checked against the pick the prefix index
-// alone would have made, per base model; while the index agreed with at
-// least Config.IndexAgreement of the last AgreementChecks checks, requests of
-// that model are routed on the index without being tokenized, except one
-// in Config.AgreementSample, which is still tokenized and picked on the
-// exact view, to keep checking. One disagreement too many, and every
-// request is tokenized again. A view never claims a hit from the index:
-// a pick made so is an approximate one (its CacheView is ViewAgreed), as
-// if the engines published nothing.
+// exact view picks the worker the index would have picked anyway, or one
+// as good. So a pick on the exact view is checked against the pick the
+// prefix index alone would have made, per base model: it agrees when the
+// index would have picked the same worker, or one that costs at most a
+// request's load and a block more on what the exact pick saw. Only picks
+// on the whole prompt's tokens are checked (not on a conversation's
+// earlier turn's alone: Request.Partial), and only of prompts one of the
+// views believes partly cached somewhere. While the index agreed with at
+// least Config.IndexAgreement of the last AgreementChecks checks, requests
+// of that model are routed on the index without being tokenized, except
+// one in Config.AgreementSample, which is still tokenized and picked on
+// the exact view, to keep checking. One disagreement too many, and every
+// request is tokenized again. A view never claims a hit from the index: a
+// pick made so is an approximate one (its CacheView is ViewAgreed), as if
+// the engines published nothing.
 
 // AgreementChecks is how many of a model's latest exact picks the
 // agreement is measured over.
@@ -90,7 +93,8 @@ func (s *State) skipTokens(base string, req *Request) bool {
 }
 
 // checkAgreement records, once per request, whether the prefix index
-// alone would have picked s.cands[picked], the pick on the exact view of
+// alone would have picked s.cands[picked], or a worker that costs no more
+// than agreementTolerance beyond it on what the pick saw, the pick on the exact view of
 // a request of base model, of prompt tokens (the index estimating est);
 // indexPrefill(i) is what candidate i would prefill by the index alone,
 // s.prefix.prefill[i] what it prefills by the pick. A prompt neither
@@ -124,6 +128,7 @@ func (s *State) checkAgreement(base string, req *Request, picked, prompt, est in
 		return
 	}
 	j, _ := policy.CacheAware(s.cands, ca.indexOnly, ca.cfg)
+	agreed := j == picked || s.regret(j, picked) <= s.agreementTolerance(picked)
 	a := s.agreements[base]
 	if a == nil {
 		if s.agreements == nil {
@@ -132,8 +137,30 @@ func (s *State) checkAgreement(base string, req *Request, picked, prompt, est in
 		a = &agreement{}
 		s.agreements[base] = a
 	}
-	a.record(j == picked)
+	a.record(agreed)
 	if s.cfg.Observe.OnAgreement != nil {
-		s.cfg.Observe.OnAgreement(base, j == picked)
+		s.cfg.Observe.OnAgreement(base, agreed)
 	}
+}
+
+// regret is what picking candidate j instead of picked costs, by the
+// policy's cost (policy.CacheAware) on what the pick saw (the exact
+// views): the prompt tokens j would prefill beyond picked's, and the load
+// it carries beyond picked's, weighed.
+func (s *State) regret(j, picked int) float64 {
+	ca := s.prefix
+	cost := func(k int) float64 {
+		return ca.cfg.PrefillWeight*float64(ca.prefill[k]) + ca.cfg.LoadWeight*float64(s.cands[k].Load)
+	}
+	return cost(j) - cost(picked)
+}
+
+// agreementTolerance is the regret at which the index's pick still agrees
+// with the exact one: a request's slot of load and a block of the picked
+// worker's prompt (the views estimate a prompt in blocks of their own, and
+// close costs tip either way between equally good workers).
+func (s *State) agreementTolerance(picked int) float64 {
+	ca := s.prefix
+	bs := s.exactBlockSize(s.cands[picked].ID, s.members[picked].KVBlockTokens)
+	return ca.cfg.LoadWeight + ca.cfg.PrefillWeight*float64(bs)
 }

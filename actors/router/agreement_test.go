@@ -185,3 +185,46 @@ func TestAgreementChecksWholePrompts(t *testing.T) {
 		t.Fatalf("%d checks of a pick on partial tokens", len(*seen))
 	}
 }
+
+// TestAgreementTolerance: the index's pick of another worker still agrees
+// when, on the exact views, it costs at most a request's load and a block
+// more than the exact pick; beyond that it disagrees.
+func TestAgreementTolerance(t *testing.T) {
+	doc := etoks(700_000, 32*ebs)
+	for _, tc := range []struct {
+		name   string
+		aHolds int // blocks of doc a holds; b holds them all
+		agreed bool
+	}{
+		{"a block short", 31, true},
+		{"five blocks short", 27, true}, // 80 tokens: a request's load (64) and a block
+		{"six blocks short", 26, false},
+		{"ten blocks short", 22, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, seen := agreementState(t, 0.9, 8)
+			events(t, s, "a", kvindex.Exact, storedBatch(doc[:tc.aHolds*ebs], 0))
+			events(t, s, "b", kvindex.Exact, storedBatch(doc, 1000))
+			text := words("tolerance document", 2048)
+			// The index believes both hold the whole document: it picks a,
+			// the lower id.
+			for _, id := range []string{"a", "b"} {
+				tg, err := s.Pick(&Request{Model: "m", RequestID: "i", Prompt: text, Pin: id}, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.Indexed(tg.Indexing, now)
+				s.Release(id)
+			}
+			req := &Request{Model: "m", RequestID: "r", Prompt: text + "question",
+				Tokens: map[string][]uint32{"m": append(append([]uint32{}, doc...), etoks(800_000, 8)...)}, Keys: &TokenKeys{}}
+			tg, err := s.Pick(req, now)
+			if err != nil || tg.Worker.ID != "b" {
+				t.Fatalf("exact pick %s, %v; want b, which holds the whole document", tg.Worker.ID, err)
+			}
+			if len(*seen) != 1 || (*seen)[0] != tc.agreed {
+				t.Fatalf("checks %v, want one, agreed %v", *seen, tc.agreed)
+			}
+		})
+	}
+}
