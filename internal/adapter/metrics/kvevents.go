@@ -111,7 +111,7 @@ func NewKVMetrics(reg prometheus.Registerer) (*KVMetrics, error) {
 		picks: counter("cache_aware_picks_total", "cache_aware picks, by route and the view the picked worker was scored on (exact: its KV events; "+
 			"approximate: the prefix index; agreed: the prefix index, without tokenizing, while it agrees with the KV events).", lRoute, lView),
 		agreement: counter("cache_aware_agreement_checks_total", "Picks on the KV events checked against the pick the prefix index alone "+
-			"would have made, by result (agreed: the same worker; disagreed).", lResult),
+			"would have made, by result (agreed: the same worker, or one as good within a request's load and a block; disagreed).", lResult),
 		tokenize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "tokenize_seconds",
 			Help:    "What tokenizing a request for routing on KV events added before its pick, by outcome (ok, cached, timeout, error).",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}, []string{lOutcome}),
