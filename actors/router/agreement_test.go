@@ -209,12 +209,16 @@ func TestAgreementTolerance(t *testing.T) {
 			// The index believes both hold the whole document: it picks a,
 			// the lower id.
 			for _, id := range []string{"a", "b"} {
-				tg, err := s.Pick(&Request{Model: "m", RequestID: "i", Prompt: text, Pin: id}, now)
-				if err != nil {
-					t.Fatal(err)
+				other := map[string]bool{"a": id == "b", "b": id == "a"}
+				tg, err := s.Pick(&Request{Model: "m", RequestID: "i", Prompt: text, NoAsk: true, Exclude: other}, now)
+				if err != nil || tg.Worker.ID != id {
+					t.Fatalf("recording the document on %s: picked %s, %v", id, tg.Worker.ID, err)
 				}
 				s.Indexed(tg.Indexing, now)
 				s.Release(id)
+			}
+			if s.indexChunks("a") == 0 || s.indexChunks("b") == 0 {
+				t.Fatalf("the index holds %d chunks on a, %d on b; want the document on both", s.indexChunks("a"), s.indexChunks("b"))
 			}
 			req := &Request{Model: "m", RequestID: "r", Prompt: text + "question",
 				Tokens: map[string][]uint32{"m": append(append([]uint32{}, doc...), etoks(800_000, 8)...)}, Keys: &TokenKeys{}}
