@@ -237,17 +237,24 @@ func (s *Stream) textDelta(t string, lp gjson.Result) {
 		"delta": t, "logprobs": delta})
 }
 
+// callAt is the call of calls the engine numbers idx (the last such), or
+// nil.
+func callAt(calls []*openCall, idx int) *openCall {
+	var at *openCall
+	for _, c := range calls {
+		if c.index == idx {
+			at = c
+		}
+	}
+	return at
+}
+
 func (s *Stream) toolDelta(tc gjson.Result) {
 	idx := int(tc.Get("index").Int())
 	args := tc.Get("function.arguments").Str
 	if s.b.api == Messages {
 		s.closeBlock()
-		var use *openCall
-		for _, u := range s.uses {
-			if u.index == idx {
-				use = u
-			}
-		}
+		use := callAt(s.uses, idx)
 		if use == nil {
 			use = &openCall{index: idx, item: outputItem{CallID: tc.Get("id").Str, Name: tc.Get("function.name").Str}}
 			s.uses = append(s.uses, use)
@@ -256,12 +263,7 @@ func (s *Stream) toolDelta(tc gjson.Result) {
 		return
 	}
 	s.closeMessage()
-	var call *openCall
-	for _, c := range s.calls {
-		if c.index == idx {
-			call = c
-		}
-	}
+	call := callAt(s.calls, idx)
 	if call == nil {
 		empty := ""
 		call = &openCall{index: idx, out: len(s.done) + len(s.calls),
