@@ -96,12 +96,12 @@ func (s *State) skipTokens(base string, req *Request) bool {
 // alone would have picked s.cands[picked], or a worker that costs no more
 // than agreementTolerance beyond it on what the pick saw, the pick on the exact view of
 // a request of base model, of prompt tokens (the index estimating est);
-// indexPrefill(i) is what candidate i would prefill by the index alone,
-// s.prefix.prefill[i] what it prefills by the pick. A prompt neither
+// s.prefix.indexOnly[i] is what candidate i would prefill by the index
+// alone, s.prefix.prefill[i] what it prefills by the pick. A prompt neither
 // view believes cached anywhere is no check: most requests of a workload
 // under eviction are such, and both views pick them alike by load, while
 // the index is wrong about the others.
-func (s *State) checkAgreement(base string, req *Request, picked, prompt, est int, indexPrefill func(i int) int) {
+func (s *State) checkAgreement(base string, req *Request, picked, prompt, est int) {
 	if s.cfg.IndexAgreement <= 0 {
 		return
 	}
@@ -115,12 +115,9 @@ func (s *State) checkAgreement(base string, req *Request, picked, prompt, est in
 		req.Keys.checked[base] = true
 	}
 	ca := s.prefix
-	ca.indexOnly = ca.indexOnly[:0]
 	cached := false // does either view believe some of the prompt is cached?
 	for i := range s.cands {
-		p := indexPrefill(i)
-		ca.indexOnly = append(ca.indexOnly, p)
-		cached = cached || p < est || ca.prefill[i] < prompt
+		cached = cached || ca.indexOnly[i] < est || ca.prefill[i] < prompt
 	}
 	if !cached {
 		// Neither view knows any of the prompt: both pick by load alike,
@@ -149,10 +146,7 @@ func (s *State) checkAgreement(base string, req *Request, picked, prompt, est in
 // it carries beyond picked's, weighed.
 func (s *State) regret(j, picked int) float64 {
 	ca := s.prefix
-	cost := func(k int) float64 {
-		return ca.cfg.PrefillWeight*float64(ca.prefill[k]) + ca.cfg.LoadWeight*float64(s.cands[k].Load)
-	}
-	return cost(j) - cost(picked)
+	return ca.cfg.Cost(ca.prefill[j], s.cands[j].Load) - ca.cfg.Cost(ca.prefill[picked], s.cands[picked].Load)
 }
 
 // agreementTolerance is the regret at which the index's pick still agrees

@@ -17,7 +17,8 @@ type cacheState struct {
 	index   *prefixindex.Index
 	prefill []int // parallel to State.cands
 	exact   exactScore
-	// indexOnly is an agreement check's scratch (agreement.go).
+	// indexOnly is what each candidate would prefill by the prefix index
+	// alone, for an agreement check (agreement.go); parallel to State.cands.
 	indexOnly []int
 }
 
@@ -140,31 +141,30 @@ func (s *State) pickCacheAware(t *Target, model string, req *Request, now time.T
 		}
 	}
 	chunk := ca.index.Config().ChunkBytes
-	ca.prefill = ca.prefill[:0]
+	ca.prefill, ca.indexOnly = ca.prefill[:0], ca.indexOnly[:0]
 	for i := range s.cands {
 		c := s.loads[i]
 		s.cands[i].Load = slotLoad(c)
-		held := 0
-		switch {
-		case haveTokens && ca.exact.usable[i]:
+		// indexed: the prompt's tokens the prefix index believes cached
+		// there (a slot is its base model's).
+		indexed := 0
+		if s.members[i].Model == base {
+			indexed = ca.index.Tokens(q.ChunksAt(c.slot) * chunk)
+		}
+		held := int(float64(indexed) * scale)
+		if haveTokens && ca.exact.usable[i] {
 			h, _, _ := s.exactHeld(i, req, base, lora, req.CacheSalt, tokens, now)
 			held = int(h)
-		case s.members[i].Model == base: // a slot is its base model's
-			held = int(float64(ca.index.Tokens(q.ChunksAt(c.slot)*chunk)) * scale)
 		}
 		ca.prefill = append(ca.prefill, prompt-min(prompt, held))
+		ca.indexOnly = append(ca.indexOnly, est-min(est, indexed))
 	}
 	i, reason := policy.CacheAware(s.cands, ca.prefill, ca.cfg)
 	if i < 0 {
 		return -1, ""
 	}
 	if haveTokens && anyExact && !req.Partial[base] {
-		s.checkAgreement(base, req, i, prompt, est, func(j int) int {
-			if s.members[j].Model != base {
-				return est
-			}
-			return est - min(est, ca.index.Tokens(q.ChunksAt(s.loads[j].slot)*chunk))
-		})
+		s.checkAgreement(base, req, i, prompt, est)
 	}
 	hs := q.Hashes() // the request's memo's: stable until its next Route
 	if req.Hashes == nil {

@@ -74,6 +74,12 @@ func (c CacheAwareConfig) Validate() error {
 	return nil
 }
 
+// Cost is a candidate's cost to CacheAware: PrefillWeight × the prompt
+// tokens it would prefill + LoadWeight × the load it carries.
+func (c CacheAwareConfig) Cost(prefill, load int) float64 {
+	return c.PrefillWeight*float64(prefill) + c.LoadWeight*float64(load)
+}
+
 // Overloaded reports whether load is past the balance guard against the
 // least load: more than BalanceAbs above it and more than BalanceRel times
 // it.
@@ -99,11 +105,11 @@ func CacheAware(cands []Candidate, prefill []int, c CacheAwareConfig) (idx int, 
 		return -1, ""
 	}
 	best, least := 0, 0
-	bestCost := c.PrefillWeight*float64(prefill[0]) + c.LoadWeight*float64(cands[0].Load)
+	bestCost := c.Cost(prefill[0], cands[0].Load)
 	most := prefill[0]
 	for i := 1; i < len(cands); i++ {
 		ci, cb, cl := &cands[i], &cands[best], &cands[least]
-		cost := c.PrefillWeight*float64(prefill[i]) + c.LoadWeight*float64(ci.Load)
+		cost := c.Cost(prefill[i], ci.Load)
 		if cost < bestCost || cost == bestCost && (ci.Load < cb.Load || ci.Load == cb.Load && ci.before(cb)) {
 			best, bestCost = i, cost
 		}
