@@ -92,12 +92,13 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 		defer nats.close()
 	}
 	base := fleetSpec(c, bins.gateway, nats)
+	kv := ""
+	if c.KVAgreementSample > 0 {
+		kv = fmt.Sprintf("agreement_sample = %d\n", c.KVAgreementSample)
+	}
 	spec := func(replicas int, sync bool, policy string) replicaSpec {
 		s := base(replicas, sync, policy)
-		s.extra = "\n[gateway.tokenizer]\ntimeout = \"50ms\"\n"
-		if c.KVAgreementSample > 0 {
-			s.extra += fmt.Sprintf("\n[gateway.kv_events]\nagreement_sample = %d\n", c.KVAgreementSample)
-		}
+		s.extra = kvGatewayExtra(kv)
 		return s
 	}
 	sec := section{title: "Exact routing on the engines' KV cache events",
@@ -202,6 +203,17 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 		sec.notes = append(sec.notes, "The agreement of three synced replicas was not measured: no NATS server was built for this run.")
 	}
 	return sec, nil
+}
+
+// kvGatewayExtra is the gateway configuration the experiment adds: the
+// tokenizer's 50 ms deadline, and kv's keys of [gateway.kv_events] ("":
+// the defaults).
+func kvGatewayExtra(kv string) string {
+	extra := "\n[gateway.tokenizer]\ntimeout = \"50ms\"\n"
+	if kv != "" {
+		extra += "\n[gateway.kv_events]\n" + kv
+	}
+	return extra
 }
 
 // kvOne is openOne with the KV events figures of the run.
@@ -464,7 +476,7 @@ func kvTokenizeCost(ctx context.Context, c Config, spec func(int, bool, string) 
 				engines[i].Step, engines[i].PrefillPerToken, engines[i].DecodePerToken = nil, 0, 0
 			}
 			sp := spec(1, false, config.PolicyCacheAware)
-			sp.extra = "\n[gateway.tokenizer]\ntimeout = \"50ms\"\n[gateway.kv_events]\nindex_agreement = 0\n" // every request tokenized: its cost is measured
+			sp.extra = kvGatewayExtra("index_agreement = 0\n") // every request tokenized: its cost is measured
 			f, err := startReplicas(ctx, sp, engines)
 			if err != nil {
 				return nil, err
