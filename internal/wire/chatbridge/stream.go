@@ -36,14 +36,14 @@ type Stream struct {
 	stop           gjson.Result // the stop string matched (matchedStop)
 	usage          gjson.Result // the chat usage object, once seen
 
-	// Messages: the content block open ("" none, "text") and the index of
-	// the next one; the tool calls streamed so far, by the chat index, in
+	// Messages: whether a text block is open and the index of the next
+	// block; the tool calls streamed so far, by the chat index, in
 	// the order they began, each written as one whole block once the calls
 	// end (chat may interleave calls' arguments; Anthropic's blocks follow
 	// one another).
-	open  string
-	block int
-	uses  []*openCall
+	textOpen bool
+	block    int
+	uses     []*openCall
 
 	// Responses: the sequence number of the next event, the output
 	// items done, the message item open and the function calls open (by
@@ -201,9 +201,9 @@ func (s *Stream) emitSeq(name string, fields map[string]any) {
 // shape.
 func (s *Stream) textDelta(t string, lp gjson.Result) {
 	if s.b.api == Messages {
-		if s.open != "text" {
+		if !s.textOpen {
 			s.closeUses()
-			s.open = "text"
+			s.textOpen = true
 			empty := ""
 			s.emit("content_block_start", map[string]any{"type": "content_block_start", "index": s.block,
 				"content_block": messageBlockJSON{Type: "text", Text: &empty}})
@@ -279,11 +279,11 @@ func (s *Stream) toolDelta(tc gjson.Result) {
 
 // closeBlock ends the Messages text block open, if any.
 func (s *Stream) closeBlock() {
-	if s.open == "" {
+	if !s.textOpen {
 		return
 	}
 	s.emit("content_block_stop", map[string]any{"type": "content_block_stop", "index": s.block})
-	s.open = ""
+	s.textOpen = false
 	s.block++
 }
 
