@@ -261,6 +261,9 @@ func (c Config) withDefaults() (Config, error) {
 		if err := c.Step.Cost.validate(); err != nil {
 			return c, err
 		}
+		if err := c.Step.APIServer.validate(); err != nil {
+			return c, err
+		}
 	}
 	for _, a := range c.Adapters {
 		if err := c.checkAdapter(a); err != nil {

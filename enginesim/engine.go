@@ -56,6 +56,7 @@ type Engine struct {
 	core    *core
 	kvpub   *kvevents.Publisher // nil without KV events
 	latency latencyMetrics
+	api     *apiServer // nil without an API server stage
 
 	ctx    context.Context // cancelled by Close and Kill
 	cancel context.CancelFunc
@@ -123,6 +124,9 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.Step != nil {
 		e.core.sched = newStepSched(e.core, *cfg.Step, cfg.MaxRunning)
 		e.core.sched.observe = e.latency.observe
+		if !cfg.Step.APIServer.zero() {
+			e.api = newAPIServer(cfg.Step.APIServer, e.core.sched.clock)
+		}
 	}
 	e.adapters = slices.Compact(slices.Sorted(slices.Values(cfg.Adapters)))
 	e.ctx, e.cancel = context.WithCancel(context.Background())
@@ -153,6 +157,9 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	if sched := e.core.sched; sched != nil {
 		e.wg.Go(func() { sched.loop(e.ctx) })
+		if e.api != nil {
+			e.wg.Go(func() { e.api.run(e.ctx) })
+		}
 	}
 	e.serve()
 	if cfg.Faults.Refuse {

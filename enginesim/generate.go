@@ -61,6 +61,10 @@ func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit fu
 	if sched := e.core.sched; sched != nil {
 		q := &stepSeq{tokens: slices.Clone(r.prompt), promptLen: len(r.prompt), maxTokens: r.maxTokens, lora: r.lora, salt: r.cacheSalt,
 			keepPrompt: r.keepPrompt}
+		if err := e.api.request(ctx); err != nil {
+			e.core.drop(h) // submit would have taken it
+			return res, err
+		}
 		if err := sched.submit(q, h); err != nil {
 			return res, err
 		}
@@ -184,6 +188,9 @@ func (e *Engine) generate(ctx context.Context, r *genRequest, h *handle, emit fu
 		sent = end
 		res.finish = st.finish
 		accept(c.Token, st.finish != "")
+		if err := e.api.token(ctx); err != nil {
+			return res, err
+		}
 		if err := emit(&st); err != nil {
 			return res, err
 		}

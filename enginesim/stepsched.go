@@ -20,6 +20,10 @@ type StepConfig struct {
 	// sequence's decode token plus prefill chunks (default
 	// DefaultMaxNumBatchedTokens).
 	MaxNumBatchedTokens int
+	// APIServer is the serial work beside the steps: per request before
+	// it is scheduled, per output token before the client sees it (zero:
+	// none).
+	APIServer APIServerCost
 	// Clock is the scheduler's time (default the real clock).
 	Clock Clock
 }

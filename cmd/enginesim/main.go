@@ -134,6 +134,9 @@ Flags:
 	fs.DurationVar(&cost.PerPrefillToken, "step-per-prefill-token", 0, "override the preset's step `time` per prefill token")
 	fs.DurationVar(&cost.PerDecodeSeq, "step-per-decode-seq", 0, "override the preset's step `time` per decode sequence")
 	fs.DurationVar(&cost.PerContextToken, "step-per-context-token", 0, "override the preset's step `time` per context token read")
+	var api enginesim.APIServerCost
+	fs.DurationVar(&api.PerRequest, "api-per-request", 0, "override the preset's API server `time` per request (parse, chat template, tokenize) before it is scheduled; 0 with the other: no API server stage")
+	fs.DurationVar(&api.PerOutputToken, "api-per-output-token", 0, "override the preset's API server `time` per output token (detokenize, stream out); one server does both kinds of work in turn, a request's first")
 	fs.DurationVar(&cfg.PrefillPerToken, "prefill-per-token", 0, "flat mode: prefill `time` per uncached prompt token")
 	fs.DurationVar(&cfg.DecodePerToken, "decode-per-token", 0, "flat mode: decode `time` per generated token")
 	fs.IntVar(&cfg.MaxRunning, "max-running", 0, fmt.Sprintf("sequences running at once, vLLM's max_num_seqs; more wait in the queue (0: the preset's, %d with -timing flat)", enginesim.DefaultMaxRunning))
@@ -199,7 +202,7 @@ Flags:
 	}
 	switch *timing {
 	case "flat":
-		for _, f := range []string{"preset", "max-num-batched-tokens", "step-fixed", "step-per-prefill-token", "step-per-decode-seq", "step-per-context-token"} {
+		for _, f := range []string{"preset", "max-num-batched-tokens", "step-fixed", "step-per-prefill-token", "step-per-decode-seq", "step-per-context-token", "api-per-request", "api-per-output-token"} {
 			if set[f] {
 				return cfg, tc, fmt.Errorf("-%s is the step mode's; -timing is flat", f)
 			}
@@ -218,7 +221,8 @@ Flags:
 			v    time.Duration
 			dst  *time.Duration
 		}{{"step-fixed", cost.Fixed, &cfg.Step.Cost.Fixed}, {"step-per-prefill-token", cost.PerPrefillToken, &cfg.Step.Cost.PerPrefillToken},
-			{"step-per-decode-seq", cost.PerDecodeSeq, &cfg.Step.Cost.PerDecodeSeq}, {"step-per-context-token", cost.PerContextToken, &cfg.Step.Cost.PerContextToken}} {
+			{"step-per-decode-seq", cost.PerDecodeSeq, &cfg.Step.Cost.PerDecodeSeq}, {"step-per-context-token", cost.PerContextToken, &cfg.Step.Cost.PerContextToken},
+			{"api-per-request", api.PerRequest, &cfg.Step.APIServer.PerRequest}, {"api-per-output-token", api.PerOutputToken, &cfg.Step.APIServer.PerOutputToken}} {
 			if !set[o.flag] {
 				continue
 			}

@@ -59,11 +59,13 @@ func TestParseFlags(t *testing.T) {
 		{"die before the first byte", []string{"-fault-die-after", "0"}, nil, func(c *enginesim.Config) { c.Faults.Die = true }},
 		{"flat, zero cost", []string{"-timing", "flat"}, nil, func(c *enginesim.Config) { c.Step, c.KVBlocks, c.MaxRunning = nil, 0, 0 }},
 		{"step overrides", []string{"-preset", "llama-3.1-70b-fp8-h100", "-max-num-batched-tokens", "512", "-step-fixed", "1ms",
-			"-step-per-prefill-token", "2us", "-step-per-decode-seq", "3us", "-step-per-context-token", "4ns", "-kv-blocks", "100"}, nil,
+			"-step-per-prefill-token", "2us", "-step-per-decode-seq", "3us", "-step-per-context-token", "4ns", "-kv-blocks", "100",
+			"-api-per-request", "0", "-api-per-output-token", "5us"}, nil,
 			func(c *enginesim.Config) {
 				c.KVBlocks = 100
 				c.Step = &enginesim.StepConfig{MaxNumBatchedTokens: 512, Cost: enginesim.StepCost{
-					Fixed: time.Millisecond, PerPrefillToken: 2 * time.Microsecond, PerDecodeSeq: 3 * time.Microsecond, PerContextToken: 4}}
+					Fixed: time.Millisecond, PerPrefillToken: 2 * time.Microsecond, PerDecodeSeq: 3 * time.Microsecond, PerContextToken: 4},
+					APIServer: enginesim.APIServerCost{PerOutputToken: 5 * time.Microsecond}}
 			}},
 	}
 	for _, tt := range tests {
@@ -113,6 +115,8 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"-timing", "flat", "-preset", "llama-3.1-8b-h100"},
 		{"-timing", "step", "-decode-per-token", "1ms"},
 		{"-step-fixed", "-2ms"},
+		{"-api-per-output-token", "-1ms"},
+		{"-timing", "flat", "-api-per-request", "1ms"},
 		{"-kv-events-hash", "hex"},
 	} {
 		if _, _, err := parseFlags(args, &bytes.Buffer{}, noEnv); err == nil {
@@ -129,7 +133,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		"-fault-die-after", "-fault-stall-ms", "-fault-no-heartbeat", "-kv-events", "-kv-events-connect",
 		"-kv-events-replay", "-kv-events-topic", "-kv-events-encoding", "-kv-events-hash", "-kv-events-buffer-steps",
 		"-hash-seed", "-timing", "-preset", "-max-num-batched-tokens", "-step-fixed", "-step-per-prefill-token",
-		"-step-per-decode-seq", "-step-per-context-token", "-remote-decode-timeout", "-bootstrap", "-room-timeout",
+		"-step-per-decode-seq", "-step-per-context-token", "-api-per-request", "-api-per-output-token", "-remote-decode-timeout", "-bootstrap", "-room-timeout",
 		"-fault-refuse-pull", "-fault-unreachable-prefill", "-fault-kv-events-drop", "-fault-kv-events-delay-ms",
 		"-fault-kv-events-refuse-replay"} {
 		if !strings.Contains(out.String(), "  "+f+" ") && !strings.Contains(out.String(), "  "+f+"\n") {

@@ -56,7 +56,7 @@ func TestEngineTiming(t *testing.T) {
 					}
 					continue
 				}
-				if want := enginesim.Presets[tc.preset].Step; e.Step == nil || e.Step.Cost != want.Cost || e.Step.MaxNumBatchedTokens != want.MaxNumBatchedTokens {
+				if want := enginesim.Presets[tc.preset].Step; e.Step == nil || e.Step.Cost != want.Cost || e.Step.MaxNumBatchedTokens != want.MaxNumBatchedTokens || e.Step.APIServer != want.APIServer {
 					t.Errorf("%s: step %+v, want the preset's %+v", e.ID, e.Step, want)
 				}
 				if e.PrefillPerToken != 0 || e.DecodePerToken != 0 {
@@ -84,7 +84,8 @@ func TestEngineModelSaid(t *testing.T) {
 	}
 	c.EnginePreset = enginesim.PresetLlama8BH100.Name
 	if got, want := engineModel(c, c.Decode), "step model, preset llama-3.1-8b-h100: Llama-3.1-8B-Instruct (BF16) on 1x H100 SXM 80GB, "+
-		"each step 6.3ms + 27µs per prefill token + 280µs per decode sequence + 48ns per context token, 8192 tokens per step at most"; got != want {
+		"each step 6.3ms + 27µs per prefill token + 100µs per decode sequence + 48ns per context token, 8192 tokens per step at most; "+
+		"API server 1.5ms per request and 640µs per output token, serially"; got != want {
 		t.Errorf("step: %q, want %q", got, want)
 	}
 	if lead := routingSection(c, nil, nil).lead; !strings.Contains(lead, "(step model, preset llama-3.1-8b-h100:") {

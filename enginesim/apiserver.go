@@ -1,0 +1,146 @@
+package enginesim
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// APIServerCost is the serial work of vLLM's API server process beside
+// the GPU steps: one Python event loop parses each request's HTTP body,
+// applies the chat template and tokenizes it before the engine core sees
+// it (PerRequest), and detokenizes and writes out every token the steps
+// produce (PerOutputToken). The two share one server, first come first
+// served, so under load a new request waits behind the tokens of the
+// running ones, and output is capped at one token per PerOutputToken
+// however large the batch. A sequence's next token is computed only once
+// the previous one is handed to this server, so a backlog there slows the
+// steps too, by one token of lookahead.
+type APIServerCost struct {
+	PerRequest     time.Duration
+	PerOutputToken time.Duration
+}
+
+func (c APIServerCost) validate() error {
+	if c.PerRequest < 0 || c.PerOutputToken < 0 {
+		return fmt.Errorf("%w: negative API server cost", ErrConfig)
+	}
+	return nil
+}
+
+func (c APIServerCost) zero() bool { return c == APIServerCost{} }
+
+// apiServer is the live engine's APIServerCost: one goroutine (run)
+// serves requests' work before tokens' (the event loop parses a new
+// request between chunks of output), each kind first come, first served.
+type apiServer struct {
+	cost  APIServerCost
+	clock Clock
+
+	mu               sync.Mutex
+	requests, tokens []apiWork
+	wake             chan struct{}
+	stopped          chan struct{} // closed when run returns
+}
+
+// apiWork is an item of the server's queues: done is closed once the
+// server has spent d on it.
+type apiWork struct {
+	d    time.Duration
+	done chan struct{}
+}
+
+func newAPIServer(cost APIServerCost, clock Clock) *apiServer {
+	return &apiServer{cost: cost, clock: clock, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+}
+
+// run serves the queues until ctx ends. It keeps its own schedule (when
+// the last item ended), so a late timer does not delay the items after
+// it while the server stays busy.
+func (a *apiServer) run(ctx context.Context) {
+	defer close(a.stopped)
+	var end time.Time
+	for {
+		w, ok := a.next(ctx)
+		if !ok {
+			return
+		}
+		now := a.clock.Now()
+		if end.Before(now) {
+			end = now
+		}
+		end = end.Add(w.d)
+		err := a.clock.Sleep(ctx, end.Sub(now))
+		close(w.done)
+		if err != nil {
+			return
+		}
+	}
+}
+
+// next waits for an item, a request's before a token's.
+func (a *apiServer) next(ctx context.Context) (apiWork, bool) {
+	for {
+		a.mu.Lock()
+		var w apiWork
+		switch {
+		case len(a.requests) > 0:
+			w, a.requests = a.requests[0], a.requests[1:]
+		case len(a.tokens) > 0:
+			w, a.tokens = a.tokens[0], a.tokens[1:]
+		}
+		a.mu.Unlock()
+		if w.done != nil {
+			return w, true
+		}
+		select {
+		case <-a.wake:
+		case <-ctx.Done():
+			return apiWork{}, false
+		}
+	}
+}
+
+// serve queues d of work and waits until it is done (or ctx ends).
+func (a *apiServer) serve(ctx context.Context, d time.Duration, request bool) error {
+	if a == nil || d <= 0 {
+		return ctx.Err()
+	}
+	w := apiWork{d: d, done: make(chan struct{})}
+	a.mu.Lock()
+	if request {
+		a.requests = append(a.requests, w)
+	} else {
+		a.tokens = append(a.tokens, w)
+	}
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-w.done:
+		return nil
+	case <-a.stopped:
+		return errCoreClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// request is a request's work before it reaches the scheduler.
+func (a *apiServer) request(ctx context.Context) error {
+	if a == nil {
+		return ctx.Err()
+	}
+	return a.serve(ctx, a.cost.PerRequest, true)
+}
+
+// token is an output token's work before the client sees it.
+func (a *apiServer) token(ctx context.Context) error {
+	if a == nil {
+		return ctx.Err()
+	}
+	return a.serve(ctx, a.cost.PerOutputToken, false)
+}
