@@ -49,9 +49,9 @@ func lambdaPrompt10() SimLoad {
 // tokens at the cited TTFT and TPOT gets n/(13.98 + (n-1) x 6.48 ms) tokens
 // per second, and the cited 580.3 tok/s of four such clients at
 // concurrency 4 (TTFT 22.75, TPOT 6.59 ms) takes answers of ~53 tokens,
-// which give one client ~153 tok/s, not 122.2. The rest is time between
+// which give one client ~151 tok/s, not 122.2. The rest is time between
 // requests outside the engine, in the benchmark's client.
-const conc1Throughput = "time outside the engine: the cited TTFT, TPOT and concurrency-4 throughput give one client ~153 tok/s"
+const conc1Throughput = "time outside the engine: the cited TTFT, TPOT and concurrency-4 throughput give one client ~151 tok/s"
 
 // TestPresetsMatchPublishedFigures runs each preset's cited load through
 // Simulate and holds the figures within 20% of the published ones (the
@@ -89,6 +89,33 @@ func TestPresetsMatchPublishedFigures(t *testing.T) {
 			default:
 				t.Errorf("%s, outside 20%%", line)
 			}
+		}
+	}
+}
+
+// TestTTFTAgainstPromptLength checks that a lone request's TTFT grows with
+// its uncached prompt on both presets (-v prints the table in
+// docs/BENCHMARKS.md), and that the 70B preset refuses a prompt its KV
+// cannot hold.
+func TestTTFTAgainstPromptLength(t *testing.T) {
+	for _, p := range []Preset{PresetLlama8BH100, PresetLlama70BFP8H100} {
+		var prev time.Duration
+		for _, n := range []int{128, 512, 1024, 2048, 4096, 8192} {
+			r, err := Simulate(p, SimLoad{Concurrency: 1, Requests: []SimRequest{{Input: n, Output: 1}}})
+			if blockCount(n+1) > p.KVBlocks {
+				if err == nil {
+					t.Errorf("%s: a %d-token prompt was served by %d KV blocks", p.Name, n, p.KVBlocks)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.TTFT <= prev {
+				t.Errorf("%s: TTFT %v at %d tokens, not above %v", p.Name, r.TTFT, n, prev)
+			}
+			prev = r.TTFT
+			t.Logf("%s: %d prompt tokens, TTFT %.1f ms", p.Name, n, ms(r.TTFT))
 		}
 	}
 }

@@ -37,17 +37,18 @@ type Preset struct {
 // KV per context token (32 layers x 8 KV heads x 128 x K,V x 2 bytes) at
 // the same bandwidth is ~48 ns (PerContextToken); 16 GFLOP per token at
 // ~60% of 989 TFLOPS dense BF16 is ~27 us (PerPrefillToken); a decode
-// sequence costs 0.28 ms (PerDecodeSeq: its share of the batched matmuls
-// and sampling, and vLLM's per-sequence work beside the GPU), fitted to
-// the cited TPOT at concurrency 16. KV: 0.9 x 80 GB - 16 GB weights - ~4 GB activations is
-// ~52 GB, 410k tokens.
+// sequence's share of the batched matmuls and sampling is 0.1 ms
+// (PerDecodeSeq), fitted with the API server stage (vllmAPIServer) to the
+// cited TPOT at concurrency 4 to 64. KV: 0.9 x 80 GB - 16 GB weights -
+// ~4 GB activations is ~52 GB, 410k tokens.
 //
 // Checked against the InferenceBench concurrency sweep of
 // Llama-3.1-8B-Instruct on one H100-80GB-HBM3, vLLM 0.21.0, fp16,
 // 2026-05-16 (yobitelcomm.github.io/bench/recipes/concurrency-sweep):
-// median TPOT 6.48 / 6.59 / 10.94 ms, throughput 122.2 / 580.3 / 1384.2
-// output tok/s and median TTFT 13.98 / 22.75 / 41.69 ms at concurrency
-// 1 / 4 / 16.
+// median TPOT 6.48 / 6.59 / 10.94 / 46.91 ms, throughput 122.2 / 580.3 /
+// 1384.2 / 1312.3 output tok/s and median TTFT 13.98 / 22.75 / 41.69 /
+// 86.92 ms at concurrency 1 / 4 / 16 / 64
+// (TestPresetsMatchPublishedFigures).
 var PresetLlama8BH100 = Preset{
 	Name: "llama-3.1-8b-h100", Model: "Llama-3.1-8B-Instruct (BF16)", GPU: "1x H100 SXM 80GB",
 	KVBlocks: 25600, MaxRunning: 256,
@@ -79,7 +80,8 @@ var PresetLlama8BH100 = Preset{
 // neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8 on 1x H100-80GB-SXM
 // (github.com/LambdaLabsML/vllm-benchmark, results/prompt_10, 2024-08-19,
 // ten ShareGPT prompts at once, 1371 input tokens): median ITL 32.5 ms,
-// TTFT 0.29 s for the prompts prefilled together.
+// TPOT 33.0 ms, 100 output tok/s, TTFT 0.29 s for the prompts prefilled
+// together (TestPresetsMatchPublishedFigures).
 var PresetLlama70BFP8H100 = Preset{
 	Name: "llama-3.1-70b-fp8-h100", Model: "Llama-3.1-70B-Instruct (FP8)", GPU: "1x H100 SXM 80GB",
 	KVBlocks: 288, MaxRunning: 256,

@@ -127,7 +127,7 @@ Flags:
 	fs.IntVar(&cfg.KVBlocks, "kv-blocks", 0, fmt.Sprintf("KV capacity in `blocks` of 16 tokens (0: the preset's with -timing step, %d with -timing flat)", enginesim.DefaultKVBlocks))
 	kvFormat := fs.Uint("kv-format", enginesim.DefaultKVFormat, "KV layout `version`; prefill and decode engines pair only if equal")
 	timing := fs.String("timing", "step", "`mode`: step (one loop runs steps like vLLM's V1 scheduler: continuous batching, chunked prefill under -max-num-batched-tokens, preemption by recompute; step times from the -preset's cost model) or flat (every sequence takes -prefill-per-token and -decode-per-token on its own); setting either per-token time alone selects flat")
-	preset := fs.String("preset", enginesim.PresetLlama8BH100.Name, "step model `preset`: "+strings.Join(enginesim.PresetNames(), ", ")+" (cost model, KV blocks and max_num_seqs calibrated to published vLLM figures)")
+	preset := fs.String("preset", enginesim.PresetLlama8BH100.Name, "step model `preset`: "+strings.Join(enginesim.PresetNames(), ", ")+" (cost model, API server stage, KV blocks and max_num_seqs calibrated to published vLLM figures)")
 	maxBatched := fs.Int("max-num-batched-tokens", 0, "step token `budget` (vLLM's max_num_batched_tokens; 0: the preset's)")
 	var cost enginesim.StepCost
 	fs.DurationVar(&cost.Fixed, "step-fixed", 0, "override the preset's fixed `time` per step (weights read, launch, sampling)")
