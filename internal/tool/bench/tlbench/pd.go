@@ -447,7 +447,7 @@ func pdSection(c Config, mix *loadgen.Mix, runs []pdRun) section {
 	decodeOnly := cost.Duration(0, 16, 16*1000)
 	withChunk := cost.Duration(p.Step.MaxNumBatchedTokens-16, 16, 16*1000+p.Step.MaxNumBatchedTokens-16)
 	lead := fmt.Sprintf("%d reference engines on the step model (preset `%s`: %s on %s; a step costs %v, plus %v per prefill token, %v per decode sequence and %v per context token, "+
-		"at most %d tokens a step; %d KV blocks, %d running sequences), probed by one gateway process (`cache_aware`, admission control off, probes every %v), "+
+		"at most %d tokens a step%s; %d KV blocks, %d running sequences), probed by one gateway process (`cache_aware`, admission control off, probes every %v), "+
 		"as %d unified engines or as %s, the gateway pairing them over each protocol (`kind = \"vllm\"`: kv_transfer_params; `kind = \"sglang\"`: bootstrap rooms; the unified engines are probed as `vllm`). "+
 		"Like vLLM's scheduler, a step carries every running sequence's decode token and then prefill chunks within the budget, so a long prompt's chunk slows every decode batched with it: "+
 		"16 sequences decode in %v a step alone and %v beside a chunk of %d tokens. "+
@@ -457,7 +457,7 @@ func pdSection(c Config, mix *loadgen.Mix, runs []pdRun) section {
 		"Joint SLO (DistServe's): TTFT ≤ %v and TPOT ≤ %v; goodput is the requests per second of the window that met both, and the shares are of every request of the window (failed ones miss). "+
 		"Figures are the median of %d runs with their range (min–max); the load average is the machine's 1-minute one at the end of each run (2 cores, shared).",
 		c.PDEngines, p.Name, p.Model, p.GPU, cost.Fixed, cost.PerPrefillToken, cost.PerDecodeSeq, cost.PerContextToken,
-		p.Step.MaxNumBatchedTokens, p.KVBlocks, p.MaxRunning, c.Heartbeat,
+		p.Step.MaxNumBatchedTokens, apiServerSaid(p), p.KVBlocks, p.MaxRunning, c.Heartbeat,
 		c.PDEngines, strings.Join(splits, " or "),
 		decodeOnly.Round(100*time.Microsecond), withChunk.Round(100*time.Microsecond), p.Step.MaxNumBatchedTokens-16,
 		100*c.PDLongShare, c.PDLongTokens[0], c.PDLongTokens[1], longMean, c.PDLongOutput,

@@ -104,10 +104,16 @@ func engineModel(c Config, decode time.Duration) string {
 	}
 	d := fmt.Sprintf("step model, preset %s: %s on %s, each step %v + %v per prefill token + %v per decode sequence + %v per context token, %d tokens per step at most",
 		p.Name, p.Model, p.GPU, k.Fixed, k.PerPrefillToken, k.PerDecodeSeq, k.PerContextToken, budget)
-	if a := p.Step.APIServer; a != (enginesim.APIServerCost{}) {
-		d += fmt.Sprintf("; API server %v per request and %v per output token, serially", a.PerRequest, a.PerOutputToken)
+	return d + apiServerSaid(p)
+}
+
+// apiServerSaid describes a preset's API server stage, if it has one.
+func apiServerSaid(p enginesim.Preset) string {
+	a := p.Step.APIServer
+	if a == (enginesim.APIServerCost{}) {
+		return ""
 	}
-	return d
+	return fmt.Sprintf("; API server %v per request and %v per output token, serially", a.PerRequest, a.PerOutputToken)
 }
 
 // flatModel describes the flat timing model with its per-token times.
