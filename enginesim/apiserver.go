@@ -44,10 +44,11 @@ type apiServer struct {
 	stopped          chan struct{} // closed when run returns
 }
 
-// apiWork is an item of the server's queues: done is closed once the
-// server has spent d on it.
+// apiWork is an item of the server's queues, queued at at: done is
+// closed once the server has spent d on it.
 type apiWork struct {
 	d    time.Duration
+	at   time.Time
 	done chan struct{}
 }
 
@@ -55,9 +56,11 @@ func newAPIServer(cost APIServerCost, clock Clock) *apiServer {
 	return &apiServer{cost: cost, clock: clock, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
 }
 
-// run serves the queues until ctx ends. It keeps its own schedule (when
-// the last item ended), so a late timer does not delay the items after
-// it while the server stays busy.
+// run serves the queues until ctx ends. It keeps its own schedule: an
+// item starts when the one before it was due to end, or when it was
+// queued if that is later. Timers wake late (by up to a millisecond
+// here, more than a token's work), so waking late only shortens the
+// next wait instead of adding to every item.
 func (a *apiServer) run(ctx context.Context) {
 	defer close(a.stopped)
 	var end time.Time
@@ -66,12 +69,11 @@ func (a *apiServer) run(ctx context.Context) {
 		if !ok {
 			return
 		}
-		now := a.clock.Now()
-		if end.Before(now) {
-			end = now
+		if end.Before(w.at) {
+			end = w.at
 		}
 		end = end.Add(w.d)
-		err := a.clock.Sleep(ctx, end.Sub(now))
+		err := a.clock.Sleep(ctx, end.Sub(a.clock.Now()))
 		close(w.done)
 		if err != nil {
 			return
@@ -109,6 +111,7 @@ func (a *apiServer) serve(ctx context.Context, d time.Duration, request bool) er
 	}
 	w := apiWork{d: d, done: make(chan struct{})}
 	a.mu.Lock()
+	w.at = a.clock.Now()
 	if request {
 		a.requests = append(a.requests, w)
 	} else {

@@ -35,7 +35,7 @@ func TestAPIServerServesRequestsFirst(t *testing.T) {
 		if request {
 			d = a.cost.PerRequest
 		}
-		w := apiWork{d: d, done: make(chan struct{})}
+		w := apiWork{d: d, at: clock.Now(), done: make(chan struct{})}
 		if request {
 			a.requests = append(a.requests, w)
 		} else {
@@ -113,5 +113,74 @@ func TestSimulateAPIServerCapsOutput(t *testing.T) {
 			t.Fatalf("concurrency 16: %+v; 64: %+v", prev, r)
 		}
 		prev = r
+	}
+}
+
+// lateClock is a virtual clock whose every wait overshoots by late, as
+// real timers do.
+type lateClock struct {
+	*VirtualClock
+	late time.Duration
+}
+
+func (c lateClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d > 0 {
+		d += c.late
+	}
+	return c.VirtualClock.Sleep(ctx, d)
+}
+
+// TestAPIServerCatchesUpLateTimers checks that timers waking late do not
+// slow the server down: ten tokens queued together take ten tokens' work
+// and one late wake-up, not ten.
+func TestAPIServerCatchesUpLateTimers(t *testing.T) {
+	start := time.Unix(0, 0)
+	clock := lateClock{VirtualClock: NewVirtualClock(start), late: time.Millisecond}
+	a := newAPIServer(APIServerCost{PerOutputToken: 640 * time.Microsecond}, clock)
+	var done []chan struct{}
+	for range 10 {
+		w := apiWork{d: a.cost.PerOutputToken, at: start, done: make(chan struct{})}
+		a.tokens = append(a.tokens, w)
+		done = append(done, w.done)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.run(ctx)
+	for _, d := range done {
+		<-d
+	}
+	if took := clock.Now().Sub(start); took > 6400*time.Microsecond+2*clock.late {
+		t.Fatalf("ten tokens took %v with timers 1ms late, want about 6.4ms", took)
+	}
+}
+
+// TestStepLoopKeepsPaceWithLateTimers checks that the step loop makes up
+// for timers that wake late: back-to-back steps take their cost model's
+// time and one late wake-up, not one per step.
+func TestStepLoopKeepsPaceWithLateTimers(t *testing.T) {
+	start := time.Unix(0, 0)
+	clock := lateClock{VirtualClock: NewVirtualClock(start), late: time.Millisecond}
+	c := newCore(64, 4, time.Minute)
+	c.hash = newHasher(DefaultHashSeed)
+	s := newStepSched(c, StepConfig{Cost: StepCost{Fixed: 5 * time.Millisecond}, Clock: clock}, 4)
+	c.sched = s
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.loop(ctx)
+	q := &stepSeq{tokens: words(0, 40), promptLen: 40, maxTokens: 20}
+	if err := s.submit(q, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range q.maxTokens {
+		if err := s.next(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		s.accept(q, 300, i == q.maxTokens-1)
+	}
+	c.mu.Lock()
+	steps := s.steps
+	c.unlock()
+	if took, want := clock.Now().Sub(start), time.Duration(steps)*5*time.Millisecond; took > want+2*clock.late {
+		t.Fatalf("%d steps of 5ms took %v with timers 1ms late, want about %v", steps, took, want)
 	}
 }

@@ -499,8 +499,17 @@ func (s *stepSched) close() {
 	s.kick()
 }
 
-// loop runs steps until ctx ends.
+// maxStepLag bounds what loop makes up for: timers wake up to about a
+// millisecond late; a larger lag is a starved CPU, which the engine shows
+// as slowness instead of a burst of short steps.
+const maxStepLag = 2 * time.Millisecond
+
+// loop runs steps until ctx ends. Steps that follow one another keep the
+// cost model's pace on average: a step that ended late (timers wake late,
+// by up to a millisecond here) shortens the next wait, until the loop
+// idles.
 func (s *stepSched) loop(ctx context.Context) {
+	var lag time.Duration
 	for {
 		s.c.mu.Lock()
 		var p *stepPlan
@@ -518,6 +527,7 @@ func (s *stepSched) loop(ctx context.Context) {
 			continue
 		}
 		if p.empty() {
+			lag = 0
 			select {
 			case <-s.wake:
 			case <-ctx.Done():
@@ -526,7 +536,9 @@ func (s *stepSched) loop(ctx context.Context) {
 			continue
 		}
 		d := s.cost.Duration(p.prefillTokens, p.decodeSeqs, p.context)
-		err := s.clock.Sleep(ctx, d)
+		start := s.clock.Now()
+		err := s.clock.Sleep(ctx, d-lag)
+		lag = min(lag+s.clock.Now().Sub(start)-d, maxStepLag)
 		s.c.mu.Lock()
 		s.complete(p, s.clock.Now())
 		s.c.unlock()
