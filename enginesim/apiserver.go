@@ -11,10 +11,11 @@ import (
 // the GPU steps: one Python event loop parses each request's HTTP body,
 // applies the chat template and tokenizes it before the engine core sees
 // it (PerRequest), and detokenizes and writes out every token the steps
-// produce (PerOutputToken). The two share one server, first come first
-// served, so under load a new request waits behind the tokens of the
-// running ones, and output is capped at one token per PerOutputToken
-// however large the batch. A sequence's next token is computed only once
+// produce (PerOutputToken). The two share one server: a request's work
+// goes before the tokens queued (the event loop parses a new request
+// between chunks of output), each kind first come, first served, and
+// output is capped at one token per PerOutputToken however large the
+// batch. A sequence's next token is computed only once
 // the previous one is handed to this server, so a backlog there slows the
 // steps too, by one token of lookahead.
 type APIServerCost struct {
