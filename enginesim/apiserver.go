@@ -32,17 +32,51 @@ func (c APIServerCost) validate() error {
 
 func (c APIServerCost) zero() bool { return c == APIServerCost{} }
 
+// of is the work of a request (request) or of an output token.
+func (c APIServerCost) of(request bool) time.Duration {
+	if request {
+		return c.PerRequest
+	}
+	return c.PerOutputToken
+}
+
+// apiQueue is the API server's order, for the live engine and Simulate
+// alike: a request's work before queued tokens' (the event loop parses a
+// new request between chunks of output), each kind first come, first
+// served.
+type apiQueue[T any] struct{ requests, tokens []T }
+
+func (q *apiQueue[T]) push(w T, request bool) {
+	if request {
+		q.requests = append(q.requests, w)
+	} else {
+		q.tokens = append(q.tokens, w)
+	}
+}
+
+// pop takes the next item, false when there is none.
+func (q *apiQueue[T]) pop() (w T, ok bool) {
+	switch {
+	case len(q.requests) > 0:
+		w, q.requests = q.requests[0], q.requests[1:]
+	case len(q.tokens) > 0:
+		w, q.tokens = q.tokens[0], q.tokens[1:]
+	default:
+		return w, false
+	}
+	return w, true
+}
+
 // apiServer is the live engine's APIServerCost: one goroutine (run)
-// serves requests' work before tokens' (the event loop parses a new
-// request between chunks of output), each kind first come, first served.
+// serves the items of an apiQueue.
 type apiServer struct {
 	cost  APIServerCost
 	clock Clock
 
-	mu               sync.Mutex
-	requests, tokens []apiWork
-	wake             chan struct{}
-	stopped          chan struct{} // closed when run returns
+	mu      sync.Mutex
+	queue   apiQueue[apiWork]
+	wake    chan struct{}
+	stopped chan struct{} // closed when run returns
 }
 
 // apiWork is an item of the server's queues, queued at at: done is
@@ -82,19 +116,13 @@ func (a *apiServer) run(ctx context.Context) {
 	}
 }
 
-// next waits for an item, a request's before a token's.
+// next waits for an item, in the queue's order.
 func (a *apiServer) next(ctx context.Context) (apiWork, bool) {
 	for {
 		a.mu.Lock()
-		var w apiWork
-		switch {
-		case len(a.requests) > 0:
-			w, a.requests = a.requests[0], a.requests[1:]
-		case len(a.tokens) > 0:
-			w, a.tokens = a.tokens[0], a.tokens[1:]
-		}
+		w, ok := a.queue.pop()
 		a.mu.Unlock()
-		if w.done != nil {
+		if ok {
 			return w, true
 		}
 		select {
@@ -105,19 +133,16 @@ func (a *apiServer) next(ctx context.Context) (apiWork, bool) {
 	}
 }
 
-// serve queues d of work and waits until it is done (or ctx ends).
-func (a *apiServer) serve(ctx context.Context, d time.Duration, request bool) error {
-	if a == nil || d <= 0 {
+// serve queues the work of a request (request) or of an output token and
+// waits until it is done (or ctx ends). A nil server does no work.
+func (a *apiServer) serve(ctx context.Context, request bool) error {
+	if a == nil || a.cost.of(request) <= 0 {
 		return ctx.Err()
 	}
-	w := apiWork{d: d, done: make(chan struct{})}
+	w := apiWork{d: a.cost.of(request), done: make(chan struct{})}
 	a.mu.Lock()
 	w.at = a.clock.Now()
-	if request {
-		a.requests = append(a.requests, w)
-	} else {
-		a.tokens = append(a.tokens, w)
-	}
+	a.queue.push(w, request)
 	a.mu.Unlock()
 	select {
 	case a.wake <- struct{}{}:
@@ -134,17 +159,7 @@ func (a *apiServer) serve(ctx context.Context, d time.Duration, request bool) er
 }
 
 // request is a request's work before it reaches the scheduler.
-func (a *apiServer) request(ctx context.Context) error {
-	if a == nil {
-		return ctx.Err()
-	}
-	return a.serve(ctx, a.cost.PerRequest, true)
-}
+func (a *apiServer) request(ctx context.Context) error { return a.serve(ctx, true) }
 
 // token is an output token's work before the client sees it.
-func (a *apiServer) token(ctx context.Context) error {
-	if a == nil {
-		return ctx.Err()
-	}
-	return a.serve(ctx, a.cost.PerOutputToken, false)
-}
+func (a *apiServer) token(ctx context.Context) error { return a.serve(ctx, false) }

@@ -36,11 +36,7 @@ func TestAPIServerServesRequestsFirst(t *testing.T) {
 			d = a.cost.PerRequest
 		}
 		w := apiWork{d: d, at: clock.Now(), done: make(chan struct{})}
-		if request {
-			a.requests = append(a.requests, w)
-		} else {
-			a.tokens = append(a.tokens, w)
-		}
+		a.queue.push(w, request)
 		wg.Go(func() {
 			<-w.done
 			mu.Lock()
@@ -140,7 +136,7 @@ func TestAPIServerCatchesUpLateTimers(t *testing.T) {
 	var done []chan struct{}
 	for range 10 {
 		w := apiWork{d: a.cost.PerOutputToken, at: start, done: make(chan struct{})}
-		a.tokens = append(a.tokens, w)
+		a.queue.push(w, false)
 		done = append(done, w.done)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -60,8 +60,8 @@ type simWork struct {
 // clock: deterministic, and as fast as the CPU allows whatever the
 // simulated time. It is the engine's own curve, for calibration against
 // published figures: the steps, and the API server stage beside them as
-// the live engine runs it (one server, first come first served; a
-// sequence's next token computed once its previous one is handed on).
+// the live engine runs it (one server in apiQueue's order; a sequence's
+// next token computed once its previous one is handed on).
 func Simulate(p Preset, load SimLoad) (SimResult, error) {
 	if load.Concurrency < 1 || len(load.Requests) == 0 {
 		return SimResult{}, fmt.Errorf("%w: a load needs a concurrency and requests", ErrConfig)
@@ -78,7 +78,7 @@ func Simulate(p Preset, load SimLoad) (SimResult, error) {
 
 	var (
 		active, done []*simRequest
-		queue        []simWork // the API server's, first come first served
+		queue        apiQueue[simWork]
 		serving      *simWork
 		serveEnd     time.Time
 		plan         *stepPlan // the step in flight
@@ -98,7 +98,7 @@ func Simulate(p Preset, load SimLoad) (SimResult, error) {
 			offset += uint32(len(prompt)) + 7
 			r := &simRequest{q: &stepSeq{tokens: prompt, promptLen: len(prompt), maxTokens: max(req.Output, 1)}, out: req.Output, arrive: now}
 			active = append(active, r)
-			queue = append(queue, simWork{r: r})
+			queue.push(simWork{r: r}, true)
 		}
 	}
 	finish := func(r *simRequest, now time.Time) {
@@ -119,10 +119,12 @@ func Simulate(p Preset, load SimLoad) (SimResult, error) {
 		}
 		s.accept(r.q, 300, taken == r.out)
 		r.sending = true
-		queue = append(queue, simWork{r: r, token: true})
+		queue.push(simWork{r: r, token: true}, false)
 	}
-	// served ends the API server's work on w at now.
-	served := func(w simWork, now time.Time) error {
+	// served ends the API server's work in hand at now.
+	served := func(now time.Time) error {
+		w := *serving
+		serving = nil
 		r := w.r
 		if !w.token {
 			return s.submit(r.q, nil)
@@ -144,23 +146,16 @@ func Simulate(p Preset, load SimLoad) (SimResult, error) {
 		now := clock.Now()
 		// The API server's work of zero duration is done at once.
 		for {
-			if serving == nil && len(queue) > 0 {
-				i := max(0, slices.IndexFunc(queue, func(w simWork) bool { return !w.token }))
-				w := queue[i]
-				queue = slices.Delete(queue, i, i+1)
-				serving = &w
-				d := api.PerRequest
-				if w.token {
-					d = api.PerOutputToken
+			if serving == nil {
+				if w, ok := queue.pop(); ok {
+					serving = &w
+					serveEnd = now.Add(api.of(!w.token))
 				}
-				serveEnd = now.Add(d)
 			}
 			if serving == nil || serveEnd.After(now) {
 				break
 			}
-			w := *serving
-			serving = nil
-			if err := served(w, now); err != nil {
+			if err := served(now); err != nil {
 				return SimResult{}, err
 			}
 		}
@@ -201,9 +196,7 @@ func Simulate(p Preset, load SimLoad) (SimResult, error) {
 		default:
 			_ = clock.Sleep(context.Background(), serveEnd.Sub(now))
 			now = serveEnd
-			w := *serving
-			serving = nil
-			if err := served(w, now); err != nil {
+			if err := served(now); err != nil {
 				return SimResult{}, err
 			}
 			continue
