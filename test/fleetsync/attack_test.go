@@ -37,7 +37,7 @@ import (
 //     previous_response_id.
 func TestDrillSyncAttack(t *testing.T) {
 	ns := cluster.StartNATS(t)
-	late := cluster.FreePort(t) // gw-3's registry, heartbeated before it runs
+	late := cluster.Reserve(t) // gw-3's registry, heartbeated before it runs
 	f := &fleet{Fleet: cluster.New(t, opsKey), nats: ns, policy: "least_outstanding", named: true, tweak: func(g *config.Gateway) {
 		withTenants(g)
 		g.Admission.Enabled = true
@@ -47,9 +47,9 @@ func TestDrillSyncAttack(t *testing.T) {
 		g.Sync.Peers = []string{replicaID(0), replicaID(1), replicaID(2), replicaID(3)}
 	}}
 	for range 3 {
-		f.startReplica("127.0.0.1:0")
+		f.startReplica(nil)
 	}
-	f.StartEngines(engineConfigs(3, 5*time.Millisecond), late)
+	f.StartEngines(engineConfigs(3, 5*time.Millisecond), late.Addr())
 	attacker, err := nats.Connect(ns.URL(), nats.Token(ns.Token()))
 	if err != nil {
 		t.Fatal(err)

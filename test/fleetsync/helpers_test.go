@@ -63,7 +63,7 @@ func newTweakedFleet(t testing.TB, ns *embednats.Server, policy string, n int, e
 	t.Helper()
 	f := &fleet{Fleet: cluster.New(t, opsKey), nats: ns, policy: policy, tweak: tweak}
 	for range n {
-		f.startReplica("127.0.0.1:0")
+		f.startReplica(nil)
 	}
 	f.StartEngines(engines, extraRegistries...)
 	return f
@@ -83,7 +83,7 @@ func newUsersFleet(t testing.TB, policy string, n int, engines []enginesim.Confi
 	}
 	f := &fleet{Fleet: cluster.New(t, opsKey), nats: cluster.StartNATSUsers(t, config.DefaultSyncSubjectPrefix, ids...), policy: policy, tweak: tweak, users: true}
 	for range n {
-		f.startReplica("127.0.0.1:0")
+		f.startReplica(nil)
 	}
 	f.StartEngines(engines, extraRegistries...)
 	return f
@@ -98,15 +98,15 @@ func engineConfigs(n int, decodePerToken time.Duration) []enginesim.Config {
 	return out
 }
 
-// startReplica starts one replica with its registry on registryListen.
-func (f *fleet) startReplica(registryListen string) *cluster.Replica {
+// startReplica starts one replica with its registry on a port the test
+// holds (on one the OS picks when registry is nil).
+func (f *fleet) startReplica(registry *cluster.Port) *cluster.Replica {
 	f.T.Helper()
 	cfg, err := config.Parse([]byte(baseConfig))
 	if err != nil {
 		f.T.Fatal(err)
 	}
 	g := &cfg.Gateway
-	g.RegistryListen = registryListen
 	g.RoutePolicy = f.policy
 	if f.nats != nil {
 		g.Sync.Kind = config.SyncNATS
@@ -131,7 +131,7 @@ func (f *fleet) startReplica(registryListen string) *cluster.Replica {
 	if err := cfg.Validate(); err != nil {
 		f.T.Fatal(err)
 	}
-	return f.StartReplica(cfg)
+	return f.StartReplicaOn(cfg, registry)
 }
 
 // complete sends a completion of prompt with maxTokens to replica i.

@@ -78,7 +78,7 @@ func TestSyncSpoofedReplicaRejected(t *testing.T) {
 	}
 
 	// The real gw-1 is heard.
-	f.startReplica("127.0.0.1:0")
+	f.startReplica(nil)
 	f.WaitMetric(0, 10*time.Second, 1, "tlgate_sync_messages_received_total", "kind", "load")
 	cluster.Eventually(t, 10*time.Second, func() bool { return f.Metric(0, "tlgate_sync_peers") == 1 }, "gw-0 to track gw-1")
 }
@@ -88,8 +88,8 @@ func TestSyncSpoofedReplicaRejected(t *testing.T) {
 // group), where every peer used to.
 func TestSnapshotAnsweredOnce(t *testing.T) {
 	ns := cluster.StartNATS(t)
-	late := cluster.FreePort(t)
-	f := newFleet(t, ns, "cache_aware", 3, engineConfigs(2, 0), late)
+	late := cluster.Reserve(t)
+	f := newFleet(t, ns, "cache_aware", 3, engineConfigs(2, 0), late.Addr())
 	f.startReplica(late)
 	f.WaitMetric(3, 10*time.Second, 1, "tlgate_sync_snapshots_total", "outcome", "applied")
 	served := func() (n float64) {
@@ -116,11 +116,11 @@ func TestSnapshotAnsweredOnce(t *testing.T) {
 // (an intruder goes), a third intruder is refused, counted and alerted
 // on, and the replicas tracked stay at max_peers.
 func TestSyncKnownPeersKeptAtMaxPeers(t *testing.T) {
-	late := cluster.FreePort(t) // gw-1's registry, heartbeated before gw-1 runs
+	late := cluster.Reserve(t) // gw-1's registry, heartbeated before gw-1 runs
 	f := newUsersFleet(t, "least_outstanding", 1, engineConfigs(2, 20*time.Millisecond), func(g *config.Gateway) {
 		g.Sync.MaxPeers = 2
 		g.Sync.Peers = []string{replicaID(0), replicaID(1)}
-	}, []string{late}, "x1", "x2", "x3")
+	}, []string{late.Addr()}, "x1", "x2", "x3")
 	empty := router.PeerEvent{Kind: router.PeerLoad}
 	stop := make(chan struct{})
 	defer close(stop)

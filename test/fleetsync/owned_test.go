@@ -131,8 +131,8 @@ func TestStoredRecordsQuotaPerPeer(t *testing.T) {
 // gw-0's answer when asked for its records), while gw-1's own responses
 // do, from gw-1.
 func TestSnapshotHoldsNoPeerRecords(t *testing.T) {
-	late := cluster.FreePort(t)
-	f := newUsersFleet(t, "least_outstanding", 2, engineConfigs(2, 0), nil, []string{late}, "rogue")
+	late := cluster.Reserve(t)
+	f := newUsersFleet(t, "least_outstanding", 2, engineConfigs(2, 0), nil, []string{late.Addr()}, "rogue")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var honest []string

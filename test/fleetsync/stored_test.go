@@ -46,10 +46,10 @@ func (f *fleet) stored(ctx context.Context, i int, method, id string) cluster.Re
 // and routes them to their workers.
 func TestSyncSharesStoredResponses(t *testing.T) {
 	ns := cluster.StartNATS(t)
-	late := cluster.FreePort(t) // replica C's registry, heartbeated before C runs
+	late := cluster.Reserve(t) // replica C's registry, heartbeated before C runs
 	// weighted takes the workers in turn: a follow-up that were not routed
 	// by the stored id would meet a worker that does not know it.
-	f := newFleet(t, ns, "weighted", 2, engineConfigs(3, 0), late)
+	f := newFleet(t, ns, "weighted", 2, engineConfigs(3, 0), late.Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

@@ -152,8 +152,8 @@ func TestSyncSharesInFlight(t *testing.T) {
 
 func TestSyncWarmStart(t *testing.T) {
 	ns := cluster.StartNATS(t)
-	late := cluster.FreePort(t) // replica B's registry, heartbeated before B runs
-	f := newFleet(t, ns, "cache_aware", 1, engineConfigs(3, 25*time.Millisecond), late)
+	late := cluster.Reserve(t) // replica B's registry, heartbeated before B runs
+	f := newFleet(t, ns, "cache_aware", 1, engineConfigs(3, 25*time.Millisecond), late.Addr())
 	const convs = 6
 	workers := f.firstTurns(0, convs)
 	f.startReplica(late)

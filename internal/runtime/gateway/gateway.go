@@ -72,6 +72,11 @@ type Options struct {
 	// build (tests pass one with an in-memory exporter). The caller shuts
 	// it down.
 	Tracing *tracing.Provider
+	// RegistryListener, when set, is where the gRPC registry serves,
+	// instead of a listener on gateway.registry_listen: a test whose
+	// engines must know the address before the gateway runs holds the
+	// port until then. The gateway closes it.
+	RegistryListener net.Listener
 }
 
 // Gateway is a running gateway.
@@ -292,8 +297,10 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	rpc.OnReject = m.HeartbeatRejected
 	g.rpc = rpc
 	rpc.Register(g.grpc)
-	if g.grpcLis, err = net.Listen("tcp", gw.RegistryListen); err != nil {
-		return fmt.Errorf("gateway.registry_listen: %w", err)
+	if g.grpcLis = o.RegistryListener; g.grpcLis == nil {
+		if g.grpcLis, err = net.Listen("tcp", gw.RegistryListen); err != nil {
+			return fmt.Errorf("gateway.registry_listen: %w", err)
+		}
 	}
 	addrs.AddOwn(g.grpcLis.Addr())
 	if h, err := net.ResolveTCPAddr("tcp", gw.Listen); err == nil && h.Port != 0 {

@@ -15,6 +15,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,11 +100,23 @@ func (f *Fleet) close() {
 // cfg names none) and adds it to the fleet.
 func (f *Fleet) StartReplica(cfg *config.Config) *Replica {
 	f.T.Helper()
+	return f.StartReplicaOn(cfg, nil)
+}
+
+// StartReplicaOn is StartReplica with the replica's registry on a port
+// Reserve holds (on gateway.registry_listen when port is nil).
+func (f *Fleet) StartReplicaOn(cfg *config.Config, port *Port) *Replica {
+	f.T.Helper()
+	reg := prometheus.NewRegistry()
+	opts := gateway.Options{Logger: zerolog.Nop(), Registry: reg, Gatherer: reg}
+	if port != nil {
+		cfg.Gateway.RegistryListen = port.Addr()
+		opts.RegistryListener = port.take()
+	}
 	if cfg.Gateway.StateDir == "" {
 		cfg.Gateway.StateDir = f.T.TempDir()
 	}
-	reg := prometheus.NewRegistry()
-	gw, err := gateway.Start(context.Background(), cfg, gateway.Options{Logger: zerolog.Nop(), Registry: reg, Gatherer: reg})
+	gw, err := gateway.Start(context.Background(), cfg, opts)
 	if err != nil {
 		f.T.Fatalf("replica: %v", err)
 	}
@@ -243,6 +257,8 @@ func Eventually(t testing.TB, within time.Duration, cond func() bool, format str
 }
 
 // FreePort returns a loopback address nothing listens on when it returns.
+// Something else may bind it later: a test that needs the address kept
+// for a replica it starts later holds it with Reserve.
 func FreePort(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -253,6 +269,91 @@ func FreePort(t testing.TB) string {
 	_ = l.Close()
 	return addr
 }
+
+// Port is a loopback port the OS picked, held for a replica's registry
+// until the replica starts (StartReplicaOn), so that no other listener
+// and no outgoing connection takes it in between. Until then every
+// connection to it is accepted and closed at once: an engine
+// heartbeating there sees its peer go away, as it would see a replica
+// that does not run yet.
+type Port struct {
+	lis    net.Listener
+	taken  atomic.Bool
+	conns  chan net.Conn
+	stop   chan struct{} // closed by the replica's Close
+	once   sync.Once
+	closed chan struct{} // closed when lis stops accepting
+}
+
+// Reserve holds a loopback port for a replica started later; it is
+// released at the end of the test.
+func Reserve(t testing.TB) *Port {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Port{lis: l, conns: make(chan net.Conn), stop: make(chan struct{}), closed: make(chan struct{})}
+	go p.serve()
+	t.Cleanup(func() {
+		_ = p.Close()
+		<-p.closed
+	})
+	return p
+}
+
+// Addr is the held address, host:port.
+func (p *Port) Addr() string { return p.lis.Addr().String() }
+
+// serve accepts every connection: it closes those that come before the
+// port is taken and hands the others to the replica's Accept.
+func (p *Port) serve() {
+	defer close(p.closed)
+	for {
+		c, err := p.lis.Accept()
+		if err != nil {
+			return
+		}
+		if !p.taken.Load() {
+			_ = c.Close()
+			continue
+		}
+		select {
+		case p.conns <- c:
+		case <-p.stop:
+			_ = c.Close()
+			return
+		}
+	}
+}
+
+// Close releases the port.
+func (p *Port) Close() error {
+	p.once.Do(func() { close(p.stop) })
+	return p.lis.Close()
+}
+
+// take hands the port to a replica: the listener it serves on.
+func (p *Port) take() net.Listener {
+	p.taken.Store(true)
+	return heldListener{p}
+}
+
+// heldListener is a taken Port, as the replica's registry listener.
+type heldListener struct{ p *Port }
+
+// Accept returns the connections made once the port is taken.
+func (h heldListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-h.p.conns:
+		return c, nil
+	case <-h.p.stop:
+		return nil, net.ErrClosed
+	}
+}
+
+func (h heldListener) Close() error   { return h.p.Close() }
+func (h heldListener) Addr() net.Addr { return h.p.lis.Addr() }
 
 // StartEtcd starts an embedded etcd of members members in the test
 // process, stopped at the end of the test.
