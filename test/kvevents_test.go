@@ -493,3 +493,33 @@ func TestKVEventsIndexAgreement(t *testing.T) {
 		})
 	}
 }
+
+// TestKVEventsNotFollowed: with follow = false the gateway subscribes to
+// no engine's events, though the engines publish and advertise them:
+// cache_aware routes on the prefix index, untokenized, and no worker's
+// view is exact or stale.
+func TestKVEventsNotFollowed(t *testing.T) {
+	kc := newKVCluster(t, []clusterOpt{func(cfg *config.Config) {
+		cfg.Gateway.KVEvents.Follow = false
+	}}, kvEngine("w1", true, kvevents.Encoder{}), kvEngine("w2", true, kvevents.Encoder{}))
+	d := doc("unfollowed")
+	kc.direct("w2", withQuestion(d, "first question"), 1)
+	first := kc.ask("m", "", withQuestion(d, "second question"))
+	second := kc.ask("m", "", withQuestion(d, "third question"))
+	for i, tg := range []router.Target{first, second} {
+		if tg.CacheView != "approximate" {
+			t.Fatalf("pick %d routed on %q, want approximate", i, tg.CacheView)
+		}
+	}
+	if second.Worker.ID != first.Worker.ID || second.MatchedTokens == 0 {
+		t.Fatalf("second question to %s (matched %d tokens), first to %s: the prefix index was not used", second.Worker.ID, second.MatchedTokens, first.Worker.ID)
+	}
+	for _, id := range []string{"w1", "w2"} {
+		if v := kc.view(id); v.CacheView != "approximate" || v.KVBlocks != nil {
+			t.Fatalf("%s: cache view %q with blocks %v, want approximate and none", id, v.CacheView, v.KVBlocks)
+		}
+		if pub := kc.engines[id].KVEventsPublisher(); pub.Subscribed(pub.Topic()) {
+			t.Fatalf("%s's events have a subscriber", id)
+		}
+	}
+}

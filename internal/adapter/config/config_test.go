@@ -68,7 +68,7 @@ func TestConfig(t *testing.T) {
 			StaleAfter: D(10 * time.Second), MaxPeers: 32, MaxPeerInFlight: 256, PeerClaimMargin: 8, EjectionQuorum: 2, SnapshotTimeout: D(2 * time.Second), SnapshotChunks: 16384,
 			ConnectTimeout: D(2 * time.Second), ReconnectWait: D(500 * time.Millisecond), KeyLimits: "fleet"}
 		want.Responses = Responses{StoreTTL: D(time.Hour), StoreMaxEntries: 100_000}
-		want.KVEvents = KVEvents{MaxBlocks: 1 << 18, SpeculativeTTL: D(2 * time.Second), EventTimeout: D(5 * time.Second), ReplayTimeout: D(2 * time.Second),
+		want.KVEvents = KVEvents{Follow: true, MaxBlocks: 1 << 18, SpeculativeTTL: D(2 * time.Second), EventTimeout: D(5 * time.Second), ReplayTimeout: D(2 * time.Second),
 			MaxMessageBytes: 16 << 20, BytesPerSecond: 64 << 20, CPUWeight: 0.8, DiskWeight: 0.5,
 			IndexAgreement: 0.95, AgreementSample: 8}
 		want.Tokenizer = Tokenizer{Timeout: D(50 * time.Millisecond), CacheTokens: 1 << 22}

@@ -17,6 +17,10 @@ import (
 // kv_events, a discovery source's kv_events_port, a heartbeat's
 // kv_events) and weighs what they hold.
 type KVEvents struct {
+	// Follow subscribes to the events of the engines that publish them;
+	// false routes cache_aware on the prefix index alone, whatever the
+	// engines publish.
+	Follow bool `toml:"follow"`
 	// MaxBlocks bounds the blocks the gateway keeps of one engine.
 	MaxBlocks int `toml:"max_blocks"`
 	// SpeculativeTTL is how long a pick's blocks count as held on its
@@ -56,6 +60,7 @@ const (
 
 func defaultKVEvents() KVEvents {
 	return KVEvents{
+		Follow:    true,
 		MaxBlocks: kvindex.DefaultMaxBlocks, SpeculativeTTL: D(kvindex.DefaultSpeculativeTTL), EventTimeout: D(kvindex.DefaultEventTimeout),
 		ReplayTimeout: D(2 * time.Second), MaxMessageBytes: 16 << 20, BytesPerSecond: 64 << 20,
 		CPUWeight: kvindex.DefaultWeights[kvindex.CPU], DiskWeight: kvindex.DefaultWeights[kvindex.Disk],

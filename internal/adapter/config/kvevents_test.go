@@ -39,6 +39,13 @@ url = "http://tok:8100"
 	if e := ok.Gateway.Engines[0]; e.KVEvents != "tcp://:5557" || e.KVEventsReplay == "" || e.KVEventsTopic != "kv@v" {
 		t.Errorf("engine %+v", e)
 	}
+	if !ok.Gateway.KVEvents.Follow {
+		t.Error("follow is off by default")
+	}
+	off, err := Parse([]byte("[gateway.kv_events]\nfollow = false\n"))
+	if err != nil || off.Gateway.KVEvents.Follow {
+		t.Errorf("follow = false: %v, follow %v", err, off.Gateway.KVEvents.Follow)
+	}
 	if k := ok.Gateway.KVEvents.Index(); k.MaxBlocks != 1024 || k.Weights[1] != 1 || k.Weights[2] != 0.5 {
 		t.Errorf("index config %+v", k)
 	}

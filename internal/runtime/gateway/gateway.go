@@ -314,7 +314,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme, Dispatcher: pool,
 		Stored: g.storedResponses(stored), NoCapacityRetryAfter: rcfg.NoCapacityRetryAfter}
 	instrument(rdeps, m)
-	if pol == policy.NameCacheAware {
+	if pol == policy.NameCacheAware && gw.KVEvents.Follow {
 		g.startKVEvents(&gw, rdeps, engineHTTP(), addrs.DialControl, g.KV, o.Logger)
 	}
 	g.Traffic = traffic.New(o.Traffic)
