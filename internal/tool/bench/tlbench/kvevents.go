@@ -104,7 +104,7 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 	sec := section{title: "Exact routing on the engines' KV cache events",
 		lead: fmt.Sprintf("%d reference engines (%s), each KV cache sized so that the fleet holds %.2f of the workload's working set; "+
 			"one gateway process; open-loop Poisson arrivals for %v (the first %v not counted); %d runs of each configuration, medians with the range. "+
-			"Arms: least_outstanding, cache_aware on the prefix index (engines publishing no events), cache_aware on the engines' KV events (ZMQ, vLLM's map encoding, with replay). "+
+			"Every arm's engines publish their KV events (ZMQ, vLLM's map encoding, with replay). Arms: least_outstanding; cache_aware on the prefix index (the gateway follows no events: [gateway.kv_events] follow = false); cache_aware on the engines' KV events. "+
 			"The tokenization cost's engines answer at once (no prefill or decode time), so that the tokenizer's time is all the difference.",
 			c.Engines, engineModel(c, c.OpenDecode), c.KVPressure, c.OpenDuration, c.OpenWarmup, c.OpenRepeats)}
 	var runs []kvRun
@@ -130,7 +130,7 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 		ws := workingSetBlocks(c, kind, 0.7*capRate, w.MeanPromptTokens)
 		blocks[kind] = max(32, int(float64(ws)*c.KVPressure)/c.Engines)
 		cr, err = openOne(ctx, c, kind, spec(1, false, config.PolicyLeastOutstanding), sessions,
-			openOpts{users: users, seed: seed, engines: kvEngines(c, kind, blocks[kind], false)})
+			openOpts{users: users, seed: seed, engines: kvEngines(c, kind, blocks[kind], true)})
 		if err != nil {
 			return section{}, fmt.Errorf("%s capacity: %w", kind, err)
 		}
@@ -151,7 +151,15 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 					if arm == armLO {
 						policy = config.PolicyLeastOutstanding
 					}
-					r, err := kvOne(ctx, c, kind, spec(1, false, policy), sessions, kvEngines(c, kind, blocks[kind], arm == armEvents),
+					s := spec(1, false, policy)
+					if arm == armApprox {
+						s.extra = kvGatewayExtra(kv + "follow = false\n")
+					}
+					// Every arm's engines publish their events, so that
+					// all pay the simulated engines' publishing CPU (a
+					// real engine's is beside its GPU's steps); only the
+					// events arm's gateway follows them.
+					r, err := kvOne(ctx, c, kind, s, sessions, kvEngines(c, kind, blocks[kind], true),
 						openOpts{sessionRate: rate / float64(sessionTurns(c, kind)), seed: seed})
 					if err != nil {
 						return section{}, fmt.Errorf("%s at %.0f%%, %s: %w", kind, 100*frac, arm, err)
