@@ -35,9 +35,10 @@ func newCacheState(cfg Config) *cacheState {
 	return &cacheState{cfg: ca, index: prefixindex.New(cfg.PrefixIndex)}
 }
 
-// newExact returns the exact views of cfg: the cache_aware policy's only.
+// newExact returns the exact views of cfg: the cache_aware policy's only,
+// unless cfg.NoExact.
 func newExact(cfg Config) *kvindex.Index {
-	if cfg.Policy != policy.NameCacheAware {
+	if cfg.Policy != policy.NameCacheAware || cfg.NoExact {
 		return nil
 	}
 	return kvindex.New(cfg.KVIndex)

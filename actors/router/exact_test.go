@@ -389,3 +389,20 @@ func TestExactTokenizesBeforeWaiting(t *testing.T) {
 		t.Fatalf("dispatch: %+v", d)
 	}
 }
+
+// TestNoExactKeepsNoViews: with NoExact (the gateway follows no events) a
+// cache_aware state keeps no exact view: events apply nothing, and a pick
+// neither asks for tokens nor routes on a view.
+func TestNoExactKeepsNoViews(t *testing.T) {
+	s := exactState(t, Config{NoExact: true}, "a", "b")
+	s.ApplyKV(&KVEvents{Worker: "b", State: kvindex.Exact, Batches: []kvindex.Batch{storedBatch(etoks(0, 4*ebs), 0)}}, now)
+	tg, err := s.Pick(&Request{Model: "m", RequestID: "r", Prompt: words("p", 400)}, now)
+	if err != nil || tg.CacheView != "approximate" {
+		t.Fatalf("pick: %+v %v", tg, err)
+	}
+	for _, w := range s.Workers(now) {
+		if w.CacheView != "approximate" || w.KVBlocks != nil {
+			t.Fatalf("%s: view %q, blocks %v", w.ID, w.CacheView, w.KVBlocks)
+		}
+	}
+}

@@ -33,6 +33,9 @@ type Config struct {
 	// of a tokenizer of it ("": ask one of its workers).
 	KVIndex    kvindex.Config
 	Tokenizers map[string]string
+	// NoExact keeps no exact views: the gateway follows no engine's KV
+	// events, and cache_aware routes on the prefix index alone.
+	NoExact bool
 	// IndexAgreement is the share of a model's latest exact picks the
 	// prefix index must have agreed with for its requests to be routed on
 	// the index without being tokenized, all but one in AgreementSample

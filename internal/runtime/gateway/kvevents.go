@@ -19,8 +19,13 @@ import (
 
 // kvRouterConfig is the router's share of [gateway.kv_events] and
 // [gateway.tokenizer]: the exact views' bounds and the tokenizers per
-// model; what the views apply is counted on km.
+// model (none when it follows no events); what the views apply is
+// counted on km.
 func kvRouterConfig(rc *router.Config, gw *config.Gateway, km *metrics.KVMetrics) {
+	if !gw.KVEvents.Follow {
+		rc.NoExact = true
+		return
+	}
 	rc.KVIndex = gw.KVEvents.Index()
 	rc.Tokenizers = map[string]string{}
 	for _, e := range gw.Tokenizer.Endpoints {
