@@ -197,8 +197,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 
 	// Actor system and actors.
 	g.sys = actorsys.New(o.Logger)
-	// The router's and the request actors' mailboxes run on pooled
-	// goroutines, which keep the stacks their deep calls grew.
+	// The request actors' mailboxes run on pooled goroutines when their
+	// edge loop cannot run them; pooled goroutines keep the stacks their
+	// deep calls grew.
 	pool := actorsys.NewPool(actorsys.PoolSize(), actorsys.DefaultThroughput)
 	g.stops = append(g.stops, func(context.Context) error { g.sys.Shutdown(); pool.Close(); return nil })
 	g.Registry = g.sys.Root.Spawn(registry.Props(registry.NewState(registry.Config{
@@ -225,7 +226,14 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	if err := g.newSync(&gw, o.Registry, o.Logger, &rcfg, stored, o.Now); err != nil {
 		return fmt.Errorf("gateway.%w", err)
 	}
-	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(rcfg, table, epoch), g.Registry).Configure(actor.WithDispatcher(pool)))
+	// The router's mailbox runs on the goroutine of whoever sends to it
+	// when it is idle (a request's edge loop, most often), and the
+	// router's answer is queued in that request actor's running mailbox:
+	// a request is routed without a goroutine handoff. The router's
+	// Receive never blocks and calls only non-blocking hooks, so it may
+	// run under any sender; while it is busy, senders only enqueue.
+	g.Router = g.sys.Root.Spawn(router.Props(router.NewState(rcfg, table, epoch), g.Registry).
+		Configure(actor.WithDispatcher(actor.NewSynchronizedDispatcher(actorsys.DefaultThroughput))))
 	g.stops = append(g.stops, g.stopActor(g.Router))
 	g.Admin = g.sys.Root.Spawn(admin.Props(admin.Deps{
 		Router: g.Router, Registry: g.Registry, Logger: o.Logger,
