@@ -21,10 +21,12 @@ func buildLong(c WorkloadConfig) (*Workload, error) {
 		return nil, fmt.Errorf("%w: multi-turn needs conversations (%d) and answer bytes (%d) >= 1", ErrWorkload, c.Conversations, c.AnswerBytes)
 	case c.Kind == RAG && (c.Documents < 1 || c.DocumentBytes < 1):
 		return nil, fmt.Errorf("%w: rag needs documents (%d) and document bytes (%d) >= 1", ErrWorkload, c.Documents, c.DocumentBytes)
+	case !validShare(c.NumberShare):
+		return nil, fmt.Errorf("%w: number share %v outside [0, 1)", ErrWorkload, c.NumberShare)
 	}
 	rng := rand.New(rand.NewPCG(c.Seed, 0x6c6f6e67))
 	tok := tokenizer.Default()
-	words := newWords(tok)
+	words := newWords(tok, c.NumberShare)
 	w := &Workload{Requests: make([]Request, 0, c.Requests)}
 	var tokens int
 	add := func(msgs []chatMessage, prefix, after int) error {

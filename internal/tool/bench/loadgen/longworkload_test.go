@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/tlgate/tlgate/enginesim/tokenizer"
 )
 
 func longConfig(k Kind) WorkloadConfig {
@@ -91,6 +93,30 @@ func TestBuildRAG(t *testing.T) {
 	}
 }
 
+// TestNumberShareDensity: numbers make the text denser in tokens per
+// byte, as WorkloadConfig.NumberShare says.
+func TestNumberShareDensity(t *testing.T) {
+	tok := tokenizer.Default()
+	density := func(share float64) float64 {
+		c := longConfig(RAG)
+		c.DocumentBytes, c.NumberShare = 20000, share
+		w, err := Build(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, _, _ := strings.Cut(decodeBody(t, w.Requests[0]).Messages[1].Content, "\n\nQuestion: ")
+		return float64(len(doc)) / float64(len(tok.Encode(doc)))
+	}
+	for _, tc := range []struct {
+		share    float64
+		min, max float64 // bytes per token
+	}{{0, 5, 7}, {0.1, 3.5, 4.5}, {0.2, 2.6, 3.4}} {
+		if got := density(tc.share); got < tc.min || got > tc.max {
+			t.Errorf("number share %v: %.2f bytes per token, want %v to %v", tc.share, got, tc.min, tc.max)
+		}
+	}
+}
+
 func TestBuildLongErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -103,6 +129,8 @@ func TestBuildLongErrors(t *testing.T) {
 		{"empty documents", RAG, func(c *WorkloadConfig) { c.DocumentBytes = 0 }},
 		{"no requests", RAG, func(c *WorkloadConfig) { c.Requests = 0 }},
 		{"stream fraction", MultiTurn, func(c *WorkloadConfig) { c.StreamFraction = 2 }},
+		{"number share of one", RAG, func(c *WorkloadConfig) { c.NumberShare = 1 }},
+		{"negative number share", MultiTurn, func(c *WorkloadConfig) { c.NumberShare = -0.1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := longConfig(tc.kind)

@@ -55,7 +55,7 @@ func BuildMix(c MixConfig) (*Mix, error) {
 	}
 	rng := rand.New(rand.NewPCG(c.Seed, 0x6d6978))
 	tok := tokenizer.Default()
-	words := newWords(tok)
+	words := newWords(tok, 0)
 	m := &Mix{Requests: make([]Request, c.Requests), Long: make([]bool, c.Requests)}
 	var longTokens, chatTokens, longs int
 	for i := range m.Requests {

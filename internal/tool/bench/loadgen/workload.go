@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/tlgate/tlgate/enginesim/tokenizer"
@@ -87,6 +88,12 @@ type WorkloadConfig struct {
 	Conversations, AnswerBytes int
 	// Documents (RAG, >= 1) of DocumentBytes each.
 	Documents, DocumentBytes int
+	// NumberShare, in [0, 1), is the share of the text's words drawn as
+	// numbers of 2 to 6 digits instead, which the reference tokenizer
+	// reads one token per byte: text with figures, denser in tokens per
+	// byte than words alone (about 5.9 bytes per token at 0, 4 at 0.1,
+	// 3 at 0.2). 0 keeps the workloads as they were.
+	NumberShare float64
 }
 
 // Workload is a built list of requests with its figures.
@@ -130,10 +137,12 @@ func Build(c WorkloadConfig) (*Workload, error) {
 		return nil, fmt.Errorf("%w: system %d bytes, user %d bytes, max_tokens %d must be positive", ErrWorkload, c.SystemBytes, c.UserBytes, c.MaxTokens)
 	case c.StreamFraction < 0 || c.StreamFraction > 1:
 		return nil, fmt.Errorf("%w: stream fraction %v outside [0, 1]", ErrWorkload, c.StreamFraction)
+	case !validShare(c.NumberShare):
+		return nil, fmt.Errorf("%w: number share %v outside [0, 1)", ErrWorkload, c.NumberShare)
 	}
 	rng := rand.New(rand.NewPCG(c.Seed, 0x6c6f616467656e))
 	tok := tokenizer.Default()
-	words := newWords(tok)
+	words := newWords(tok, c.NumberShare)
 	systems := make([]string, c.SystemPrompts)
 	for i := range systems {
 		systems[i] = words.text(rng, c.SystemBytes)
@@ -182,12 +191,16 @@ func Completion(model string, maxTokens int, stream bool) Request {
 }
 
 // words draws English text from the reference tokenizer's whole words, so
-// that the text tokenizes at about one token per word.
-type words struct{ pieces []string }
+// that the text tokenizes at about one token per word; with numbers set,
+// that share of the words are numbers instead (one token per byte).
+type words struct {
+	pieces  []string
+	numbers float64
+}
 
-func newWords(t *tokenizer.Tokenizer) words {
+func newWords(t *tokenizer.Tokenizer, numbers float64) words {
 	ids := t.SpaceWords()
-	w := words{pieces: make([]string, len(ids))}
+	w := words{pieces: make([]string, len(ids)), numbers: numbers}
 	for i, id := range ids {
 		w.pieces[i] = t.Piece(id)
 	}
@@ -200,7 +213,15 @@ func (w words) text(rng *rand.Rand, n int) string {
 	var b strings.Builder
 	b.Grow(n + 16)
 	for b.Len() <= n { // the leading space is trimmed below
+		if w.numbers > 0 && rng.Float64() < w.numbers {
+			b.WriteByte(' ')
+			b.WriteString(strconv.Itoa(10 + rng.IntN(999990))) // 2 to 6 digits
+			continue
+		}
 		b.WriteString(w.pieces[rng.IntN(len(w.pieces))])
 	}
 	return strings.TrimPrefix(b.String(), " ")
 }
+
+// validShare reports whether share is in [0, 1).
+func validShare(share float64) bool { return share >= 0 && share < 1 }

@@ -54,6 +54,7 @@ func workloadConfig(c Config, kind loadgen.Kind, n int, seed uint64) loadgen.Wor
 		Kind: kind, Requests: c.Requests, Model: c.Model,
 		SystemPrompts: n, SystemBytes: c.SystemBytes, UserBytes: c.UserBytes,
 		MaxTokens: c.MaxTokens, StreamFraction: c.StreamFraction, Seed: seed,
+		NumberShare: c.NumberShare,
 	}
 	switch kind {
 	case loadgen.MultiTurn:

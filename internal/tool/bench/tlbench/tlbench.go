@@ -232,6 +232,11 @@ type Config struct {
 	// holds in the kvevents sweep: below 1 the engines evict, above it
 	// their caches hold everything and the prefix index guesses right.
 	KVPressure float64
+	// NumberShare is the share of the workloads' words drawn as numbers
+	// (loadgen.WorkloadConfig.NumberShare): text denser in tokens per
+	// byte than the 4 bytes per token the prefix index assumes. 0: words
+	// alone, about 5.9 bytes per token of the reference tokenizer.
+	NumberShare float64
 	// KVAgreementSample, when above 0, is the events arm's
 	// [gateway.kv_events] agreement_sample (0: the gateway's default).
 	KVAgreementSample int
