@@ -10,7 +10,7 @@ import (
 // Pool is an actor.Dispatcher that runs mailboxes on a set of long-lived
 // goroutines. protoactor's default dispatcher starts a goroutine every
 // time a mailbox gets work; each starts on a small stack and grows it
-// (copying) through the router's and request actors' deep calls, which
+// (copying) through the request actors' deep calls, which
 // costs several percent of the gateway's CPU. A pooled goroutine keeps its
 // grown stack. Schedule never blocks: when no pooled goroutine is idle the
 // mailbox runs on a new goroutine, as with the default dispatcher.
