@@ -73,6 +73,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	openWorkloads := fs.String("open-workloads", "", "openloop, kvevents: workloads (default multi-turn,rag)")
 	kvSample := fs.Int("kv-agreement-sample", 0, "kvevents: the gateway's [gateway.kv_events] agreement_sample (default: the gateway's)")
 	kvPressure := fs.Float64("kv-pressure", 0, "kvevents: the share of the workload's working set the fleet's KV holds (default 1/3: the engines evict; above 1 their caches hold it all)")
+	kvAgreement := fs.String("kv-index-agreement", "", "kvevents: the events arm's [gateway.kv_events] index_agreement, 0 included (0: every pick tokenized and made on the events; default: the gateway's)")
 	numberShare := fs.Float64("number-share", 0, "routing, openloop, kvevents: the share of the workloads' words that are numbers, read one token per byte (0: words alone, about 5.9 bytes per token; 0.1: about 4; 0.2: about 3)")
 	openOneEntry := fs.Bool("open-one-entry", false, "openloop: send every request to the first replica, the others only heartbeating and syncing (a control)")
 	sharePeersSilent := fs.Bool("share-peers-silent", false, "openloop, synccost: the sync cost's mirror peers publish nothing, so one replica's share prices its own publishing alone")
@@ -138,6 +139,13 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 		return tlbench.Config{}, fmt.Errorf("-kv-pressure: must not be negative, got %v", *kvPressure)
 	case *kvPressure > 0:
 		c.KVPressure = *kvPressure
+	}
+	if *kvAgreement != "" {
+		a, err := strconv.ParseFloat(*kvAgreement, 64)
+		if err != nil || a < 0 || a > 1 {
+			return tlbench.Config{}, fmt.Errorf("-kv-index-agreement: want a share in [0, 1], got %q", *kvAgreement)
+		}
+		c.KVIndexAgreement = &a
 	}
 	if *numberShare < 0 || *numberShare >= 1 {
 		return tlbench.Config{}, fmt.Errorf("-number-share: must be in [0, 1), got %v", *numberShare)

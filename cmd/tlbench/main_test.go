@@ -70,21 +70,21 @@ func TestParseFlags(t *testing.T) {
 func TestParseOpenLoopFlags(t *testing.T) {
 	c, err := parseFlags([]string{"-only", "openloop", "-open-rates", "50,90", "-open-replicas", "1,3", "-open-sync", "off",
 		"-open-repeats", "2", "-open-duration", "10s", "-open-workloads", "rag", "-open-one-entry", "-open-sync-batch", "1ms",
-		"-open-policies", "least_outstanding", "-open-release-hold", "0s", "-share-peers-silent", "-share-profile", "-number-share", "0.2"}, io.Discard)
+		"-open-policies", "least_outstanding", "-open-release-hold", "0s", "-share-peers-silent", "-share-profile", "-number-share", "0.2", "-kv-index-agreement", "0"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(c.Only, []string{tlbench.ExpOpenLoop}) || !slices.Equal(c.OpenFractions, []float64{0.5, 0.9}) || !slices.Equal(c.OpenReplicas, []int{1, 3}) ||
 		!slices.Equal(c.OpenSync, []bool{false}) || c.OpenRepeats != 2 || c.OpenDuration != 10*time.Second ||
 		!slices.Equal(c.OpenWorkloads, []loadgen.Kind{loadgen.RAG}) || c.Timeout != 4*time.Hour || !c.OpenOneEntry || c.OpenSyncBatch != time.Millisecond ||
-		!slices.Equal(c.OpenPolicies, []string{"least_outstanding"}) || c.OpenReleaseHold == nil || *c.OpenReleaseHold != 0 || !c.SharePeersSilent || !c.ShareProfile || c.NumberShare != 0.2 {
+		!slices.Equal(c.OpenPolicies, []string{"least_outstanding"}) || c.OpenReleaseHold == nil || *c.OpenReleaseHold != 0 || !c.SharePeersSilent || !c.ShareProfile || c.NumberShare != 0.2 || c.KVIndexAgreement == nil || *c.KVIndexAgreement != 0 {
 		t.Errorf("parsed %+v", c)
 	}
 	full, err := parseFlags(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(full.Only, tlbench.ExpOpenLoop) || !slices.Equal(full.OpenSync, []bool{false, true}) || full.Timeout != 15*time.Minute || full.OpenOneEntry || full.OpenReleaseHold != nil || full.SharePeersSilent || full.ShareProfile || full.NumberShare != 0 {
+	if slices.Contains(full.Only, tlbench.ExpOpenLoop) || !slices.Equal(full.OpenSync, []bool{false, true}) || full.Timeout != 15*time.Minute || full.OpenOneEntry || full.OpenReleaseHold != nil || full.SharePeersSilent || full.ShareProfile || full.NumberShare != 0 || full.KVIndexAgreement != nil {
 		t.Errorf("defaults: only %v, sync %v, timeout %v", full.Only, full.OpenSync, full.Timeout)
 	}
 	if q, err := parseFlags([]string{"-quick", "-only", "openloop"}, io.Discard); err != nil || q.Timeout != 10*time.Minute {
@@ -104,6 +104,7 @@ func TestParseOpenLoopFlags(t *testing.T) {
 		{[]string{"-open-duration", "2s"}, "-open-duration: 2s is not longer than the warmup of 2s"},
 		{[]string{"-open-release-hold", "-1ms"}, `-open-release-hold: want a duration of 0 or more, got "-1ms"`},
 		{[]string{"-open-release-hold", "soon"}, `-open-release-hold: want a duration of 0 or more, got "soon"`},
+		{[]string{"-kv-index-agreement", "1.5"}, `-kv-index-agreement: want a share in [0, 1], got "1.5"`},
 		{[]string{"-number-share", "1"}, "-number-share: must be in [0, 1), got 1"},
 		{[]string{"-number-share", "-0.5"}, "-number-share: must be in [0, 1), got -0.5"},
 	} {

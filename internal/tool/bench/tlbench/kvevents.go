@@ -96,6 +96,9 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 	if c.KVAgreementSample > 0 {
 		kv = fmt.Sprintf("agreement_sample = %d\n", c.KVAgreementSample)
 	}
+	if c.KVIndexAgreement != nil {
+		kv += fmt.Sprintf("index_agreement = %v\n", *c.KVIndexAgreement)
+	}
 	spec := func(replicas int, sync bool, policy string) replicaSpec {
 		s := base(replicas, sync, policy)
 		s.extra = kvGatewayExtra(kv)
@@ -107,6 +110,9 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 			"Every arm's engines publish their KV events (ZMQ, vLLM's map encoding, with replay). Arms: least_outstanding; cache_aware on the prefix index (the gateway follows no events: [gateway.kv_events] follow = false); cache_aware on the engines' KV events. "+
 			"The tokenization cost's engines answer at once (no prefill or decode time), so that the tokenizer's time is all the difference.",
 			c.Engines, engineModel(c, c.OpenDecode), c.KVPressure, c.OpenDuration, c.OpenWarmup, c.OpenRepeats)}
+	if c.KVIndexAgreement != nil {
+		sec.lead += fmt.Sprintf(" The events arm's [gateway.kv_events] index_agreement is %v (0: every request is tokenized and picked on the events).", *c.KVIndexAgreement)
+	}
 	if c.NumberShare > 0 {
 		sec.lead += fmt.Sprintf(" The workloads' text is %.0f%% numbers (-number-share %v), which the reference tokenizer reads one token per byte: "+
 			"denser in tokens per byte than words alone, whose 5.9 bytes per token make the prefix index's 4 an underestimate of what a cache holds.", 100*c.NumberShare, c.NumberShare)

@@ -232,6 +232,9 @@ type Config struct {
 	// holds in the kvevents sweep: below 1 the engines evict, above it
 	// their caches hold everything and the prefix index guesses right.
 	KVPressure float64
+	// KVIndexAgreement, when set, is the events arm's [gateway.kv_events]
+	// index_agreement (0: every pick is tokenized and made on the events).
+	KVIndexAgreement *float64
 	// NumberShare is the share of the workloads' words drawn as numbers
 	// (loadgen.WorkloadConfig.NumberShare): text denser in tokens per
 	// byte than the 4 bytes per token the prefix index assumes. 0: words
