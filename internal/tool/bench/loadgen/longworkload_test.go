@@ -91,6 +91,16 @@ func TestBuildRAG(t *testing.T) {
 	if len(docs) != 5 {
 		t.Fatalf("%d documents used, want 5", len(docs))
 	}
+	// DocumentTokens: the mean tokens of the prefix a document's questions
+	// share, as the engine renders and tokenizes it.
+	tok := tokenizer.Default()
+	var sum int
+	for _, doc := range docs {
+		sum += len(tok.Encode(tokenizer.RenderChat([]tokenizer.Message{{Role: "system", Content: sys}, {Role: "user", Content: doc}})))
+	}
+	if want := float64(sum) / 5; w.DocumentTokens != want {
+		t.Errorf("DocumentTokens %v, want %v", w.DocumentTokens, want)
+	}
 }
 
 // TestNumberShareDensity: numbers make the text denser in tokens per

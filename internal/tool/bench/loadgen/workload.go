@@ -104,6 +104,10 @@ type Workload struct {
 	// requests that open with a shared system prompt.
 	MeanPromptTokens float64
 	SharedFraction   float64
+	// DocumentTokens (RAG) is the mean length, in the reference engine's
+	// tokens, of the prefix a document's questions share: the system
+	// prompt and the document, as rendered.
+	DocumentTokens float64
 }
 
 // chatBody is the JSON of one chat completions request.

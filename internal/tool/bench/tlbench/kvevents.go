@@ -17,7 +17,6 @@ import (
 	"github.com/tlgate/tlgate/enginesim"
 	ekv "github.com/tlgate/tlgate/enginesim/kvevents"
 	"github.com/tlgate/tlgate/internal/adapter/config"
-	"github.com/tlgate/tlgate/internal/routing/prefixindex"
 	"github.com/tlgate/tlgate/internal/tool/bench/loadgen"
 	"github.com/tlgate/tlgate/internal/tool/bench/procs"
 )
@@ -45,17 +44,17 @@ func kvEngines(c Config, kind loadgen.Kind, blocks int, events bool) []enginesim
 	return out
 }
 
-// workingSetBlocks estimates the distinct KV blocks a workload keeps in
+// workingSetBlocks estimates the distinct KV blocks workload w keeps in
 // use at rate requests per second: RAG's every document and system
 // prompt (each is asked about again and again), multi-turn's conversations
 // in flight at once (Little's law over a conversation's turns and think
-// times), each at its mean length.
-func workingSetBlocks(c Config, kind loadgen.Kind, rate float64, meanTokens float64) int {
+// times), each at its mean length in the reference engine's tokens.
+func workingSetBlocks(c Config, kind loadgen.Kind, rate float64, w *loadgen.Workload) int {
 	const bs = 16
+	meanTokens := w.MeanPromptTokens
 	switch kind {
 	case loadgen.RAG:
-		docTokens := float64(c.DocumentBytes+c.RAGSystemBytes) / prefixindex.DefaultBytesPerToken
-		return int(math.Ceil(float64(c.Documents) * docTokens / bs))
+		return int(math.Ceil(float64(c.Documents) * w.DocumentTokens / bs))
 	case loadgen.MultiTurn:
 		sessionRate := rate / float64(c.OpenTurns)
 		life := float64(c.OpenTurns) * (c.Think + 50*time.Millisecond).Seconds()
@@ -137,7 +136,7 @@ func kvEventsExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 			return section{}, fmt.Errorf("%s capacity: %w", kind, err)
 		}
 		capRate := float64(cr.ok) / (c.OpenDuration - c.OpenWarmup).Seconds()
-		ws := workingSetBlocks(c, kind, 0.7*capRate, w.MeanPromptTokens)
+		ws := workingSetBlocks(c, kind, 0.7*capRate, w)
 		blocks[kind] = max(32, int(float64(ws)*c.KVPressure)/c.Engines)
 		cr, err = openOne(ctx, c, kind, spec(1, false, config.PolicyLeastOutstanding), sessions,
 			openOpts{users: users, seed: seed, engines: kvEngines(c, kind, blocks[kind], true)})
