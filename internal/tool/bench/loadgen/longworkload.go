@@ -8,7 +8,8 @@ import (
 	"github.com/tlgate/tlgate/enginesim/tokenizer"
 )
 
-// buildLong builds the MultiTurn and RAG workloads.
+// buildLong builds the MultiTurn and RAG workloads (Build checked the
+// number share).
 func buildLong(c WorkloadConfig) (*Workload, error) {
 	switch {
 	case c.Requests < 1:
@@ -21,8 +22,6 @@ func buildLong(c WorkloadConfig) (*Workload, error) {
 		return nil, fmt.Errorf("%w: multi-turn needs conversations (%d) and answer bytes (%d) >= 1", ErrWorkload, c.Conversations, c.AnswerBytes)
 	case c.Kind == RAG && (c.Documents < 1 || c.DocumentBytes < 1):
 		return nil, fmt.Errorf("%w: rag needs documents (%d) and document bytes (%d) >= 1", ErrWorkload, c.Documents, c.DocumentBytes)
-	case !validShare(c.NumberShare):
-		return nil, fmt.Errorf("%w: number share %v outside [0, 1)", ErrWorkload, c.NumberShare)
 	}
 	rng := rand.New(rand.NewPCG(c.Seed, 0x6c6f6e67))
 	tok := tokenizer.Default()

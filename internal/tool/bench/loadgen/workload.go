@@ -129,6 +129,8 @@ type chatMessage struct {
 // the same requests.
 func Build(c WorkloadConfig) (*Workload, error) {
 	switch {
+	case !validShare(c.NumberShare):
+		return nil, fmt.Errorf("%w: number share %v outside [0, 1)", ErrWorkload, c.NumberShare)
 	case c.Kind == MultiTurn || c.Kind == RAG:
 		return buildLong(c)
 	case c.Kind != Shared && c.Kind != Distinct && c.Kind != Mixed:
@@ -141,8 +143,6 @@ func Build(c WorkloadConfig) (*Workload, error) {
 		return nil, fmt.Errorf("%w: system %d bytes, user %d bytes, max_tokens %d must be positive", ErrWorkload, c.SystemBytes, c.UserBytes, c.MaxTokens)
 	case c.StreamFraction < 0 || c.StreamFraction > 1:
 		return nil, fmt.Errorf("%w: stream fraction %v outside [0, 1]", ErrWorkload, c.StreamFraction)
-	case !validShare(c.NumberShare):
-		return nil, fmt.Errorf("%w: number share %v outside [0, 1)", ErrWorkload, c.NumberShare)
 	}
 	rng := rand.New(rand.NewPCG(c.Seed, 0x6c6f616467656e))
 	tok := tokenizer.Default()
