@@ -322,7 +322,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme, Dispatcher: pool,
 		Stored: g.storedResponses(stored), NoCapacityRetryAfter: rcfg.NoCapacityRetryAfter}
 	instrument(rdeps, m)
-	if pol == policy.NameCacheAware && gw.KVEvents.Follow {
+	if pol == policy.NameCacheAware && !rcfg.NoExact { // kvRouterConfig: [gateway.kv_events] follow
 		g.startKVEvents(&gw, rdeps, engineHTTP(), addrs.DialControl, g.KV, o.Logger)
 	}
 	g.Traffic = traffic.New(o.Traffic)
