@@ -73,16 +73,16 @@ func buildLong(c WorkloadConfig) (*Workload, error) {
 		}
 	case RAG:
 		sys := words.text(rng, c.SystemBytes)
-		docs := make([]string, c.Documents)
+		docs := make([]string, c.Documents) // each as its questions quote it
 		var docTokens int
 		for i := range docs {
-			docs[i] = words.text(rng, c.DocumentBytes)
-			docTokens += len(tok.Encode(tokenizer.RenderChat([]tokenizer.Message{{Role: "system", Content: sys}, {Role: "user", Content: "Document:\n" + docs[i]}})))
+			docs[i] = "Document:\n" + words.text(rng, c.DocumentBytes)
+			docTokens += len(tok.Encode(tokenizer.RenderChat([]tokenizer.Message{{Role: "system", Content: sys}, {Role: "user", Content: docs[i]}})))
 		}
 		w.DocumentTokens = float64(docTokens) / float64(len(docs))
 		for range c.Requests {
 			d := rng.IntN(len(docs))
-			msgs := []chatMessage{{Role: "system", Content: sys}, {Role: "user", Content: "Document:\n" + docs[d] + "\n\nQuestion: " + words.text(rng, c.UserBytes)}}
+			msgs := []chatMessage{{Role: "system", Content: sys}, {Role: "user", Content: docs[d] + "\n\nQuestion: " + words.text(rng, c.UserBytes)}}
 			if err := add(msgs, d, 0); err != nil {
 				return nil, err
 			}

@@ -129,7 +129,7 @@ type chatMessage struct {
 // the same requests.
 func Build(c WorkloadConfig) (*Workload, error) {
 	switch {
-	case !validShare(c.NumberShare):
+	case c.NumberShare < 0 || c.NumberShare >= 1:
 		return nil, fmt.Errorf("%w: number share %v outside [0, 1)", ErrWorkload, c.NumberShare)
 	case c.Kind == MultiTurn || c.Kind == RAG:
 		return buildLong(c)
@@ -226,6 +226,3 @@ func (w words) text(rng *rand.Rand, n int) string {
 	}
 	return strings.TrimPrefix(b.String(), " ")
 }
-
-// validShare reports whether share is in [0, 1).
-func validShare(share float64) bool { return share >= 0 && share < 1 }
