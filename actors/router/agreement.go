@@ -9,7 +9,10 @@ import "github.com/tlgate/tlgate/internal/routing/policy"
 // as good. So a pick on the exact view is checked against the pick the
 // prefix index alone would have made, per base model: it agrees when the
 // index would have picked the same worker, or one that costs at most a
-// request's load and a block more on what the exact pick saw. Only picks
+// request's load and a block more on what the exact pick saw, and it
+// believed the worker it would have picked to hold no more of the prompt
+// than the exact view saw there, within the same tolerance and a chunk of
+// its own. Only picks
 // on the whole prompt's tokens are checked (not on a conversation's
 // earlier turn's alone: Request.Partial), and only of prompts one of the
 // views believes partly cached somewhere. While the index agreed with at
@@ -94,8 +97,10 @@ func (s *State) skipTokens(base string, req *Request) bool {
 
 // checkAgreement records, once per request, whether the prefix index
 // alone would have picked s.cands[picked], or a worker that costs no more
-// than agreementTolerance beyond it on what the pick saw, the pick on the exact view of
-// a request of base model, of prompt tokens (the index estimating est);
+// than agreementTolerance beyond it on what the pick saw, and believed its
+// own pick to hold no more than agreementTolerance beyond what the pick
+// saw there (overclaim), the pick on the exact view of a request of base
+// model, of prompt tokens (the index estimating est);
 // s.prefix.indexOnly[i] is what candidate i would prefill by the index
 // alone, s.prefix.prefill[i] what it prefills by the pick. A prompt neither
 // view believes cached anywhere is no check: most requests of a workload
@@ -125,7 +130,8 @@ func (s *State) checkAgreement(base string, req *Request, picked, prompt, est in
 		return
 	}
 	j, _ := policy.CacheAware(s.cands, ca.indexOnly, ca.cfg)
-	agreed := j == picked || s.regret(j, picked) <= s.agreementTolerance(picked)
+	agreed := (j == picked || s.regret(j, picked) <= s.agreementTolerance(picked)) &&
+		s.overclaim(j, prompt, est) <= s.agreementTolerance(j)+s.chunkTolerance(prompt, est)
 	a := s.agreements[base]
 	if a == nil {
 		if s.agreements == nil {
@@ -147,6 +153,37 @@ func (s *State) checkAgreement(base string, req *Request, picked, prompt, est in
 func (s *State) regret(j, picked int) float64 {
 	ca := s.prefix
 	return ca.cfg.Cost(ca.prefill[j], s.cands[j].Load) - ca.cfg.Cost(ca.prefill[picked], s.cands[picked].Load)
+}
+
+// overclaim is by how much more the prefix index believes candidate j
+// holds of the prompt than what the pick saw there (the exact view, where
+// j's is usable), weighed as policy.CacheAware weighs prefill: the index's
+// estimate is in its own tokens (est for the whole prompt), scaled to the
+// prompt's. An index that believes a prompt cached where the engine
+// evicted it can still pick as the exact view does, where the events see
+// the prompt cached nowhere and every worker is as good; it is wrong all
+// the same, and its next picks will send requests after hits that are not
+// there.
+func (s *State) overclaim(j, prompt, est int) float64 {
+	ca := s.prefix
+	if est <= 0 {
+		return 0
+	}
+	believed := float64(est-ca.indexOnly[j]) * float64(prompt) / float64(est)
+	seen := float64(prompt - ca.prefill[j])
+	return ca.cfg.PrefillWeight * max(0, believed-seen)
+}
+
+// chunkTolerance is a chunk of the prefix index's, weighed as prefill in
+// the prompt's tokens: the index counts what a worker holds in whole
+// chunks, so its belief is that coarse.
+func (s *State) chunkTolerance(prompt, est int) float64 {
+	ca := s.prefix
+	if est <= 0 {
+		return 0
+	}
+	chunk := ca.index.Tokens(ca.index.Config().ChunkBytes)
+	return ca.cfg.PrefillWeight * float64(chunk) * float64(prompt) / float64(est)
 }
 
 // agreementTolerance is the regret at which the index's pick still agrees

@@ -232,3 +232,46 @@ func TestAgreementTolerance(t *testing.T) {
 		})
 	}
 }
+
+// TestAgreementIndexClaimingEvicted: where the prefix index believes a
+// document cached on a worker whose events say it holds none of it, the
+// index's pick disagrees, although on the events every worker is as good
+// and the exact pick may be the index's own.
+func TestAgreementIndexClaimingEvicted(t *testing.T) {
+	doc := etoks(600_000, 32*ebs)
+	for _, tc := range []struct {
+		name   string
+		aHolds int // blocks of doc a's events say it holds; b holds none
+		agreed bool
+	}{
+		{"the engine holds it", 32, true},
+		{"the engine holds nearly all", 28, true}, // 64 tokens short: within a request's load and a block
+		{"the engine evicted half", 16, false},
+		{"the engine evicted it", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, seen := agreementState(t, 0.9, 8)
+			if tc.aHolds > 0 {
+				events(t, s, "a", kvindex.Exact, storedBatch(doc[:tc.aHolds*ebs], 0))
+			}
+			text := words("evicted document", 2048)
+			tg, err := s.Pick(&Request{Model: "m", RequestID: "i", Prompt: text, NoAsk: true, Exclude: map[string]bool{"b": true}}, now)
+			if err != nil || tg.Worker.ID != "a" {
+				t.Fatalf("recording the document on a: picked %s, %v", tg.Worker.ID, err)
+			}
+			s.Indexed(tg.Indexing, now)
+			s.Release("a")
+			if s.indexChunks("a") == 0 || s.indexChunks("b") != 0 {
+				t.Fatalf("the index holds %d chunks on a, %d on b; want the document on a alone", s.indexChunks("a"), s.indexChunks("b"))
+			}
+			req := &Request{Model: "m", RequestID: "r", Prompt: text + "question",
+				Tokens: map[string][]uint32{"m": append(append([]uint32{}, doc...), etoks(800_000, 8)...)}, Keys: &TokenKeys{}}
+			if _, err := s.Pick(req, now); err != nil {
+				t.Fatalf("exact pick: %v", err)
+			}
+			if len(*seen) != 1 || (*seen)[0] != tc.agreed {
+				t.Fatalf("checks %v, want one, agreed %v", *seen, tc.agreed)
+			}
+		})
+	}
+}
