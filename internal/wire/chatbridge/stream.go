@@ -3,7 +3,6 @@ package chatbridge
 import (
 	"bytes"
 	"encoding/json"
-	"mime"
 	"net/http"
 	"time"
 
@@ -84,8 +83,7 @@ func (s *Stream) Unwrap() http.ResponseWriter { return s.w }
 func (s *Stream) Write(p []byte) (int, error) {
 	if !s.checked {
 		s.checked = true
-		mt, _, err := mime.ParseMediaType(s.w.Header().Get("Content-Type"))
-		s.sse = err == nil && mt == "text/event-stream"
+		s.sse = sse.IsEventStream(s.w.Header().Get("Content-Type"))
 	}
 	if !s.sse || s.ended {
 		if s.ended {

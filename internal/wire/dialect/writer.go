@@ -3,7 +3,6 @@ package dialect
 import (
 	"bytes"
 	"errors"
-	"mime"
 	"net/http"
 	"strings"
 	"unsafe"
@@ -125,8 +124,7 @@ func (s *Writer) Unwrap() http.ResponseWriter { return s.w }
 func (s *Writer) isSSE() bool {
 	if !s.checked {
 		s.checked = true
-		mt, _, err := mime.ParseMediaType(s.w.Header().Get("Content-Type"))
-		s.sse = err == nil && mt == "text/event-stream"
+		s.sse = sse.IsEventStream(s.w.Header().Get("Content-Type"))
 	}
 	return s.sse
 }

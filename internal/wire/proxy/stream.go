@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"time"
 
@@ -118,8 +117,7 @@ func isEventStream(ct string) bool {
 	if ct == "" {
 		return true
 	}
-	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && mt == "text/event-stream"
+	return sse.IsEventStream(ct)
 }
 
 // relay is the state of one Stream after the engine's headers arrived.

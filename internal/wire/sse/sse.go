@@ -8,7 +8,24 @@
 // EventWriter.
 package sse
 
-import "bytes"
+import (
+	"bytes"
+	"mime"
+)
+
+// ContentType is the media type of an event stream.
+const ContentType = "text/event-stream"
+
+// IsEventStream reports whether a Content-Type header's value ct names an
+// event stream, parameters allowed ("text/event-stream; charset=utf-8").
+// The bare media type, what engines send, is matched without parsing.
+func IsEventStream(ct string) bool {
+	if ct == ContentType {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == ContentType
+}
 
 // Ends says which events end a stream: the "data: [DONE]" event (Done),
 // and events whose "event:" line names one of Names.
