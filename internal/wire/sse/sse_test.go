@@ -110,3 +110,24 @@ func TestScannerEndNames(t *testing.T) {
 		t.Fatalf("message_stop: end %d done %v", end, ok)
 	}
 }
+
+// TestIsEventStream: the bare media type and its parameterized forms name
+// an event stream; other types, and what does not parse, do not.
+func TestIsEventStream(t *testing.T) {
+	for _, tc := range []struct {
+		ct   string
+		want bool
+	}{
+		{"text/event-stream", true},
+		{"text/event-stream; charset=utf-8", true},
+		{"Text/Event-Stream", true},
+		{"application/json", false},
+		{"text/event-streamx", false},
+		{"", false},
+		{"text/event-stream; charset", false}, // a parameter without a value does not parse
+	} {
+		if got := IsEventStream(tc.ct); got != tc.want {
+			t.Errorf("IsEventStream(%q) = %v, want %v", tc.ct, got, tc.want)
+		}
+	}
+}
