@@ -77,7 +77,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	numberShare := fs.Float64("number-share", 0, "routing, openloop, kvevents: the share of the workloads' words that are numbers, read one token per byte (0: words alone, about 5.9 bytes per token; 0.1: about 4; 0.2: about 3)")
 	openOneEntry := fs.Bool("open-one-entry", false, "openloop: send every request to the first replica, the others only heartbeating and syncing (a control)")
 	sharePeersSilent := fs.Bool("share-peers-silent", false, "openloop, synccost: the sync cost's mirror peers publish nothing, so one replica's share prices its own publishing alone")
-	overheadProfile := fs.Bool("overhead-profile", false, "overhead: after each mode's measured runs, take a CPU profile of the gateway over one more fixed-rate run (kept in -out as overhead-<mode>.pprof; the table does not count it)")
+	overheadProfile := fs.Bool("overhead-profile", false, "overhead: after each mode's measured runs, take a CPU profile of the gateway over one more fixed-rate run (kept in -out as overhead-<mode>.pprof, with allocation profiles from before and after it, overhead-<mode>-allocs-before.pprof and -after.pprof; the table does not count it)")
 	shareProfile := fs.Bool("share-profile", false, "openloop, synccost: take a CPU profile of the sync cost share's gateway in each run and report where its CPU goes (the profiles are kept in -out)")
 	openPolicies := fs.String("open-policies", "", "openloop: routing policies to compare, least_outstanding and/or cache_aware (default both)")
 	openSyncBatch := fs.Duration("open-sync-batch", 0, "openloop, synccost: the replicas' [gateway.sync] batch_interval (default: the gateway's)")

@@ -331,6 +331,10 @@ func (f *overheadFleet) profile(ctx context.Context, c Config, mode string, reqs
 		data []byte
 		err  error
 	}
+	allocsBefore, err := fetch(ctx, f.gatewayURL+"/debug/pprof/allocs")
+	if err != nil {
+		return fmt.Errorf("allocation profile: %w", err)
+	}
 	done := make(chan got, 1)
 	go func() {
 		b, err := fetchProfile(ctx, f.gatewayURL, overheadProfileSeconds)
@@ -343,11 +347,21 @@ func (f *overheadFleet) profile(ctx context.Context, c Config, mode string, reqs
 	if g.err != nil {
 		return g.err
 	}
-	name := "overhead-" + mode + ".pprof"
-	if err := writeProfile(c.Out, name, g.data); err != nil {
-		return err
+	allocsAfter, err := fetch(ctx, f.gatewayURL+"/debug/pprof/allocs")
+	if err != nil {
+		return fmt.Errorf("allocation profile: %w", err)
 	}
-	fmt.Fprintf(logOut, "tlbench:   %-12s gateway CPU profile over %ds at %.0f req/s: %s\n", mode, overheadProfileSeconds, c.Rate, filepath.Join(c.Out, name))
+	name := "overhead-" + mode + ".pprof"
+	for _, p := range []struct {
+		name string
+		data []byte
+	}{{name, g.data}, {"overhead-" + mode + "-allocs-before.pprof", allocsBefore}, {"overhead-" + mode + "-allocs-after.pprof", allocsAfter}} {
+		if err := writeProfile(c.Out, p.name, p.data); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(logOut, "tlbench:   %-12s gateway CPU profile over %ds at %.0f req/s: %s (its allocations: overhead-%s-allocs-after.pprof, diff_base -before)\n",
+		mode, overheadProfileSeconds, c.Rate, filepath.Join(c.Out, name), mode)
 	return nil
 }
 

@@ -225,7 +225,10 @@ type Config struct {
 	// OverheadProfile serves the overhead experiment's gateway's
 	// /debug/pprof/ and, after each mode's measured runs, takes a CPU
 	// profile of it over one more fixed-rate run (not counted in the
-	// table), kept in Out as overhead-<mode>.pprof.
+	// table), kept in Out as overhead-<mode>.pprof, with the heap's
+	// allocation profiles from before and after that run
+	// (overhead-<mode>-allocs-before.pprof and -after.pprof: what the run
+	// allocated is their difference, go tool pprof -diff_base).
 	OverheadProfile bool
 	OpenFractions   []float64 // rates, as shares of least_outstanding's single-replica capacity
 	// KVPressure is the share of a workload's working set the fleet's KV
