@@ -1,0 +1,123 @@
+package tokenize
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// TestParseTokens: a /tokenize answer's tokens array is read whole;
+// anything that is not an array of token ids is an error that says so.
+func TestParseTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name, data string
+		want       []uint32
+		err        string
+	}{
+		{"vLLM's answer", `{"count":3,"max_model_len":8192,"tokens":[1, 22,333],"token_strs":null}`, []uint32{1, 22, 333}, ""},
+		{"spaces and newlines", "{\"tokens\": [ 0 ,\n\t4294967295\r\n ] }", []uint32{0, 4294967295}, ""},
+		{"empty", `{"tokens":[]}`, []uint32{}, ""},
+		{"empty with a space", `{"tokens":[ ]}`, []uint32{}, ""},
+		{"not JSON", `{"tokens":[1,2`, nil, "not valid JSON"},
+		{"not an object", `[1,2]`, nil, "not a JSON object"},
+		{"no tokens", `{"count":0}`, nil, "no tokens array"},
+		{"null tokens", `{"tokens":null}`, nil, "no tokens array"},
+		{"tokens a string", `{"tokens":"1,2"}`, nil, "no tokens array"},
+		{"negative", `{"tokens":[1,-2]}`, nil, "not all token ids"},
+		{"a fraction", `{"tokens":[1.5]}`, nil, "not all token ids"},
+		{"an exponent", `{"tokens":[1e3]}`, nil, "not all token ids"},
+		{"too large", `{"tokens":[4294967296]}`, nil, "not all token ids"},
+		{"far too large", `{"tokens":[123456789012345678901234]}`, nil, "not all token ids"},
+		{"a null", `{"tokens":[1,null]}`, nil, "not all token ids"},
+		{"a nested array", `{"tokens":[[1]]}`, nil, "not all token ids"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseTokens([]byte(tc.data))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("parseTokens(%s) = %v, %v; want an error saying %q", tc.data, got, err, tc.err)
+				}
+				return
+			}
+			if err != nil || got == nil || !slices.Equal(got, tc.want) {
+				t.Fatalf("parseTokens(%s) = %v, %v; want %v", tc.data, got, err, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzParseTokens: whatever the answer, parseTokens does not panic, and
+// tokens it reads are those encoding/json reads.
+func FuzzParseTokens(f *testing.F) {
+	for _, s := range []string{`{"tokens":[1,2,3]}`, `{"tokens":[]}`, `{"tokens":[4294967295, 0]}`, `{"tokens":[1.0]}`,
+		`{"tokens":[-1]}`, `{"tokens":null}`, `{"a":{"tokens":[1]},"tokens":[2]}`, `[]`, `{`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := parseTokens(data)
+		if err != nil {
+			return
+		}
+		var tr struct {
+			Tokens []uint32 `json:"tokens"`
+		}
+		if jerr := json.Unmarshal(data, &tr); jerr != nil {
+			t.Fatalf("parseTokens read %v from %q, which encoding/json refuses: %v", got, data, jerr)
+		}
+		if !slices.Equal(got, tr.Tokens) && !twoTokenKeys(data) {
+			t.Fatalf("parseTokens read %v from %q, encoding/json %v", got, data, tr.Tokens)
+		}
+	})
+}
+
+// twoTokenKeys reports whether data's object has more than one key that
+// encoding/json takes for "tokens" (it folds case, and keeps the last);
+// the parser reads the first "tokens".
+func twoTokenKeys(data []byte) bool {
+	n, other := 0, false
+	gjson.ParseBytes(data).ForEach(func(k, _ gjson.Result) bool {
+		if strings.EqualFold(k.String(), "tokens") {
+			n++
+			other = other || k.String() != "tokens"
+		}
+		return true
+	})
+	return n > 1 || other
+}
+
+// BenchmarkParseTokens reads the answer for a 3,000-token prompt.
+//
+//	go test -run '^$' -bench ParseTokens ./internal/wire/tokenize/
+func BenchmarkParseTokens(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"tokens":[`)
+	for i := range 3000 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprint(&sb, (i*7919)%128000)
+	}
+	sb.WriteString(`],"count":3000,"max_model_len":8192,"token_strs":null}`)
+	data := []byte(sb.String())
+	b.Run("parseTokens", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := parseTokens(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
+		for b.Loop() {
+			var tr struct {
+				Tokens []uint32 `json:"tokens"`
+			}
+			if err := json.Unmarshal(data, &tr); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
