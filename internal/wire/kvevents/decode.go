@@ -331,6 +331,10 @@ func (p *parser) hashes(what string) ([]uint64, error) {
 	}
 	out := make([]uint64, 0, min(n, 1024))
 	for i := range n {
+		if h, ok := p.hashFast(); ok {
+			out = append(out, h)
+			continue
+		}
 		h, ok, err := p.hash(what + "[" + strconv.Itoa(i) + "]")
 		if err != nil {
 			return nil, err
@@ -341,6 +345,74 @@ func (p *parser) hashes(what string) ([]uint64, error) {
 		out = append(out, h)
 	}
 	return out, nil
+}
+
+// hashFast reads a block hash as hash does, straight from the payload,
+// when it is an integer in an unsigned form (uintFast) or a string or bin
+// of at most 1 KiB with a one- or two-byte header (vLLM's 32-byte hashes);
+// ok is false, and nothing is read, for any other value.
+func (p *parser) hashFast() (uint64, bool) {
+	if v, ok := p.uintFast(); ok {
+		return v, true
+	}
+	at := p.pos()
+	if at >= len(p.src) {
+		return 0, false
+	}
+	b := p.src[at:]
+	hdr, n := 0, 0
+	switch c := b[0]; {
+	case msgpcode.IsFixedString(c):
+		hdr, n = 1, int(c&msgpcode.FixedStrMask)
+	case (c == msgpcode.Bin8 || c == msgpcode.Str8) && len(b) >= 2:
+		hdr, n = 2, int(b[1])
+	case (c == msgpcode.Bin16 || c == msgpcode.Str16) && len(b) >= 3:
+		hdr, n = 3, int(binary.BigEndian.Uint16(b[1:]))
+	default:
+		return 0, false
+	}
+	if n > 1<<10 || hdr+n > len(b) {
+		return 0, false
+	}
+	if _, err := p.r.Seek(int64(at+hdr+n), io.SeekStart); err != nil {
+		return 0, false
+	}
+	return xxhash.Sum64(b[hdr : hdr+n]), true
+}
+
+// uintFast reads a non-negative integer in one of msgpack's unsigned
+// forms (positive fixint, uint 8 to 64), the forms engines write token
+// ids and integer block hashes in, straight from the payload: a long
+// prompt's event holds thousands of them, and the decoder's own readers
+// cost several calls each. ok is false, and nothing is read, for any other
+// value, which the caller reads the general way.
+func (p *parser) uintFast() (v uint64, ok bool) {
+	at := p.pos()
+	if at >= len(p.src) {
+		return 0, false
+	}
+	b := p.src[at:]
+	n := 0
+	switch c := b[0]; {
+	case c <= 0x7f: // positive fixint
+		v, n = uint64(c), 1
+	case c == msgpcode.Uint8 && len(b) >= 2:
+		v, n = uint64(b[1]), 2
+	case c == msgpcode.Uint16 && len(b) >= 3:
+		v, n = uint64(binary.BigEndian.Uint16(b[1:])), 3
+	case c == msgpcode.Uint32 && len(b) >= 5:
+		v, n = uint64(binary.BigEndian.Uint32(b[1:])), 5
+	case c == msgpcode.Uint64 && len(b) >= 9:
+		v, n = binary.BigEndian.Uint64(b[1:]), 9
+	default:
+		return 0, false
+	}
+	// The decoder reads p.r directly (a bytes.Reader is its own
+	// ByteScanner), so moving p.r moves the decoder.
+	if _, err := p.r.Seek(int64(at+n), io.SeekStart); err != nil {
+		return 0, false
+	}
+	return v, true
 }
 
 // tokens reads an array of token ids.
@@ -354,6 +426,13 @@ func (p *parser) tokens() ([]uint32, error) {
 	}
 	out := make([]uint32, 0, min(n, 1<<14))
 	for i := range n {
+		if v, ok := p.uintFast(); ok {
+			if v > math.MaxUint32 {
+				return nil, malformed("token_ids[%d] is not a token id", i)
+			}
+			out = append(out, uint32(v))
+			continue
+		}
 		v, ok, err := p.integer("token_ids")
 		if err != nil {
 			return nil, err

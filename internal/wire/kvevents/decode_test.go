@@ -3,6 +3,7 @@ package kvevents_test
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -236,4 +237,113 @@ func TestParseFrames(t *testing.T) {
 	if _, _, _, err := kvevents.ParseReplay([][]byte{{1}}); !errors.Is(err, kvevents.ErrMalformed) {
 		t.Fatalf("bad replay: %v", err)
 	}
+}
+
+// TestDecodeEveryIntegerForm: token ids and block hashes read the same
+// in every msgpack integer form an encoder may choose (the unsigned forms
+// are read straight from the payload, the others by msgpack's readers),
+// and a token id past 32 bits is refused in either.
+func TestDecodeEveryIntegerForm(t *testing.T) {
+	forms := []func(e *msgpack.Encoder, v uint64) error{
+		func(e *msgpack.Encoder, v uint64) error { return e.EncodeUint(v) }, // the smallest form
+		func(e *msgpack.Encoder, v uint64) error { return e.EncodeUint64(v) },
+		func(e *msgpack.Encoder, v uint64) error { return e.EncodeUint32(uint32(v)) },
+		func(e *msgpack.Encoder, v uint64) error { return e.EncodeInt64(int64(v)) },
+		func(e *msgpack.Encoder, v uint64) error { return e.EncodeInt32(int32(v)) },
+	}
+	tokens := []uint64{0, 5, 127, 128, 255, 256, 65535, 65536, 1<<31 - 1}
+	batch := func(form func(e *msgpack.Encoder, v uint64) error, toks []uint64, hashes []uint64) []byte {
+		var buf bytes.Buffer
+		e := msgpack.NewEncoder(&buf)
+		_ = e.EncodeArrayLen(2)
+		_ = e.EncodeFloat64(1)
+		_ = e.EncodeArrayLen(1)
+		_ = e.EncodeArrayLen(5)
+		_ = e.EncodeString("BlockStored")
+		_ = e.EncodeArrayLen(len(hashes))
+		for _, h := range hashes {
+			_ = form(e, h)
+		}
+		_ = e.EncodeNil()
+		_ = e.EncodeArrayLen(len(toks))
+		for _, v := range toks {
+			_ = form(e, v)
+		}
+		_ = e.EncodeInt(int64(len(toks)))
+		return buf.Bytes()
+	}
+	want := make([]uint32, len(tokens))
+	for i, v := range tokens {
+		want[i] = uint32(v)
+	}
+	for i, form := range forms {
+		b, err := kvevents.Decode(batch(form, tokens, []uint64{7, 1 << 20}))
+		if err != nil {
+			t.Fatalf("form %d: %v", i, err)
+		}
+		ev := b.Events[0]
+		if !slices.Equal(ev.Tokens, want) || !slices.Equal(ev.Hashes, []uint64{7, 1 << 20}) {
+			t.Fatalf("form %d: tokens %v hashes %v, want %v and [7 1048576]", i, ev.Tokens, ev.Hashes, want)
+		}
+	}
+	for i, form := range forms[:2] {
+		if _, err := kvevents.Decode(batch(form, []uint64{1, 1 << 32}, []uint64{7})); !errors.Is(err, kvevents.ErrMalformed) {
+			t.Fatalf("form %d: a token id past 32 bits: %v", i, err)
+		}
+	}
+}
+
+// TestDecodeByteHashForms: a block hash sent as bytes reduces to the
+// xxhash64 of its bytes in every string and bin form (the short ones are
+// read straight from the payload), and one past 1 KiB is refused.
+func TestDecodeByteHashForms(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    int
+		bin  bool
+	}{
+		{"fixstr", 5, false}, {"str8", 40, false}, {"bin8, vLLM's 32 bytes", 32, true},
+		{"bin16", 300, true}, {"str16", 1024, false}, {"empty bin", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := bytes.Repeat([]byte{0xab}, tc.n)
+			payload := byteHashBatch(h, tc.bin)
+			b, err := kvevents.Decode(payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := b.Events[0].Hashes; !slices.Equal(got, []uint64{xxhash.Sum64(h), xxhash.Sum64(h)}) {
+				t.Fatalf("hashes %x, want xxhash64 of the bytes twice", got)
+			}
+		})
+	}
+	if _, err := kvevents.Decode(byteHashBatch(make([]byte, 1025), true)); !errors.Is(err, kvevents.ErrTooLarge) {
+		t.Fatalf("a 1025-byte hash: %v", err)
+	}
+}
+
+// byteHashBatch is a positional batch storing two blocks of one token,
+// both of hash h, sent as bin (or str).
+func byteHashBatch(h []byte, bin bool) []byte {
+	var buf bytes.Buffer
+	e := msgpack.NewEncoder(&buf)
+	_ = e.EncodeArrayLen(2)
+	_ = e.EncodeFloat64(1)
+	_ = e.EncodeArrayLen(1)
+	_ = e.EncodeArrayLen(5)
+	_ = e.EncodeString("BlockStored")
+	_ = e.EncodeArrayLen(2)
+	for range 2 {
+		if bin {
+			_ = e.EncodeBytes(h)
+		} else {
+			_ = e.EncodeString(string(h))
+		}
+	}
+	_ = e.EncodeNil()
+	_ = e.EncodeArrayLen(2)
+	_ = e.EncodeUint(1)
+	_ = e.EncodeUint(2)
+	_ = e.EncodeInt(1)
+	return buf.Bytes()
 }
