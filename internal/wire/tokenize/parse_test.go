@@ -2,7 +2,9 @@ package tokenize
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -120,4 +122,80 @@ func BenchmarkParseTokens(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkTokenizeBody builds the /tokenize request of a chat request
+// with a 12 KB document.
+//
+//	go test -run '^$' -bench TokenizeBody ./internal/wire/tokenize/
+func BenchmarkTokenizeBody(b *testing.B) {
+	doc := strings.Repeat("the quick brown fox 12345 jumps over ", 330)
+	body := []byte(`{"model":"m","messages":[{"role":"system","content":"You answer from the document."},{"role":"user","content":"Document:\n` +
+		doc + `\n\nQuestion: what jumps?"}],"stream":true,"max_tokens":64,"temperature":0.2}`)
+	req := Request{URL: "http://e", Model: "m", Chat: true, Body: body}
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		s, err := shapeOf(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tokenizeBody(req, &s.fields); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestBodyFieldIndexes: the named indexes name their fields.
+func TestBodyFieldIndexes(t *testing.T) {
+	for i, want := range map[int]string{fieldMessages: "messages", fieldPrompt: "prompt", firstChatField: "tools",
+		fieldAddGenerationPrompt: "add_generation_prompt", fieldAddSpecialTokens: "add_special_tokens"} {
+		if bodyFields[i] != want {
+			t.Errorf("bodyFields[%d] = %q, want %q", i, bodyFields[i], want)
+		}
+	}
+}
+
+// TestTokenizeBody: the /tokenize request carries the model and the
+// fields that shape the prompt, as the client wrote them (the first of a
+// key written twice), and nothing else; a chat request asks for the
+// generation prompt unless it says otherwise.
+func TestTokenizeBody(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		chat bool
+		body string
+		want map[string]any
+	}{
+		{"chat", true, `{"model":"x","messages":[{"role":"user","content":"hi \"there\""}],"stream":true,"tools":[{"type":"function"}],"max_tokens":3}`,
+			map[string]any{"model": "m\"1", "messages": []any{map[string]any{"role": "user", "content": "hi \"there\""}}, "tools": []any{map[string]any{"type": "function"}}, "add_generation_prompt": true}},
+		{"chat, no generation prompt", true, `{"messages":[],"add_generation_prompt":false,"continue_final_message":true}`,
+			map[string]any{"model": "m\"1", "messages": []any{}, "add_generation_prompt": false, "continue_final_message": true}},
+		{"a key twice", true, `{"messages":[{"role":"user","content":"a"}],"messages":[],"chat_template":"t"}`,
+			map[string]any{"model": "m\"1", "messages": []any{map[string]any{"role": "user", "content": "a"}}, "chat_template": "t", "add_generation_prompt": true}},
+		{"completions", false, `{"prompt":"once upon","add_special_tokens":false,"echo":true}`,
+			map[string]any{"model": "m\"1", "prompt": "once upon", "add_special_tokens": false}},
+		{"completions, one prompt in an array", false, `{"prompt":["once upon"]}`,
+			map[string]any{"model": "m\"1", "prompt": "once upon"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := readFields([]byte(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := tokenizeBody(Request{Model: "m\"1", Chat: tc.chat, Body: []byte(tc.body)}, &f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatalf("%s: %v", b, err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("body %s\nwant %v", b, tc.want)
+			}
+		})
+	}
+	if _, err := readFields([]byte(`{"messages":[}`)); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("a body that is not JSON: %v", err)
+	}
 }

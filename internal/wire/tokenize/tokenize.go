@@ -163,17 +163,66 @@ type shape struct {
 	ends     []int    // chat: the bytes of messages[0..j]
 	tokens   []uint32 // a completions prompt given as token ids
 	whole    bool     // tokens is the prompt itself
+	fields   fields   // the body's, read once
 }
 
-// The chat fields that shape the template's rendering.
-var chatFields = []string{"tools", "chat_template", "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "add_special_tokens", "documents", "mm_processor_kwargs"}
+// bodyFields are the request body's fields that shape its tokens: the
+// prompt (messages, or a completions prompt), then the chat fields that
+// shape the template's rendering (add_special_tokens shapes a completions
+// prompt's too).
+var bodyFields = [...]string{"messages", "prompt",
+	"tools", "chat_template", "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "add_special_tokens", "documents", "mm_processor_kwargs"}
+
+// Indexes in bodyFields.
+const (
+	fieldMessages = iota
+	fieldPrompt
+	firstChatField
+	fieldAddSpecialTokens    = 7
+	fieldAddGenerationPrompt = 5
+)
+
+// chatFields are the chat fields of bodyFields.
+var chatFields = bodyFields[firstChatField:]
+
+// fields are a body's values of bodyFields (one that is absent does not
+// Exist).
+type fields [len(bodyFields)]gjson.Result
+
+// readFields reads body's top-level bodyFields in one pass, the first of
+// a key written twice (as gjson's Get finds it).
+func readFields(body []byte) (fields, error) {
+	var f fields
+	if !gjson.ValidBytes(body) {
+		return f, fmt.Errorf("%w: the body is not JSON", ErrUnsupported)
+	}
+	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+		for i, name := range bodyFields {
+			if k.Str == name {
+				if !f[i].Exists() {
+					f[i] = v
+				}
+				break
+			}
+		}
+		return true
+	})
+	return f, nil
+}
 
 // shapeOf reads req's body.
 func shapeOf(req Request) (shape, error) {
-	if !gjson.ValidBytes(req.Body) {
-		return shape{}, fmt.Errorf("%w: the body is not JSON", ErrUnsupported)
+	f, err := readFields(req.Body)
+	if err != nil {
+		return shape{}, err
 	}
-	root := gjson.ParseBytes(req.Body)
+	s, err := shapeOfFields(req, &f)
+	s.fields = f
+	return s, err
+}
+
+// shapeOfFields is shapeOf of req's fields f.
+func shapeOfFields(req Request, f *fields) (shape, error) {
 	d := xxhash.New()
 	write := func(tag, s string) {
 		var l [8]byte
@@ -184,7 +233,7 @@ func shapeOf(req Request) (shape, error) {
 	}
 	write("model", req.Model)
 	if !req.Chat {
-		p := root.Get("prompt")
+		p := f[fieldPrompt]
 		switch {
 		case p.Type == gjson.String:
 			write("prompt", p.Str)
@@ -202,13 +251,13 @@ func shapeOf(req Request) (shape, error) {
 		default:
 			return shape{}, fmt.Errorf("%w: no prompt", ErrUnsupported)
 		}
-		write("add_special_tokens", root.Get("add_special_tokens").Raw)
+		write("add_special_tokens", f[fieldAddSpecialTokens].Raw)
 		return shape{key: d.Sum64()}, nil
 	}
-	for _, f := range chatFields {
-		write(f, root.Get(f).Raw)
+	for i, name := range chatFields {
+		write(name, f[firstChatField+i].Raw)
 	}
-	msgs := root.Get("messages")
+	msgs := f[fieldMessages]
 	if !msgs.IsArray() {
 		return shape{}, fmt.Errorf("%w: no messages", ErrUnsupported)
 	}
@@ -310,7 +359,7 @@ func (c *Client) Tokenize(ctx context.Context, req Request) ([]uint32, error) {
 		return nil, fmt.Errorf("%w: %s, until %s", ErrUnavailable, req.URL, until.Format(time.RFC3339))
 	}
 	c.mu.Unlock()
-	toks, err := c.call(ctx, req)
+	toks, err := c.call(ctx, req, &s.fields)
 	if err != nil {
 		if ctx.Err() == nil { // the tokenizer's failure, not the deadline
 			c.mu.Lock()
@@ -409,8 +458,8 @@ func (c *Client) Reusable(model string) bool {
 }
 
 // call posts req to the tokenizer.
-func (c *Client) call(ctx context.Context, req Request) ([]uint32, error) {
-	body, err := tokenizeBody(req)
+func (c *Client) call(ctx context.Context, req Request, f *fields) ([]uint32, error) {
+	body, err := tokenizeBody(req, f)
 	if err != nil {
 		return nil, err
 	}
@@ -506,31 +555,49 @@ func tokenIDs(raw string) ([]uint32, bool) {
 }
 
 // tokenizeBody is vLLM's TokenizeChatRequest (or TokenizeCompletionRequest)
-// of req: the model, and the client's fields that shape its prompt.
-func tokenizeBody(req Request) ([]byte, error) {
-	root := gjson.ParseBytes(req.Body)
-	out := map[string]json.RawMessage{}
-	model, _ := json.Marshal(req.Model)
-	out["model"] = model
-	fields := []string{"prompt", "add_special_tokens"}
-	if req.Chat {
-		fields = append([]string{"messages"}, chatFields...)
-	}
-	for _, f := range fields {
-		if v := root.Get(f); v.Exists() {
-			out[f] = json.RawMessage(v.Raw)
-		}
-	}
-	if req.Chat {
-		if _, ok := out["add_generation_prompt"]; !ok {
-			out["add_generation_prompt"] = json.RawMessage("true")
-		}
-	} else if p := root.Get("prompt"); p.IsArray() {
-		out["prompt"] = json.RawMessage(p.Array()[0].Raw) // one string, checked by shapeOf
-	}
-	b, err := json.Marshal(out)
+// of req, whose body's fields are f: the model, and the client's fields
+// that shape its prompt, as the client wrote them (the body is valid JSON:
+// readFields).
+func tokenizeBody(req Request, f *fields) ([]byte, error) {
+	model, err := json.Marshal(req.Model)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
-	return b, nil
+	size := len(model) + 64
+	for _, v := range f {
+		size += len(v.Raw) + 32
+	}
+	out := make([]byte, 0, size)
+	out = append(out, `{"model":`...)
+	out = append(out, model...)
+	field := func(name, raw string) {
+		out = append(out, `,"`...)
+		out = append(out, name...)
+		out = append(out, `":`...)
+		out = append(out, raw...)
+	}
+	if !req.Chat {
+		p := f[fieldPrompt]
+		raw := p.Raw
+		if p.IsArray() {
+			raw = p.Get("0").Raw // one string, checked by shapeOf
+		}
+		if raw != "" {
+			field("prompt", raw)
+		}
+		if v := f[fieldAddSpecialTokens]; v.Exists() {
+			field("add_special_tokens", v.Raw)
+		}
+		return append(out, '}'), nil
+	}
+	field("messages", f[fieldMessages].Raw)
+	for i, name := range chatFields {
+		if v := f[firstChatField+i]; v.Exists() {
+			field(name, v.Raw)
+		}
+	}
+	if !f[fieldAddGenerationPrompt].Exists() {
+		field("add_generation_prompt", "true")
+	}
+	return append(out, '}'), nil
 }
