@@ -256,6 +256,70 @@ func (p *parser) readBytes(what string, max int) ([]byte, error) {
 	return b, nil
 }
 
+// name reads a string value as str does, an event's tag or a field's key:
+// one the decoder knows reads as that name's constant, without copying it
+// out of the payload (an event map's dozen keys would otherwise cost two
+// allocations each).
+func (p *parser) name(what string) (string, bool, error) {
+	at := p.pos()
+	if at < len(p.src) {
+		b := p.src[at:]
+		hdr, n := 0, 0
+		switch c := b[0]; {
+		case msgpcode.IsFixedString(c):
+			hdr, n = 1, int(c&msgpcode.FixedStrMask)
+		case c == msgpcode.Str8 && len(b) >= 2:
+			hdr, n = 2, int(b[1])
+		}
+		if hdr > 0 && hdr+n <= len(b) {
+			if _, err := p.r.Seek(int64(at+hdr+n), io.SeekStart); err == nil {
+				v := b[hdr : hdr+n]
+				if k := knownName(v); k != "" {
+					return k, true, nil
+				}
+				return string(v), true, nil
+			}
+		}
+	}
+	return p.str(what)
+}
+
+// knownName is b's constant when b names a tag or field the decoder
+// reads, else "".
+func knownName(b []byte) string {
+	switch string(b) {
+	case "type":
+		return "type"
+	case tagStored:
+		return tagStored
+	case tagRemoved:
+		return tagRemoved
+	case tagCleared:
+		return tagCleared
+	case "block_hashes":
+		return "block_hashes"
+	case "parent_block_hash":
+		return "parent_block_hash"
+	case "token_ids":
+		return "token_ids"
+	case "block_size":
+		return "block_size"
+	case "lora_id":
+		return "lora_id"
+	case "medium":
+		return "medium"
+	case "lora_name":
+		return "lora_name"
+	case "extra_keys":
+		return "extra_keys"
+	case "metadata":
+		return "metadata"
+	case "group_idx":
+		return "group_idx"
+	}
+	return ""
+}
+
 // str reads a string (or bin) value; nil reads as "".
 func (p *parser) str(what string) (string, bool, error) {
 	c, null, err := p.next()
@@ -632,7 +696,7 @@ func (p *parser) positional(f *fields) error {
 		}
 		return nil
 	}
-	if f.typ, _, err = p.str("type"); err != nil {
+	if f.typ, _, err = p.name("type"); err != nil {
 		return err
 	}
 	var names []string
@@ -691,12 +755,12 @@ func (p *parser) named(f *fields) error {
 			}
 			continue
 		}
-		k, _, err := p.str("key")
+		k, _, err := p.name("key")
 		if err != nil {
 			return err
 		}
 		if k == "type" {
-			s, ok, err := p.str("type")
+			s, ok, err := p.name("type")
 			if err != nil {
 				return err
 			}
