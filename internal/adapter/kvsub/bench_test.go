@@ -18,9 +18,6 @@ import (
 //
 //	go test -run '^$' -bench KVEventsDecodeApply -benchmem ./internal/adapter/kvsub/
 func BenchmarkKVEventsDecodeApply(b *testing.B) {
-	s := router.NewState(router.Config{Policy: policy.NameCacheAware}, nil, 1)
-	now := time.Unix(1000, 0)
-	s.ApplyKV(&router.KVEvents{Worker: "w", State: kvindex.Exact}, now)
 	const n = 4096
 	payloads := make([][]byte, n)
 	for i := range payloads {
@@ -32,16 +29,7 @@ func BenchmarkKVEventsDecodeApply(b *testing.B) {
 		}
 		payloads[i] = kvpub.Encode(kvpub.Batch{TS: 1, Rank: kvpub.Ptr(0), Events: ev}, kvpub.Options{Encoding: kvpub.Map})
 	}
-	d := kvevents.NewDecoder(kvevents.Limits{})
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		batch, err := d.Decode(payloads[i%n])
-		if err != nil {
-			b.Fatal(err)
-		}
-		s.ApplyKV(&router.KVEvents{Worker: "w", State: kvindex.Exact, Batches: []kvindex.Batch{batch}}, now)
-	}
+	decodeApply(b, payloads)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/event")
 }
 
@@ -53,9 +41,6 @@ func BenchmarkKVEventsDecodeApply(b *testing.B) {
 //
 //	go test -run '^$' -bench KVEventsDecodeLongRun -benchmem ./internal/adapter/kvsub/
 func BenchmarkKVEventsDecodeLongRun(b *testing.B) {
-	s := router.NewState(router.Config{Policy: policy.NameCacheAware}, nil, 1)
-	now := time.Unix(1000, 0)
-	s.ApplyKV(&router.KVEvents{Worker: "w", State: kvindex.Exact}, now)
 	const blocks, n = 192, 64
 	payloads := make([][]byte, n)
 	for i := range payloads {
@@ -67,16 +52,7 @@ func BenchmarkKVEventsDecodeLongRun(b *testing.B) {
 		}
 		payloads[i] = kvpub.Encode(kvpub.Batch{TS: 1, Rank: kvpub.Ptr(0), Events: ev}, kvpub.Options{Encoding: kvpub.Map})
 	}
-	d := kvevents.NewDecoder(kvevents.Limits{})
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		batch, err := d.Decode(payloads[i%n])
-		if err != nil {
-			b.Fatal(err)
-		}
-		s.ApplyKV(&router.KVEvents{Worker: "w", State: kvindex.Exact, Batches: []kvindex.Batch{batch}}, now)
-	}
+	decodeApply(b, payloads)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/blocks/2, "ns/block")
 }
 
@@ -88,4 +64,23 @@ func payloadHashes(i, blocks int) []uint64 {
 		hs[j] = uint64(i*blocks + j + 1)
 	}
 	return hs
+}
+
+// decodeApply decodes payloads in turn, b.N of them, and applies each to
+// one worker's exact view, as the subscriber and the router do.
+func decodeApply(b *testing.B, payloads [][]byte) {
+	b.Helper()
+	s := router.NewState(router.Config{Policy: policy.NameCacheAware}, nil, 1)
+	now := time.Unix(1000, 0)
+	s.ApplyKV(&router.KVEvents{Worker: "w", State: kvindex.Exact}, now)
+	d := kvevents.NewDecoder(kvevents.Limits{})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		batch, err := d.Decode(payloads[i%len(payloads)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.ApplyKV(&router.KVEvents{Worker: "w", State: kvindex.Exact, Batches: []kvindex.Batch{batch}}, now)
+	}
 }

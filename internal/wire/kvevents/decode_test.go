@@ -253,24 +253,14 @@ func TestDecodeEveryIntegerForm(t *testing.T) {
 	}
 	tokens := []uint64{0, 5, 127, 128, 255, 256, 65535, 65536, 1<<31 - 1}
 	batch := func(form func(e *msgpack.Encoder, v uint64) error, toks []uint64, hashes []uint64) []byte {
-		var buf bytes.Buffer
-		e := msgpack.NewEncoder(&buf)
-		_ = e.EncodeArrayLen(2)
-		_ = e.EncodeFloat64(1)
-		_ = e.EncodeArrayLen(1)
-		_ = e.EncodeArrayLen(5)
-		_ = e.EncodeString("BlockStored")
-		_ = e.EncodeArrayLen(len(hashes))
-		for _, h := range hashes {
-			_ = form(e, h)
+		values := func(vs []uint64) []func(e *msgpack.Encoder) {
+			out := make([]func(e *msgpack.Encoder), len(vs))
+			for i, v := range vs {
+				out[i] = func(e *msgpack.Encoder) { _ = form(e, v) }
+			}
+			return out
 		}
-		_ = e.EncodeNil()
-		_ = e.EncodeArrayLen(len(toks))
-		for _, v := range toks {
-			_ = form(e, v)
-		}
-		_ = e.EncodeInt(int64(len(toks)))
-		return buf.Bytes()
+		return positionalStored(values(hashes), values(toks), len(toks))
 	}
 	want := make([]uint32, len(tokens))
 	for i, v := range tokens {
@@ -325,6 +315,18 @@ func TestDecodeByteHashForms(t *testing.T) {
 // byteHashBatch is a positional batch storing two blocks of one token,
 // both of hash h, sent as bin (or str).
 func byteHashBatch(h []byte, bin bool) []byte {
+	hash := func(e *msgpack.Encoder) { _ = e.EncodeString(string(h)) }
+	if bin {
+		hash = func(e *msgpack.Encoder) { _ = e.EncodeBytes(h) }
+	}
+	tok := func(e *msgpack.Encoder) { _ = e.EncodeUint(1) }
+	return positionalStored([]func(e *msgpack.Encoder){hash, hash}, []func(e *msgpack.Encoder){tok, tok}, 1)
+}
+
+// positionalStored is a positional batch of one BlockStored event with no
+// parent, whose block hashes and token ids are written by hashes and
+// tokens, one function a value.
+func positionalStored(hashes, tokens []func(e *msgpack.Encoder), blockSize int) []byte {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
 	_ = e.EncodeArrayLen(2)
@@ -332,18 +334,15 @@ func byteHashBatch(h []byte, bin bool) []byte {
 	_ = e.EncodeArrayLen(1)
 	_ = e.EncodeArrayLen(5)
 	_ = e.EncodeString("BlockStored")
-	_ = e.EncodeArrayLen(2)
-	for range 2 {
-		if bin {
-			_ = e.EncodeBytes(h)
-		} else {
-			_ = e.EncodeString(string(h))
-		}
+	_ = e.EncodeArrayLen(len(hashes))
+	for _, h := range hashes {
+		h(e)
 	}
 	_ = e.EncodeNil()
-	_ = e.EncodeArrayLen(2)
-	_ = e.EncodeUint(1)
-	_ = e.EncodeUint(2)
-	_ = e.EncodeInt(1)
+	_ = e.EncodeArrayLen(len(tokens))
+	for _, t := range tokens {
+		t(e)
+	}
+	_ = e.EncodeInt(int64(blockSize))
 	return buf.Bytes()
 }
