@@ -262,62 +262,55 @@ func (p *parser) readBytes(what string, max int) ([]byte, error) {
 // allocations each).
 func (p *parser) name(what string) (string, bool, error) {
 	at := p.pos()
-	if at < len(p.src) {
-		b := p.src[at:]
-		hdr, n := 0, 0
-		switch c := b[0]; {
-		case msgpcode.IsFixedString(c):
-			hdr, n = 1, int(c&msgpcode.FixedStrMask)
-		case c == msgpcode.Str8 && len(b) >= 2:
-			hdr, n = 2, int(b[1])
+	if hdr, n, ok := shortBytes(p.src[at:]); ok && p.skipTo(at+hdr+n) {
+		v := p.src[at+hdr : at+hdr+n]
+		if k := knownNames[string(v)]; k != "" {
+			return k, true, nil
 		}
-		if hdr > 0 && hdr+n <= len(b) {
-			if _, err := p.r.Seek(int64(at+hdr+n), io.SeekStart); err == nil {
-				v := b[hdr : hdr+n]
-				if k := knownName(v); k != "" {
-					return k, true, nil
-				}
-				return string(v), true, nil
-			}
-		}
+		return string(v), true, nil
 	}
 	return p.str(what)
 }
 
-// knownName is b's constant when b names a tag or field the decoder
-// reads, else "".
-func knownName(b []byte) string {
-	switch string(b) {
-	case "type":
-		return "type"
-	case tagStored:
-		return tagStored
-	case tagRemoved:
-		return tagRemoved
-	case tagCleared:
-		return tagCleared
-	case "block_hashes":
-		return "block_hashes"
-	case "parent_block_hash":
-		return "parent_block_hash"
-	case "token_ids":
-		return "token_ids"
-	case "block_size":
-		return "block_size"
-	case "lora_id":
-		return "lora_id"
-	case "medium":
-		return "medium"
-	case "lora_name":
-		return "lora_name"
-	case "extra_keys":
-		return "extra_keys"
-	case "metadata":
-		return "metadata"
-	case "group_idx":
-		return "group_idx"
+// knownNames are the tags and field names the decoder reads, each its own
+// constant (name).
+var knownNames = func() map[string]string {
+	m := map[string]string{}
+	for _, names := range [][]string{{"type", "metadata", tagStored, tagRemoved, tagCleared}, storedFields, removedFields} {
+		for _, n := range names {
+			m[n] = n
+		}
 	}
-	return ""
+	return m
+}()
+
+// shortBytes reads the header of a string or bin value at the start of b
+// in its forms with a header of one to three bytes (fixstr, str 8 and 16,
+// bin 8 and 16): the header's length and the value's. ok is false for any
+// other value, and for one b does not hold whole.
+func shortBytes(b []byte) (hdr, n int, ok bool) {
+	if len(b) == 0 {
+		return 0, 0, false
+	}
+	switch c := b[0]; {
+	case msgpcode.IsFixedString(c):
+		hdr, n = 1, int(c&msgpcode.FixedStrMask)
+	case (c == msgpcode.Str8 || c == msgpcode.Bin8) && len(b) >= 2:
+		hdr, n = 2, int(b[1])
+	case (c == msgpcode.Str16 || c == msgpcode.Bin16) && len(b) >= 3:
+		hdr, n = 3, int(binary.BigEndian.Uint16(b[1:]))
+	default:
+		return 0, 0, false
+	}
+	return hdr, n, hdr+n <= len(b)
+}
+
+// skipTo moves the decoder to byte at of the payload: it reads p.r
+// directly (a bytes.Reader is its own ByteScanner), so moving p.r moves
+// the decoder.
+func (p *parser) skipTo(at int) bool {
+	_, err := p.r.Seek(int64(at), io.SeekStart)
+	return err == nil
 }
 
 // str reads a string (or bin) value; nil reads as "".
@@ -413,35 +406,18 @@ func (p *parser) hashes(what string) ([]uint64, error) {
 
 // hashFast reads a block hash as hash does, straight from the payload,
 // when it is an integer in an unsigned form (uintFast) or a string or bin
-// of at most 1 KiB with a one- or two-byte header (vLLM's 32-byte hashes);
-// ok is false, and nothing is read, for any other value.
+// of at most 1 KiB with a short header (shortBytes; vLLM's 32-byte
+// hashes); ok is false, and nothing is read, for any other value.
 func (p *parser) hashFast() (uint64, bool) {
 	if v, ok := p.uintFast(); ok {
 		return v, true
 	}
 	at := p.pos()
-	if at >= len(p.src) {
+	hdr, n, ok := shortBytes(p.src[at:])
+	if !ok || n > 1<<10 || !p.skipTo(at+hdr+n) {
 		return 0, false
 	}
-	b := p.src[at:]
-	hdr, n := 0, 0
-	switch c := b[0]; {
-	case msgpcode.IsFixedString(c):
-		hdr, n = 1, int(c&msgpcode.FixedStrMask)
-	case (c == msgpcode.Bin8 || c == msgpcode.Str8) && len(b) >= 2:
-		hdr, n = 2, int(b[1])
-	case (c == msgpcode.Bin16 || c == msgpcode.Str16) && len(b) >= 3:
-		hdr, n = 3, int(binary.BigEndian.Uint16(b[1:]))
-	default:
-		return 0, false
-	}
-	if n > 1<<10 || hdr+n > len(b) {
-		return 0, false
-	}
-	if _, err := p.r.Seek(int64(at+hdr+n), io.SeekStart); err != nil {
-		return 0, false
-	}
-	return xxhash.Sum64(b[hdr : hdr+n]), true
+	return xxhash.Sum64(p.src[at+hdr : at+hdr+n]), true
 }
 
 // uintFast reads a non-negative integer in one of msgpack's unsigned
@@ -471,9 +447,7 @@ func (p *parser) uintFast() (v uint64, ok bool) {
 	default:
 		return 0, false
 	}
-	// The decoder reads p.r directly (a bytes.Reader is its own
-	// ByteScanner), so moving p.r moves the decoder.
-	if _, err := p.r.Seek(int64(at+n), io.SeekStart); err != nil {
+	if !p.skipTo(at + n) {
 		return 0, false
 	}
 	return v, true

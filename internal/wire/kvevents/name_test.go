@@ -9,20 +9,13 @@ func TestKnownNames(t *testing.T) {
 	names = append(names, storedFields...)
 	names = append(names, removedFields...)
 	for _, n := range names {
-		switch n {
-		case "kv_cache_spec_kind", "kv_cache_spec_sliding_window": // read by no field: skipped
-			if knownName([]byte(n)) != "" {
-				t.Errorf("knownName(%q) = %q, want \"\"", n, knownName([]byte(n)))
-			}
-			continue
-		}
-		if got := knownName([]byte(n)); got != n {
-			t.Errorf("knownName(%q) = %q", n, got)
+		if got := knownNames[n]; got != n {
+			t.Errorf("knownNames[%q] = %q", n, got)
 		}
 	}
 	for _, n := range []string{"", "Type", "block_hash", "token_ids "} {
-		if got := knownName([]byte(n)); got != "" {
-			t.Errorf("knownName(%q) = %q, want \"\"", n, got)
+		if got, ok := knownNames[n]; ok {
+			t.Errorf("knownNames[%q] = %q, want none", n, got)
 		}
 	}
 }
