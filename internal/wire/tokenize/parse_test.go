@@ -145,16 +145,6 @@ func BenchmarkTokenizeBody(b *testing.B) {
 	}
 }
 
-// TestBodyFieldIndexes: the named indexes name their fields.
-func TestBodyFieldIndexes(t *testing.T) {
-	for i, want := range map[int]string{fieldMessages: "messages", fieldPrompt: "prompt", firstChatField: "tools",
-		fieldAddGenerationPrompt: "add_generation_prompt", fieldAddSpecialTokens: "add_special_tokens"} {
-		if bodyFields[i] != want {
-			t.Errorf("bodyFields[%d] = %q, want %q", i, bodyFields[i], want)
-		}
-	}
-}
-
 // TestTokenizeBody: the /tokenize request carries the model and the
 // fields that shape the prompt, as the client wrote them (the first of a
 // key written twice), and nothing else; a chat request asks for the

@@ -166,28 +166,40 @@ type shape struct {
 	fields   fields   // the body's, read once
 }
 
-// bodyFields are the request body's fields that shape its tokens: the
-// prompt (messages, or a completions prompt), then the chat fields that
-// shape the template's rendering (add_special_tokens shapes a completions
-// prompt's too).
-var bodyFields = [...]string{"messages", "prompt",
-	"tools", "chat_template", "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "add_special_tokens", "documents", "mm_processor_kwargs"}
-
-// Indexes in bodyFields.
+// The request body's fields that shape its tokens, as indexes in
+// bodyFields: the prompt (messages, or a completions prompt), then the
+// chat fields that shape the template's rendering (add_special_tokens
+// shapes a completions prompt's too).
 const (
 	fieldMessages = iota
 	fieldPrompt
-	firstChatField
-	fieldAddSpecialTokens    = 7
-	fieldAddGenerationPrompt = 5
+	fieldTools
+	fieldChatTemplate
+	fieldChatTemplateKwargs
+	fieldAddGenerationPrompt
+	fieldContinueFinalMessage
+	fieldAddSpecialTokens
+	fieldDocuments
+	fieldMMProcessorKwargs
+	numFields
+
+	firstChatField = fieldTools
 )
+
+// bodyFields are the fields' names.
+var bodyFields = [numFields]string{
+	fieldMessages: "messages", fieldPrompt: "prompt",
+	fieldTools: "tools", fieldChatTemplate: "chat_template", fieldChatTemplateKwargs: "chat_template_kwargs",
+	fieldAddGenerationPrompt: "add_generation_prompt", fieldContinueFinalMessage: "continue_final_message",
+	fieldAddSpecialTokens: "add_special_tokens", fieldDocuments: "documents", fieldMMProcessorKwargs: "mm_processor_kwargs",
+}
 
 // chatFields are the chat fields of bodyFields.
 var chatFields = bodyFields[firstChatField:]
 
 // fields are a body's values of bodyFields (one that is absent does not
 // Exist).
-type fields [len(bodyFields)]gjson.Result
+type fields [numFields]gjson.Result
 
 // readFields reads body's top-level bodyFields in one pass, the first of
 // a key written twice (as gjson's Get finds it).
