@@ -12,10 +12,9 @@ import "github.com/tlgate/tlgate/internal/routing/policy"
 // request's load and a block more on what the exact pick saw, and it
 // believed the worker it would have picked to hold no more of the prompt
 // than the exact view saw there, within the same tolerance and a chunk of
-// its own. Only picks
-// on the whole prompt's tokens are checked (not on a conversation's
-// earlier turn's alone: Request.Partial), and only of prompts one of the
-// views believes partly cached somewhere. While the index agreed with at
+// its own. Only picks on the whole prompt's tokens are checked (not on a
+// conversation's earlier turn's alone: Request.Partial), and only of
+// prompts one of the views believes partly cached somewhere. While the index agreed with at
 // least Config.IndexAgreement of the last AgreementChecks checks, requests
 // of that model are routed on the index without being tokenized, except
 // one in Config.AgreementSample, which is still tokenized and picked on
