@@ -1,10 +1,13 @@
 package kvsub_test
 
 import (
+	"maps"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tlgate/tlgate/actors/router"
+	"github.com/tlgate/tlgate/internal/adapter/kvsub"
 	"github.com/tlgate/tlgate/internal/routing/kvindex"
 	"github.com/tlgate/tlgate/internal/routing/policy"
 	"github.com/tlgate/tlgate/internal/testkit/kvpub"
@@ -83,4 +86,78 @@ func decodeApply(b *testing.B, payloads [][]byte) {
 		}
 		s.ApplyKV(&router.KVEvents{Worker: "w", State: kvindex.Exact, Batches: []kvindex.Batch{batch}}, now)
 	}
+}
+
+// BenchmarkSubscriberReceive is one engine's batches (a block stored,
+// vLLM's map encoding) published on a ZMQ PUB socket and taken in by a
+// subscriber on loopback, both in this process, in bursts of a quarter of
+// the subscriber's queue: ns/batch is the wall time of a batch, from the
+// publisher's write to the subscriber's view; the CPU per batch is what
+// perf stat of the test binary says over b.N.
+//
+//	go test -run '^$' -bench SubscriberReceive -benchmem ./internal/adapter/kvsub/
+func BenchmarkSubscriberReceive(b *testing.B) {
+	p := kvpub.NewPublisher(b, "kv", true)
+	defer p.Close()
+	c := &countingView{view: newView()}
+	subscribe(b, p, c.view, func(cfg *kvsub.Config) {
+		cfg.Observer = c
+		cfg.BytesPerSecond = 1 << 40 // the benchmark floods on purpose
+	})
+	p.WaitSubscribers(1)
+	payloads := make([][]byte, 1024)
+	for i := range payloads {
+		payloads[i] = kvpub.Encode(block(i), kvpub.Options{Encoding: kvpub.Map})
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	const burst = kvsub.DefaultQueueLen / 4 // a subscriber drops what overflows its queue
+	for i := range b.N {
+		if i%burst == 0 {
+			for c.events.Load() < int64(i) {
+				time.Sleep(20 * time.Microsecond)
+			}
+		}
+		p.PublishPayload(payloads[i%len(payloads)])
+	}
+	for last, idle := int64(-1), 0; c.events.Load() < int64(b.N); {
+		if n := c.view.problemCount(); n > 0 {
+			b.Fatalf("%d problems (%v) after %d of %d batches", n, c.view.problemsSeen(), c.events.Load(), b.N)
+		}
+		if n := c.events.Load(); n == last {
+			if idle++; idle > 5000 { // half a second without a batch
+				b.Fatalf("%d of %d batches arrived", n, b.N)
+			}
+		} else {
+			last, idle = n, 0
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/batch")
+}
+
+// countingView is a view that counts the events it received.
+type countingView struct {
+	*view
+	events atomic.Int64
+}
+
+func (c *countingView) Received(_ string, events int, _ bool) { c.events.Add(int64(events)) }
+
+// problemCount is how many problems the view heard of.
+func (v *view) problemCount() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n := 0
+	for _, c := range v.problems {
+		n += c
+	}
+	return n
+}
+
+// problemsSeen is a copy of the problems the view heard of.
+func (v *view) problemsSeen() map[string]int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return maps.Clone(v.problems)
 }

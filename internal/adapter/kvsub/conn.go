@@ -1,6 +1,7 @@
 package kvsub
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -46,7 +47,7 @@ func dial(ctx context.Context, endpoint string, typ zmq4.SocketType, timeout tim
 	if err != nil {
 		return nil, nil, fmt.Errorf("kvsub: dial %s: %w", endpoint, err)
 	}
-	conn := &boundedConn{Conn: raw, b: b, greeting: greetingLen}
+	conn := &boundedConn{Conn: raw, r: bufio.NewReaderSize(raw, readBuffer), b: b, greeting: greetingLen}
 	_ = raw.SetDeadline(time.Now().Add(timeout))
 	zc, err := zmq4.Open(conn, NullSecurity(), typ, zmq4.SocketIdentity(""), false, nil)
 	if err != nil {
@@ -61,13 +62,19 @@ func dial(ctx context.Context, endpoint string, typ zmq4.SocketType, timeout tim
 // mechanism, as-server, filler.
 const greetingLen = 64
 
-// boundedConn reads a ZMTP stream and refuses, before the bytes reach the
-// ZMTP reader (which would allocate whatever size a frame header claims),
-// a frame or message beyond its bounds: ZMTP frames are a flags byte (bit
-// 0 more frames follow, bit 1 a long 8-byte size, bit 2 a command), the
-// size, and the body.
+// readBuffer is the bytes a connection reads from its socket at a time.
+// The ZMTP reader reads each frame's header and body apart (three frames
+// a batch), which unbuffered would be six system calls or more a batch.
+const readBuffer = 64 << 10
+
+// boundedConn reads a ZMTP stream, buffered, and refuses, before the bytes
+// reach the ZMTP reader (which would allocate whatever size a frame header
+// claims), a frame or message beyond its bounds: ZMTP frames are a flags
+// byte (bit 0 more frames follow, bit 1 a long 8-byte size, bit 2 a
+// command), the size, and the body.
 type boundedConn struct {
 	net.Conn
+	r        *bufio.Reader // of Conn
 	b        Bounds
 	greeting int // greeting bytes still to pass
 	state    int // what the next byte is
@@ -91,7 +98,7 @@ func (c *boundedConn) Read(p []byte) (int, error) {
 	if c.err != nil {
 		return 0, c.err
 	}
-	n, err := c.Conn.Read(p)
+	n, err := c.r.Read(p)
 	if cerr := c.check(p[:n]); cerr != nil {
 		c.err = cerr
 		_ = c.Conn.Close()

@@ -118,7 +118,7 @@ func block(i int) kvpub.Batch {
 }
 
 // subscribe runs a subscriber of p until the test ends.
-func subscribe(t *testing.T, p *kvpub.Publisher, v *view, mod func(*kvsub.Config)) {
+func subscribe(t testing.TB, p *kvpub.Publisher, v *view, mod func(*kvsub.Config)) {
 	t.Helper()
 	cfg := kvsub.Config{Worker: "w", Endpoint: p.Endpoint(), Replay: p.ReplayEndpoint(), Sink: v, Observer: v,
 		Logger: zerolog.Nop(), MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
