@@ -147,8 +147,8 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 		}
 		c.KVIndexAgreement = &a
 	}
-	if *numberShare < 0 || *numberShare >= 1 {
-		return tlbench.Config{}, fmt.Errorf("-number-share: must be in [0, 1), got %v", *numberShare)
+	if err := loadgen.CheckNumberShare(*numberShare); err != nil {
+		return tlbench.Config{}, fmt.Errorf("-number-share: %w", err)
 	}
 	c.NumberShare = *numberShare
 	if *kvSample < 0 {

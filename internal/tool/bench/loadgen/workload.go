@@ -125,12 +125,21 @@ type chatMessage struct {
 	Content string `json:"content"`
 }
 
+// CheckNumberShare reports a WorkloadConfig.NumberShare outside [0, 1).
+func CheckNumberShare(s float64) error {
+	if !(s >= 0 && s < 1) { // NaN included
+		return fmt.Errorf("must be in [0, 1), got %v", s)
+	}
+	return nil
+}
+
 // Build generates the workload c describes. The same config always gives
 // the same requests.
 func Build(c WorkloadConfig) (*Workload, error) {
+	if err := CheckNumberShare(c.NumberShare); err != nil {
+		return nil, fmt.Errorf("%w: number share %w", ErrWorkload, err)
+	}
 	switch {
-	case c.NumberShare < 0 || c.NumberShare >= 1:
-		return nil, fmt.Errorf("%w: number share %v outside [0, 1)", ErrWorkload, c.NumberShare)
 	case c.Kind == MultiTurn || c.Kind == RAG:
 		return buildLong(c)
 	case c.Kind != Shared && c.Kind != Distinct && c.Kind != Mixed:
