@@ -57,7 +57,8 @@ func (a *requestActor) needTokens(ctx actor.Context, nt *router.NeedTokensError)
 		}
 		url = scheme + "://" + nt.Worker
 	}
-	tr := tokenize.Request{URL: url, Model: nt.Model, Chat: a.ex.Req.Chat, Body: a.ex.Req.Object.Bytes()}
+	// Read once: a miss is looked up, then tokenized.
+	tr := tokenize.Read(tokenize.Request{URL: url, Model: nt.Model, Chat: a.ex.Req.Chat, Body: a.ex.Req.Object.Bytes()})
 	if ids, kind, refresh := a.d.Tokenizer.Lookup(tr); kind != tokenize.Miss {
 		a.tokenCache(kind)
 		a.tokenized(TokenizedCached, 0)

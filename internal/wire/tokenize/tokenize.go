@@ -103,6 +103,33 @@ type Request struct {
 	Chat bool
 	// Body is the client's request body.
 	Body []byte
+
+	read *read // Body's shape, when Read read it
+}
+
+// read is a request body's shape, read once.
+type read struct {
+	s   shape
+	err error
+}
+
+// Read returns req with its body read, so that Lookup, Tokenize and
+// Refresh given it do not read the body again: a request that misses the
+// cache is looked up and then tokenized, and each would read a long body
+// whole. The body must not change afterwards. A request not given to Read
+// is read by each of them.
+func Read(req Request) Request {
+	s, err := shapeOf(req)
+	req.read = &read{s: s, err: err}
+	return req
+}
+
+// shape returns req's body's shape, read now unless Read read it.
+func (req Request) shape() (shape, error) {
+	if req.read != nil {
+		return req.read.s, req.read.err
+	}
+	return shapeOf(req)
 }
 
 // Lookup results, as the tokenize_cache metric names them.
@@ -319,7 +346,7 @@ func tokenArray(items []gjson.Result) ([]uint32, bool) {
 // the turns after it reuse a longer prefix: when the messages after the
 // earlier turn are more than RefreshShare of the request's.
 func (c *Client) Lookup(req Request) (tokens []uint32, kind string, refresh bool) {
-	s, err := shapeOf(req)
+	s, err := req.shape()
 	if err != nil {
 		return nil, Miss, false
 	}
@@ -357,7 +384,7 @@ func (c *Client) get(key uint64) *entry {
 // keeps them, and judges the model's template against an earlier turn's
 // tokens.
 func (c *Client) Tokenize(ctx context.Context, req Request) ([]uint32, error) {
-	s, err := shapeOf(req)
+	s, err := req.shape()
 	if err != nil {
 		return nil, err
 	}

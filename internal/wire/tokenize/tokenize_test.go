@@ -1,6 +1,7 @@
 package tokenize_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -204,6 +205,42 @@ func TestTokenizationReuseSavesCalls(t *testing.T) {
 		t.Errorf("%d tokenizer calls for %d turns", n, turns)
 	} else {
 		t.Logf("%d tokenizer calls for %d turns", n, turns)
+	}
+}
+
+// TestReadReadsTheBodyOnce: a request given to Read is looked up and
+// tokenized from what Read read, not from its body again (the body is
+// overwritten after Read, which a second read would find no JSON).
+func TestReadReadsTheBodyOnce(t *testing.T) {
+	srv, _ := server(t, chatML)
+	ctx := context.Background()
+	orig := body(t, []msg{{"system", "be brief"}, {"user", "where does the prefix live"}}, "")
+	fresh := tokenize.New(tokenize.Options{})
+	defer fresh.Close()
+	want, err := fresh.Tokenize(ctx, tokenize.Request{URL: srv.URL, Model: "m", Chat: true, Body: orig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tokenize.New(tokenize.Options{CacheTokens: 1 << 20})
+	defer c.Close()
+	req := tokenize.Read(tokenize.Request{URL: srv.URL, Model: "m", Chat: true, Body: slices.Clone(orig)})
+	copy(req.Body, bytes.Repeat([]byte{'x'}, len(req.Body)))
+	if _, kind, _ := c.Lookup(req); kind != tokenize.Miss {
+		t.Fatalf("Lookup before tokenizing: %s, want %s", kind, tokenize.Miss)
+	}
+	got, err := c.Tokenize(ctx, req)
+	if err != nil {
+		t.Fatalf("Tokenize of a request Read read: %v", err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Tokenize: %v, want %v", got, want)
+	}
+	if toks, kind, _ := c.Lookup(req); kind != tokenize.Hit || !slices.Equal(toks, want) {
+		t.Errorf("Lookup after tokenizing: %s %v, want %s %v", kind, toks, tokenize.Hit, want)
+	}
+	bad := tokenize.Read(tokenize.Request{URL: srv.URL, Model: "m", Chat: true, Body: []byte(`{"messages":`)})
+	if _, err := c.Tokenize(ctx, bad); !errors.Is(err, tokenize.ErrUnsupported) {
+		t.Errorf("Tokenize of a body that is not JSON: %v, want %v", err, tokenize.ErrUnsupported)
 	}
 }
 
