@@ -68,7 +68,8 @@ type Options struct {
 	// complete so that a client never receives half an event.
 	MaxEventBytes int
 	// ClientWriteTimeout bounds each write of a stream to the client (0:
-	// none). A client that reads nothing for this long is treated as gone.
+	// none). A client that reads nothing for this long, up to an eighth
+	// more, is treated as gone.
 	ClientWriteTimeout time.Duration
 	// TLS, when set, is the TLS configuration for https engines (built
 	// client only).

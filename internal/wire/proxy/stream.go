@@ -134,7 +134,8 @@ type relay struct {
 	d         *dialect.Dialect
 	ew        sse.EventWriter // w, when it takes framed events
 	res       Result
-	seq       int64 // the sequence number after the relayed events' (Dialect.Sequenced)
+	seq       int64     // the sequence number after the relayed events' (Dialect.Sequenced)
+	deadline  time.Time // the client's write deadline, as last set (zero: none set)
 }
 
 // events relays an SSE body, whole events at a time, framing each once
@@ -229,8 +230,25 @@ func (r *relay) commit() {
 // clearWriteDeadline undoes the per-write deadlines once the relay is over:
 // the client's connection may carry its next request.
 func (r *relay) clearWriteDeadline() {
-	if r.rc != nil && r.p.o.ClientWriteTimeout > 0 {
+	if !r.deadline.IsZero() {
 		_ = r.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+// writeDeadline gives the client's next write at least ClientWriteTimeout,
+// and at most an eighth more: a client that stops reading for that long is
+// gone, and its slot and the engine's work are freed instead of held for
+// ever. The deadline is set with that eighth of slack and renewed only
+// when less than the timeout is left, so that a stream's writes, a few
+// milliseconds apart, do not each set it.
+func (r *relay) writeDeadline() {
+	t := r.p.o.ClientWriteTimeout
+	if t <= 0 {
+		return
+	}
+	if now := time.Now(); r.deadline.Sub(now) < t {
+		r.deadline = now.Add(t + t/8)
+		_ = r.rc.SetWriteDeadline(r.deadline)
 	}
 }
 
@@ -238,11 +256,7 @@ func (r *relay) clearWriteDeadline() {
 // flushes. It reports false, after canceling the upstream request, when
 // the client is gone.
 func (r *relay) write(p []byte, evs []sse.Event) bool {
-	if r.p.o.ClientWriteTimeout > 0 {
-		// A client that stops reading for this long is gone: its slot and
-		// the engine's work are freed instead of held for ever.
-		_ = r.rc.SetWriteDeadline(time.Now().Add(r.p.o.ClientWriteTimeout))
-	}
+	r.writeDeadline()
 	if len(p) > 0 {
 		var n int
 		var err error
@@ -291,12 +305,10 @@ func (r *relay) end(ae *AttemptError) {
 	if !r.res.Committed {
 		return
 	}
-	if r.p.o.ClientWriteTimeout > 0 {
-		// The last write's deadline may be spent: an engine that stalls for
-		// IdleTimeout outlasts a ClientWriteTimeout as long, and the error
-		// event would be lost, the stream ending as if it were complete.
-		_ = r.rc.SetWriteDeadline(time.Now().Add(r.p.o.ClientWriteTimeout))
-	}
+	// The last write's deadline may be spent: an engine that stalls for
+	// IdleTimeout outlasts a ClientWriteTimeout as long, and the error
+	// event would be lost, the stream ending as if it were complete.
+	r.writeDeadline()
 	if _, err := r.w.Write(r.d.ErrorEvent(string(ae.Reason), r.seq)); err != nil {
 		r.res.ClientGone = true
 		return
