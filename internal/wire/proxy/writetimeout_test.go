@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -57,5 +58,47 @@ func TestStreamClientStopsReading(t *testing.T) {
 	case <-engineDone:
 	case <-ctx.Done():
 		t.Fatal("the engine's request was not canceled")
+	}
+}
+
+// TestStreamOutlastsClientWriteTimeout: a client that keeps reading a
+// stream longer than ClientWriteTimeout gets all of it: the write
+// deadline is renewed as the stream goes on, not set once.
+func TestStreamOutlastsClientWriteTimeout(t *testing.T) {
+	const timeout, events = 100 * time.Millisecond, 8
+	engine := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		evs := make([]string, events)
+		for i := range evs {
+			evs[i] = fmt.Sprintf("data: {\"i\":%d}\n\n", i)
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, e := range append(evs, done) {
+			// Apart by more than the timeout's slack in all: the stream
+			// lasts several timeouts.
+			time.Sleep(timeout / 2)
+			fmt.Fprint(w, e)
+			w.(http.Flusher).Flush()
+		}
+	})
+	p := newProxy(t, Options{ClientWriteTimeout: timeout})
+	results := make(chan Result, 1)
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		results <- p.Stream(r.Context(), Attempt{URL: engine.URL, Body: []byte(`{}`)}, w, nil)
+	}))
+	defer gw.Close()
+	resp, err := gw.Client().Post(gw.URL, "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("reading the stream: %v", err)
+	}
+	if res := <-results; !res.Done || res.ClientGone || res.Err != nil || res.Events != events+1 {
+		t.Fatalf("Result %+v, want the whole stream (%d events and [DONE]) relayed", res, events)
+	}
+	if !strings.HasSuffix(string(body), done) {
+		t.Fatalf("the client got %q, want the stream to [DONE]", body)
 	}
 }
