@@ -36,6 +36,12 @@ func TestParseTokens(t *testing.T) {
 		{"far too large", `{"tokens":[123456789012345678901234]}`, nil, "not all token ids"},
 		{"a null", `{"tokens":[1,null]}`, nil, "not all token ids"},
 		{"a nested array", `{"tokens":[[1]]}`, nil, "not all token ids"},
+		{"a leading zero", `{"tokens":[1,02]}`, nil, "not valid JSON"},
+		{"a trailing comma after the tokens", `{"tokens":[1],}`, nil, "not valid JSON"},
+		{"a missing comma after the tokens", `{"tokens":[1,2] "count":2}`, nil, "not valid JSON"},
+		{"a bad value before the tokens", `{"count":02,"tokens":[1]}`, nil, "not valid JSON"},
+		{"tokens only inside a string", `{"a":"\"tokens\":[1]"}`, nil, "no tokens array"},
+		{"tokens inside another key's object", `{"a":{"tokens":[1]}}`, nil, "no tokens array"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := parseTokens([]byte(tc.data))
