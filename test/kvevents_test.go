@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -389,6 +392,67 @@ func TestTokenizeDeadlineFallsBack(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the request waited for a tokenizer that never answers")
+	}
+}
+
+// TestTokenizerKeepsConnections: prompts tokenized at once keep their
+// connections to the tokenizer for the prompts after them: a second burst
+// of requests as wide as the first opens (nearly) no new connection.
+func TestTokenizerKeepsConnections(t *testing.T) {
+	const burst = 8
+	var arrived, conns atomic.Int32
+	gates := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	tok := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		// Each burst's tokenizations are held until all of it has arrived,
+		// so that the first needs burst connections at once.
+		n := int(arrived.Add(1))
+		if b := (n - 1) / burst; b < len(gates) {
+			if n == (b+1)*burst {
+				close(gates[b])
+			}
+			select {
+			case <-gates[b]:
+			case <-time.After(10 * time.Second):
+				t.Errorf("tokenization %d: its burst never arrived whole", n)
+			}
+		}
+		_, _ = io.WriteString(w, `{"count":3,"tokens":[1,2,3]}`)
+	}))
+	tok.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	tok.Start()
+	defer tok.Close()
+	kc := newKVCluster(t, []clusterOpt{func(cfg *config.Config) {
+		cfg.Gateway.KVEvents.IndexAgreement = 0 // every request is tokenized
+		cfg.Gateway.Tokenizer.Endpoints = []config.TokenizerEndpoint{{Model: "m", URL: tok.URL}}
+	}}, kvEngine("w1", true, kvevents.Encoder{}), kvEngine("w2", true, kvevents.Encoder{}))
+	kc.warm("w1", "w2")
+	opened := make([]int32, len(gates))
+	for b := range gates {
+		before := conns.Load()
+		var wg sync.WaitGroup
+		for i := range burst {
+			wg.Go(func() {
+				body := map[string]any{"model": "m", "messages": short(fmt.Sprintf("burst %d, request %d", b, i)), "max_tokens": 1}
+				if r := kc.post("/v1/chat/completions", "key-plain", body); r.status != http.StatusOK {
+					t.Errorf("burst %d, request %d: %d %s", b, i, r.status, r.body)
+				}
+			})
+		}
+		wg.Wait()
+		opened[b] = conns.Load() - before
+	}
+	if int(arrived.Load()) != len(gates)*burst {
+		t.Fatalf("%d tokenizations for %d requests", arrived.Load(), len(gates)*burst)
+	}
+	// A connection is put back for reuse as its answer ends, which may
+	// trail the request's own answer: a couple may not be back yet.
+	if opened[0] != burst || opened[1] > 2 {
+		t.Fatalf("connections opened to the tokenizer: %d in the first burst of %d, %d in the second; want %d and none (two at most)", opened[0], burst, opened[1], burst)
 	}
 }
 

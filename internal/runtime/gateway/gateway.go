@@ -258,13 +258,14 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		scheme = "https"
 		grpcCreds = credentials.NewTLS(engineTLS)
 	}
-	engineHTTP := func() *http.Client {
-		return &http.Client{Transport: &http.Transport{
+	engineTransport := func() *http.Transport {
+		return &http.Transport{
 			Proxy:           nil, // engines are reached directly
 			DialContext:     (&net.Dialer{Timeout: gw.ConnectTimeout.Duration, KeepAlive: 30 * time.Second, Control: addrs.DialControl}).DialContext,
 			TLSClientConfig: engineTLS,
-		}}
+		}
 	}
+	engineHTTP := func() *http.Client { return &http.Client{Transport: engineTransport()} }
 	probeClient := engineHTTP()
 	g.proxy = proxy.New(proxy.Options{
 		ConnectTimeout:   gw.ConnectTimeout.Duration,
@@ -323,7 +324,15 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		Stored: g.storedResponses(stored), NoCapacityRetryAfter: rcfg.NoCapacityRetryAfter}
 	instrument(rdeps, m)
 	if pol == policy.NameCacheAware && !rcfg.NoExact { // kvRouterConfig: [gateway.kv_events] follow
-		g.startKVEvents(&gw, rdeps, engineHTTP(), addrs.DialControl, g.KV, o.Logger)
+		// Prompts are tokenized on requests' paths, many at once: the
+		// connections are kept (with net/http's two idle ones per host,
+		// the rest would be closed and opened again under load), and a
+		// prompt of tens of KB and its tokens' answer go 64 KB at a time
+		// through the connection's buffers, not 4 KB.
+		tt := engineTransport()
+		tt.MaxIdleConnsPerHost = 64
+		tt.ReadBufferSize, tt.WriteBufferSize = 64<<10, 64<<10
+		g.startKVEvents(&gw, rdeps, &http.Client{Transport: tt}, addrs.DialControl, g.KV, o.Logger)
 	}
 	g.Traffic = traffic.New(o.Traffic)
 	feedTraffic(rdeps, g.Traffic)
