@@ -54,6 +54,10 @@ func TestParseTokens(t *testing.T) {
 			if err != nil || got == nil || !slices.Equal(got, tc.want) {
 				t.Fatalf("parseTokens(%s) = %v, %v; want %v", tc.data, got, err, tc.want)
 			}
+			// A valid answer is read on the fast path, validated once.
+			if fast, ok := tokensOfValid([]byte(tc.data)); !ok || !slices.Equal(fast, tc.want) {
+				t.Fatalf("tokensOfValid(%s) = %v, %v; want %v", tc.data, fast, ok, tc.want)
+			}
 		})
 	}
 }
