@@ -73,8 +73,8 @@ func TestStreamOutlastsClientWriteTimeout(t *testing.T) {
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		for _, e := range append(evs, done) {
-			// Apart by more than the timeout's slack in all: the stream
-			// lasts several timeouts.
+			// Half a timeout apart: the stream outlasts several
+			// timeouts, far past one deadline and its slack.
 			time.Sleep(timeout / 2)
 			fmt.Fprint(w, e)
 			w.(http.Flusher).Flush()
