@@ -119,29 +119,11 @@ func TestStreamIdleTimeoutEndsWithErrorEvent(t *testing.T) {
 	const idle = 200 * time.Millisecond
 	p := New(Options{IdleTimeout: idle, ClientWriteTimeout: idle})
 	defer p.Close()
-	results := make(chan Result, 1)
-	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		results <- p.Stream(r.Context(), Attempt{URL: engine.URL, Body: []byte(`{}`)}, w, nil)
-	}))
-	defer gw.Close()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gw.URL, strings.NewReader(`{}`))
-	resp, err := gw.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatalf("reading the stream: %v", err)
-	}
-	if !strings.HasPrefix(string(body), ev1) || !strings.Contains(string(body), sseErrLine) ||
-		!strings.Contains(string(body), `"upstream_failed"`) || strings.Contains(string(body), "[DONE]") {
+	body, res := streamThrough(t, p, engine.URL)
+	if !strings.HasPrefix(body, ev1) || !strings.Contains(body, sseErrLine) ||
+		!strings.Contains(body, `"upstream_failed"`) || strings.Contains(body, "[DONE]") {
 		t.Fatalf("client got %q, want the event, then the upstream_failed event and no [DONE]", body)
 	}
-	res := <-results
 	if !res.Committed || res.ClientGone || ReasonOf(res.Err) != FailTimeout {
 		t.Fatalf("Result = %+v, want a committed timeout with the client still there", res)
 	}

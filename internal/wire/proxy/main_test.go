@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -48,6 +49,31 @@ func newProxy(t testing.TB, o Options) *Proxy {
 	p := New(o)
 	t.Cleanup(p.Close)
 	return p
+}
+
+// streamThrough relays one streamed request to the engine at url through
+// p, as the gateway's handler does, and returns what the client read and
+// the relay's Result; the client gives up after 10 s.
+func streamThrough(t *testing.T, p *Proxy, url string) (string, Result) {
+	t.Helper()
+	results := make(chan Result, 1)
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		results <- p.Stream(r.Context(), Attempt{URL: url, Body: []byte(`{}`)}, w, nil)
+	}))
+	defer gw.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gw.URL, strings.NewReader(`{}`))
+	resp, err := gw.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("reading the stream: %v", err)
+	}
+	return string(body), <-results
 }
 
 // closedAddr returns an address on which nothing listens.

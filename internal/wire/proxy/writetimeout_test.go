@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -81,24 +80,11 @@ func TestStreamOutlastsClientWriteTimeout(t *testing.T) {
 		}
 	})
 	p := newProxy(t, Options{ClientWriteTimeout: timeout})
-	results := make(chan Result, 1)
-	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		results <- p.Stream(r.Context(), Attempt{URL: engine.URL, Body: []byte(`{}`)}, w, nil)
-	}))
-	defer gw.Close()
-	resp, err := gw.Client().Post(gw.URL, "application/json", strings.NewReader(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatalf("reading the stream: %v", err)
-	}
-	if res := <-results; !res.Done || res.ClientGone || res.Err != nil || res.Events != events+1 {
+	body, res := streamThrough(t, p, engine.URL)
+	if !res.Done || res.ClientGone || res.Err != nil || res.Events != events+1 {
 		t.Fatalf("Result %+v, want the whole stream (%d events and [DONE]) relayed", res, events)
 	}
-	if !strings.HasSuffix(string(body), done) {
+	if !strings.HasSuffix(body, done) {
 		t.Fatalf("the client got %q, want the stream to [DONE]", body)
 	}
 }
