@@ -538,23 +538,23 @@ func parseTokens(data []byte) ([]uint32, error) {
 	if toks, ok := tokensOfValid(data); ok {
 		return toks, nil
 	}
-	// Say what is wrong.
+	return nil, answerError(data)
+}
+
+// answerError says what is wrong with an answer tokensOfValid refused.
+func answerError(data []byte) error {
 	if !gjson.ValidBytes(data) {
-		return nil, errors.New("the answer is not valid JSON")
+		return errors.New("the answer is not valid JSON")
 	}
 	root := gjson.ParseBytes(data)
-	if !root.IsObject() {
-		return nil, errors.New("the answer is not a JSON object")
+	switch {
+	case !root.IsObject():
+		return errors.New("the answer is not a JSON object")
+	case !root.Get("tokens").IsArray():
+		return errors.New("the answer has no tokens array")
+	default:
+		return errors.New("the answer's tokens are not all token ids (integers from 0 to 4294967295)")
 	}
-	r := root.Get("tokens")
-	if !r.IsArray() {
-		return nil, errors.New("the answer has no tokens array")
-	}
-	toks, ok := tokenIDs(r.Raw)
-	if !ok {
-		return nil, errors.New("the answer's tokens are not all token ids (integers from 0 to 4294967295)")
-	}
-	return toks, nil
 }
 
 // tokensOfValid reads data's tokens when data is a valid JSON object whose
