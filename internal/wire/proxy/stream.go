@@ -227,8 +227,8 @@ func (r *relay) commit() {
 	r.w.WriteHeader(r.res.Status)
 }
 
-// clearWriteDeadline undoes the per-write deadlines once the relay is over:
-// the client's connection may carry its next request.
+// clearWriteDeadline undoes the client's write deadline once the relay is
+// over: the client's connection may carry its next request.
 func (r *relay) clearWriteDeadline() {
 	if !r.deadline.IsZero() {
 		_ = r.rc.SetWriteDeadline(time.Time{})
