@@ -528,6 +528,9 @@ func TestKVEventsReplay(t *testing.T) {
 	if got := d(nil, seqStart(5)); len(got) != 1 || got[0].seq != 5 {
 		t.Fatalf("after a malformed request: %d batches", len(got))
 	}
+	// Sent counts a batch once its send returns, which may be after the
+	// subscriber has read it.
+	waitFor(t, "the sixth batch counted sent", func() bool { return e.kvpub.Stats().Sent == 6 })
 	if st := e.kvpub.Stats(); st.Replays != 5 || st.Published != 6 || st.Sent != 6 {
 		t.Fatalf("stats %+v", st)
 	}
