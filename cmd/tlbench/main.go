@@ -92,6 +92,7 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	turnUserBytes := fs.Int("turn-user-bytes", 0, "bytes of each multi-turn user message (default 128)")
 	answerBytes := fs.Int("answer-bytes", 0, "bytes of each answer a multi-turn prompt carries into the next turn (default 96)")
 	rate := fs.Float64("rate", 0, "requests per second of the overhead latency runs (default 1000)")
+	overheadRounds := fs.Int("overhead-rounds", 0, "overhead: interleaved rounds of the fixed-rate runs, each path once per round (default 3, 1 with -quick)")
 	workers := fs.String("workers", "", "fleet sizes of the route decision timing (default 4,64,1024)")
 	streams := fs.String("streams", "", "open-stream counts of the memory measurement (default 1000,10000; 1000 with -quick)")
 	workloads := fs.String("workloads", "", "comma-separated routing workloads (default shared,distinct,mixed,multi-turn,rag)")
@@ -213,6 +214,9 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	if *timeout < 0 || *rate < 0 {
 		return tlbench.Config{}, errors.New("-timeout and -rate must not be negative")
 	}
+	if *overheadRounds < 0 {
+		return tlbench.Config{}, fmt.Errorf("-overhead-rounds: must not be negative, got %d", *overheadRounds)
+	}
 	if slices.Contains(c.Only, tlbench.ExpOpenLoop) || slices.Contains(c.Only, tlbench.ExpKVEvents) {
 		c.Timeout = 4 * time.Hour // the default sweep runs about two hours on 2 cores
 		if *quick {
@@ -230,6 +234,9 @@ func parseFlags(args []string, errOut io.Writer) (tlbench.Config, error) {
 	}
 	if *rate > 0 {
 		c.Rate = *rate
+	}
+	if *overheadRounds > 0 {
+		c.Rounds = *overheadRounds
 	}
 	var err error
 	if *workers != "" {

@@ -18,12 +18,12 @@ func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func TestParseFlags(t *testing.T) {
 	c, err := parseFlags([]string{"-quick", "-only", "scale, routing", "-workers", "2,8", "-streams", "10", "-requests", "5",
-		"-workloads", "distinct", "-out", "x", "-rate", "50", "-timeout", "30s"}, io.Discard)
+		"-workloads", "distinct", "-out", "x", "-rate", "50", "-timeout", "30s", "-overhead-rounds", "9"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(c.Only, []string{tlbench.ExpScale, tlbench.ExpRouting}) || !slices.Equal(c.Workers, []int{2, 8}) || !slices.Equal(c.Streams, []int{10}) ||
-		c.Requests != 5 || !slices.Equal(c.Workloads, []loadgen.Kind{loadgen.Distinct}) || c.Out != "x" || c.Rate != 50 || c.Timeout != 30*time.Second {
+		c.Requests != 5 || !slices.Equal(c.Workloads, []loadgen.Kind{loadgen.Distinct}) || c.Out != "x" || c.Rate != 50 || c.Timeout != 30*time.Second || c.Rounds != 9 {
 		t.Errorf("parsed %+v", c)
 	}
 	ca, err := parseFlags([]string{"-policies", "cache_aware, least_outstanding", "-sweep", "8,64", "-cache-load-weight", "200",
@@ -53,6 +53,7 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-answer-bytes", "-1"}, "-answer-bytes: must be positive, got -1"},
 		{[]string{"-workloads", "burst"}, `-workloads: unknown workload "burst"`},
 		{[]string{"-rate", "-5"}, "-timeout and -rate must not be negative"},
+		{[]string{"-overhead-rounds", "-1"}, "-overhead-rounds: must not be negative, got -1"},
 		{[]string{"extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"-policies", "least_outstanding,magic"}, `-policies: "magic" is not least_outstanding, `},
 		{[]string{"-sweep", "4,0"}, `-sweep: not a positive integer: "0"`},

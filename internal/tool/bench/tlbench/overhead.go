@@ -46,6 +46,9 @@ type overheadCell struct {
 	// CPU over the fixed-rate runs: the path's own process (the proxy;
 	// zero for direct), the engine's, and the load generator's.
 	cpu, engineCPU, clientCPU time.Duration
+	// roundCPU is the path's own CPU per request in each round, in µs (0:
+	// none answered that round).
+	roundCPU []float64
 	// The gateway process's allocations (bytes and objects) and GC cycles
 	// over the fixed-rate runs, from its own /metrics (gateway path only).
 	allocBytes float64
@@ -278,6 +281,11 @@ func overheadExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 					return section{}, nil, err
 				}
 				cell := byPath[p.name]
+				perReq := 0.0
+				if n := res.OK + res.Failed; n > 0 {
+					perReq = float64(after.cpu-before.cpu) / float64(time.Microsecond) / float64(n)
+				}
+				cell.roundCPU = append(cell.roundCPU, perReq)
 				cell.requests += uint64(res.OK + res.Failed)
 				cell.cpu += after.cpu - before.cpu
 				cell.engineCPU += after.engine - before.engine
@@ -428,10 +436,26 @@ func overheadSection(c Config, cells []*overheadCell, nginxNote string) section 
 			if n != nil && n.requests > 0 {
 				line += fmt.Sprintf(", nginx %s µs", n.perRequest(n.cpu))
 			}
+			if rs := pairedRatios(g.roundCPU, gp.roundCPU); len(rs) > 1 {
+				s := spreadOf(rs)
+				line += fmt.Sprintf("; round by round (the two measured one after the other), gateway over floor %.2f× (%.2f×–%.2f×), the median of %d rounds",
+					s.med, s.lo, s.hi, len(rs))
+			}
 			notes = append(notes, line+".")
 		}
 	}
 	return section{title: "Gateway overhead", lead: lead, tables: []*table{t}, notes: notes}
+}
+
+// pairedRatios is a[i]/b[i] for the rounds both measured.
+func pairedRatios(a, b []float64) []float64 {
+	var rs []float64
+	for i := range min(len(a), len(b)) {
+		if a[i] > 0 && b[i] > 0 {
+			rs = append(rs, a[i]/b[i])
+		}
+	}
+	return rs
 }
 
 func cpuRatio(a, b float64) string {
