@@ -65,6 +65,10 @@ func TestEngineHeartbeatsEveryAddress(t *testing.T) {
 	waitStates(t, gws[1], "hb-", routable, within)
 }
 
+// restartHost is the loopback address of the registry that
+// TestGatewayRestartFleetBackWithinTwoHeartbeats restarts.
+const restartHost = "127.0.0.101"
+
 // TestGatewayRestartFleetBackWithinTwoHeartbeats stops a gateway for long
 // enough that gRPC's default reconnect backoff would have grown to several
 // seconds, starts it again on the same registry address, and waits for
@@ -72,8 +76,12 @@ func TestEngineHeartbeatsEveryAddress(t *testing.T) {
 // the heartbeat interval, so they are back within about two heartbeats
 // (the wait allows 2 T plus a margin for a busy machine).
 func TestGatewayRestartFleetBackWithinTwoHeartbeats(t *testing.T) {
-	port := freePort(t, "127.0.0.1")
-	registry := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	// The gateway is down for 10 s, its port free, and it must bind the
+	// port again. On 127.0.0.1 another test's outgoing connection could
+	// take the port meanwhile (its source address is 127.0.0.1); no test
+	// sends from or listens on restartHost.
+	port := freePort(t, restartHost)
+	registry := net.JoinHostPort(restartHost, strconv.Itoa(port))
 	gw := startGatewayAt(t, registry, "")
 	fleet := map[string]string{}
 	for i := range 3 {
