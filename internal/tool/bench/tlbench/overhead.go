@@ -281,12 +281,12 @@ func overheadExperiment(ctx context.Context, c Config, bins binaries, logOut io.
 					return section{}, nil, err
 				}
 				cell := byPath[p.name]
-				perReq := 0.0
-				if n := res.OK + res.Failed; n > 0 {
+				n, perReq := res.OK+res.Failed, 0.0
+				if n > 0 {
 					perReq = float64(after.cpu-before.cpu) / float64(time.Microsecond) / float64(n)
 				}
 				cell.roundCPU = append(cell.roundCPU, perReq)
-				cell.requests += uint64(res.OK + res.Failed)
+				cell.requests += uint64(n)
 				cell.cpu += after.cpu - before.cpu
 				cell.engineCPU += after.engine - before.engine
 				cell.clientCPU += after.client - before.client
