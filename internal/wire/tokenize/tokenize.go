@@ -513,12 +513,15 @@ func (c *Client) call(ctx context.Context, req Request, f *fields) ([]uint32, er
 		return nil, fmt.Errorf("%w: %v", ErrTokenizer, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse+1))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrTokenizer, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%w: %s/tokenize answered %d", ErrTokenizer, req.URL, resp.StatusCode)
+	}
+	if len(data) > MaxResponse {
+		return nil, fmt.Errorf("%w: %s/tokenize: the answer is over the %d-byte limit", ErrTokenizer, req.URL, MaxResponse)
 	}
 	toks, err := parseTokens(data)
 	if err != nil {

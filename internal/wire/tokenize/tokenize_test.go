@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -320,6 +321,29 @@ func TestTokenizeFailures(t *testing.T) {
 	defer cancel2()
 	if _, err := c.Tokenize(ctx2, sreq); errors.Is(err, tokenize.ErrUnavailable) {
 		t.Fatal("a deadline made the tokenizer unavailable")
+	}
+}
+
+// TestTokenizeAnswerOverLimit: an answer longer than MaxResponse is
+// refused with an error that names the limit, not read as truncated JSON.
+func TestTokenizeAnswerOverLimit(t *testing.T) {
+	huge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"tokens":[1]`)
+		pad := bytes.Repeat([]byte(" "), 1<<20)
+		for n := 0; n <= tokenize.MaxResponse; n += len(pad) {
+			if _, err := w.Write(pad); err != nil {
+				return
+			}
+		}
+		_, _ = io.WriteString(w, `}`)
+	}))
+	defer huge.Close()
+	c := tokenize.New(tokenize.Options{CacheTokens: 1 << 10})
+	defer c.Close()
+	_, err := c.Tokenize(context.Background(), tokenize.Request{URL: huge.URL, Model: "m", Body: []byte(`{"prompt":"x"}`)})
+	if want := fmt.Sprintf("the answer is over the %d-byte limit", tokenize.MaxResponse); !errors.Is(err, tokenize.ErrTokenizer) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("an answer over the limit: %v, want %q", err, want)
 	}
 }
 
