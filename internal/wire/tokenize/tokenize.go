@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -423,7 +424,7 @@ func (c *Client) learn(model string, s shape, toks []uint32) {
 				v = &verdict{}
 				c.models[model] = v
 			}
-			if len(e.tokens) <= len(toks) && slicesEqual(e.tokens, toks[:len(e.tokens)]) {
+			if len(e.tokens) <= len(toks) && slices.Equal(e.tokens, toks[:len(e.tokens)]) {
 				v.agreed++
 			} else {
 				v.broke = true
@@ -432,18 +433,6 @@ func (c *Client) learn(model string, s shape, toks []uint32) {
 		}
 	}
 	c.put(model, s.key, toks)
-}
-
-func slicesEqual(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // put keeps toks under key, dropping the least recent entries past the
