@@ -179,7 +179,7 @@ func TestResumeRoutableAtOnce(t *testing.T) {
 		if _, err := h.sys.Root.RequestFuture(h.reg, &registry.Drain{Model: "smol", On: false}, time.Second).Result(); err != nil {
 			t.Fatal(err)
 		}
-		if got := h.ids(true); !equal(got, []string{"a"}) {
+		if got := h.ids(true); !slices.Equal(got, []string{"a"}) {
 			t.Fatalf("routable right after the resume: %v, want a", got)
 		}
 		// a's next heartbeat still says draining (it hears the resume on
@@ -187,7 +187,7 @@ func TestResumeRoutableAtOnce(t *testing.T) {
 		if ack := h.beat(drained); ack.Drain {
 			t.Fatal("ack after the resume says drain")
 		}
-		if got := h.ids(true); !equal(got, []string{"a"}) {
+		if got := h.ids(true); !slices.Equal(got, []string{"a"}) {
 			t.Fatalf("routable after a's late draining report: %v, want a", got)
 		}
 		h.beat(status("a", "smol", 0))
@@ -272,7 +272,7 @@ func TestLateStampedHeartbeatKeepsWorker(t *testing.T) {
 		h.sys.Root.Send(h.reg, &registry.Heartbeat{Status: status("a", "smol", 3), Arrived: t0.Add(5950 * time.Millisecond), Source: fleet.SourceHeartbeat})
 		close(gate)
 		synctest.Wait()
-		if len(evicted()) != 0 || !equal(registered(), []string{"a", "blocker"}) {
+		if len(evicted()) != 0 || !slices.Equal(registered(), []string{"a", "blocker"}) {
 			t.Fatalf("evicted %v, registered %v; want no eviction and a registered once", evicted(), registered())
 		}
 		if w := h.worker("a"); w.QueueDepth != 3 {
@@ -281,12 +281,12 @@ func TestLateStampedHeartbeatKeepsWorker(t *testing.T) {
 		// Its new deadline holds: evicted at 5.95 + 6 s.
 		time.Sleep(time.Until(t0.Add(11950*time.Millisecond)) - time.Millisecond)
 		synctest.Wait()
-		if !equal(evicted(), []string{"blocker"}) {
+		if !slices.Equal(evicted(), []string{"blocker"}) {
 			t.Fatalf("just before a's new deadline evicted %v, want only blocker (its own deadline was 11.9 s)", evicted())
 		}
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
-		if !equal(evicted(), []string{"blocker", "a"}) {
+		if !slices.Equal(evicted(), []string{"blocker", "a"}) {
 			t.Fatalf("at a's new deadline evicted %v, want blocker then a", evicted())
 		}
 	})

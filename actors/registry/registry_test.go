@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -71,18 +72,6 @@ func (h *harness) ids(routable bool) []string {
 	return out
 }
 
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // TestEvictionExactDeadline is the registry half of the design document's
 // worked example: three workers heartbeat at t0, a keeps heartbeating every
 // 2 s; at t0+5.999 s all three are listed, at t0+6 s b and c are gone.
@@ -107,7 +96,7 @@ func TestEvictionExactDeadline(t *testing.T) {
 		h.beat(status("a", "smol", 2))
 		time.Sleep(time.Until(t0.Add(5999 * time.Millisecond)))
 		synctest.Wait()
-		if got := h.ids(false); !equal(got, []string{"a", "b", "c"}) {
+		if got := h.ids(false); !slices.Equal(got, []string{"a", "b", "c"}) {
 			t.Fatalf("at t0+5.999s listed %v, want a b c", got)
 		}
 		if len(events) != 0 {
@@ -115,7 +104,7 @@ func TestEvictionExactDeadline(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
-		if got := h.ids(false); !equal(got, []string{"a"}) {
+		if got := h.ids(false); !slices.Equal(got, []string{"a"}) {
 			t.Fatalf("at t0+6s listed %v, want a", got)
 		}
 		gone := map[string]bool{}
@@ -157,7 +146,7 @@ func TestWorkerActorRestartKeepsStatus(t *testing.T) {
 		// only because neither heartbeated; b's actor never noticed.
 		time.Sleep(5999 * time.Millisecond)
 		synctest.Wait()
-		if got := h.ids(false); !equal(got, []string{"a", "b"}) {
+		if got := h.ids(false); !slices.Equal(got, []string{"a", "b"}) {
 			t.Fatalf("at 5.999s: %v", got)
 		}
 		time.Sleep(time.Millisecond)
@@ -176,7 +165,7 @@ func TestDrainAndSelfDraining(t *testing.T) {
 		s.Draining = true
 		h.beat(s)
 		h.beat(status("c", "big", 0))
-		if got := h.ids(true); !equal(got, []string{"a", "c"}) {
+		if got := h.ids(true); !slices.Equal(got, []string{"a", "c"}) {
 			t.Fatalf("routable %v, want a c (b reports draining)", got)
 		}
 		res, _ := h.sys.Root.RequestFuture(h.reg, &registry.Drain{Model: "smol", On: true}, time.Second).Result()
@@ -189,14 +178,14 @@ func TestDrainAndSelfDraining(t *testing.T) {
 		if ack := h.beat(status("c", "big", 0)); ack.Drain {
 			t.Fatal("another model's ack says drain")
 		}
-		if got := h.ids(true); !equal(got, []string{"c"}) {
+		if got := h.ids(true); !slices.Equal(got, []string{"c"}) {
 			t.Fatalf("routable %v, want c", got)
 		}
 		h.sys.Root.Send(h.reg, &registry.Drain{Model: "smol", On: false})
 		if ack := h.beat(status("a", "smol", 0)); ack.Drain {
 			t.Fatal("ack after resume still says drain")
 		}
-		if got := h.ids(true); !equal(got, []string{"a", "c"}) {
+		if got := h.ids(true); !slices.Equal(got, []string{"a", "c"}) {
 			t.Fatalf("routable after resume %v", got)
 		}
 	})
@@ -211,7 +200,7 @@ func TestRegistryRestartKeepsWorkers(t *testing.T) {
 		h.beat(status("b", "smol", 0))
 		h.sys.Root.Send(h.reg, &registry.Crash{})
 		synctest.Wait()
-		if got := h.ids(false); !equal(got, []string{"a", "b"}) {
+		if got := h.ids(false); !slices.Equal(got, []string{"a", "b"}) {
 			t.Fatalf("after registry restart: %v", got)
 		}
 		time.Sleep(6 * time.Second)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -61,7 +62,7 @@ func TestFleetRendersEjectionAndPrefixIndex(t *testing.T) {
 		t.Errorf("routable worker rendered %+v", r)
 	}
 	heads := eval[[]string](u, `[...document.querySelectorAll(".card.model thead th")].map(th => th.textContent)`)
-	if !contains(heads, "Index blocks") {
+	if !slices.Contains(heads, "Index blocks") {
 		t.Errorf("no prefix index column: %q", heads)
 	}
 	cells := eval[[]string](u, `[...document.querySelectorAll("tr[data-worker]")].map(tr => tr.children[10].textContent)`)
@@ -113,18 +114,9 @@ func TestFleetShowsCacheView(t *testing.T) {
 		t.Errorf("approximate worker: %+v", c)
 	}
 	heads := eval[[]string](u, `[...document.querySelectorAll(".card.model thead th")].map(th => th.textContent)`)
-	if !contains(heads, "Cache view") {
+	if !slices.Contains(heads, "Cache view") {
 		t.Errorf("no cache view column: %q", heads)
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // TestFleetAgesOnTheGatewaysClock: heartbeat ages are measured on the

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -320,7 +321,7 @@ func (g *chartGateway) waitWorkers(t *testing.T, want map[string]string) {
 		for id := range ws {
 			got[id] = state(ws, id)
 		}
-		if equal(got, want) {
+		if maps.Equal(got, want) {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -182,7 +183,7 @@ func waitStates(t *testing.T, gw *gateway.Gateway, prefix string, want map[strin
 				got[id] = state(ws, id)
 			}
 		}
-		if equal(got, want) {
+		if maps.Equal(got, want) {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -190,18 +191,6 @@ func waitStates(t *testing.T, gw *gateway.Gateway, prefix string, want map[strin
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func equal(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // complete sends one completion for model and returns the status and the

@@ -1,7 +1,8 @@
 package config
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/tlgate/tlgate/internal/routing/routes"
@@ -114,7 +115,7 @@ func (v *checker) overload(e Ejection, a Admission) {
 	if a.WorkerConcurrency < 0 {
 		v.add("gateway.admission.worker_concurrency", "must be >= 0 (0: from the engine's reports), got %d", a.WorkerConcurrency)
 	}
-	for _, k := range sortedKeys(a.ModelConcurrency) {
+	for _, k := range slices.Sorted(maps.Keys(a.ModelConcurrency)) {
 		if err := routes.CheckModelID(k); err != nil {
 			v.add("gateway.admission.model_concurrency."+k, "%s", err)
 		}
@@ -122,7 +123,7 @@ func (v *checker) overload(e Ejection, a Admission) {
 			v.add("gateway.admission.model_concurrency."+k, "must be >= 1, got %d", n)
 		}
 	}
-	for _, k := range sortedKeys(a.EngineConcurrency) {
+	for _, k := range slices.Sorted(maps.Keys(a.EngineConcurrency)) {
 		if err := checkEngineID(k); err != nil {
 			v.add("gateway.admission.engine_concurrency."+k, "%s", err)
 		}
@@ -148,13 +149,4 @@ func (v *checker) overload(e Ejection, a Admission) {
 	if a.SaturationTTFT.Duration < 0 {
 		v.add("gateway.admission.saturation_ttft", "must be >= 0 (0: not judged by the TTFT), got %s", a.SaturationTTFT.Duration)
 	}
-}
-
-func sortedKeys(m map[string]int) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

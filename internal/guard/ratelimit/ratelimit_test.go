@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -209,19 +210,10 @@ func TestConcurrentUse(t *testing.T) {
 func TestMessageNamesTheLimit(t *testing.T) {
 	for limit, want := range map[string]string{LimitRequests: "requests per minute", LimitTokens: "tokens per minute", LimitConcurrent: "concurrent"} {
 		d := Decision{Limited: limit, RetryAfter: time.Second, Requests: Status{Limit: 1}, Tokens: Status{Limit: 2}, MaxConcurrent: 3}
-		if m := d.Message("alice"); !contains(m, want) || !contains(m, `"alice"`) {
+		if m := d.Message("alice"); !strings.Contains(m, want) || !strings.Contains(m, `"alice"`) {
 			t.Errorf("%s: %q lacks %q", limit, m, want)
 		}
 	}
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
 }
 
 // TestSetLimits: a reload keeps the state of a key whose limits did not
@@ -316,7 +308,7 @@ func TestReservations(t *testing.T) {
 					t.Fatalf("step %d: %+v, want ok %v tooLarge %v max_tokens %d remaining %d", i, d, s.ok, s.tooLarge, s.maxTokens, s.remaining)
 				}
 				if !d.OK {
-					if d.Reservation != nil || d.Limited != LimitTokens || d.RetryAfter <= 0 || !contains(d.Message("k"), "tokens per minute") {
+					if d.Reservation != nil || d.Limited != LimitTokens || d.RetryAfter <= 0 || !strings.Contains(d.Message("k"), "tokens per minute") {
 						t.Fatalf("step %d refused: %+v %q", i, d, d.Message("k"))
 					}
 					continue

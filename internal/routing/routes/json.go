@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -275,7 +276,7 @@ func array(raw json.RawMessage, path string) ([]json.RawMessage, error) {
 func allow(fields map[string]json.RawMessage, prefix string, known ...string) error {
 	var unknown []string
 	for k := range fields {
-		if !contains(known, k) {
+		if !slices.Contains(known, k) {
 			unknown = append(unknown, k)
 		}
 	}
@@ -300,15 +301,6 @@ func decode(raw json.RawMessage, dst any, path, want string) error {
 		return fmt.Errorf("%w: %s: want %s, got %s", ErrBadJSON, path, want, kind(raw))
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }

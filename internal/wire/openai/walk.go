@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"slices"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -31,7 +32,7 @@ func ReadObject(body []byte, fields []string, field func(key string, v gjson.Res
 	)
 	root.ForEach(func(k, v gjson.Result) bool {
 		o.add(k, v)
-		i := indexOf(fields, k.Str)
+		i := slices.Index(fields, k.Str)
 		if i < 0 {
 			if other != nil {
 				err = other(k.Str)
@@ -50,13 +51,4 @@ func ReadObject(body []byte, fields []string, field func(key string, v gjson.Res
 		return Object{}, err
 	}
 	return o.object(body), nil
-}
-
-func indexOf(list []string, s string) int {
-	for i, x := range list {
-		if x == s {
-			return i
-		}
-	}
-	return -1
 }
