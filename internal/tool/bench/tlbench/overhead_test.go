@@ -1,6 +1,7 @@
 package tlbench
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -18,14 +19,9 @@ func TestPairedRatios(t *testing.T) {
 		{"none", nil, []float64{100}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := pairedRatios(tc.a, tc.b)
-			if len(got) != len(tc.want) {
+			near := func(x, y float64) bool { return math.Abs(x-y) < 1e-9 }
+			if got := pairedRatios(tc.a, tc.b); !slices.EqualFunc(got, tc.want, near) {
 				t.Fatalf("pairedRatios(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.want)
-			}
-			for i := range got {
-				if d := got[i] - tc.want[i]; d > 1e-9 || d < -1e-9 {
-					t.Fatalf("pairedRatios(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.want)
-				}
 			}
 		})
 	}
