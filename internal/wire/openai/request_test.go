@@ -1,8 +1,11 @@
 package openai
 
 import (
+	"encoding/json"
 	"errors"
+	"math/big"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -193,4 +196,104 @@ func TestParseRequestErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzParseRequestAgrees checks what ParseRequest reads against
+// encoding/json's reading of the same body (keys case-sensitive, as the
+// engines' JSON readers are): whatever body it accepts is valid JSON, and
+// the fields that route and limit a request (model, stream, seed,
+// max_tokens, temperature, cache_salt) hold what a JSON decoder reads
+// there, so the gateway never routes one request while the engine serves
+// another. It also checks that a body ParseRequest accepts has no
+// duplicate of a field it reads.
+func FuzzParseRequestAgrees(f *testing.F) {
+	f.Add([]byte(`{"model":"smol","prompt":"hi","stream":true,"seed":7,"max_tokens":3,"temperature":0.5,"cache_salt":"s"}`), false)
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":3,"max_completion_tokens":9}`), true)
+	f.Add([]byte(`{"\u006dodel":"a\/b","prompt":["x","y"],"seed":1.0,"max_tokens":2e1}`), false)
+	f.Add([]byte(`{"model":"m","model":"n","prompt":"p"}`), false)
+	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
+		req, err := ParseRequest(body, chat)
+		if err != nil {
+			return
+		}
+		if !json.Valid(body) {
+			t.Fatalf("ParseRequest accepted %q, which is not valid JSON", body)
+		}
+		members := decodeMembers(t, body)
+		seen := make(map[string]bool)
+		fields := make(map[string]json.RawMessage)
+		for _, m := range members {
+			if slices.Contains(requestFields, m.key) {
+				if seen[m.key] {
+					t.Fatalf("ParseRequest accepted %q, which gives %q twice", body, m.key)
+				}
+				seen[m.key] = true
+			}
+			fields[m.key] = json.RawMessage(m.value)
+		}
+		var want struct {
+			Model       string
+			Stream      bool
+			Temperature *float64
+			CacheSalt   string
+		}
+		for key, dst := range map[string]any{"model": &want.Model, "stream": &want.Stream,
+			"temperature": &want.Temperature, "cache_salt": &want.CacheSalt} {
+			if raw, ok := fields[key]; ok {
+				if err := json.Unmarshal(raw, dst); err != nil {
+					t.Fatalf("ParseRequest accepted %q; encoding/json reads its %s %s: %v", body, key, raw, err)
+				}
+			}
+		}
+		if req.Model != want.Model || req.Stream != want.Stream || req.CacheSalt != want.CacheSalt {
+			t.Fatalf("ParseRequest(%q): model %q stream %v cache_salt %q; encoding/json reads %q %v %q",
+				body, req.Model, req.Stream, req.CacheSalt, want.Model, want.Stream, want.CacheSalt)
+		}
+		if (req.Temperature == nil) != (want.Temperature == nil) || req.Temperature != nil && *req.Temperature != *want.Temperature {
+			t.Fatalf("ParseRequest(%q): temperature %v; encoding/json reads %v", body, deref(req.Temperature), deref(want.Temperature))
+		}
+		var seed *big.Float
+		if req.Seed != nil {
+			seed = new(big.Float).SetUint64(*req.Seed)
+		}
+		if !sameNumber(t, seed, fields["seed"]) {
+			t.Fatalf("ParseRequest(%q): seed %v; the body's is %s", body, deref(req.Seed), fields["seed"])
+		}
+		maxTokens := fields["max_tokens"]
+		if raw, ok := fields["max_completion_tokens"]; chat && ok && string(raw) != "null" {
+			maxTokens = raw
+		}
+		var mt *big.Float
+		if req.MaxTokens != nil {
+			mt = new(big.Float).SetInt64(int64(*req.MaxTokens))
+		}
+		if !sameNumber(t, mt, maxTokens) {
+			t.Fatalf("ParseRequest(%q): max tokens %v; the body's is %s", body, deref(req.MaxTokens), maxTokens)
+		}
+	})
+}
+
+// sameNumber reports whether raw (absent, null or a JSON number) holds
+// the number n (nil: none), exactly.
+func sameNumber(t *testing.T, n *big.Float, raw json.RawMessage) bool {
+	t.Helper()
+	if raw == nil || string(raw) == "null" {
+		return n == nil
+	}
+	var num json.Number
+	if err := json.Unmarshal(raw, &num); err != nil {
+		t.Fatalf("%s: not a number: %v", raw, err)
+	}
+	f, _, err := big.ParseFloat(string(num), 10, 256, big.ToNearestEven)
+	if err != nil {
+		t.Fatalf("%s: %v", raw, err)
+	}
+	return n != nil && f.Cmp(n) == 0
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
