@@ -123,8 +123,15 @@ func TrimTopLogprobs(resp []byte, n int) ([]byte, error) {
 // It returns new bytes; resp is not modified.
 func TrimChoicesTopLogprobs(resp []byte, choices gjson.Result, n int) []byte {
 	var s splicer
+	if !choices.IsArray() {
+		return s.apply(resp)
+	}
 	choices.ForEach(func(_, c gjson.Result) bool {
-		c.Get("logprobs.content").ForEach(func(_, tok gjson.Result) bool {
+		content := c.Get("logprobs.content")
+		if !c.IsObject() || !content.IsArray() {
+			return true
+		}
+		content.ForEach(func(_, tok gjson.Result) bool {
 			top := tok.Get("top_logprobs")
 			if !top.IsArray() {
 				return true

@@ -160,3 +160,36 @@ func TestWithMaxTokens(t *testing.T) {
 		t.Error("an array was rewritten")
 	}
 }
+
+// TestTrimTopLogprobs: each choice's logprobs.content[j].top_logprobs is
+// cut to n alternatives, every other byte as sent; answers of another
+// shape are left as they are.
+func TestTrimTopLogprobs(t *testing.T) {
+	tests := []struct {
+		name, resp string
+		n          int
+		want       string
+	}{
+		{"cut", `{"choices":[{"logprobs":{"content":[{"token":"a","top_logprobs":[{"t":1}, {"t":2}]},{"top_logprobs":[3]}]}}]}`, 1,
+			`{"choices":[{"logprobs":{"content":[{"token":"a","top_logprobs":[{"t":1}]},{"top_logprobs":[3]}]}}]}`},
+		{"cut to none", `{"choices":[{"logprobs":{"content":[{"top_logprobs":[1,2]}]}}]}`, 0,
+			`{"choices":[{"logprobs":{"content":[{"top_logprobs":[]}]}}]}`},
+		{"short enough", `{"choices":[{"logprobs":{"content":[{"top_logprobs":[1, 2]}]}}]}`, 2,
+			`{"choices":[{"logprobs":{"content":[{"top_logprobs":[1, 2]}]}}]}`},
+		{"choices not an array", `{"choices":{"x":{"logprobs":{"content":[{"top_logprobs":[1,2]}]}}}}`, 1,
+			`{"choices":{"x":{"logprobs":{"content":[{"top_logprobs":[1,2]}]}}}}`},
+		{"content not an array", `{"choices":[{"logprobs":{"content":{"x":{"top_logprobs":[1,2]}}}}]}`, 1,
+			`{"choices":[{"logprobs":{"content":{"x":{"top_logprobs":[1,2]}}}}]}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := TrimTopLogprobs([]byte(tt.resp), tt.n)
+			if err != nil || string(got) != tt.want {
+				t.Fatalf("TrimTopLogprobs = %s, %v; want %s", got, err, tt.want)
+			}
+		})
+	}
+	if _, err := TrimTopLogprobs([]byte(`{"choices":`), 1); !errors.Is(err, ErrInvalidJSON) {
+		t.Fatalf("invalid JSON: %v", err)
+	}
+}
