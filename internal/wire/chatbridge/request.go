@@ -17,7 +17,6 @@ package chatbridge
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -162,7 +161,7 @@ func (b *chatBody) bytes() []byte {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		out = strconv.AppendQuote(out, k)
+		out = gjson.AppendJSONString(out, k)
 		out = append(out, ':')
 		out = append(out, b.vals[k]...)
 	}
