@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
 // TestParseTokens: a /tokenize answer's tokens array is read whole;
@@ -156,8 +158,8 @@ func BenchmarkTokenizeBody(b *testing.B) {
 }
 
 // TestTokenizeBody: the /tokenize request carries the model and the
-// fields that shape the prompt, as the client wrote them (the first of a
-// key written twice), and nothing else; a chat request asks for the
+// fields that shape the prompt, as the client wrote them (the last of a
+// key written twice, as the engine reads it), and nothing else; a chat request asks for the
 // generation prompt unless it says otherwise.
 func TestTokenizeBody(t *testing.T) {
 	for _, tc := range []struct {
@@ -170,7 +172,7 @@ func TestTokenizeBody(t *testing.T) {
 			map[string]any{"model": "m\"1", "messages": []any{map[string]any{"role": "user", "content": "hi \"there\""}}, "tools": []any{map[string]any{"type": "function"}}, "add_generation_prompt": true}},
 		{"chat, no generation prompt", true, `{"messages":[],"add_generation_prompt":false,"continue_final_message":true}`,
 			map[string]any{"model": "m\"1", "messages": []any{}, "add_generation_prompt": false, "continue_final_message": true}},
-		{"a key twice", true, `{"messages":[{"role":"user","content":"a"}],"messages":[],"chat_template":"t"}`,
+		{"a key twice", true, `{"messages":[{"role":"user","content":"a"}],"chat_template":"s","add_generation_prompt":false,"chat_template":"t","add_generation_prompt":true}`,
 			map[string]any{"model": "m\"1", "messages": []any{map[string]any{"role": "user", "content": "a"}}, "chat_template": "t", "add_generation_prompt": true}},
 		{"completions", false, `{"prompt":"once upon","add_special_tokens":false,"echo":true}`,
 			map[string]any{"model": "m\"1", "prompt": "once upon", "add_special_tokens": false}},
@@ -198,4 +200,57 @@ func TestTokenizeBody(t *testing.T) {
 	if _, err := readFields([]byte(`{"messages":[}`)); !errors.Is(err, ErrUnsupported) {
 		t.Fatalf("a body that is not JSON: %v", err)
 	}
+}
+
+// FuzzTokenizeBody checks the /tokenize request against encoding/json:
+// for any body the edge accepts that can be tokenized for routing, the
+// request is valid JSON holding the model, and the fields that shape the
+// prompt as a JSON decoder reads them in the client's body (a chat asks
+// for the generation prompt unless the client said otherwise; a
+// completions prompt given as an array of one string is that string),
+// and nothing else: what the engine tokenizes is what it will serve.
+func FuzzTokenizeBody(f *testing.F) {
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[],"chat_template":"a","chat_template":"b"}`), true)
+	f.Add([]byte(`{"model":"m","prompt":["once"],"add_special_tokens":false,"echo":true}`), false)
+	f.Add([]byte(`{"model":"m","prompt":"x","add_special_tokens":1,"add_special_tokens":null}`), false)
+	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
+		parsed, err := openai.ParseRequest(body, chat)
+		if err != nil {
+			return
+		}
+		req := Read(Request{Model: parsed.Model, Chat: chat, Body: body})
+		s, err := req.shape()
+		if err != nil || s.whole {
+			return // not tokenized: routed on the prefix index, or its prompt is token ids
+		}
+		out, err := tokenizeBody(req, &s.fields)
+		if err != nil {
+			return
+		}
+		var got, client map[string]any
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("body %q: /tokenize request %q: %v", body, out, err)
+		}
+		if err := json.Unmarshal(body, &client); err != nil {
+			t.Fatalf("body %q: %v", body, err)
+		}
+		want := map[string]any{"model": parsed.Model}
+		names := []string{"add_special_tokens"}
+		if chat {
+			names = append([]string{"messages"}, chatFields...)
+			want["add_generation_prompt"] = true
+		} else if p, ok := client["prompt"].([]any); ok {
+			want["prompt"] = p[0]
+		} else {
+			want["prompt"] = client["prompt"]
+		}
+		for _, name := range names {
+			if v, ok := client[name]; ok {
+				want[name] = v
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("body %q: /tokenize request %s, want %v", body, out, want)
+		}
+	})
 }

@@ -229,8 +229,10 @@ var chatFields = bodyFields[firstChatField:]
 // Exist).
 type fields [numFields]gjson.Result
 
-// readFields reads body's top-level bodyFields in one pass, the first of
-// a key written twice (as gjson's Get finds it).
+// readFields reads body's top-level bodyFields in one pass, the last of a
+// key written twice, as the engines' JSON readers (Python's json, Go's
+// encoding/json) read it: the edge refuses a body that gives messages or
+// prompt twice, but not one that gives a chat template field twice.
 func readFields(body []byte) (fields, error) {
 	var f fields
 	if !gjson.ValidBytes(body) {
@@ -239,9 +241,7 @@ func readFields(body []byte) (fields, error) {
 	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
 		for i, name := range bodyFields {
 			if k.Str == name {
-				if !f[i].Exists() {
-					f[i] = v
-				}
+				f[i] = v
 				break
 			}
 		}
