@@ -211,7 +211,7 @@ func TestHostileRequests(t *testing.T) {
 				t.Fatal("the model name injected a header")
 			}
 		}},
-		{name: "model of invalid UTF-8", method: "POST", path: compl, key: "key-plain", body: "{\"model\":\"\xff\xfe\",\"prompt\":\"x\"}", status: 404, code: "model_not_found"},
+		{name: "model of invalid UTF-8", method: "POST", path: compl, key: "key-plain", body: "{\"model\":\"\xff\xfe\",\"prompt\":\"x\"}", status: 400, code: "invalid_request", check: ownWords("not valid UTF-8")},
 		{name: "10 KB model in the path", method: "GET", path: "/v1/models/" + long, key: "key-plain", status: 404, code: "model_not_found", check: bounded(long)},
 		{name: "10 KB unknown path", method: "GET", path: "/v1/" + long, key: "key-plain", status: 404, code: "not_found", check: bounded(long)},
 		{name: "10 KB previous_response_id", method: "POST", path: "/v1/responses", key: "key-plain", body: `{"model":"smol","input":"hi","previous_response_id":"resp_` + long + `"}`,

@@ -124,6 +124,7 @@ func TestParseRequestErrors(t *testing.T) {
 	}{
 		{"not json", `{"model":`, true, ""},
 		{"not an object", `["model"]`, true, ""},
+		{"not UTF-8", "{\"model\":\"m\xff\",\"prompt\":\"p\"}", false, ""},
 		{"empty body", ``, false, ""},
 		{"model missing", `{"prompt":"p"}`, false, "model"},
 		{"model not a string", `{"model":3,"prompt":"p"}`, false, "model"},
@@ -198,38 +199,46 @@ func TestParseRequestErrors(t *testing.T) {
 	}
 }
 
-// FuzzParseRequestAgrees checks what ParseRequest reads against
-// encoding/json's reading of the same body (keys case-sensitive, as the
-// engines' JSON readers are): whatever body it accepts is valid JSON, and
-// the fields that route and limit a request (model, stream, seed,
-// max_tokens, temperature, cache_salt) hold what a JSON decoder reads
-// there, so the gateway never routes one request while the engine serves
-// another. It also checks that a body ParseRequest accepts has no
-// duplicate of a field it reads.
+// FuzzParseRequestAgrees checks what the edge's parsers of completions,
+// chat completions and Responses bodies read against encoding/json's
+// reading of the same body (keys case-sensitive, as the engines' JSON
+// readers are): whatever body they accept is valid JSON, and the fields
+// that route and limit a request (model, stream, seed, max_tokens or its
+// API's name for it, temperature, cache_salt) hold what a JSON decoder
+// reads there, so the gateway never routes one request while the engine
+// serves another. It also checks that an accepted body gives none of the
+// fields its parser reads twice.
 func FuzzParseRequestAgrees(f *testing.F) {
-	f.Add([]byte(`{"model":"smol","prompt":"hi","stream":true,"seed":7,"max_tokens":3,"temperature":0.5,"cache_salt":"s"}`), false)
-	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":3,"max_completion_tokens":9}`), true)
-	f.Add([]byte(`{"\u006dodel":"a\/b","prompt":["x","y"],"seed":1.0,"max_tokens":2e1}`), false)
-	f.Add([]byte(`{"model":"m","model":"n","prompt":"p"}`), false)
-	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
-		req, err := ParseRequest(body, chat)
+	f.Add([]byte(`{"model":"smol","prompt":"hi","stream":true,"seed":7,"max_tokens":3,"temperature":0.5,"cache_salt":"s"}`), uint8(0))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":3,"max_completion_tokens":9}`), uint8(1))
+	f.Add([]byte(`{"\u006dodel":"a\/b","prompt":["x","y"],"seed":1.0,"max_tokens":2e1}`), uint8(0))
+	f.Add([]byte(`{"model":"m","model":"n","prompt":"p"}`), uint8(0))
+	f.Add([]byte(`{"model":"m","input":"x","stream":true,"max_output_tokens":4,"cache_salt":"s","temperature":1}`), uint8(2))
+	f.Fuzz(func(t *testing.T, body []byte, api uint8) {
+		chat, parse, fields, maxKey := false, func(b []byte) (Request, error) { return ParseRequest(b, false) }, requestFields, "max_tokens"
+		switch api % 3 {
+		case 1:
+			chat, parse = true, func(b []byte) (Request, error) { return ParseRequest(b, true) }
+		case 2:
+			parse, fields, maxKey = ParseResponses, responsesFields, "max_output_tokens"
+		}
+		req, err := parse(body)
 		if err != nil {
 			return
 		}
 		if !json.Valid(body) {
-			t.Fatalf("ParseRequest accepted %q, which is not valid JSON", body)
+			t.Fatalf("api %d accepted %q, which is not valid JSON", api%3, body)
 		}
-		members := decodeMembers(t, body)
 		seen := make(map[string]bool)
-		fields := make(map[string]json.RawMessage)
-		for _, m := range members {
-			if slices.Contains(requestFields, m.key) {
+		raws := make(map[string]json.RawMessage)
+		for _, m := range decodeMembers(t, body) {
+			if slices.Contains(fields, m.key) {
 				if seen[m.key] {
-					t.Fatalf("ParseRequest accepted %q, which gives %q twice", body, m.key)
+					t.Fatalf("api %d accepted %q, which gives %q twice", api%3, body, m.key)
 				}
 				seen[m.key] = true
 			}
-			fields[m.key] = json.RawMessage(m.value)
+			raws[m.key] = json.RawMessage(m.value)
 		}
 		var want struct {
 			Model       string
@@ -239,28 +248,28 @@ func FuzzParseRequestAgrees(f *testing.F) {
 		}
 		for key, dst := range map[string]any{"model": &want.Model, "stream": &want.Stream,
 			"temperature": &want.Temperature, "cache_salt": &want.CacheSalt} {
-			if raw, ok := fields[key]; ok {
+			if raw, ok := raws[key]; ok && slices.Contains(fields, key) {
 				if err := json.Unmarshal(raw, dst); err != nil {
-					t.Fatalf("ParseRequest accepted %q; encoding/json reads its %s %s: %v", body, key, raw, err)
+					t.Fatalf("api %d accepted %q; encoding/json reads its %s %s: %v", api%3, body, key, raw, err)
 				}
 			}
 		}
 		if req.Model != want.Model || req.Stream != want.Stream || req.CacheSalt != want.CacheSalt {
-			t.Fatalf("ParseRequest(%q): model %q stream %v cache_salt %q; encoding/json reads %q %v %q",
-				body, req.Model, req.Stream, req.CacheSalt, want.Model, want.Stream, want.CacheSalt)
+			t.Fatalf("api %d read %q: model %q stream %v cache_salt %q; encoding/json reads %q %v %q",
+				api%3, body, req.Model, req.Stream, req.CacheSalt, want.Model, want.Stream, want.CacheSalt)
 		}
 		if (req.Temperature == nil) != (want.Temperature == nil) || req.Temperature != nil && *req.Temperature != *want.Temperature {
-			t.Fatalf("ParseRequest(%q): temperature %v; encoding/json reads %v", body, deref(req.Temperature), deref(want.Temperature))
+			t.Fatalf("api %d read %q: temperature %v; encoding/json reads %v", api%3, body, deref(req.Temperature), deref(want.Temperature))
 		}
 		var seed *big.Float
 		if req.Seed != nil {
 			seed = new(big.Float).SetUint64(*req.Seed)
 		}
-		if !sameNumber(t, seed, fields["seed"]) {
-			t.Fatalf("ParseRequest(%q): seed %v; the body's is %s", body, deref(req.Seed), fields["seed"])
+		if slices.Contains(fields, "seed") && !sameNumber(t, seed, raws["seed"]) {
+			t.Fatalf("api %d read %q: seed %v; the body's is %s", api%3, body, deref(req.Seed), raws["seed"])
 		}
-		maxTokens := fields["max_tokens"]
-		if raw, ok := fields["max_completion_tokens"]; chat && ok && string(raw) != "null" {
+		maxTokens := raws[maxKey]
+		if raw, ok := raws["max_completion_tokens"]; chat && ok && string(raw) != "null" {
 			maxTokens = raw
 		}
 		var mt *big.Float
@@ -268,7 +277,7 @@ func FuzzParseRequestAgrees(f *testing.F) {
 			mt = new(big.Float).SetInt64(int64(*req.MaxTokens))
 		}
 		if !sameNumber(t, mt, maxTokens) {
-			t.Fatalf("ParseRequest(%q): max tokens %v; the body's is %s", body, deref(req.MaxTokens), maxTokens)
+			t.Fatalf("api %d read %q: max tokens %v; the body's is %s", api%3, body, deref(req.MaxTokens), maxTokens)
 		}
 	})
 }
