@@ -35,9 +35,12 @@ type core struct {
 	holdTimeout time.Duration
 	closed      bool
 	counters    counters
-	onExpire    func(id string) // called (without the lock) when a hold times out
-	onQueued    func()          // called (without the lock) when a sequence starts waiting
-	slots       slotTime
+	// awaitingKV counts requests waiting for their prompt's KV from a
+	// prefill engine (Stats.WaitingForKV).
+	awaitingKV int
+	onExpire   func(id string) // called (without the lock) when a hold times out
+	onQueued   func()          // called (without the lock) when a sequence starts waiting
+	slots      slotTime
 	// publish, when set, receives the KV cache events of each locked
 	// operation, in order, under the lock (it must not block).
 	publish func([]kvevents.Event)
@@ -441,6 +444,14 @@ func (c *core) cachedKeys() []uint64 {
 }
 
 // count applies f to the counters under the lock.
+// awaitKV counts a request that starts (+1) or stops (-1) waiting for its
+// KV from a prefill engine.
+func (c *core) awaitKV(n int) {
+	c.mu.Lock()
+	c.awaitingKV += n
+	c.unlock()
+}
+
 func (c *core) count(f func(*counters)) {
 	c.mu.Lock()
 	f(&c.counters)

@@ -444,6 +444,10 @@ type Stats struct {
 	// Waiting and Running are the queue depth and the running sequences
 	// (inference requests and Prefill calls).
 	Waiting, Running int
+	// WaitingForKV are the requests of a decode engine waiting for their
+	// prompt's KV from a prefill engine (vLLM's WAITING_FOR_REMOTE_KVS:
+	// pulling it, or in an SGLang bootstrap room).
+	WaitingForKV int
 	// Steps counts the step scheduler's steps; Preemptions the sequences
 	// it preempted (recomputed) when KV blocks ran out.
 	Steps, Preemptions uint64
@@ -501,7 +505,7 @@ func (e *Engine) Stats() Stats {
 	}
 	return Stats{
 		Requests: k.requests, Completed: k.completed, Aborted: k.aborted,
-		Waiting: waiting, Running: running, Steps: steps, Preemptions: preemptions,
+		Waiting: waiting, Running: running, WaitingForKV: c.awaitingKV, Steps: steps, Preemptions: preemptions,
 		HeldHandles: len(c.handles), HeldBlocks: c.heldBlocks,
 		FreeBlocks: c.pool.total - c.pool.referenced(), TotalBlocks: c.pool.total,
 		PrefixQueries: k.prefixQueries, PrefixHits: k.prefixHits,

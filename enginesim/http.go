@@ -177,9 +177,13 @@ func (e *Engine) handleInference(chat bool) http.HandlerFunc {
 			var err error
 			switch {
 			case g.kvParams != nil && g.kvParams.DoRemotePrefill:
+				e.core.awaitKV(1)
 				h, err = e.pullKV(r.Context(), g)
+				e.core.awaitKV(-1)
 			case g.room != nil && e.cfg.Role == RoleDecode:
+				e.core.awaitKV(1)
 				h, err = e.sglangJoin(r.Context(), g)
+				e.core.awaitKV(-1)
 			}
 			if err != nil {
 				e.core.count(func(c *counters) { c.aborted++ })
