@@ -206,8 +206,12 @@ func MergePromptLogprobs(prefill, decode []byte) ([]byte, bool) {
 	if p := gjson.GetBytes(prefill, "prompt_logprobs"); p.IsArray() && absent(gjson.GetBytes(out, "prompt_logprobs")) {
 		set("prompt_logprobs", []byte(p.Raw))
 	}
-	pcs := gjson.GetBytes(prefill, "choices").Array()
-	for i, dc := range gjson.GetBytes(out, "choices").Array() {
+	pc, dcs := gjson.GetBytes(prefill, "choices"), gjson.GetBytes(out, "choices")
+	if !pc.IsArray() || !dcs.IsArray() {
+		return out, merged // gjson's Array would take any other value as one choice
+	}
+	pcs := pc.Array()
+	for i, dc := range dcs.Array() {
 		if i >= len(pcs) {
 			break
 		}
