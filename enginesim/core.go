@@ -443,7 +443,6 @@ func (c *core) cachedKeys() []uint64 {
 	return keys
 }
 
-// count applies f to the counters under the lock.
 // awaitKV counts a request that starts (+1) or stops (-1) waiting for its
 // KV from a prefill engine.
 func (c *core) awaitKV(n int) {
@@ -452,6 +451,7 @@ func (c *core) awaitKV(n int) {
 	c.unlock()
 }
 
+// count applies f to the counters under the lock.
 func (c *core) count(f func(*counters)) {
 	c.mu.Lock()
 	f(&c.counters)

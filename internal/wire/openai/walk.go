@@ -13,10 +13,10 @@ import (
 // field, a key of fields given twice being refused ("%s is given more
 // than once": a body with two "model" keys could be read one way by the
 // gateway and another by an engine); every other member goes to other,
-// when set. The
-// walk stops at the first error. It returns the object's members, which
-// the attempts' rewrites splice into (Request.Object). Every parser of a
-// request body walks it with ReadObject; fields holds at most 64 names.
+// when set. The walk stops at the first error. It returns the object's
+// members, which the attempts' rewrites splice into (Request.Object).
+// Every parser of a request body walks it with ReadObject; fields holds at
+// most 64 names.
 func ReadObject(body []byte, fields []string, field func(key string, v gjson.Result) *FieldError, other func(key string) *FieldError) (Object, *FieldError) {
 	if !gjson.ValidBytes(body) {
 		return Object{}, &FieldError{Msg: "the request body is not valid JSON"}
