@@ -14,12 +14,11 @@ import (
 
 // FuzzBridge feeds the bridge what clients and engines may send: any
 // request body of either API that the edge's parser accepts, any whole
-// answer, and any stream cut into
-// writes of any size. It never panics; a request it accepts becomes a
-// chat completions body, valid JSON, for the same model and with the
-// same stream flag; an answer it translates is valid JSON; and a stream
-// (once the engine's events are SSE) comes out as whole events whose data
-// is valid JSON, whatever the cuts.
+// answer, and any stream cut into writes of 1 to 16 bytes. It never
+// panics; a request it accepts becomes a chat completions body, valid
+// JSON, for the same model and with the same stream flag; an answer it
+// translates is valid JSON; and a stream comes out as whole events whose
+// data is valid JSON, whatever the cuts.
 func FuzzBridge(f *testing.F) {
 	f.Add(false, []byte(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"stream":true}`),
 		[]byte(`{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`),

@@ -1,11 +1,11 @@
 package disagg
 
 import (
-	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
-	"unicode/utf8"
+
+	"github.com/tlgate/tlgate/internal/testkit/jsontest"
 )
 
 // FuzzMergePromptLogprobs checks MergePromptLogprobs against the same
@@ -72,56 +72,15 @@ func FuzzMergePromptLogprobs(f *testing.F) {
 // plainObject reports whether b is a JSON object in UTF-8 none of whose
 // objects gives a key twice.
 func plainObject(b []byte) bool {
-	if !json.Valid(b) || !utf8.Valid(b) {
-		return false
-	}
-	if _, ok := decodeAny(b).(map[string]any); !ok {
-		return false
-	}
-	return !duplicateKey(json.NewDecoder(bytes.NewReader(b)))
-}
-
-// duplicateKey reports whether the next JSON value of d, valid, has an
-// object that gives a key twice.
-func duplicateKey(d *json.Decoder) bool {
-	tok, err := d.Token()
-	if err != nil {
-		return false
-	}
-	switch tok {
-	case json.Delim('{'):
-		seen := map[string]bool{}
-		for d.More() {
-			k, _ := d.Token()
-			if seen[k.(string)] || duplicateKey(d) {
-				return true
-			}
-			seen[k.(string)] = true
-		}
-		_, _ = d.Token()
-	case json.Delim('['):
-		for d.More() {
-			if duplicateKey(d) {
-				return true
-			}
-		}
-		_, _ = d.Token()
-	}
-	return false
-}
-
-func decodeAny(b []byte) any {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	var v any
-	_ = d.Decode(&v)
-	return v
+	_, ok := jsontest.Decode(b).(map[string]any)
+	return ok && jsontest.Plain(b)
 }
 
 func decodeJSON(t *testing.T, b []byte) any {
 	t.Helper()
-	if !json.Valid(b) {
+	v := jsontest.Decode(b)
+	if v == nil {
 		t.Fatalf("%q: not JSON", b)
 	}
-	return decodeAny(b)
+	return v
 }
