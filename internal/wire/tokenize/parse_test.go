@@ -159,8 +159,8 @@ func BenchmarkTokenizeBody(b *testing.B) {
 
 // TestTokenizeBody: the /tokenize request carries the model and the
 // fields that shape the prompt, as the client wrote them (the last of a
-// key written twice, as the engine reads it), and nothing else; a chat request asks for the
-// generation prompt unless it says otherwise.
+// key written twice, as the engine reads it), and nothing else; a chat
+// request asks for the generation prompt unless it says otherwise.
 func TestTokenizeBody(t *testing.T) {
 	for _, tc := range []struct {
 		name string
