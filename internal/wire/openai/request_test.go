@@ -199,42 +199,61 @@ func TestParseRequestErrors(t *testing.T) {
 	}
 }
 
-// FuzzParseRequestAgrees checks what the edge's parsers of completions,
-// chat completions and Responses bodies read against encoding/json's
-// reading of the same body (keys case-sensitive, as the engines' JSON
-// readers are): whatever body they accept is valid JSON, and the fields
-// that route and limit a request (model, stream, seed, max_tokens or its
-// API's name for it, temperature, cache_salt) hold what a JSON decoder
-// reads there, so the gateway never routes one request while the engine
-// serves another. It also checks that an accepted body gives none of the
-// fields its parser reads twice.
+// parsers are the edge's request parsers of this package, with the
+// fields each reads and its name for max tokens.
+var parsers = []struct {
+	name   string
+	parse  func([]byte) (Request, error)
+	fields []string
+	maxKey string
+	chat   bool
+}{
+	{"completions", func(b []byte) (Request, error) { return ParseRequest(b, false) }, requestFields, "max_tokens", false},
+	{"chat", func(b []byte) (Request, error) { return ParseRequest(b, true) }, requestFields, "max_tokens", true},
+	{"responses", ParseResponses, responsesFields, "max_output_tokens", false},
+	{"embeddings", ParseEmbeddings, []string{"model", "cache_salt", "input", "encoding_format", "dimensions"}, "", false},
+	{"rerank", ParseRerank, []string{"model", "cache_salt", "query", "documents", "top_n"}, "", false},
+	{"score", ParseScore, []string{"model", "cache_salt", "text_1", "text_2"}, "", false},
+	{"tokenize", ParseTokenize, []string{"model", "cache_salt", "prompt", "messages"}, "", false},
+	{"detokenize", ParseDetokenize, []string{"model", "cache_salt", "tokens"}, "", false},
+}
+
+// FuzzParseRequestAgrees checks what the edge's parsers of this package
+// read against encoding/json's reading of the same body (keys
+// case-sensitive, as the engines' JSON readers are): whatever body they
+// accept is valid JSON, and the fields that route and limit a request
+// (model, stream, seed, max_tokens or its API's name for it, temperature,
+// cache_salt, as far as the API has them) hold what a JSON decoder reads
+// there, so the gateway never routes one request while the engine serves
+// another. It also checks that an accepted body gives none of the fields
+// its parser reads twice.
 func FuzzParseRequestAgrees(f *testing.F) {
 	f.Add([]byte(`{"model":"smol","prompt":"hi","stream":true,"seed":7,"max_tokens":3,"temperature":0.5,"cache_salt":"s"}`), uint8(0))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":3,"max_completion_tokens":9}`), uint8(1))
 	f.Add([]byte(`{"\u006dodel":"a\/b","prompt":["x","y"],"seed":1.0,"max_tokens":2e1}`), uint8(0))
 	f.Add([]byte(`{"model":"m","model":"n","prompt":"p"}`), uint8(0))
 	f.Add([]byte(`{"model":"m","input":"x","stream":true,"max_output_tokens":4,"cache_salt":"s","temperature":1}`), uint8(2))
+	f.Add([]byte(`{"model":"e","input":["a",[1,2]],"cache_salt":"s","dimensions":8}`), uint8(3))
+	f.Add([]byte(`{"model":"r","query":"q","documents":["a",{"text":"b"}],"top_n":1}`), uint8(4))
+	f.Add([]byte(`{"model":"s","text_1":"a","text_2":["b"]}`), uint8(5))
+	f.Add([]byte(`{"model":"t","messages":[{"role":"user","content":"x"}]}`), uint8(6))
+	f.Add([]byte(`{"model":"d","tokens":[1,2]}`), uint8(7))
 	f.Fuzz(func(t *testing.T, body []byte, api uint8) {
-		chat, parse, fields, maxKey := false, func(b []byte) (Request, error) { return ParseRequest(b, false) }, requestFields, "max_tokens"
-		switch api % 3 {
-		case 1:
-			chat, parse = true, func(b []byte) (Request, error) { return ParseRequest(b, true) }
-		case 2:
-			parse, fields, maxKey = ParseResponses, responsesFields, "max_output_tokens"
-		}
+		p := parsers[int(api)%len(parsers)]
+		chat, parse, fields, maxKey := p.chat, p.parse, p.fields, p.maxKey
 		req, err := parse(body)
 		if err != nil {
 			return
 		}
 		if !json.Valid(body) {
-			t.Fatalf("api %d accepted %q, which is not valid JSON", api%3, body)
+			t.Fatalf("%s accepted %q, which is not valid JSON", p.name, body)
 		}
 		seen := make(map[string]bool)
 		raws := make(map[string]json.RawMessage)
 		for _, m := range decodeMembers(t, body) {
 			if slices.Contains(fields, m.key) {
 				if seen[m.key] {
-					t.Fatalf("api %d accepted %q, which gives %q twice", api%3, body, m.key)
+					t.Fatalf("%s accepted %q, which gives %q twice", p.name, body, m.key)
 				}
 				seen[m.key] = true
 			}
@@ -250,25 +269,28 @@ func FuzzParseRequestAgrees(f *testing.F) {
 			"temperature": &want.Temperature, "cache_salt": &want.CacheSalt} {
 			if raw, ok := raws[key]; ok && slices.Contains(fields, key) {
 				if err := json.Unmarshal(raw, dst); err != nil {
-					t.Fatalf("api %d accepted %q; encoding/json reads its %s %s: %v", api%3, body, key, raw, err)
+					t.Fatalf("%s accepted %q; encoding/json reads its %s %s: %v", p.name, body, key, raw, err)
 				}
 			}
 		}
 		if req.Model != want.Model || req.Stream != want.Stream || req.CacheSalt != want.CacheSalt {
-			t.Fatalf("api %d read %q: model %q stream %v cache_salt %q; encoding/json reads %q %v %q",
-				api%3, body, req.Model, req.Stream, req.CacheSalt, want.Model, want.Stream, want.CacheSalt)
+			t.Fatalf("%s read %q: model %q stream %v cache_salt %q; encoding/json reads %q %v %q",
+				p.name, body, req.Model, req.Stream, req.CacheSalt, want.Model, want.Stream, want.CacheSalt)
 		}
 		if (req.Temperature == nil) != (want.Temperature == nil) || req.Temperature != nil && *req.Temperature != *want.Temperature {
-			t.Fatalf("api %d read %q: temperature %v; encoding/json reads %v", api%3, body, deref(req.Temperature), deref(want.Temperature))
+			t.Fatalf("%s read %q: temperature %v; encoding/json reads %v", p.name, body, deref(req.Temperature), deref(want.Temperature))
 		}
 		var seed *big.Float
 		if req.Seed != nil {
 			seed = new(big.Float).SetUint64(*req.Seed)
 		}
 		if slices.Contains(fields, "seed") && !sameNumber(t, seed, raws["seed"]) {
-			t.Fatalf("api %d read %q: seed %v; the body's is %s", api%3, body, deref(req.Seed), raws["seed"])
+			t.Fatalf("%s read %q: seed %v; the body's is %s", p.name, body, deref(req.Seed), raws["seed"])
 		}
-		maxTokens := raws[maxKey]
+		var maxTokens json.RawMessage // none: the API has no such field
+		if maxKey != "" {
+			maxTokens = raws[maxKey]
+		}
 		if raw, ok := raws["max_completion_tokens"]; chat && ok && string(raw) != "null" {
 			maxTokens = raw
 		}
@@ -277,7 +299,7 @@ func FuzzParseRequestAgrees(f *testing.F) {
 			mt = new(big.Float).SetInt64(int64(*req.MaxTokens))
 		}
 		if !sameNumber(t, mt, maxTokens) {
-			t.Fatalf("api %d read %q: max tokens %v; the body's is %s", api%3, body, deref(req.MaxTokens), maxTokens)
+			t.Fatalf("%s read %q: max tokens %v; the body's is %s", p.name, body, deref(req.MaxTokens), maxTokens)
 		}
 	})
 }
