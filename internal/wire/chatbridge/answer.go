@@ -100,6 +100,18 @@ func (b *Bridge) Answer(status int, body []byte) ([]byte, error) {
 	return json.Marshal(b.response(c))
 }
 
+// elements calls f with each element of v when v is an array: a value of
+// another type has none (gjson's ForEach would walk an object's members).
+func elements(v gjson.Result, f func(gjson.Result)) {
+	if !v.IsArray() {
+		return
+	}
+	v.ForEach(func(_, e gjson.Result) bool {
+		f(e)
+		return true
+	})
+}
+
 // ErrNotChat: an engine's 200 answer is not a chat completion.
 var ErrNotChat = errors.New("chatbridge: the engine's 200 answer is not a chat completion")
 
@@ -177,10 +189,9 @@ func (b *Bridge) message(c gjson.Result) messageJSON {
 		text := t.Str
 		m.Content = append(m.Content, messageBlockJSON{Type: "text", Text: &text})
 	}
-	ch.Get("message.tool_calls").ForEach(func(_, tc gjson.Result) bool {
+	elements(ch.Get("message.tool_calls"), func(tc gjson.Result) {
 		m.Content = append(m.Content, messageBlockJSON{Type: "tool_use", ID: tc.Get("id").Str,
 			Name: tc.Get("function.name").Str, Input: toolInput(tc.Get("function.arguments").Str)})
-		return true
 	})
 	reason, seq := stopReason(ch.Get("finish_reason").Str, matchedStop(ch))
 	m.StopReason, m.StopSequence = &reason, seq
@@ -301,11 +312,10 @@ func (b *Bridge) response(c gjson.Result) responseJSON {
 		content := []outputContent{{Type: "output_text", Text: t.Str, Annotations: []any{}, Logprobs: logprobsOf(ch.Get("logprobs"))}}
 		r.Output = append(r.Output, outputItem{Type: "message", ID: itemID("msg"), Status: "completed", Role: "assistant", Content: &content})
 	}
-	ch.Get("message.tool_calls").ForEach(func(_, tc gjson.Result) bool {
+	elements(ch.Get("message.tool_calls"), func(tc gjson.Result) {
 		args := tc.Get("function.arguments").Str
 		r.Output = append(r.Output, outputItem{Type: "function_call", ID: itemID("fc"), Status: "completed",
 			CallID: tc.Get("id").Str, Name: tc.Get("function.name").Str, Args: &args})
-		return true
 	})
 	r.Usage = usageOf(c.Get("usage"))
 	return r

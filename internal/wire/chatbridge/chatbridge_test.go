@@ -343,3 +343,32 @@ func TestStreamNotSSE(t *testing.T) {
 	}
 	var _ http.ResponseWriter = w
 }
+
+// TestToolCallsNotAList: an engine's tool_calls that is not a list (an
+// object here) makes no tool blocks, whole or streamed, in either API.
+func TestToolCallsNotAList(t *testing.T) {
+	const calls = `{"id":"t1","type":"function","function":{"name":"f","arguments":"{}"}}`
+	whole := `{"id":"chatcmpl-9","object":"chat.completion","created":100,"model":"m","choices":[{"index":0,
+		"message":{"role":"assistant","content":"hello","tool_calls":` + calls + `},"finish_reason":"stop"}]}`
+	stream := chunk(`{"content":"hi"}`, "") + chunk(`{"tool_calls":`+calls+`}`, "") + chunk(`{}`, "stop") + usageChunk + "data: [DONE]\n\n"
+	for _, tc := range []struct {
+		api  API
+		body string
+	}{{Messages, `{"model":"m","max_tokens":5,"messages":[]}`}, {Responses, `{"model":"m","input":"x"}`}} {
+		b, _, err := New(tc.api, []byte(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.Answer(200, []byte(whole))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tool := func(s string) bool { return strings.Contains(s, "tool_use") || strings.Contains(s, "function_call") }
+		if tool(string(got)) {
+			t.Errorf("%v answer %s: a tool block made of an object", tc.api, got)
+		}
+		if out := relay(t, b, stream, 5); tool(out) {
+			t.Errorf("%v stream %s: a tool block made of an object", tc.api, out)
+		}
+	}
+}

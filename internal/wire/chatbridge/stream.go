@@ -145,10 +145,7 @@ func (s *Stream) event(data []byte) {
 	if t := d.Get("content"); t.Str != "" {
 		s.textDelta(t.Str, ch.Get("logprobs.content"))
 	}
-	d.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
-		s.toolDelta(tc)
-		return true
-	})
+	elements(d.Get("tool_calls"), s.toolDelta)
 	if f := ch.Get("finish_reason"); f.Type == gjson.String {
 		s.finish, s.stop = f.Str, matchedStop(ch)
 		s.closeAll()
