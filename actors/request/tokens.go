@@ -57,8 +57,9 @@ func (a *requestActor) needTokens(ctx actor.Context, nt *router.NeedTokensError)
 		}
 		url = scheme + "://" + nt.Worker
 	}
-	// Read once: a miss is looked up, then tokenized.
-	tr := tokenize.Read(tokenize.Request{URL: url, Model: nt.Model, Chat: a.ex.Req.Chat, Body: a.ex.Req.Object.Bytes()})
+	// Read once: a miss is looked up, then tokenized. The body is the one
+	// the edge's parser validated.
+	tr := tokenize.Read(tokenize.Request{URL: url, Model: nt.Model, Chat: a.ex.Req.Chat, Body: a.ex.Req.Object.Bytes(), Valid: true})
 	if ids, kind, refresh := a.d.Tokenizer.Lookup(tr); kind != tokenize.Miss {
 		a.tokenCache(kind)
 		a.tokenized(TokenizedCached, 0)

@@ -144,16 +144,24 @@ func BenchmarkTokenizeBody(b *testing.B) {
 	doc := strings.Repeat("the quick brown fox 12345 jumps over ", 330)
 	body := []byte(`{"model":"m","messages":[{"role":"system","content":"You answer from the document."},{"role":"user","content":"Document:\n` +
 		doc + `\n\nQuestion: what jumps?"}],"stream":true,"max_tokens":64,"temperature":0.2}`)
-	req := Request{URL: "http://e", Model: "m", Chat: true, Body: body}
-	b.SetBytes(int64(len(body)))
-	for b.Loop() {
-		s, err := shapeOf(req)
-		if err != nil {
-			b.Fatal(err)
+	for _, valid := range []bool{false, true} {
+		name := "validated here"
+		if valid {
+			name = "validated at the edge"
 		}
-		if _, err := tokenizeBody(req, &s.fields); err != nil {
-			b.Fatal(err)
-		}
+		b.Run(name, func(b *testing.B) {
+			req := Request{URL: "http://e", Model: "m", Chat: true, Body: body, Valid: valid}
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				s, err := shapeOf(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := tokenizeBody(req, &s.fields); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
@@ -180,7 +188,7 @@ func TestTokenizeBody(t *testing.T) {
 			map[string]any{"model": "m\"1", "prompt": "once upon"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f, err := readFields([]byte(tc.body))
+			f, err := readFields([]byte(tc.body), false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,8 +205,13 @@ func TestTokenizeBody(t *testing.T) {
 			}
 		})
 	}
-	if _, err := readFields([]byte(`{"messages":[}`)); !errors.Is(err, ErrUnsupported) {
+	if _, err := readFields([]byte(`{"messages":[}`), false); !errors.Is(err, ErrUnsupported) {
 		t.Fatalf("a body that is not JSON: %v", err)
+	}
+	// A body the edge validated is not validated again: readFields
+	// trusts the mark (what it then reads of a broken body is undefined).
+	if _, err := readFields([]byte(`{"messages":[}`), true); err != nil {
+		t.Fatalf("a body marked valid was validated again: %v", err)
 	}
 }
 
@@ -218,7 +231,7 @@ func FuzzTokenizeBody(f *testing.F) {
 		if err != nil {
 			return
 		}
-		req := Read(Request{Model: parsed.Model, Chat: chat, Body: body})
+		req := Read(Request{Model: parsed.Model, Chat: chat, Body: body, Valid: true})
 		s, err := req.shape()
 		if err != nil || s.whole {
 			return // not tokenized: routed on the prefix index, or its prompt is token ids

@@ -104,6 +104,10 @@ type Request struct {
 	Chat bool
 	// Body is the client's request body.
 	Body []byte
+	// Valid: Body was validated as JSON already (the edge's parser,
+	// openai.ReadObject), so it is not validated again. A body that is
+	// not JSON must not be marked Valid.
+	Valid bool
 
 	read *read // Body's shape, when Read read it
 }
@@ -232,10 +236,11 @@ type fields [numFields]gjson.Result
 // readFields reads body's top-level bodyFields in one pass, the last of a
 // key written twice, as the engines' JSON readers (Python's json, Go's
 // encoding/json) read it: the edge refuses a body that gives messages or
-// prompt twice, but not one that gives a chat template field twice.
-func readFields(body []byte) (fields, error) {
+// prompt twice, but not one that gives a chat template field twice. A
+// body not known to be valid JSON is validated first.
+func readFields(body []byte, valid bool) (fields, error) {
 	var f fields
-	if !gjson.ValidBytes(body) {
+	if !valid && !gjson.ValidBytes(body) {
 		return f, fmt.Errorf("%w: the body is not JSON", ErrUnsupported)
 	}
 	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
@@ -252,7 +257,7 @@ func readFields(body []byte) (fields, error) {
 
 // shapeOf reads req's body.
 func shapeOf(req Request) (shape, error) {
-	f, err := readFields(req.Body)
+	f, err := readFields(req.Body, req.Valid)
 	if err != nil {
 		return shape{}, err
 	}
