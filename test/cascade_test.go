@@ -298,3 +298,24 @@ on_escalation_failure = "error"
 	fallback("large-refusing", "auto", "no_capacity")
 	strict("large refusing")
 }
+
+// TestCascadeStepErrorAnswerRelayed: a step before the last that answers
+// with an error of its own (a 4xx) has it relayed to the client whole, its
+// status, message and code: there are no forced logprobs to take out.
+func TestCascadeStepErrorAnswerRelayed(t *testing.T) {
+	c := newCluster(t, cascadeRoutes, []clusterOpt{keys()})
+	f := &cascadeFakes{}
+	c.addFake("small-1", "small", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"error":{"message":"This model's maximum context length is 2048 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`)
+	})
+	c.addFake("large-1", "large", f.large)
+	for _, extra := range []map[string]any{nil, {"logprobs": true}} {
+		r := c.post("/v1/chat/completions", "key-debug", chatMsg("a long prompt", extra))
+		if r.status != http.StatusBadRequest || errorCode(t, r.body) != "context_length_exceeded" ||
+			!strings.Contains(string(r.body), "maximum context length is 2048 tokens") || r.header.Get("Content-Type") != "application/json" {
+			t.Fatalf("logprobs %v: %d %q (%s), want the small engine's 400 context_length_exceeded whole", extra, r.status, r.body, r.header.Get("Content-Type"))
+		}
+	}
+}

@@ -113,7 +113,9 @@ func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
 	}
 	a.remember(resp)
 	body := resp.Body
-	if a.target.CascadeStep < a.target.CascadeSteps-1 {
+	if a.target.CascadeStep < a.target.CascadeSteps-1 && resp.Answer.Object() {
+		// A success carries the logprobs the step forced on; an engine's
+		// error answer (a 4xx) is relayed as it is.
 		body = a.unforced(&resp.Answer)
 	}
 	h := http.Header{}
