@@ -243,3 +243,22 @@ func TestDisaggregatedFailoverBeforeCommit(t *testing.T) {
 		eventually(t, 5*eventuallyUnit, func() bool { s := e.Stats(); return s.HeldHandles == 0 && s.HeldBlocks == 0 }, "decode workers hold nothing")
 	}
 }
+
+// TestDisaggregatedAnsweredNeedsNoRelease: a decode worker that answered a
+// non-streamed request (or ended a stream) freed the pushed blocks itself:
+// the gateway calls no Release, so the answer does not wait for one, and D
+// holds nothing after.
+func TestDisaggregatedAnsweredNeedsNoRelease(t *testing.T) {
+	c, rec := newPDCluster(t, 1, 0)
+	d := c.engines["d1"]
+	for _, stream := range []bool{false, true} {
+		r := c.post("/v1/completions", "", map[string]any{"model": "big-pd", "prompt": "Once upon a time", "max_tokens": 4, "seed": 3, "stream": stream})
+		if r.status != http.StatusOK {
+			t.Fatalf("stream %v: %d %s", stream, r.status, r.body)
+		}
+	}
+	eventually(t, 5*eventuallyUnit, func() bool { s := d.Stats(); return s.HeldHandles == 0 && s.HeldBlocks == 0 }, "D holds no blocks")
+	if _, handles, releases := rec.snapshot(); len(handles) != 2 || len(releases) != 0 {
+		t.Fatalf("handles %v releases %v, want two handles and no Release", handles, releases)
+	}
+}

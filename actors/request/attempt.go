@@ -83,6 +83,9 @@ func (a *requestActor) onFetched(ctx actor.Context, m *fetched) {
 	if a.pdHold(m.resp) { // pd_sglang.go: the prefill's prompt logprobs are to come
 		return
 	}
+	if m.resp.Status/100 == 2 && a.target.Disaggregated() {
+		a.handle = "" // the decode worker freed the blocks when it answered
+	}
 	a.answered(ctx, a.withPromptLogprobs(m.resp))
 }
 
