@@ -32,6 +32,14 @@ type recorder struct {
 	prefills []*enginev1.PrefillRequest
 	handles  []string // handles returned by Prefill
 	releases []string // "kvAddr/handle"
+	tokenize []string // "model@httpAddr"
+}
+
+func (r *recorder) Tokenize(ctx context.Context, httpAddr, model string, body []byte, chat bool) ([]uint32, error) {
+	r.mu.Lock()
+	r.tokenize = append(r.tokenize, model+"@"+httpAddr)
+	r.mu.Unlock()
+	return r.Engines.Tokenize(ctx, httpAddr, model, body, chat)
 }
 
 func (r *recorder) Prefill(ctx context.Context, addr string, req *enginev1.PrefillRequest) (*enginev1.PrefillResponse, error) {
@@ -260,5 +268,40 @@ func TestDisaggregatedAnsweredNeedsNoRelease(t *testing.T) {
 	eventually(t, 5*eventuallyUnit, func() bool { s := d.Stats(); return s.HeldHandles == 0 && s.HeldBlocks == 0 }, "D holds no blocks")
 	if _, handles, releases := rec.snapshot(); len(handles) != 2 || len(releases) != 0 {
 		t.Fatalf("handles %v releases %v, want two handles and no Release", handles, releases)
+	}
+}
+
+// TestCascadeStepsTokenizeForTheirModel: a cascade whose steps are two
+// models, each served disaggregated under tlgate's contract, tokenizes the
+// prompt anew for the later step's model (whose tokenizer may differ), on
+// that step's prefill worker: step 0's ids are not prefilled for step 1.
+func TestCascadeStepsTokenizeForTheirModel(t *testing.T) {
+	rec := &recorder{}
+	c := newClusterDeps(t, pdRoutes+`
+[[gateway.routes]]
+model = "huge-pd"
+backends = [{ model = "huge", weight = 1 }]
+targets = ["disaggregated"]
+
+[[gateway.routes]]
+model = "auto"
+cascade = [{ model = "big-pd", accept_if = "min_logprob > 0" }, { model = "huge-pd" }]
+`, nil, func(d *request.Deps) {
+		rec.Engines = d.Engines
+		d.Engines = rec
+	},
+		enginesim.Config{ID: "p", Model: "big", Role: enginesim.RolePrefill},
+		enginesim.Config{ID: "d", Model: "big", Role: enginesim.RoleDecode},
+		enginesim.Config{ID: "hp", Model: "huge", Role: enginesim.RolePrefill},
+		enginesim.Config{ID: "hd", Model: "huge", Role: enginesim.RoleDecode})
+	r := c.post("/v1/completions", "", map[string]any{"model": "auto", "prompt": "Escalate this one.", "max_tokens": 6, "seed": 3})
+	if r.status != http.StatusOK {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	rec.mu.Lock()
+	got := strings.Join(rec.tokenize, " ")
+	rec.mu.Unlock()
+	if want := "big@" + c.engines["p"].HTTPAddr() + " huge@" + c.engines["hp"].HTTPAddr(); got != want {
+		t.Fatalf("tokenized %s, want %s: once per step, for its model", got, want)
 	}
 }

@@ -43,7 +43,10 @@ func (a *requestActor) tokenize(ctx actor.Context) {
 		// One seed for P and D, so a sampled stream equals a unified one.
 		a.seed = rand.Uint64() >> 1 // keep it within int64 for JSON clients
 	}
-	if a.ids != nil { // a retry with a new pair: the prompt ids are the same
+	if a.ids != nil && a.idsModel == a.target.ServedModel {
+		// A retry with a new pair of the same model: the prompt ids are
+		// the same. Another model (a cascade's next step, another
+		// backend of the route) may tokenize the prompt otherwise.
 		a.prefill(ctx)
 		return
 	}
@@ -55,7 +58,7 @@ func (a *requestActor) tokenize(ctx actor.Context) {
 	var err error
 	ex.spawn(func() { ids, err = eng.Tokenize(tctx, addr, model, ex.Req.Object.Bytes(), ex.Req.Chat) }, func() {
 		defer ex.wg.Done()
-		root.Send(self, &tokenized{ids: ids, err: err})
+		root.Send(self, &tokenized{ids: ids, model: model, err: err})
 	})
 }
 
@@ -65,7 +68,7 @@ func (a *requestActor) onTokenized(ctx actor.Context, m *tokenized) {
 		a.failed(ctx, m.err, PhaseTokenize)
 		return
 	}
-	a.ids = m.ids
+	a.ids, a.idsModel = m.ids, m.model
 	a.prefill(ctx)
 }
 

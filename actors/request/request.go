@@ -100,8 +100,9 @@ type (
 	}
 	streamed  struct{ res proxy.Result }
 	tokenized struct {
-		ids []uint32
-		err error
+		ids   []uint32
+		model string // the served model whose tokenizer gave ids
+		err   error
 	}
 	prefilled struct {
 		handle string
@@ -125,7 +126,8 @@ type requestActor struct {
 	cancel   context.CancelFunc
 	log      Log
 	seed     uint64
-	ids      []uint32
+	ids      []uint32 // the prompt's token ids, tokenized for idsModel
+	idsModel string
 	finished bool
 	// prefillFailed lists prefill workers whose Prefill failed once.
 	prefillFailed []string
