@@ -305,3 +305,47 @@ cascade = [{ model = "big-pd", accept_if = "min_logprob > 0" }, { model = "huge-
 		t.Fatalf("tokenized %s, want %s: once per step, for its model", got, want)
 	}
 }
+
+// TestDisaggregatedPromptShapesAnswerAsUnified: under tlgate's contract,
+// every prompt shape a unified engine serves (token ids, a one-element
+// array) is served disaggregated with the same text, and one it refuses
+// (no tokens, a batch) is refused 400 at once: the request's fault, not
+// the pair's, so no worker is blamed and nothing is retried.
+func TestDisaggregatedPromptShapesAnswerAsUnified(t *testing.T) {
+	c, _ := newPDCluster(t, 1, 0)
+	cases := []struct {
+		name   string
+		prompt any
+		status int
+	}{
+		{"token ids", []int{5, 6, 7, 8}, http.StatusOK},
+		{"one array of token ids", [][]int{{5, 6, 7, 8}}, http.StatusOK},
+		{"one text in an array", []string{"Once upon a time"}, http.StatusOK},
+		{"no text", "", http.StatusBadRequest},
+		{"a batch", []string{"Once", "upon"}, http.StatusBadRequest},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			texts := map[string]string{}
+			for _, model := range []string{"big", "big-pd"} {
+				r := c.post("/v1/completions", "", map[string]any{"model": model, "prompt": tc.prompt, "max_tokens": 6, "temperature": 0})
+				if r.status != tc.status {
+					t.Fatalf("%s: %d %s, want %d", model, r.status, r.body, tc.status)
+				}
+				if r.status != http.StatusOK {
+					if errorCode(t, r.body) != "invalid_request" {
+						t.Fatalf("%s: %s, want invalid_request", model, r.body)
+					}
+					continue
+				}
+				texts[model] = completionText(t, r.body)
+			}
+			if texts["big"] != texts["big-pd"] {
+				t.Fatalf("unified %q, disaggregated %q", texts["big"], texts["big-pd"])
+			}
+		})
+	}
+	if _, failovers, _ := c.hooks.snapshot(); len(failovers) != 0 {
+		t.Fatalf("failovers %v, want none", failovers)
+	}
+}

@@ -2,19 +2,22 @@ package request
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"net/http"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/tlgate/tlgate/internal/wire/engineclient"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 	enginev1 "github.com/tlgate/tlgate/protos/tl/engine/v1"
 	kvv1 "github.com/tlgate/tlgate/protos/tl/kv/v1"
 )
 
 // Engines are the engine calls of disaggregated serving
-// (engineclient.Client implements them).
+// (engineclient.Client implements them). Tokenize's errors that the
+// request is at fault for are *engineclient.PromptError.
 type Engines interface {
 	Tokenize(ctx context.Context, httpAddr, model string, body []byte, chat bool) ([]uint32, error)
 	Prefill(ctx context.Context, grpcAddr string, req *enginev1.PrefillRequest) (*enginev1.PrefillResponse, error)
@@ -64,6 +67,17 @@ func (a *requestActor) tokenize(ctx actor.Context) {
 
 func (a *requestActor) onTokenized(ctx actor.Context, m *tokenized) {
 	a.tracePhaseEnd(m.err, AttrPromptTokens.Int(len(m.ids)))
+	var pe *engineclient.PromptError
+	if errors.As(m.err, &pe) {
+		// The request is at fault: no other pair would serve it.
+		a.log.Phase, a.log.LastError = PhaseTokenize, m.err.Error()
+		param := "prompt"
+		if a.ex.Req.Chat {
+			param = "messages"
+		}
+		a.finish(ctx, Outcome{Status: pe.Status, Code: openai.CodeInvalidRequest, Message: pe.Message, Param: param})
+		return
+	}
 	if m.err != nil {
 		a.failed(ctx, m.err, PhaseTokenize)
 		return

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -127,8 +128,23 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
-// Tokenize asks the engine at httpAddr, serving model, for the token ids of
-// the body's prompt (completions) or messages (chat).
+// PromptError is Tokenize's error when the request is at fault, not the
+// engine: its prompt is a batch (one Prefill serves one prompt), holds a
+// token id out of range or no tokens at all, or the engine refused it with
+// a client error. Status is the HTTP status to answer with, Message what
+// the client is told.
+type PromptError struct {
+	Status  int
+	Message string
+}
+
+func (e *PromptError) Error() string { return "engineclient: " + e.Message }
+
+// Tokenize returns the token ids of the body's prompt (completions) or
+// messages (chat). A completions prompt that is token ids (an array of
+// them, or a one-element array of one) is its own answer; text (a string,
+// or a one-element array of one) is tokenized by the engine at httpAddr,
+// serving model. Errors the request is at fault for are *PromptError.
 func (c *Client) Tokenize(ctx context.Context, httpAddr, model string, body []byte, chat bool) ([]uint32, error) {
 	var in map[string]json.RawMessage
 	if err := json.Unmarshal(body, &in); err != nil {
@@ -138,7 +154,11 @@ func (c *Client) Tokenize(ctx context.Context, httpAddr, model string, body []by
 	if chat {
 		out["messages"] = in["messages"]
 	} else {
-		out["prompt"] = in["prompt"]
+		text, ids, err := promptOf(in["prompt"])
+		if err != nil || ids != nil {
+			return ids, err
+		}
+		out["prompt"] = text
 	}
 	out["model"], _ = json.Marshal(model)
 	b, _ := json.Marshal(out)
@@ -159,7 +179,13 @@ func (c *Client) Tokenize(ctx context.Context, httpAddr, model string, body []by
 	if err != nil {
 		return nil, fmt.Errorf("engineclient: %w: %v", ErrTokenize, err)
 	}
-	if resp.StatusCode != http.StatusOK {
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		// The engine read the prompt and refused it: any engine of the
+		// model would.
+		return nil, &PromptError{Status: resp.StatusCode, Message: "The prefill engine refused the prompt: " + refusal(data)}
+	default:
 		return nil, fmt.Errorf("engineclient: %w: status %d", ErrTokenize, resp.StatusCode)
 	}
 	var tr struct {
@@ -168,7 +194,67 @@ func (c *Client) Tokenize(ctx context.Context, httpAddr, model string, body []by
 	if err := json.Unmarshal(data, &tr); err != nil {
 		return nil, fmt.Errorf("engineclient: %w: %v", ErrTokenize, err)
 	}
+	if len(tr.Tokens) == 0 {
+		return nil, &PromptError{Status: http.StatusBadRequest, Message: "The prompt has no tokens."}
+	}
 	return tr.Tokens, nil
+}
+
+// promptOf reads a completions prompt: the text to tokenize, or the token
+// ids it is.
+func promptOf(raw json.RawMessage) (text json.RawMessage, ids []uint32, err error) {
+	var one []json.RawMessage
+	if json.Unmarshal(raw, &one) != nil { // not an array: a string
+		return raw, nil, nil
+	}
+	if json.Unmarshal(raw, &ids) == nil { // token ids
+		if len(ids) == 0 {
+			return nil, nil, &PromptError{Status: http.StatusBadRequest, Message: "The prompt has no tokens."}
+		}
+		return nil, ids, nil
+	}
+	var n []json.Number
+	if json.Unmarshal(raw, &n) == nil {
+		return nil, nil, &PromptError{Status: http.StatusBadRequest, Message: fmt.Sprintf("prompt: token ids must be from 0 to %d.", uint32(math.MaxUint32))}
+	}
+	if len(one) != 1 {
+		return nil, nil, &PromptError{Status: http.StatusBadRequest,
+			Message: fmt.Sprintf("prompt: this model is served disaggregated, which takes one prompt per request; send the %d prompts one by one.", len(one))}
+	}
+	if len(one[0]) > 0 && one[0][0] == '"' {
+		return one[0], nil, nil
+	}
+	return promptOf(one[0])
+}
+
+// refusal is the message of an engine's error answer (OpenAI's
+// {"error":{"message"}}, vLLM's {"message"}, FastAPI's {"detail"}), or
+// its start.
+func refusal(body []byte) string {
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+		Message string `json:"message"`
+		Detail  any    `json:"detail"`
+	}
+	_ = json.Unmarshal(body, &e)
+	msg := e.Error.Message
+	if msg == "" {
+		msg = e.Message
+	}
+	if msg == "" {
+		if d, ok := e.Detail.(string); ok {
+			msg = d
+		}
+	}
+	if msg == "" {
+		msg = string(body)
+	}
+	if r := []rune(msg); len(r) > 300 {
+		msg = string(r[:300]) + "..."
+	}
+	return msg
 }
 
 // Prefill calls EngineControl/Prefill on the prefill worker at grpcAddr.

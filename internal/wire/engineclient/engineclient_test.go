@@ -2,7 +2,11 @@ package engineclient_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -102,5 +106,86 @@ func TestDialControlGuardsGRPC(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "refused by the test") {
 		t.Errorf("error %q does not carry the refusal", err)
+	}
+}
+
+// TestTokenizePromptShapes: a completions prompt of token ids is its own
+// answer (the engine is not asked); text, alone or in a one-element array,
+// is the engine's to tokenize; what the request is at fault for (a batch
+// of prompts, token ids out of range, no tokens, a prompt the engine
+// refuses) is a *PromptError with the status to answer, and what the
+// engine is at fault for is ErrTokenize.
+func TestTokenizePromptShapes(t *testing.T) {
+	var asked atomic.Int32
+	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		var in struct {
+			Model  string `json:"model"`
+			Prompt any    `json:"prompt"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		w.Header().Set("Content-Type", "application/json")
+		switch in.Prompt {
+		case "":
+			fmt.Fprint(w, `{"tokens":[],"count":0}`)
+		case "refused":
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, `{"object":"error","message":"This model's maximum context length is 8 tokens.","type":"BadRequestError","code":400}`)
+		case "unprocessable":
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			fmt.Fprint(w, `{"detail":"prompt: Input should be a valid string"}`)
+		case "broken":
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, `{"error":{"message":"boom"}}`)
+		default:
+			fmt.Fprintf(w, `{"tokens":[%d,%d],"count":2}`, len(in.Model), len(fmt.Sprint(in.Prompt)))
+		}
+	}))
+	defer eng.Close()
+	c := engineclient.New(engineclient.Options{})
+	defer c.Close()
+	addr := strings.TrimPrefix(eng.URL, "http://")
+	cases := []struct {
+		name, prompt string
+		ids          []uint32
+		asked        bool
+		status       int    // a *PromptError's
+		msg          string // in its message
+		engineFault  bool   // ErrTokenize
+	}{
+		{name: "text", prompt: `"hello"`, ids: []uint32{3, 5}, asked: true},
+		{name: "one text in an array", prompt: `["hello"]`, ids: []uint32{3, 5}, asked: true},
+		{name: "token ids", prompt: `[5, 6, 7, 4294967295]`, ids: []uint32{5, 6, 7, 4294967295}},
+		{name: "one array of token ids", prompt: `[[9, 8]]`, ids: []uint32{9, 8}},
+		{name: "a batch of texts", prompt: `["a", "b"]`, status: 400, msg: "send the 2 prompts one by one"},
+		{name: "a batch of token arrays", prompt: `[[1], [2], [3]]`, status: 400, msg: "send the 3 prompts one by one"},
+		{name: "a token id past uint32", prompt: `[1, 4294967296]`, status: 400, msg: "token ids must be from 0 to 4294967295"},
+		{name: "an empty token array", prompt: `[[]]`, status: 400, msg: "no tokens"},
+		{name: "text of no tokens", prompt: `""`, asked: true, status: 400, msg: "no tokens"},
+		{name: "refused by the engine", prompt: `"refused"`, asked: true, status: 400, msg: "refused the prompt: This model's maximum context length is 8 tokens."},
+		{name: "unprocessable", prompt: `"unprocessable"`, asked: true, status: 422, msg: "Input should be a valid string"},
+		{name: "the engine failing", prompt: `"broken"`, asked: true, engineFault: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := asked.Load()
+			ids, err := c.Tokenize(context.Background(), addr, "big", []byte(`{"model":"x","prompt":`+tc.prompt+`}`), false)
+			if got := asked.Load() > before; got != tc.asked {
+				t.Fatalf("engine asked %v, want %v", got, tc.asked)
+			}
+			var pe *engineclient.PromptError
+			switch {
+			case tc.engineFault:
+				if !errors.Is(err, engineclient.ErrTokenize) || errors.As(err, &pe) {
+					t.Fatalf("%v %v, want ErrTokenize", ids, err)
+				}
+			case tc.status != 0:
+				if !errors.As(err, &pe) || pe.Status != tc.status || !strings.Contains(pe.Message, tc.msg) {
+					t.Fatalf("%v %v, want a PromptError %d with %q", ids, err, tc.status, tc.msg)
+				}
+			case err != nil || fmt.Sprint(ids) != fmt.Sprint(tc.ids):
+				t.Fatalf("%v %v, want %v", ids, err, tc.ids)
+			}
+		})
 	}
 }
