@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,3 +106,54 @@ func TestPriorityHeaderCappedByKey(t *testing.T) {
 }
 
 func intPtr(n int) *int { return &n }
+
+// TestObjectiveRefusedOnEnginesTTFT: the engines' recent time to first
+// token counts in an objective's estimate. Once an answer's first byte
+// took 200 ms or more, a request with a 50 ms objective that would have to
+// wait for the engine's one slot is refused at once, 429
+// objective_unreachable, instead of waiting for a slot that cannot serve
+// it in time.
+func TestObjectiveRefusedOnEnginesTTFT(t *testing.T) {
+	c := newCluster(t, "", []clusterOpt{overloadCfg(func(a *config.Admission, _ *config.Ejection) {
+		a.Enabled, a.EngineConcurrency, a.QueueSize = true, map[string]int{"f": 1}, 16
+	})})
+	var n atomic.Int32
+	hold := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release)
+	c.addFake("f", "m", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if n.Add(1) == 1 {
+			time.Sleep(200 * time.Millisecond) // the first answer's first byte comes no sooner
+		} else {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" hi","finish_reason":"length"}],"usage":{"prompt_tokens":2,"completion_tokens":2,"total_tokens":4}}`)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if r := c.overloadSendWith(ctx, "", "slow", nil); r.status != http.StatusOK {
+		t.Fatalf("slow: %+v", r)
+	}
+	out := make(chan overloadReply, 1)
+	go func() { out <- c.overloadSendWith(ctx, "", "hold", nil) }()
+	eventually(t, 10*time.Second, func() bool { return n.Load() == 2 }, "the engine holds the second request")
+	// Refused on arrival, for the engines' TTFT: not once its objective
+	// passed in the queue.
+	r := c.post("/v1/completions", "", map[string]any{"model": "m", "prompt": "hello", "max_tokens": 2}, "X-Slo-Ttft-Ms", "50")
+	msg := string(r.body)
+	if r.status != http.StatusTooManyRequests || errorCode(t, r.body) != "objective_unreachable" ||
+		strings.Contains(msg, "waited") || strings.Contains(msg, " 0s of the engines' recent time to first token") {
+		t.Fatalf("hurried: %d %s, want 429 objective_unreachable on arrival, for the engines' recent TTFT", r.status, msg)
+	}
+	release()
+	if r := <-out; r.status != http.StatusOK {
+		t.Fatalf("hold: %+v", r)
+	}
+}

@@ -67,6 +67,7 @@ func (s *State) RemoveWorker(id string) {
 		delete(s.learned, id)
 	}
 	s.forgetWorker(id)
+	delete(s.workerTTFT, id)
 	delete(s.health, id)
 	delete(s.votes, id)
 	delete(s.belied, id)

@@ -247,19 +247,32 @@ func (s *State) waitEstimate(queue string, ahead int, now time.Time) time.Durati
 	return iv * time.Duration(ahead+1)
 }
 
+// maxTTFTBands bounds the priority bands whose TTFT a queue keeps apart:
+// priorities are the clients' to choose, so the bands past the first
+// maxTTFTBands seen share the queue's TTFT over every band.
+const maxTTFTBands = 32
+
 // TTFTObserved records the time to first byte of an answer from worker
 // (dispatch to first byte, as the client of that attempt saw it) for a
-// request of queue and priority.
+// request of queue and priority: in the band's recent TTFT, the queue's
+// and the worker's (an objective's estimate, and saturation_ttft).
 func (s *State) TTFTObserved(worker, queue string, prio int, d time.Duration, now time.Time) {
 	if d <= 0 {
 		return
 	}
 	if s.bandTTFT == nil {
 		s.bandTTFT = map[bandKey]*ewma{}
+		s.bands = map[string]int{}
 		s.workerTTFT = map[string]*ewma{}
 	}
-	for _, e := range []*ewma{s.ewmaOf(s.bandTTFT, bandKey{queue, prio}), s.ewmaOf(s.bandTTFT, bandKey{queue: queue, prio: anyBand}), s.workerEWMA(worker)} {
+	s.ewmaOf(s.bandTTFT, bandKey{queue: queue, prio: anyBand}).add(d, now)
+	s.workerEWMA(worker).add(d, now)
+	k := bandKey{queue, prio}
+	if e := s.bandTTFT[k]; e != nil {
 		e.add(d, now)
+	} else if s.bands[queue] < maxTTFTBands {
+		s.bands[queue]++
+		s.ewmaOf(s.bandTTFT, k).add(d, now)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/policy"
 	"github.com/tlgate/tlgate/internal/routing/routes"
@@ -447,5 +449,59 @@ func TestClassify(t *testing.T) {
 		if got.Priority != c.prio || got.Objective != c.objective {
 			t.Errorf("%s: priority %d objective %s, want %d %s", c.name, got.Priority, got.Objective, c.prio, c.objective)
 		}
+	}
+}
+
+// TestAttemptSucceededFeedsTTFT: the router actor records the first byte
+// a request actor reports of a 2xx attempt in its queue's band, its
+// queue's and its worker's recent TTFT (what an objective's estimate and
+// saturation_ttft read); a report without one (an error answer) leaves
+// them as they were.
+func TestAttemptSucceededFeedsTTFT(t *testing.T) {
+	st := state(t, policy.NameLeastOutstanding, nil, w("w0", "m", fleet.RoleUnified, 0, 0))
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	pid := sys.Root.Spawn(Props(st, nil))
+	settle := func() {
+		t.Helper()
+		if _, err := sys.Root.RequestFuture(pid, &Ready{}, 10*time.Second).Result(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sys.Root.Send(pid, &AttemptSucceeded{WorkerID: "w0"})
+	settle()
+	if d := st.ttftEstimate("m", 3, time.Now()); d != 0 {
+		t.Fatalf("TTFT %s after an answer without a first byte, want none", d)
+	}
+	sys.Root.Send(pid, &AttemptSucceeded{WorkerID: "w0", FirstByte: 1500 * time.Millisecond, Queue: "m", Priority: 3})
+	settle()
+	now := time.Now()
+	for _, prio := range []int{3, 0} {
+		if d := st.ttftEstimate("m", prio, now); d != 1500*time.Millisecond {
+			t.Errorf("TTFT of band %d: %s, want 1.5s", prio, d)
+		}
+	}
+	if d, ok := st.workerTTFT["w0"].at(now); !ok || d != 1500*time.Millisecond {
+		t.Errorf("w0's TTFT %s %v, want 1.5s", d, ok)
+	}
+}
+
+// TestTTFTBandsBounded: a queue keeps the TTFT of at most maxTTFTBands
+// priority bands apart, whatever priorities its clients choose; a band
+// past them is estimated by the queue's TTFT over every band.
+func TestTTFTBandsBounded(t *testing.T) {
+	s := state(t, policy.NameLeastOutstanding, nil)
+	now := time.Now()
+	for prio := range maxTTFTBands + 10 {
+		s.TTFTObserved("w0", "m", -prio, time.Duration(prio+1)*time.Millisecond, now)
+	}
+	if n := len(s.bandTTFT); n != maxTTFTBands+1 {
+		t.Fatalf("%d TTFTs kept for one queue, want %d bands and the queue's", n, maxTTFTBands)
+	}
+	if d := s.ttftEstimate("m", -(maxTTFTBands + 5), now); d != s.ttftEstimate("m", anyBand, now) || d == 0 {
+		t.Fatalf("a band past the bound: %s, want the queue's %s", d, s.ttftEstimate("m", anyBand, now))
+	}
+	if d := s.ttftEstimate("m", -2, now); d != 3*time.Millisecond {
+		t.Fatalf("a kept band: %s, want its own 3ms", d)
 	}
 }

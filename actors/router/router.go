@@ -123,8 +123,10 @@ func (a *routerActor) Receive(ctx actor.Context) {
 	case *ejectionEnded:
 		a.dispatch(ctx)
 	case *AttemptSucceeded:
+		now := time.Now()
 		st.AttemptSucceeded(m.WorkerID)
-		st.Indexed(m.Indexing, time.Now())
+		st.Indexed(m.Indexing, now)
+		st.TTFTObserved(m.WorkerID, m.Queue, m.Priority, m.FirstByte, now)
 	case *KVEvents:
 		r := st.ApplyKV(m, time.Now())
 		if m.Done != nil {

@@ -221,6 +221,7 @@ type State struct {
 	// the recent TTFT per queue band and per worker.
 	drains     map[string]*drain
 	bandTTFT   map[bandKey]*ewma
+	bands      map[string]int // bands of bandTTFT per queue, anyBand's aside
 	workerTTFT map[string]*ewma
 
 	// Fleet sync (sync.go): the other replicas' claims, and when each
