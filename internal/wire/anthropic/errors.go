@@ -86,8 +86,12 @@ func WriteError(w http.ResponseWriter, status int, msg string) {
 
 // SSEError returns the "error" event that ends a stream failed after its
 // first byte, of type api_error.
-func SSEError(msg string) []byte {
-	body := marshal(ErrorBody{Type: "error", Error: ErrorDetail{Type: TypeAPI, Message: msg}})
+func SSEError(msg string) []byte { return SSEErrorOf(TypeAPI, msg) }
+
+// SSEErrorOf returns an "error" event of Anthropic's error type typ (one
+// of the Type constants), which ends a stream.
+func SSEErrorOf(typ, msg string) []byte {
+	body := marshal(ErrorBody{Type: "error", Error: ErrorDetail{Type: typ, Message: msg}})
 	out := make([]byte, 0, len(body)+24)
 	out = append(out, "event: error\ndata: "...)
 	out = append(out, body...)

@@ -316,8 +316,9 @@ func TestStreamMessagesInterleavedCalls(t *testing.T) {
 }
 
 // TestStreamErrors: an error event in the chat stream (the engine's, or
-// the gateway's after a cut) is the API's error event, its message kept,
-// and nothing is written after it.
+// the gateway's after a cut) is the API's error event, its message kept
+// (and, for Messages, a rate limit typed as one), and nothing is written
+// after it.
 func TestStreamErrors(t *testing.T) {
 	failed := chunk(`{"content":"hel"}`, "") + `data: {"error":{"message":"engine went away","type":"server_error","code":"upstream_failed"}}` + "\n\n" + "data: [DONE]\n\n"
 	b, _, _ := New(Messages, []byte(`{"model":"m","max_tokens":5,"messages":[]}`))
@@ -329,6 +330,14 @@ func TestStreamErrors(t *testing.T) {
 	names, data = events(t, relay(t, b, failed, 5))
 	if n := len(names); names[n-1] != "error" || data[n-1].Get("code").Str != "upstream_failed" || data[n-1].Get("message").Str != "engine went away" || data[n-1].Get("sequence_number").Int() != int64(n-1) {
 		t.Errorf("responses: %v %v", names, data)
+	}
+	// The gateway's cut at the key's tokens budget is a rate limit, as
+	// Anthropic types it: a client retries later, not as for a fault.
+	cut := chunk(`{"content":"hel"}`, "") + `data: {"error":{"message":"budget","type":"rate_limit_error","code":"rate_limit_exceeded"}}` + "\n\n"
+	b, _, _ = New(Messages, []byte(`{"model":"m","max_tokens":5,"messages":[]}`))
+	names, data = events(t, relay(t, b, cut, 5))
+	if n := len(names); names[n-1] != "error" || data[n-1].Get("error.type").Str != "rate_limit_error" || data[n-1].Get("error.message").Str != "budget" {
+		t.Errorf("messages cut at the budget: %v %v", names, data)
 	}
 }
 

@@ -372,13 +372,17 @@ func (s *Stream) fail(e gjson.Result) {
 	if msg == "" {
 		msg = e.Raw
 	}
-	if s.b.api == Messages {
-		s.out = append(s.out, anthropic.SSEError(msg)...)
-		return
-	}
 	code := e.Get("code").Str
 	if code == "" {
 		code = e.Get("type").Str
+	}
+	if s.b.api == Messages {
+		typ := anthropic.TypeAPI
+		if code == openai.CodeRateLimitExceeded || e.Get("type").Str == anthropic.TypeRateLimit {
+			typ = anthropic.TypeRateLimit // the key's tokens budget, not a fault
+		}
+		s.out = append(s.out, anthropic.SSEErrorOf(typ, msg)...)
+		return
 	}
 	s.out = append(s.out, openai.ResponsesErrorEvent(code, msg, s.seq)...)
 	s.seq++

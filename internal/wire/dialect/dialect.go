@@ -42,6 +42,10 @@ type Dialect struct {
 	// for reason; nil: OpenAI's error data event. seq is the sequence
 	// number that follows the relayed events' (with sequenced).
 	errorEvent func(reason string, seq int64) []byte
+	// budgetEvent is the event written in place of the one that crossed
+	// the key's tokens budget, ending the stream; nil: OpenAI's error
+	// data event. seq is as errorEvent's.
+	budgetEvent func(seq int64) []byte
 	// sequenced: every event carries a "sequence_number" (the Responses
 	// API).
 	sequenced bool
@@ -107,6 +111,9 @@ var (
 		errorEvent: func(reason string, seq int64) []byte {
 			return openai.ResponsesErrorEvent(openai.CodeUpstreamFailed, failedMsg(reason), seq)
 		},
+		budgetEvent: func(seq int64) []byte {
+			return openai.ResponsesErrorEvent(openai.CodeRateLimitExceeded, overBudgetMsg, seq)
+		},
 		sequenced:   true,
 		stores:      true,
 		inputOutput: true,
@@ -125,6 +132,9 @@ var (
 		},
 		errorEvent: func(reason string, _ int64) []byte {
 			return anthropic.SSEError(failedMsg(reason))
+		},
+		budgetEvent: func(int64) []byte {
+			return anthropic.SSEErrorOf(anthropic.TypeRateLimit, overBudgetMsg)
 		},
 		inputOutput: true,
 		text:        messagesText,

@@ -214,8 +214,8 @@ func (s *Writer) cut(head []byte) error {
 		}
 	}
 	ev := overBudgetEvent
-	if s.d == Responses {
-		ev = openai.ResponsesErrorEvent(openai.CodeRateLimitExceeded, overBudgetMsg, s.seq)
+	if s.d.budgetEvent != nil {
+		ev = s.d.budgetEvent(s.seq)
 	}
 	if _, err := s.w.Write(ev); err != nil {
 		return err

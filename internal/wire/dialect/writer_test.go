@@ -194,3 +194,22 @@ func TestWriterLimitResponses(t *testing.T) {
 		t.Fatalf("client got\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestWriterLimitMessages: a Messages stream cut at its budget ends with
+// Anthropic's error event, of type rate_limit_error: the event name its
+// SDKs read, not OpenAI's nameless data event, which they skip (the
+// stream would end as if complete).
+func TestWriterLimitMessages(t *testing.T) {
+	rec := httptest.NewRecorder()
+	rec.Header().Set("Content-Type", "text/event-stream")
+	w := Messages.NewWriter(rec, false)
+	w.Limit(10, func(n int) bool { return n <= 12 })
+	ev := "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n"
+	if _, err := w.Write([]byte(ev + ev + ev)); !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("err %v", err)
+	}
+	want := ev + ev + "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"" + overBudgetMsg + "\"}}\n\n"
+	if got := rec.Body.String(); got != want {
+		t.Fatalf("client got\n%s\nwant\n%s", got, want)
+	}
+}
