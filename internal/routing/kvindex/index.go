@@ -19,8 +19,23 @@
 // it could not fill), and Expect marks it stale when an answer began on it
 // and none of the events that answer must cause arrived in time. Memory is
 // bounded per worker (Config.MaxBlocks) whatever the engine sends: past the
-// bound the oldest blocks are forgotten, which can only miss a hit, never
-// make a wrong one.
+// bound the oldest blocks are forgotten.
+//
+// A view never scores a worker on blocks it does not hold as long as an
+// engine hash names one block. vLLM and current SGLang chain their hashes
+// over the parent block (a hash names a block and everything before it),
+// so there a block the view forgot (evicted past the bound, dropped, or
+// stored before the view began) only misses hits: its hash resolves to
+// nothing. Older SGLang names a page by its tokens alone, so one hash names
+// every equal page after any prefix, and a child whose parent's hash the
+// view holds for another block would be keyed after the wrong prefix. The
+// view learns that its engine's hashes are not chained the first time it
+// sees one hash name two blocks, and from then on resolves an engine hash
+// (a stored block's parent, a tier added to a held block) only on a rank
+// it knows whole (complete: every block the rank held since its cache was
+// last known empty, none forgotten); elsewhere the blocks are left out
+// (Applied.Unresolved), a missed hit. Until that first collision is seen,
+// an unchained engine's view can still key a block after the wrong prefix.
 //
 // An Index holds no actor and does no I/O; it is not safe for concurrent
 // use (the router actor owns it).
@@ -186,7 +201,34 @@ type view struct {
 	spec      speculative   // picks' blocks not confirmed yet
 	lastBatch time.Time     // when the last batch was applied
 	applied   Applied       // totals, for the admin API
+	// unchained: the engine was seen naming two different blocks with one
+	// hash, so its hashes are not chained over the parent (older SGLang),
+	// and a hash resolves only on a complete rank. It is the engine's
+	// hashing scheme: Clear keeps it, Forget and a new block size do not.
+	unchained bool
+	// complete has bit r set while the view of rank r knows every block
+	// the engine's rank r holds: set when its cache is known empty
+	// (AllBlocksCleared, ClearRestarted), unset once the view forgets or
+	// leaves out a block the engine may hold.
+	complete [MaxRanks / 64]uint64
 }
+
+// isComplete reports whether v knows every block of rank r.
+func (v *view) isComplete(r int) bool { return v.complete[r/64]&(1<<(r%64)) != 0 }
+
+// setComplete records whether v knows every block of rank r.
+func (v *view) setComplete(r int, ok bool) {
+	if ok {
+		v.complete[r/64] |= 1 << (r % 64)
+	} else {
+		v.complete[r/64] &^= 1 << (r % 64)
+	}
+}
+
+// resolves reports whether an engine hash held by v's rank r names the
+// block the engine means: always while its hashes are chained, else only
+// when the view knows every block of the rank.
+func (v *view) resolves(r int) bool { return !v.unchained || v.isComplete(r) }
 
 // rankView is one data-parallel rank's blocks.
 type rankView struct {
@@ -197,12 +239,6 @@ type rankView struct {
 	free   []int32
 	newest int32 // -1: none
 	oldest int32
-	// collided are the engine hashes seen naming two different blocks
-	// (SGLang hashes a page's tokens alone, so equal pages after
-	// different prefixes share one): a block whose parent is one of them
-	// cannot be placed, since the parent may be either. Bounded by
-	// MaxBlocks; past it the rank's view starts again.
-	collided map[uint64]struct{}
 }
 
 // entry is one block: its keys, namespace tags, tiers, and its place on
@@ -239,14 +275,29 @@ func (x *Index) Retain(keep func(id string) bool) {
 	}
 }
 
-// Clear empties worker id's view (its engine restarted, or events were
-// lost): every block, held or speculative, is forgotten; its state stays.
-func (x *Index) Clear(id string) {
+// Clear empties worker id's view (events were lost, or its engine
+// restarted at some point the events do not show): every block, held or
+// speculative, is forgotten; its state stays, and so does what the view
+// learned of the engine's hashing (unchained). The engine may hold blocks
+// the view never hears of: no rank is complete.
+func (x *Index) Clear(id string) { x.clear(id, false) }
+
+// ClearRestarted empties worker id's view as Clear does, where the
+// engine's cache is known empty at this point: it restarted, or the
+// batches to come are its first. Every rank is complete.
+func (x *Index) ClearRestarted(id string) { x.clear(id, true) }
+
+func (x *Index) clear(id string, empty bool) {
 	v := x.workers[id]
 	if v == nil {
 		return
 	}
-	*v = view{state: v.state, applied: v.applied, lastBatch: v.lastBatch}
+	*v = view{state: v.state, applied: v.applied, lastBatch: v.lastBatch, unchained: v.unchained}
+	if empty {
+		for i := range v.complete {
+			v.complete[i] = ^uint64(0)
+		}
+	}
 }
 
 // SetState sets worker id's state, watching it if need be (None forgets
@@ -312,6 +363,8 @@ type Applied struct {
 	Events, Stored, Removed, Cleared int
 	// Unresolved are stored blocks that could not be keyed: their parent
 	// is not in the view (stored before the view began, or forgotten), or
+	// the engine's hashes are not chained and the view does not know every
+	// block of the rank (so the parent's hash may name another block), or
 	// its namespace is not theirs, or the event's tokens do not fill its
 	// blocks. They are left out: a missed hit, never a wrong one.
 	Unresolved int
@@ -353,6 +406,9 @@ func (x *Index) Apply(id string, b *Batch, now time.Time) (Applied, error) {
 	}
 	v.expect, v.silent, v.lastBatch = time.Time{}, false, now
 	rv := v.rank(b.Rank)
+	if b.Unknown > 0 { // events the decoder skipped may have stored blocks
+		v.setComplete(b.Rank, false)
+	}
 	var a Applied
 	for i := range b.Events {
 		ev := &b.Events[i]
@@ -368,6 +424,7 @@ func (x *Index) Apply(id string, b *Batch, now time.Time) (Applied, error) {
 			x.remove(v, rv, ev, &a)
 		case Cleared:
 			x.clearRank(v, rv)
+			v.setComplete(rv.rank, true)
 			a.Cleared++
 		}
 	}
@@ -396,14 +453,20 @@ func (x *Index) store(v *view, rvp **rankView, ev *Event, a *Applied) {
 		return
 	}
 	if bs < 1 || bs > MaxBlockSize || len(ev.Tokens) != n*bs || ev.Extra != nil && len(ev.Extra) != n {
-		a.Unresolved += n
+		v.unresolved(*rvp, n, a)
 		return
 	}
 	if v.blockSize != bs {
-		if v.blockSize != 0 { // another block size: another engine configuration
+		if v.blockSize != 0 && v.n > 0 {
+			// Blocks of another size: another engine configuration,
+			// maybe another hashing.
 			rank := (*rvp).rank
 			*v = view{state: v.state, applied: v.applied, lastBatch: v.lastBatch}
 			*rvp = v.rank(rank)
+		} else if v.blockSize != 0 {
+			// None held (the size was a pick's guess, or every block is
+			// gone): only the speculation goes, keyed at the old size.
+			v.spec = speculative{}
 		}
 		v.blockSize = bs
 	}
@@ -412,13 +475,13 @@ func (x *Index) store(v *view, rvp **rankView, ev *Event, a *Applied) {
 	var lora, salt uint32
 	if ev.HasParent {
 		p, ok := rv.byHash[ev.Parent]
-		if _, amb := rv.collided[ev.Parent]; !ok || amb {
-			a.Unresolved += n
+		if !ok || !v.resolves(rv.rank) {
+			v.unresolved(rv, n, a)
 			return
 		}
 		pe := &rv.ents[p]
 		if pe.lora != tag(ev.LoRA) || ev.Salt != "" && pe.salt != tag(ev.Salt) {
-			a.Unresolved += n
+			v.unresolved(rv, n, a)
 			return
 		}
 		prev, lora, salt = pe.key, pe.lora, pe.salt
@@ -438,6 +501,13 @@ func (x *Index) store(v *view, rvp **rankView, ev *Event, a *Applied) {
 	a.Stored += n
 }
 
+// unresolved counts n stored blocks of rv left out: the engine holds them
+// and the view does not, so it no longer knows every block of the rank.
+func (v *view) unresolved(rv *rankView, n int, a *Applied) {
+	a.Unresolved += n
+	v.setComplete(rv.rank, false)
+}
+
 // insert records block key (engine hash h) in tier bit on rv; it returns
 // how many blocks it evicted to stay within MaxBlocks.
 func (x *Index) insert(v *view, rv *rankView, key, h uint64, bit uint8, lora, salt uint32) int {
@@ -451,17 +521,20 @@ func (x *Index) insert(v *view, rv *rankView, key, h uint64, bit uint8, lora, sa
 			rv.toNewest(s)
 			return 0
 		}
-		// The engine reuses a hash for another block (SGLang names equal
-		// tokens alike after any prefix and under any salt): the old block
-		// is replaced, and the hash no longer names one parent.
+		// The engine names another block with a hash it named one with
+		// (older SGLang names equal tokens alike after any prefix and
+		// under any salt): the old block is replaced, though the engine
+		// may hold both, and from now on a hash may name either.
 		x.drop(v, rv, s)
-		x.collide(v, rv, h)
+		v.unchained = true
+		v.setComplete(rv.rank, false)
 	}
 	if s, ok := rv.byKey[key]; ok {
 		// The same block under another engine hash: keep the newest name.
-		// Should the engine still hold the other one, forgetting it can
-		// only miss a hit.
+		// The engine may still hold the other one: the view no longer
+		// knows every block of the rank.
 		x.drop(v, rv, s)
+		v.setComplete(rv.rank, false)
 	}
 	evicted := 0
 	for v.n >= x.cfg.MaxBlocks {
@@ -503,21 +576,8 @@ func (x *Index) remove(v *view, rv *rankView, ev *Event, a *Applied) {
 	}
 }
 
-// collide records that engine hash h named two different blocks of rv.
-// Past MaxBlocks such hashes the rank's blocks are forgotten (missed hits,
-// never a wrong one) and the record starts again.
-func (x *Index) collide(v *view, rv *rankView, h uint64) {
-	if rv.collided == nil {
-		rv.collided = map[uint64]struct{}{}
-	}
-	if len(rv.collided) >= x.cfg.MaxBlocks {
-		x.clearRank(v, rv)
-		rv.collided = map[uint64]struct{}{}
-	}
-	rv.collided[h] = struct{}{}
-}
-
-// clearRank forgets every block of rv (AllBlocksCleared).
+// clearRank forgets every block of rv (AllBlocksCleared: the engine's rank
+// holds none).
 func (x *Index) clearRank(v *view, rv *rankView) {
 	for s := rv.newest; s >= 0; s = rv.ents[s].older {
 		v.n--
@@ -539,15 +599,18 @@ func (x *Index) drop(v *view, rv *rankView, s int32) {
 }
 
 // evictOldest forgets the oldest block of rv, or of another rank when rv
-// has none; it reports whether it found one.
+// has none; it reports whether it found one. The rank no longer knows
+// every block its engine holds.
 func (x *Index) evictOldest(v *view, rv *rankView) bool {
 	if rv.oldest >= 0 {
 		x.drop(v, rv, rv.oldest)
+		v.setComplete(rv.rank, false)
 		return true
 	}
 	for _, o := range v.ranks {
 		if o.oldest >= 0 {
 			x.drop(v, o, o.oldest)
+			v.setComplete(o.rank, false)
 			return true
 		}
 	}

@@ -337,3 +337,76 @@ func TestKVIndexBoundedPerWorker(t *testing.T) {
 	}
 	runtime.KeepAlive(x)
 }
+
+// join is ps one after the other.
+func join(ps ...[]uint32) []uint32 {
+	var out []uint32
+	for _, p := range ps {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// TestUnchainedHashesMissNotMisplace: an engine that names a page by its
+// tokens alone (older SGLang) names every equal page alike after any
+// prefix. Once the view has seen one hash name two blocks, it resolves a
+// parent's hash only on a rank it knows whole; elsewhere a child whose
+// parent's hash it holds for another block is left out, not keyed after
+// the wrong prefix. A view never seen colliding resolves parents as ever.
+func TestUnchainedHashesMissNotMisplace(t *testing.T) {
+	p, tt, c, d := toks(100, 4), toks(300, 4), toks(400, 4), toks(450, 4)
+	const hp, ht, hc, hd = 11, 13, 14, 15
+	type step func(t *testing.T, x *Index) Applied
+	batch := func(rank int, evs ...Event) step {
+		return func(t *testing.T, x *Index) Applied { return apply(t, x, "w", rank, evs...) }
+	}
+	call := func(fn func(x *Index)) step {
+		return func(_ *testing.T, x *Index) Applied { fn(x); return Applied{} }
+	}
+	// unchain has the engine name two root blocks with one hash.
+	unchain := batch(0, stored(toks(500, 4), 0, 1000), stored(toks(600, 4), 0, 1000))
+	cleared := batch(0, Event{Kind: Cleared})
+	rootT, cAfterT := batch(0, stored(tt, 0, ht)), batch(0, stored(c, ht, hc))
+	tests := []struct {
+		name      string
+		maxBlocks int
+		steps     []step
+		// unresolved is the last step's; blocks is how many of t c the
+		// view holds.
+		unresolved, blocks int
+	}{
+		{"unchained view begun mid-stream", 0, []step{unchain, rootT, cAfterT}, 1, 1},
+		{"unchained, the parent evicted past the bound", 3, []step{unchain, cleared,
+			batch(0, stored(p, 0, hp), stored(tt, hp, ht)), batch(0, stored(toks(900, 12), 0, 90, 91, 92)), rootT, cAfterT}, 1, 1},
+		{"chained, the parent evicted past the bound", 3, []step{
+			batch(0, stored(p, 0, hp), stored(tt, hp, ht)), batch(0, stored(toks(900, 12), 0, 90, 91, 92)),
+			batch(0, stored(tt, 0, 23)), batch(0, stored(c, 23, hc))}, 0, 2},
+		{"unchained, complete after AllBlocksCleared", 0, []step{unchain, cleared, rootT, cAfterT}, 0, 2},
+		{"unchained, complete after a restart", 0, []step{unchain, call(func(x *Index) { x.ClearRestarted("w") }), rootT, cAfterT}, 0, 2},
+		{"unchained kept by a clear of lost events", 0, []step{unchain, call(func(x *Index) { x.Clear("w") }), rootT, cAfterT}, 1, 1},
+		{"unchained forgotten with the view", 0, []step{unchain, call(func(x *Index) { x.SetState("w", None); x.SetState("w", Exact) }), rootT, cAfterT}, 0, 2},
+		{"unchained forgotten with a new block size", 0, []step{unchain,
+			batch(0, Event{Kind: Stored, Hashes: []uint64{1001}, Tokens: toks(700, 8), BlockSize: 8}), rootT, cAfterT}, 0, 2},
+		{"complete lost on an eviction", 3, []step{unchain, cleared, rootT, cAfterT,
+			batch(0, stored(toks(900, 8), 0, 90, 91)), batch(0, stored(d, hc, hd))}, 1, 0},
+		{"complete lost on a block left out", 0, []step{unchain, cleared, batch(0, stored(d, 777, hd)), rootT, cAfterT}, 1, 1},
+		{"complete lost on a collision", 0, []step{unchain, cleared, batch(0, stored(p, 0, ht)), rootT, cAfterT}, 1, 1},
+		{"complete per rank", 0, []step{unchain, call(func(x *Index) { x.ClearRestarted("w") }),
+			batch(1, stored(d, 777, hd)), batch(1, stored(tt, 0, ht)), batch(1, stored(c, ht, hc)), rootT, cAfterT}, 0, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newExact(t, Config{MaxBlocks: tt.maxBlocks}, "w")
+			var a Applied
+			for _, s := range tt.steps {
+				a = s(t, x)
+			}
+			if a.Unresolved != tt.unresolved {
+				t.Errorf("last step %+v, want %d unresolved", a, tt.unresolved)
+			}
+			if n := x.Holds("w", Keys(nil, "", "", join(toks(300, 4), c), bs)); n != tt.blocks {
+				t.Errorf("t c held as %d blocks, want %d", n, tt.blocks)
+			}
+		})
+	}
+}
