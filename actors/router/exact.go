@@ -24,8 +24,12 @@ type KVEvents struct {
 	Worker string
 	// Clear empties the view before Batches are applied (the engine
 	// restarted, or batches were lost).
-	Clear   bool
-	Batches []kvindex.Batch
+	Clear bool
+	// Restarted (with Clear): the engine's cache was empty at the clear (it
+	// restarted, or Batches begin with its first batch), so the view knows
+	// every block it holds (kvindex.Index.ClearRestarted).
+	Restarted bool
+	Batches   []kvindex.Batch
 	// State is the view's state after Batches: kvindex.None ends it (the
 	// subscription stopped).
 	State kvindex.State
@@ -113,7 +117,10 @@ func (s *State) ApplyKV(m *KVEvents, now time.Time) KVApplied {
 		return r
 	}
 	x.Watch(m.Worker)
-	if m.Clear {
+	switch {
+	case m.Clear && m.Restarted:
+		x.ClearRestarted(m.Worker)
+	case m.Clear:
 		x.Clear(m.Worker)
 	}
 	st := m.State

@@ -190,6 +190,38 @@ func TestExactViewStates(t *testing.T) {
 	s.RemoveWorker("a")
 }
 
+// TestExactClearKnowsRestarts: a clear at the engine's restart leaves a
+// view that knows every block the engine holds, where one after lost
+// events does not: an engine seen naming two blocks with one hash has a
+// block after a parent resolved in the first only.
+func TestExactClearKnowsRestarts(t *testing.T) {
+	stored := func(h, parent uint64, from int) kvindex.Event {
+		return kvindex.Event{Kind: kvindex.Stored, Hashes: []uint64{h}, Parent: parent, HasParent: parent != 0, Tokens: etoks(from, ebs), BlockSize: ebs}
+	}
+	unchain := kvindex.Batch{Events: []kvindex.Event{stored(1000, 0, 500), stored(1000, 0, 600)}}
+	chain := kvindex.Batch{Events: []kvindex.Event{stored(1, 0, 0), stored(2, 1, ebs)}}
+	tests := []struct {
+		name      string
+		restarted bool
+		blocks    int
+	}{
+		{"events lost", false, 1},
+		{"engine restarted", true, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := exactState(t, Config{}, "a")
+			events(t, s, "a", kvindex.Exact, unchain)
+			if r := s.ApplyKV(&KVEvents{Worker: "a", Clear: true, Restarted: tt.restarted, State: kvindex.Exact, Batches: []kvindex.Batch{chain}}, now); r.Failed != 0 {
+				t.Fatalf("applied %+v", r)
+			}
+			if n := s.exact.Holds("a", kvindex.Keys(nil, "", "", etoks(0, 2*ebs), ebs)); n != tt.blocks {
+				t.Errorf("%d blocks held, want %d", n, tt.blocks)
+			}
+		})
+	}
+}
+
 // TestExactEventsBeforeAnswerExpectNothing: an engine may publish a
 // prompt's blocks before the answer's first byte reaches the gateway;
 // once its view holds them all, the answer's start expects no more

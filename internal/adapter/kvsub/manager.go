@@ -171,7 +171,7 @@ func (s *routerSink) Send(u *Update, done func()) {
 		done()
 		return
 	}
-	s.root.Send(s.router, &router.KVEvents{Worker: u.Worker, Clear: u.Clear, Batches: u.Batches, State: u.State, Done: done})
+	s.root.Send(s.router, &router.KVEvents{Worker: u.Worker, Clear: u.Clear, Restarted: u.Restarted, Batches: u.Batches, State: u.State, Done: done})
 }
 
 func (s *routerSink) stop() {

@@ -14,7 +14,9 @@
 //     that a restarted engine (its numbers counted again from 0 past the
 //     last) is not mistaken for the same one;
 //   - a sequence back at 0 is a restarted engine with an empty cache: the
-//     view is cleared and starts again, exact;
+//     view is cleared and starts again, exact, and knows every block the
+//     engine holds (Update.Restarted), as does a view whose first batch is
+//     the engine's first;
 //   - what cannot be recovered (no replay socket, a replay buffer that
 //     wrapped, a batch that does not decode, a sequence that jumps
 //     backwards, a flood over the byte budget) clears the view and makes
@@ -71,9 +73,13 @@ type Update struct {
 	Worker string
 	// Clear: empty the view before applying Batches (the engine restarted,
 	// or batches were lost).
-	Clear   bool
-	Batches []kvindex.Batch
-	State   kvindex.State
+	Clear bool
+	// Restarted (with Clear): the engine's cache was empty at the clear
+	// (it restarted, or Batches begin with its first batch, sequence 0),
+	// so the view knows every block it holds (kvindex.Index.ClearRestarted).
+	Restarted bool
+	Batches   []kvindex.Batch
+	State     kvindex.State
 }
 
 // Sink applies updates. Send must not block; it calls done once it applied
@@ -362,11 +368,14 @@ func (s *sub) handle(ctx context.Context, frames [][]byte) {
 	last, _ := s.tr.Last()
 	switch v := s.tr.Next(seq); v {
 	case First, InOrder:
+		if v == First && seq == 0 {
+			s.restart(kvindex.Exact) // the engine's first batch
+		}
 		s.apply(payload, false, kvindex.Exact)
 	case Restart:
 		s.cfg.Observer.Problem(s.cfg.Worker, ProblemRestart)
 		s.cfg.Logger.Info().Str("worker", s.cfg.Worker).Uint64("last", last).Msg("kv events: the engine restarted")
-		s.clear(kvindex.Exact)
+		s.restart(kvindex.Exact)
 		s.apply(payload, false, kvindex.Exact)
 	case Backwards:
 		s.cfg.Observer.Problem(s.cfg.Worker, ProblemBackwards)
@@ -452,9 +461,15 @@ func (s *sub) pendingBatches() []kvindex.Batch {
 }
 
 // clear empties the view (what was built before it is moot) and sets st.
-func (s *sub) clear(st kvindex.State) {
+func (s *sub) clear(st kvindex.State) { s.empty(st, false) }
+
+// restart empties the view as clear does, where the engine's cache is
+// known empty: the batches that follow are all it holds.
+func (s *sub) restart(st kvindex.State) { s.empty(st, true) }
+
+func (s *sub) empty(st kvindex.State, restarted bool) {
 	u := s.update()
-	u.Clear, u.Batches = true, nil
+	u.Clear, u.Restarted, u.Batches = true, restarted, nil
 	s.digest = 0
 	s.setState(st)
 }
@@ -615,8 +630,12 @@ func (s *sub) rebuild(ctx context.Context, afterLoss bool) {
 
 // replayed applies one batch of a replay in order; false when it cannot.
 func (s *sub) replayed(ctx context.Context, seq uint64, payload []byte, st kvindex.State) bool {
-	if v := s.tr.Next(seq); v != First && v != InOrder {
+	v := s.tr.Next(seq)
+	if v != First && v != InOrder {
 		return false
+	}
+	if v == First && seq == 0 {
+		s.restart(st) // the replay holds the engine's whole history
 	}
 	if !s.apply(payload, true, st) {
 		return false

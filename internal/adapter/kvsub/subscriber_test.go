@@ -31,6 +31,7 @@ type view struct {
 	mu       sync.Mutex
 	x        *kvindex.Index
 	clears   int
+	restarts int // clears where the engine's cache was empty
 	updates  int
 	problems map[string]int
 	gaps     []bool
@@ -47,7 +48,12 @@ func (v *view) Send(u *kvsub.Update, done func()) {
 	defer v.mu.Unlock()
 	v.updates++
 	v.x.Watch(u.Worker)
-	if u.Clear {
+	switch {
+	case u.Clear && u.Restarted:
+		v.clears++
+		v.restarts++
+		v.x.ClearRestarted(u.Worker)
+	case u.Clear:
 		v.clears++
 		v.x.Clear(u.Worker)
 	}
@@ -393,4 +399,68 @@ func TestSubscriberRecoversDroppedMessages(t *testing.T) {
 	}
 	h.release()
 	v.wait(t, 6*bs, 6, kvindex.Exact)
+}
+
+// TestSubscriberKnowsEmptyCaches: the view is cleared as restarted, and
+// then knows every block the engine holds, only where the engine's cache
+// is known empty: at its first batch, live or replayed, and at a restart.
+// An engine seen naming two blocks with one hash (rank 1) has its blocks
+// after a parent resolved only on a rank the view knows whole (rank 0):
+// blocks 0 and 1 are held both, or block 1 is left out.
+func TestSubscriberKnowsEmptyCaches(t *testing.T) {
+	unchain := kvpub.Batch{Rank: kvpub.Ptr(1), Events: []any{
+		kvpub.Stored{Hashes: []uint64{1000}, Tokens: toks(500, bs), BlockSize: bs},
+		kvpub.Stored{Hashes: []uint64{1000}, Tokens: toks(600, bs), BlockSize: bs},
+	}}
+	empty := kvpub.Batch{Rank: kvpub.Ptr(0)}
+	tests := []struct {
+		name     string
+		replay   bool
+		before   int                    // batches published before the subscriber connects
+		act      func(*kvpub.Publisher) // after the view saw the collision
+		blocks   int
+		restarts int
+	}{
+		{"live from the engine's first batch", false, 0, nil, 2, 1},
+		{"replayed from the engine's first batch", true, 2, nil, 2, 1},
+		{"joined mid-stream", false, 2, nil, 1, 0},
+		{"engine restarted", false, 2, func(p *kvpub.Publisher) { p.Restart() }, 2, 1},
+		{"batches lost", false, 0, func(p *kvpub.Publisher) { p.Lose(empty, kvpub.Options{}) }, 1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := kvpub.NewPublisher(t, "", tt.replay)
+			for range tt.before {
+				p.Publish(empty, kvpub.Options{}) // nobody listens
+			}
+			v := newView()
+			subscribe(t, p, v, nil)
+			p.WaitSubscribers(1)
+			p.Publish(unchain, kvpub.Options{})
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				v.mu.Lock()
+				st, _ := v.x.Stats("w", time.Now())
+				v.mu.Unlock()
+				if st.Applied.Stored == 2 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the collision was not applied: %+v", st)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if tt.act != nil {
+				tt.act(p)
+			}
+			p.Publish(kvpub.Batch{Rank: kvpub.Ptr(0), Events: append(block(0).Events, block(1).Events...)}, kvpub.Options{})
+			p.Publish(empty, kvpub.Options{}) // exact again after a loss
+			v.wait(t, 2*bs, tt.blocks, kvindex.Exact)
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			if v.restarts != tt.restarts {
+				t.Errorf("%d clears as restarted, want %d", v.restarts, tt.restarts)
+			}
+		})
+	}
 }
