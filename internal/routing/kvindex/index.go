@@ -42,9 +42,11 @@
 package kvindex
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -211,6 +213,9 @@ type view struct {
 	// (AllBlocksCleared, ClearRestarted), unset once the view forgets or
 	// leaves out a block the engine may hold.
 	complete [MaxRanks / 64]uint64
+	// clock is the stamp of the block stored or touched last, every rank
+	// (see tick).
+	clock uint32
 }
 
 // isComplete reports whether v knows every block of rank r.
@@ -230,6 +235,38 @@ func (v *view) setComplete(r int, ok bool) {
 // when the view knows every block of the rank.
 func (v *view) resolves(r int) bool { return !v.unchained || v.isComplete(r) }
 
+// tick returns v's next stamp: blocks are stamped in the order they are
+// stored (or stored again), every rank together, so that the oldest of
+// the worker's blocks goes first. Before the counter wraps, the blocks
+// are stamped again from 1 in their order.
+func (v *view) tick() uint32 {
+	if v.clock == math.MaxUint32 {
+		v.renumber()
+	}
+	v.clock++
+	return v.clock
+}
+
+// renumber stamps v's blocks 1, 2... in the order of their stamps.
+func (v *view) renumber() {
+	type ref struct {
+		rv    *rankView
+		s     int32
+		stamp uint32
+	}
+	refs := make([]ref, 0, v.n)
+	for _, rv := range v.ranks {
+		for s := rv.oldest; s >= 0; s = rv.ents[s].newer {
+			refs = append(refs, ref{rv, s, rv.ents[s].stamp})
+		}
+	}
+	slices.SortFunc(refs, func(a, b ref) int { return cmp.Compare(a.stamp, b.stamp) })
+	for i, r := range refs {
+		r.rv.ents[r.s].stamp = uint32(i + 1)
+	}
+	v.clock = uint32(len(refs))
+}
+
 // rankView is one data-parallel rank's blocks.
 type rankView struct {
 	rank   int
@@ -241,14 +278,16 @@ type rankView struct {
 	oldest int32
 }
 
-// entry is one block: its keys, namespace tags, tiers, and its place on
-// the rank's list of blocks in the order they were stored.
+// entry is one block: its keys, namespace tags, tiers, its place on the
+// rank's list of blocks in the order they were stored, and its stamp in
+// the worker's order (view.tick).
 type entry struct {
 	key, hash  uint64
 	lora, salt uint32
 	media      uint8
 	newer      int32
 	older      int32
+	stamp      uint32
 }
 
 func newRankView(rank int) *rankView {
@@ -518,7 +557,7 @@ func (x *Index) insert(v *view, rv *rankView, key, h uint64, bit uint8, lora, sa
 				e.media |= bit
 				v.countMedia(bit, 1)
 			}
-			rv.toNewest(s)
+			rv.toNewest(s, v.tick())
 			return 0
 		}
 		// The engine names another block with a hash it named one with
@@ -538,7 +577,7 @@ func (x *Index) insert(v *view, rv *rankView, key, h uint64, bit uint8, lora, sa
 	}
 	evicted := 0
 	for v.n >= x.cfg.MaxBlocks {
-		if !x.evictOldest(v, rv) {
+		if !x.evictOldest(v) {
 			break
 		}
 		evicted++
@@ -546,7 +585,7 @@ func (x *Index) insert(v *view, rv *rankView, key, h uint64, bit uint8, lora, sa
 	s := rv.alloc()
 	rv.ents[s] = entry{key: key, hash: h, lora: lora, salt: salt, media: bit, newer: -1, older: -1}
 	rv.byKey[key], rv.byHash[h] = s, s
-	rv.pushNewest(s)
+	rv.pushNewest(s, v.tick())
 	v.n++
 	v.countMedia(bit, 1)
 	return evicted
@@ -598,23 +637,22 @@ func (x *Index) drop(v *view, rv *rankView, s int32) {
 	rv.free = append(rv.free, s)
 }
 
-// evictOldest forgets the oldest block of rv, or of another rank when rv
-// has none; it reports whether it found one. The rank no longer knows
-// every block its engine holds.
-func (x *Index) evictOldest(v *view, rv *rankView) bool {
-	if rv.oldest >= 0 {
-		x.drop(v, rv, rv.oldest)
-		v.setComplete(rv.rank, false)
-		return true
-	}
+// evictOldest forgets the worker's oldest block, whatever its rank (each
+// rank's oldest compared by stamp), and reports whether there was one.
+// Its rank no longer knows every block its engine holds.
+func (x *Index) evictOldest(v *view) bool {
+	var from *rankView
 	for _, o := range v.ranks {
-		if o.oldest >= 0 {
-			x.drop(v, o, o.oldest)
-			v.setComplete(o.rank, false)
-			return true
+		if o.oldest >= 0 && (from == nil || o.ents[o.oldest].stamp < from.ents[from.oldest].stamp) {
+			from = o
 		}
 	}
-	return false
+	if from == nil {
+		return false
+	}
+	x.drop(v, from, from.oldest)
+	v.setComplete(from.rank, false)
+	return true
 }
 
 // countMedia adds d to the count of every tier in bits.
@@ -636,9 +674,10 @@ func (rv *rankView) alloc() int32 {
 	return int32(len(rv.ents) - 1)
 }
 
-func (rv *rankView) pushNewest(s int32) {
+// pushNewest puts entry s first on rv's list, stamped stamp.
+func (rv *rankView) pushNewest(s int32, stamp uint32) {
 	e := &rv.ents[s]
-	e.newer, e.older = -1, rv.newest
+	e.newer, e.older, e.stamp = -1, rv.newest, stamp
 	if rv.newest >= 0 {
 		rv.ents[rv.newest].newer = s
 	}
@@ -663,12 +702,14 @@ func (rv *rankView) unlink(s int32) {
 	e.newer, e.older = -1, -1
 }
 
-func (rv *rankView) toNewest(s int32) {
+// toNewest moves entry s first on rv's list, stamped stamp.
+func (rv *rankView) toNewest(s int32, stamp uint32) {
 	if rv.newest == s {
+		rv.ents[s].stamp = stamp
 		return
 	}
 	rv.unlink(s)
-	rv.pushNewest(s)
+	rv.pushNewest(s, stamp)
 }
 
 // weight is the weight of a block held in tiers bits: its best tier's.

@@ -1,7 +1,9 @@
 package kvindex
 
 import (
+	"math"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 )
@@ -408,5 +410,57 @@ func TestUnchainedHashesMissNotMisplace(t *testing.T) {
 				t.Errorf("t c held as %d blocks, want %d", n, tt.blocks)
 			}
 		})
+	}
+}
+
+// TestEvictsOldestAcrossRanks: past MaxBlocks the worker's oldest block
+// goes, whatever its rank, so that a rank storing now is not left with
+// its own newest blocks evicted while another keeps old ones.
+func TestEvictsOldestAcrossRanks(t *testing.T) {
+	// Block i is a root block of its own tokens, engine hash i+1.
+	type step struct {
+		rank, block int
+		clock       uint32 // set the view's clock first (0: leave it)
+	}
+	tests := []struct {
+		name      string
+		maxBlocks int
+		steps     []step
+		held      []int
+	}{
+		{"the oldest of two ranks", 4, []step{{0, 0, 0}, {1, 1, 0}, {0, 2, 0}, {1, 3, 0}, {1, 4, 0}, {0, 5, 0}}, []int{2, 3, 4, 5}},
+		{"a block stored again is young", 3, []step{{0, 0, 0}, {1, 1, 0}, {0, 2, 0}, {0, 0, 0}, {1, 3, 0}}, []int{0, 2, 3}},
+		{"stamps renumbered before they wrap", 3, []step{{0, 0, 0}, {0, 1, 0}, {1, 2, math.MaxUint32 - 1}, {1, 3, 0}, {0, 4, 0}, {1, 5, 0}}, []int{3, 4, 5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newExact(t, Config{MaxBlocks: tt.maxBlocks}, "w")
+			for _, s := range tt.steps {
+				if s.clock != 0 {
+					x.workers["w"].clock = s.clock
+				}
+				apply(t, x, "w", s.rank, stored(toks(100*s.block, bs), 0, uint64(s.block+1)))
+			}
+			var held []int
+			for i := range 10 {
+				if x.Holds("w", Keys(nil, "", "", toks(100*i, bs), bs)) == 1 {
+					held = append(held, i)
+				}
+			}
+			if !slices.Equal(held, tt.held) {
+				t.Errorf("blocks %v held, want %v", held, tt.held)
+			}
+		})
+	}
+	// At the bound with rank 0 full, rank 1 keeps every block it stores
+	// (up to the bound), not only its last.
+	x := newExact(t, Config{MaxBlocks: 8}, "w")
+	apply(t, x, "w", 0, stored(toks(0, 32), 0, 1, 2, 3, 4, 5, 6, 7, 8))
+	apply(t, x, "w", 1, stored(toks(1000, 16), 0, 21, 22, 23, 24))
+	if n := x.Holds("w", Keys(nil, "", "", toks(1000, 16), bs)); n != 4 {
+		t.Fatalf("rank 1 holds %d of the 4 blocks it stored", n)
+	}
+	if st, _ := x.Stats("w", t0); st.Blocks != 8 {
+		t.Fatalf("%d blocks held, bound 8", st.Blocks)
 	}
 }
