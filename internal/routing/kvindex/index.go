@@ -19,7 +19,9 @@
 // it could not fill), and Expect marks it stale when an answer began on it
 // and none of the events that answer must cause arrived in time. Memory is
 // bounded per worker (Config.MaxBlocks) whatever the engine sends: past the
-// bound the oldest blocks are forgotten.
+// bound the oldest blocks are forgotten, whatever their data-parallel rank;
+// a rank that holds nothing more is forgotten, and one that holds far
+// fewer blocks than it did gives back the room they took.
 //
 // A view never scores a worker on blocks it does not hold as long as an
 // engine hash names one block. vLLM and current SGLang chain their hashes
@@ -75,8 +77,15 @@ var DefaultWeights = [NumMedia]float64{1, 0.8, 0.5, 0.5}
 
 // BytesPerBlock estimates the index's memory per block: its entry (40
 // bytes) and its places in two maps (about 40 each, with their growth).
-// TestKVIndexBoundedPerWorker measures it.
+// TestKVIndexBoundedPerWorker measures it. Beyond its blocks a worker's
+// view takes a few KiB per data-parallel rank that holds any (a rank
+// gives back its room once it holds under a quarter of the most it held
+// since, down to minCompact blocks).
 const BytesPerBlock = 120
+
+// minCompact is the room, in blocks, below which a rank keeps what it
+// has.
+const minCompact = 16
 
 // ErrConfig is wrapped by the errors of an invalid Config.
 var ErrConfig = errors.New("kvindex: invalid config")
@@ -267,7 +276,8 @@ func (v *view) renumber() {
 	v.clock = uint32(len(refs))
 }
 
-// rankView is one data-parallel rank's blocks.
+// rankView is one data-parallel rank's blocks. len(ents) is the most
+// blocks it held since its maps were made, which is what they take.
 type rankView struct {
 	rank   int
 	byKey  map[uint64]int32 // own key -> entry
@@ -467,8 +477,17 @@ func (x *Index) Apply(id string, b *Batch, now time.Time) (Applied, error) {
 			a.Cleared++
 		}
 	}
+	if len(rv.byHash) == 0 {
+		v.dropRank(rv)
+	}
 	v.applied.add(a)
 	return a, nil
+}
+
+// dropRank forgets rv, which holds no block (whether the view knows every
+// block of its rank is kept).
+func (v *view) dropRank(rv *rankView) {
+	v.ranks = slices.DeleteFunc(v.ranks, func(o *rankView) bool { return o == rv })
 }
 
 // rank returns v's view of rank r, creating it.
@@ -577,7 +596,7 @@ func (x *Index) insert(v *view, rv *rankView, key, h uint64, bit uint8, lora, sa
 	}
 	evicted := 0
 	for v.n >= x.cfg.MaxBlocks {
-		if !x.evictOldest(v) {
+		if !x.evictOldest(v, rv) {
 			break
 		}
 		evicted++
@@ -625,7 +644,9 @@ func (x *Index) clearRank(v *view, rv *rankView) {
 	*rv = *newRankView(rv.rank)
 }
 
-// drop forgets entry s of rv.
+// drop forgets entry s of rv; rv gives back its room when it holds under
+// a quarter of the most it held (compact), so entries move: the caller
+// holds no index into rv.ents across it.
 func (x *Index) drop(v *view, rv *rankView, s int32) {
 	e := &rv.ents[s]
 	delete(rv.byKey, e.key)
@@ -635,12 +656,41 @@ func (x *Index) drop(v *view, rv *rankView, s int32) {
 	rv.unlink(s)
 	*e = entry{newer: -1, older: -1}
 	rv.free = append(rv.free, s)
+	if len(rv.ents) > minCompact && len(rv.byHash) < len(rv.ents)/4 {
+		rv.compact()
+	}
+}
+
+// compact moves rv's blocks into maps and a list made for as many,
+// keeping their order: Go maps do not shrink, nor does a slice. Its cost,
+// in the blocks held, is less than a third of the drops since the rank
+// held the most.
+func (rv *rankView) compact() {
+	n := len(rv.byHash)
+	ents := make([]entry, 0, n)
+	byKey, byHash := make(map[uint64]int32, n), make(map[uint64]int32, n)
+	for s := rv.oldest; s >= 0; s = rv.ents[s].newer {
+		e := rv.ents[s]
+		i := int32(len(ents))
+		e.older, e.newer = i-1, -1
+		if i > 0 {
+			ents[i-1].newer = i
+		}
+		ents = append(ents, e)
+		byKey[e.key], byHash[e.hash] = i, i
+	}
+	rv.ents, rv.byKey, rv.byHash, rv.free = ents, byKey, byHash, nil
+	rv.oldest, rv.newest = -1, -1
+	if n > 0 {
+		rv.oldest, rv.newest = 0, int32(n-1)
+	}
 }
 
 // evictOldest forgets the worker's oldest block, whatever its rank (each
 // rank's oldest compared by stamp), and reports whether there was one.
-// Its rank no longer knows every block its engine holds.
-func (x *Index) evictOldest(v *view) bool {
+// Its rank no longer knows every block its engine holds; a rank other
+// than storing (the one storing a block) left with none is forgotten.
+func (x *Index) evictOldest(v *view, storing *rankView) bool {
 	var from *rankView
 	for _, o := range v.ranks {
 		if o.oldest >= 0 && (from == nil || o.ents[o.oldest].stamp < from.ents[from.oldest].stamp) {
@@ -652,6 +702,9 @@ func (x *Index) evictOldest(v *view) bool {
 	}
 	x.drop(v, from, from.oldest)
 	v.setComplete(from.rank, false)
+	if from != storing && len(from.byHash) == 0 {
+		v.dropRank(from)
+	}
 	return true
 }
 
@@ -885,7 +938,8 @@ type Stats struct {
 	// included until they are dropped).
 	Speculative int
 	BlockSize   int
-	Ranks       int
+	// Ranks are the data-parallel ranks holding blocks.
+	Ranks int
 	// LastBatch is when the last batch was applied (zero: none yet).
 	LastBatch time.Time
 	// Applied totals what every batch did.

@@ -464,3 +464,81 @@ func TestEvictsOldestAcrossRanks(t *testing.T) {
 		t.Fatalf("%d blocks held, bound 8", st.Blocks)
 	}
 }
+
+// TestKVIndexBoundedAcrossRanks: an engine that fills its ranks in turn,
+// each up to the bound, then empties them (or all but a block), leaves
+// the worker's view within a small multiple of the bound: an empty rank
+// is forgotten, and one holding far fewer blocks than it did gives back
+// its room.
+func TestKVIndexBoundedAcrossRanks(t *testing.T) {
+	const limit, ranks = 1 << 10, 64
+	tests := []struct {
+		name   string
+		stored int // blocks each rank stores in turn
+		kept   int // of them, the newest kept
+	}{
+		{"filled, then emptied", limit, 0},
+		{"filled, then emptied but a block", limit / 2, 1},
+		{"filled, then evicted by the next", limit, limit},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newExact(t, Config{MaxBlocks: limit}, "w")
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			for r := range ranks {
+				hs := make([]uint64, tt.stored)
+				for j := range hs {
+					hs[j] = uint64(r*limit + j + 1)
+				}
+				apply(t, x, "w", r, stored(toks(r*limit*bs, tt.stored*bs), 0, hs...))
+				apply(t, x, "w", r, removed(GPU, hs[:tt.stored-tt.kept]...))
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			room := 0
+			for _, rv := range x.workers["w"].ranks {
+				room += cap(rv.ents) + cap(rv.free)
+			}
+			st, _ := x.Stats("w", t0)
+			heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+			t.Logf("%d blocks in %d ranks: room for %d entries, %d bytes", st.Blocks, st.Ranks, room, heap)
+			if room > 2*limit {
+				t.Errorf("room for %d entries across %d ranks, bound %d blocks", room, st.Ranks, limit)
+			}
+			if heap > 4*limit*BytesPerBlock {
+				t.Errorf("%d bytes held, more than 4 times the bound's %d", heap, limit*BytesPerBlock)
+			}
+			runtime.KeepAlive(x)
+		})
+	}
+}
+
+// TestCompactedRankKeepsItsBlocks: a rank that gives back its room keeps
+// its blocks, their engine hashes and their order.
+func TestCompactedRankKeepsItsBlocks(t *testing.T) {
+	x := newExact(t, Config{MaxBlocks: 256}, "w")
+	hs := make([]uint64, 200)
+	for i := range hs {
+		hs[i] = uint64(i + 1)
+	}
+	chain := Keys(nil, "", "", toks(0, 200*bs), bs)
+	apply(t, x, "w", 0, stored(toks(0, 200*bs), 0, hs...))
+	apply(t, x, "w", 0, removed(GPU, hs[5:195]...))
+	rv := x.workers["w"].ranks[0]
+	if len(rv.ents) >= 200 || x.Holds("w", chain) != 5 {
+		t.Fatalf("room for %d entries, %d blocks of the chain held: want compacted, 5", len(rv.ents), x.Holds("w", chain))
+	}
+	// The hashes resolve: a child of the last block, a removal of the first.
+	if a := apply(t, x, "w", 0, stored(toks(9000, bs), 200, 201), removed(GPU, 1)); a.Stored != 1 || a.Removed != 1 {
+		t.Fatalf("after compaction: %+v", a)
+	}
+	// The order holds: at the bound the oldest left (block 1, hash 2) goes.
+	x.cfg.MaxBlocks = 10
+	apply(t, x, "w", 0, stored(toks(9100, bs), 0, 202))
+	rv = x.workers["w"].ranks[0]
+	if h := rv.ents[rv.oldest].hash; h != 3 {
+		t.Fatalf("oldest block left has hash %d, want 3", h)
+	}
+}
