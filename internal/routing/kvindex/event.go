@@ -74,7 +74,9 @@ type Event struct {
 	// HasParent is false when the first block starts a sequence.
 	Parent    uint64
 	HasParent bool
-	// Tokens are the blocks' token ids, BlockSize per block (Stored).
+	// Tokens are the blocks' token ids, BlockSize per block (Stored); none
+	// when the event copies blocks the engine holds to another tier (vLLM's
+	// OffloadingConnector), which the hashes alone name.
 	Tokens    []uint32
 	BlockSize int
 	// Medium is the tier the event is about.

@@ -415,7 +415,10 @@ type Applied struct {
 	// the engine's hashes are not chained and the view does not know every
 	// block of the rank (so the parent's hash may name another block), or
 	// its namespace is not theirs, or the event's tokens do not fill its
-	// blocks. They are left out: a missed hit, never a wrong one.
+	// blocks, or they are another tier's blocks of another size than the
+	// GPU's; or, for an event without tokens (a copy to another tier), the
+	// view does not hold a block under the hash. They are left out: a
+	// missed hit, never a wrong one.
 	Unresolved int
 	// UnknownRemoved are removed blocks the view did not hold.
 	UnknownRemoved int
@@ -510,7 +513,17 @@ func (x *Index) store(v *view, rvp **rankView, ev *Event, a *Applied) {
 	if n == 0 {
 		return
 	}
+	if len(ev.Tokens) == 0 {
+		x.storeTier(v, *rvp, ev, a)
+		return
+	}
 	if bs < 1 || bs > MaxBlockSize || len(ev.Tokens) != n*bs || ev.Extra != nil && len(ev.Extra) != n {
+		v.unresolved(*rvp, n, a)
+		return
+	}
+	if v.blockSize != bs && v.blockSize != 0 && ev.Medium != GPU {
+		// Blocks of another size in another tier (a connector's own block
+		// size): not indexed. Only the GPU's size is the engine's.
 		v.unresolved(*rvp, n, a)
 		return
 	}
@@ -557,6 +570,33 @@ func (x *Index) store(v *view, rvp **rankView, ev *Event, a *Applied) {
 		v.spec.confirm(prev)
 	}
 	a.Stored += n
+}
+
+// storeTier applies a Stored event without tokens, as vLLM's
+// OffloadingConnector names the blocks it copied from the GPU to the CPU:
+// each block held under one of its hashes (where hashes resolve, and the
+// namespace the event names, if any, is the block's) is held in the
+// event's tier too; the others are Unresolved.
+func (x *Index) storeTier(v *view, rv *rankView, ev *Event, a *Applied) {
+	bit := uint8(1) << ev.Medium
+	for _, h := range ev.Hashes {
+		s, ok := rv.byHash[h]
+		if !ok || !v.resolves(rv.rank) {
+			v.unresolved(rv, 1, a)
+			continue
+		}
+		e := &rv.ents[s]
+		if ev.LoRA != "" && e.lora != tag(ev.LoRA) || ev.Salt != "" && e.salt != tag(ev.Salt) {
+			v.unresolved(rv, 1, a)
+			continue
+		}
+		if e.media&bit == 0 {
+			e.media |= bit
+			v.countMedia(bit, 1)
+		}
+		rv.toNewest(s, v.tick())
+		a.Stored++
+	}
 }
 
 // unresolved counts n stored blocks of rv left out: the engine holds them

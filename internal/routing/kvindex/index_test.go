@@ -542,3 +542,57 @@ func TestCompactedRankKeepsItsBlocks(t *testing.T) {
 		t.Fatalf("oldest block left has hash %d, want 3", h)
 	}
 }
+
+// TestOtherTiers: vLLM's OffloadingConnector names the blocks it copies
+// from the GPU to the CPU by their hashes alone (no tokens, no parent):
+// the view holds those it has in the CPU tier too, as long as hashes name
+// blocks. Blocks of another size are the engine's new configuration only
+// on the GPU; another tier's are left out.
+func TestOtherTiers(t *testing.T) {
+	req := Keys(nil, "", "", toks(0, 16), bs)
+	offload := func(hashes ...uint64) Event {
+		return Event{Kind: Stored, Hashes: hashes, Tokens: []uint32{}, BlockSize: 16, Medium: CPU}
+	}
+	sized := func(m Medium, size int, h uint64) Event {
+		return Event{Kind: Stored, Hashes: []uint64{h}, Tokens: toks(0, size), BlockSize: size, Medium: m}
+	}
+	unchain := []Event{stored(toks(500, 4), 0, 1000), stored(toks(600, 4), 0, 1000)}
+	tests := []struct {
+		name      string
+		events    []Event
+		blocks    int
+		tokens    float64
+		applied   Applied
+		blockSize int
+	}{
+		{"offloaded by hash, then evicted from the GPU", []Event{stored(toks(0, 8), 0, 1, 2), offload(1, 2), removed(GPU, 1, 2)},
+			2, 0.8 * 8, Applied{Events: 3, Stored: 4, Removed: 2}, bs},
+		{"offloaded, a hash not held", []Event{stored(toks(0, 4), 0, 1), offload(1, 9)},
+			1, 4, Applied{Events: 2, Stored: 2, Unresolved: 1}, bs},
+		{"offloaded, then removed from both tiers", []Event{stored(toks(0, 8), 0, 1, 2), offload(1, 2), removed(GPU, 1), removed(CPU, 1)},
+			0, 0, Applied{Events: 4, Stored: 4, Removed: 2}, bs},
+		{"offloaded with a namespace not the block's", []Event{stored(toks(0, 4), 0, 1), {Kind: Stored, Hashes: []uint64{1}, Tokens: []uint32{}, BlockSize: 16, Medium: CPU, Salt: "s"}, removed(GPU, 1)},
+			0, 0, Applied{Events: 3, Stored: 1, Unresolved: 1, Removed: 1}, bs},
+		{"offloaded where hashes may name another block", append(unchain, stored(toks(0, 4), 0, 1), offload(1), removed(GPU, 1)),
+			0, 0, Applied{Events: 5, Stored: 3, Unresolved: 1, Removed: 1}, bs},
+		{"a CPU block of another size", []Event{stored(toks(0, 8), 0, 1, 2), sized(CPU, 8, 3)},
+			2, 8, Applied{Events: 2, Stored: 2, Unresolved: 1}, bs},
+		{"a GPU block of another size", []Event{stored(toks(0, 8), 0, 1, 2), sized(GPU, 8, 3)},
+			0, 0, Applied{Events: 2, Stored: 3}, 8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newExact(t, Config{}, "w")
+			a := apply(t, x, "w", 0, tt.events...)
+			if a != tt.applied {
+				t.Errorf("applied %+v, want %+v", a, tt.applied)
+			}
+			if m := x.Match("w", req, t0); m.Blocks != tt.blocks || m.Tokens != tt.tokens {
+				t.Errorf("match %+v, want %d blocks, %v tokens", m, tt.blocks, tt.tokens)
+			}
+			if got := x.BlockSize("w"); got != tt.blockSize {
+				t.Errorf("block size %d, want %d", got, tt.blockSize)
+			}
+		})
+	}
+}
