@@ -58,16 +58,24 @@ func (s *State) observeWorker(w fleet.Worker) {
 		}
 		c.lastSample, c.sampled = sample, true
 	}
-	if s.exact != nil {
-		if old, ok := s.workers[w.ID]; ok && !old.StartedAt.Equal(w.StartedAt) {
-			s.exact.Clear(w.ID) // another incarnation: its cache is empty
-		}
+	if old, ok := s.workers[w.ID]; ok {
+		s.followIncarnation(old, w)
 	}
 	if s.prefix == nil {
 		return
 	}
 	s.prefix.index.Observe(w)
 	c.slot, _ = s.prefix.index.Slot(w.ID)
+}
+
+// followIncarnation clears w's exact view when old, the worker as the
+// router knew it, was another incarnation: its cache is empty now. The
+// view may hold events of the new one already, so it is not known whole
+// (kvindex.Index.Clear).
+func (s *State) followIncarnation(old *fleet.Worker, w fleet.Worker) {
+	if s.exact != nil && !old.StartedAt.Equal(w.StartedAt) {
+		s.exact.Clear(w.ID)
+	}
 }
 
 // forgetWorker drops an evicted worker's index entries and exact view.

@@ -222,6 +222,41 @@ func TestExactClearKnowsRestarts(t *testing.T) {
 	}
 }
 
+// TestExactViewFollowsIncarnations: a worker seen again as another
+// incarnation (a new start time), by a change or in a registry snapshot,
+// has its exact view cleared; the same incarnation keeps it.
+func TestExactViewFollowsIncarnations(t *testing.T) {
+	tests := []struct {
+		name      string
+		snapshot  bool // ResetWorkers, else SetWorker
+		restarted bool
+		blocks    int
+	}{
+		{"change, same incarnation", false, false, 4},
+		{"change, restarted", false, true, 0},
+		{"snapshot, same incarnation", true, false, 4},
+		{"snapshot, restarted", true, true, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := exactState(t, Config{}, "a")
+			events(t, s, "a", kvindex.Exact, storedBatch(etoks(0, 4*ebs), 0))
+			w := caWorker("a")
+			if tt.restarted {
+				w.StartedAt = now.Add(time.Minute)
+			}
+			if tt.snapshot {
+				s.ResetWorkers([]fleet.Worker{w})
+			} else {
+				s.SetWorker(w)
+			}
+			if st, _ := s.exact.Stats("a", now); st.Blocks != tt.blocks {
+				t.Errorf("%d blocks held, want %d", st.Blocks, tt.blocks)
+			}
+		})
+	}
+}
+
 // TestExactEventsBeforeAnswerExpectNothing: an engine may publish a
 // prompt's blocks before the answer's first byte reaches the gateway;
 // once its view holds them all, the answer's start expects no more

@@ -77,11 +77,16 @@ func (s *State) RemoveWorker(id string) {
 	}
 }
 
-// ResetWorkers replaces the whole view (after a (re)start).
+// ResetWorkers replaces the whole view (after a (re)start); a worker the
+// router knew as another incarnation has its exact view cleared.
 func (s *State) ResetWorkers(ws []fleet.Worker) {
+	old := s.workers
 	s.workers = map[string]*fleet.Worker{}
 	s.pools = map[poolKey]*pool{}
 	for _, w := range ws {
+		if o, ok := old[w.ID]; ok {
+			s.followIncarnation(o, w)
+		}
 		s.SetWorker(w)
 	}
 	s.retainWorkers()
