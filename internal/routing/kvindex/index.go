@@ -458,9 +458,6 @@ func (x *Index) Apply(id string, b *Batch, now time.Time) (Applied, error) {
 	}
 	v.expect, v.silent, v.lastBatch = time.Time{}, false, now
 	rv := v.rank(b.Rank)
-	if b.Unknown > 0 { // events the decoder skipped may have stored blocks
-		v.setComplete(b.Rank, false)
-	}
 	var a Applied
 	for i := range b.Events {
 		ev := &b.Events[i]
@@ -479,6 +476,9 @@ func (x *Index) Apply(id string, b *Batch, now time.Time) (Applied, error) {
 			v.setComplete(rv.rank, true)
 			a.Cleared++
 		}
+	}
+	if b.Unknown > 0 { // events the decoder skipped may have stored blocks
+		v.setComplete(rv.rank, false)
 	}
 	if len(rv.byHash) == 0 {
 		v.dropRank(rv)

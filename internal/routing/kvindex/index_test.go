@@ -393,6 +393,13 @@ func TestUnchainedHashesMissNotMisplace(t *testing.T) {
 			batch(0, stored(toks(900, 8), 0, 90, 91)), batch(0, stored(d, hc, hd))}, 1, 0},
 		{"complete lost on a block left out", 0, []step{unchain, cleared, batch(0, stored(d, 777, hd)), rootT, cAfterT}, 1, 1},
 		{"complete lost on a collision", 0, []step{unchain, cleared, batch(0, stored(p, 0, ht)), rootT, cAfterT}, 1, 1},
+		{"complete lost on an event of an unknown kind", 0, []step{unchain, func(t *testing.T, x *Index) Applied {
+			a, err := x.Apply("w", &Batch{Events: []Event{{Kind: Cleared}}, Unknown: 1}, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return a
+		}, rootT, cAfterT}, 1, 1},
 		{"complete per rank", 0, []step{unchain, call(func(x *Index) { x.ClearRestarted("w") }),
 			batch(1, stored(d, 777, hd)), batch(1, stored(tt, 0, ht)), batch(1, stored(c, ht, hc)), rootT, cAfterT}, 0, 2},
 	}
