@@ -25,9 +25,10 @@ type KVEvents struct {
 	// Clear empties the view before Batches are applied (the engine
 	// restarted, or batches were lost).
 	Clear bool
-	// Restarted (with Clear): the engine's cache was empty at the clear (it
-	// restarted, or Batches begin with its first batch), so the view knows
-	// every block it holds (kvindex.Index.ClearRestarted).
+	// Restarted: the engine's cache was empty before Batches (it
+	// restarted, or Batches begin with its first batch): the view is
+	// emptied as with Clear, and knows every block the engine holds
+	// (kvindex.Index.ClearRestarted).
 	Restarted bool
 	Batches   []kvindex.Batch
 	// State is the view's state after Batches: kvindex.None ends it (the
@@ -118,7 +119,7 @@ func (s *State) ApplyKV(m *KVEvents, now time.Time) KVApplied {
 	}
 	x.Watch(m.Worker)
 	switch {
-	case m.Clear && m.Restarted:
+	case m.Restarted:
 		x.ClearRestarted(m.Worker)
 	case m.Clear:
 		x.Clear(m.Worker)

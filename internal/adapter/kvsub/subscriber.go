@@ -74,9 +74,10 @@ type Update struct {
 	// Clear: empty the view before applying Batches (the engine restarted,
 	// or batches were lost).
 	Clear bool
-	// Restarted (with Clear): the engine's cache was empty at the clear
-	// (it restarted, or Batches begin with its first batch, sequence 0),
-	// so the view knows every block it holds (kvindex.Index.ClearRestarted).
+	// Restarted: the engine's cache was empty before Batches (it
+	// restarted, or Batches begin with its first batch, sequence 0): the
+	// view is emptied as with Clear, and knows every block the engine
+	// holds (kvindex.Index.ClearRestarted).
 	Restarted bool
 	Batches   []kvindex.Batch
 	State     kvindex.State
@@ -369,7 +370,7 @@ func (s *sub) handle(ctx context.Context, frames [][]byte) {
 	switch v := s.tr.Next(seq); v {
 	case First, InOrder:
 		if v == First && seq == 0 {
-			s.restart(kvindex.Exact) // the engine's first batch
+			s.begin()
 		}
 		s.apply(payload, false, kvindex.Exact)
 	case Restart:
@@ -472,6 +473,14 @@ func (s *sub) empty(st kvindex.State, restarted bool) {
 	u.Clear, u.Restarted, u.Batches = true, restarted, nil
 	s.digest = 0
 	s.setState(st)
+}
+
+// begin notes that the view starts at the engine's first batch (a first
+// view, or one cleared when it stopped following): the engine's cache was
+// empty before it.
+func (s *sub) begin() {
+	u := s.update()
+	u.Restarted, u.Batches = true, nil
 }
 
 func (s *sub) setState(st kvindex.State) {
@@ -635,7 +644,7 @@ func (s *sub) replayed(ctx context.Context, seq uint64, payload []byte, st kvind
 		return false
 	}
 	if v == First && seq == 0 {
-		s.restart(st) // the replay holds the engine's whole history
+		s.begin() // the replay holds the engine's whole history
 	}
 	if !s.apply(payload, true, st) {
 		return false

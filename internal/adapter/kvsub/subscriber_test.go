@@ -30,8 +30,8 @@ func toks(from, n int) []uint32 {
 type view struct {
 	mu       sync.Mutex
 	x        *kvindex.Index
-	clears   int
-	restarts int // clears where the engine's cache was empty
+	clears   int // updates with Clear
+	restarts int // updates with Restarted
 	updates  int
 	problems map[string]int
 	gaps     []bool
@@ -48,13 +48,16 @@ func (v *view) Send(u *kvsub.Update, done func()) {
 	defer v.mu.Unlock()
 	v.updates++
 	v.x.Watch(u.Worker)
-	switch {
-	case u.Clear && u.Restarted:
+	if u.Clear {
 		v.clears++
+	}
+	if u.Restarted {
 		v.restarts++
+	}
+	switch {
+	case u.Restarted:
 		v.x.ClearRestarted(u.Worker)
 	case u.Clear:
-		v.clears++
 		v.x.Clear(u.Worker)
 	}
 	for i := range u.Batches {
@@ -401,9 +404,9 @@ func TestSubscriberRecoversDroppedMessages(t *testing.T) {
 	v.wait(t, 6*bs, 6, kvindex.Exact)
 }
 
-// TestSubscriberKnowsEmptyCaches: the view is cleared as restarted, and
-// then knows every block the engine holds, only where the engine's cache
-// is known empty: at its first batch, live or replayed, and at a restart.
+// TestSubscriberKnowsEmptyCaches: the view is marked restarted, and then
+// knows every block the engine holds, only where the engine's cache is
+// known empty: at its first batch, live or replayed, and at a restart.
 // An engine seen naming two blocks with one hash (rank 1) has its blocks
 // after a parent resolved only on a rank the view knows whole (rank 0):
 // blocks 0 and 1 are held both, or block 1 is left out.
@@ -459,7 +462,7 @@ func TestSubscriberKnowsEmptyCaches(t *testing.T) {
 			v.mu.Lock()
 			defer v.mu.Unlock()
 			if v.restarts != tt.restarts {
-				t.Errorf("%d clears as restarted, want %d", v.restarts, tt.restarts)
+				t.Errorf("%d updates marked restarted, want %d", v.restarts, tt.restarts)
 			}
 		})
 	}
