@@ -319,8 +319,37 @@ type keyState struct {
 	raises   [3]raise // pending raises of local, by limit (fleet.go)
 	requests bucket
 	tokens   bucket
-	inflight int
+	inflight *slots
 	asked    int64
+}
+
+// slots counts a key's requests in flight. A reload that changes the
+// key's limits hands its new state the same slots, so that a request
+// admitted on the old state and released on the new (or the other way)
+// is counted and freed once.
+type slots struct{ n atomic.Int64 }
+
+// take takes a slot, unless max (> 0) are taken.
+func (s *slots) take(max int) bool {
+	for {
+		n := s.n.Load()
+		if max > 0 && n >= int64(max) {
+			return false
+		}
+		if s.n.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// give frees a slot.
+func (s *slots) give() {
+	for {
+		n := s.n.Load()
+		if n <= 0 || s.n.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
 }
 
 // Limiter holds the state of every limited key.
@@ -348,7 +377,7 @@ func New(limits map[string]Limits, now func() time.Time) *Limiter {
 // shared limits empty (fleet.go: the fleet's burst is with the replicas
 // that ran before).
 func newKeyState(lim Limits, shared bool, now time.Time) *keyState {
-	ks := &keyState{limits: lim, local: lim}
+	ks := &keyState{limits: lim, local: lim, inflight: &slots{}}
 	if lim.RequestsPerMinute > 0 {
 		ks.requests = newBucket(lim.RequestsPerMinute)
 	}
@@ -384,14 +413,13 @@ func (l *Limiter) SetLimits(limits map[string]Limits) {
 		if prev != nil {
 			prev.mu.Lock()
 			same := prev.limits == lim
-			inflight := prev.inflight
 			prev.mu.Unlock()
 			if same {
 				next[name] = prev
 				continue
 			}
 			ks := newKeyState(lim, l.fleet != nil, l.now())
-			ks.inflight = inflight
+			ks.inflight = prev.inflight
 			next[name] = ks
 			continue
 		}
@@ -443,8 +471,12 @@ func (l *Limiter) Admit(key string, w Want) Decision {
 		}
 		d.OK = false
 	}
-	if ks.limits.MaxConcurrent > 0 && ks.inflight >= ks.local.MaxConcurrent {
-		refuse(LimitConcurrent, concurrentRetry)
+	maxConcurrent := 0
+	if ks.limits.MaxConcurrent > 0 {
+		maxConcurrent = ks.local.MaxConcurrent
+		if ks.inflight.n.Load() >= int64(maxConcurrent) {
+			refuse(LimitConcurrent, concurrentRetry)
+		}
 	}
 	// With shared limits a replica may hold no part of one: it waits for
 	// its share to grow with its demand.
@@ -484,6 +516,11 @@ func (l *Limiter) Admit(key string, w Want) Decision {
 			refuse(LimitRequests, w)
 		}
 	}
+	// The slot is taken last, once nothing else refused: the old state of
+	// a key being reloaded may take one of the same slots meanwhile.
+	if d.OK && !ks.inflight.take(maxConcurrent) {
+		refuse(LimitConcurrent, concurrentRetry)
+	}
 	if d.OK {
 		if ks.requests.limit > 0 {
 			ks.requests = ks.requests.charge(1)
@@ -491,8 +528,7 @@ func (l *Limiter) Admit(key string, w Want) Decision {
 		if ks.tokens.limit > 0 {
 			ks.tokens = ks.tokens.charge(reserve)
 		}
-		ks.inflight++
-		d.Reservation = &Reservation{l: l, key: key, ks: ks, held: reserve}
+		d.Reservation = &Reservation{l: l, ks: ks, held: reserve}
 	}
 	if ks.limits.RequestsPerMinute > 0 {
 		d.Requests = ks.requests.status()
@@ -509,9 +545,8 @@ func (l *Limiter) Admit(key string, w Want) Decision {
 // concurrency slot and the tokens taken for it. A nil Reservation (a key
 // without limits) does nothing. It is safe for concurrent use.
 type Reservation struct {
-	l   *Limiter
-	key string
-	ks  *keyState // the state it was taken from; a reload may replace it
+	l  *Limiter
+	ks *keyState // the state it was taken from; a reload may replace it
 
 	// held is the tokens on the bucket for this request (the reservation,
 	// raised by Use); settled: Settle ran. Both under ks.mu.
@@ -564,11 +599,6 @@ func (r *Reservation) Settle(tokens int) {
 		ks.tokens = ks.tokens.advance(now).settle(r.held, int64(max(tokens, 0)))
 	}
 	ks.mu.Unlock()
-	// The slot is freed on the key's state now in force: a reload that
-	// changed its limits carried its count of requests in flight over.
-	if cur := r.l.state(r.key); cur != nil {
-		cur.mu.Lock()
-		cur.inflight = max(cur.inflight-1, 0)
-		cur.mu.Unlock()
-	}
+	// The key's states share their slots across reloads.
+	ks.inflight.give()
 }

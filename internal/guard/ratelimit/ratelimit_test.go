@@ -372,3 +372,52 @@ func TestReservationUse(t *testing.T) {
 		t.Fatal("Settle did not free the slot")
 	}
 }
+
+// TestReloadKeepsSlotsExact: requests admitted and released while reloads
+// change their key's limits free their slots once, whichever state they
+// meet: with every request settled, the key admits its max_concurrent
+// again, no more and no fewer.
+func TestReloadKeepsSlotsExact(t *testing.T) {
+	for round := range 20 {
+		l := New(map[string]Limits{"k": {MaxConcurrent: 1_000_000}}, nil)
+		const n = 5000
+		rs := make(chan *Reservation, n)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { // admits
+			defer wg.Done()
+			defer close(rs)
+			for range n {
+				d := l.Admit("k", Want{})
+				if !d.OK {
+					t.Errorf("round %d: refused %+v", round, d)
+					return
+				}
+				rs <- d.Reservation
+			}
+		}()
+		go func() { // settles
+			defer wg.Done()
+			for r := range rs {
+				r.Settle(0)
+			}
+		}()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+			default:
+				l.SetLimits(map[string]Limits{"k": {MaxConcurrent: 1_000_000 - i%2}})
+				continue
+			}
+			break
+		}
+		l.SetLimits(map[string]Limits{"k": {MaxConcurrent: 2}})
+		for i, want := range []bool{true, true, false} {
+			if d := l.Admit("k", Want{}); d.OK != want {
+				t.Fatalf("round %d: request %d after every one settled: admitted %v, want %v (%s)", round, i+1, d.OK, want, d.Limited)
+			}
+		}
+	}
+}
