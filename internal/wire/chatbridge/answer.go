@@ -155,8 +155,11 @@ func matchedStop(ch gjson.Result) gjson.Result {
 }
 
 // stopReason maps a chat finish_reason (and the stop string that matched,
-// matchedStop) to Anthropic's stop_reason and stop_sequence.
-func stopReason(finish string, stop gjson.Result) (string, *string) {
+// matchedStop) to Anthropic's stop_reason and stop_sequence; tools: the
+// message ends in tool_use blocks. Such a message stops for tool_use, as
+// Anthropic's do, also where chat says "stop" with no stop string matched
+// (OpenAI and vLLM do when the client named the tool to call).
+func stopReason(finish string, stop gjson.Result, tools bool) (string, *string) {
 	switch finish {
 	case "length":
 		return "max_tokens", nil
@@ -166,6 +169,9 @@ func stopReason(finish string, stop gjson.Result) (string, *string) {
 	if stop.Type == gjson.String {
 		s := stop.Str
 		return "stop_sequence", &s
+	}
+	if tools {
+		return "tool_use", nil
 	}
 	return "end_turn", nil
 }
@@ -193,7 +199,8 @@ func (b *Bridge) message(c gjson.Result) messageJSON {
 		m.Content = append(m.Content, messageBlockJSON{Type: "tool_use", ID: tc.Get("id").Str,
 			Name: tc.Get("function.name").Str, Input: toolInput(tc.Get("function.arguments").Str)})
 	})
-	reason, seq := stopReason(ch.Get("finish_reason").Str, matchedStop(ch))
+	tools := len(m.Content) > 0 && m.Content[len(m.Content)-1].Type == "tool_use"
+	reason, seq := stopReason(ch.Get("finish_reason").Str, matchedStop(ch), tools)
 	m.StopReason, m.StopSequence = &reason, seq
 	m.Usage = messageUsage{InputTokens: c.Get("usage.prompt_tokens").Int(), OutputTokens: c.Get("usage.completion_tokens").Int()}
 	return m

@@ -381,3 +381,38 @@ func TestToolCallsNotAList(t *testing.T) {
 		}
 	}
 }
+
+// TestNamedToolStopsForToolUse: a message that ends in tool calls stops
+// for tool_use, whole and streamed, also when chat says "stop", as OpenAI
+// and vLLM do for a tool the client named (Anthropic's tool_choice
+// {"type":"tool"}); an agent loop that waits for tool_use runs the tool.
+// Text alone still ends the turn.
+func TestNamedToolStopsForToolUse(t *testing.T) {
+	req := []byte(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"tool","name":"f"}}`)
+	call := `{"role":"assistant","content":null,"tool_calls":[{"id":"t1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]}`
+	for _, tc := range []struct {
+		name, message, want string
+	}{
+		{"a named tool", call, "tool_use"},
+		{"text", `{"role":"assistant","content":"hello"}`, "end_turn"},
+	} {
+		b, _, err := New(Messages, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := `{"id":"chatcmpl-9","object":"chat.completion","created":100,"model":"m","choices":[{"index":0,"message":` + tc.message + `,"finish_reason":"stop"}]}`
+		got, err := b.Answer(200, []byte(whole))
+		if err != nil || gjson.GetBytes(got, "stop_reason").Str != tc.want {
+			t.Errorf("%s, whole: %s %v, want stop_reason %s", tc.name, got, err, tc.want)
+		}
+		delta := gjson.Get(tc.message, `@this`).Raw
+		if tc.want == "tool_use" {
+			delta = `{"tool_calls":[{"index":0,"id":"t1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]}`
+		}
+		b, _, _ = New(Messages, req)
+		names, data := events(t, relay(t, b, chunk(delta, "")+chunk(`{}`, "stop")+"data: [DONE]\n\n", 7))
+		if n := len(names); n < 2 || names[n-2] != "message_delta" || data[n-2].Get("delta.stop_reason").Str != tc.want {
+			t.Errorf("%s, streamed: %v %v, want stop_reason %s", tc.name, names, data, tc.want)
+		}
+	}
+}

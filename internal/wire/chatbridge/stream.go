@@ -43,6 +43,7 @@ type Stream struct {
 	textOpen bool
 	block    int
 	uses     []*openCall
+	usedLast bool // the last block written is a tool_use
 
 	// Responses: the sequence number of the next event, the output
 	// items done, the message item open and the function calls open (by
@@ -198,7 +199,7 @@ func (s *Stream) textDelta(t string, lp gjson.Result) {
 	if s.b.api == Messages {
 		if !s.textOpen {
 			s.closeUses()
-			s.textOpen = true
+			s.textOpen, s.usedLast = true, false
 			empty := ""
 			s.emit("content_block_start", map[string]any{"type": "content_block_start", "index": s.block,
 				"content_block": messageBlockJSON{Type: "text", Text: &empty}})
@@ -323,6 +324,7 @@ func (s *Stream) closeUses() {
 		}
 		s.emit("content_block_stop", map[string]any{"type": "content_block_stop", "index": s.block})
 		s.block++
+		s.usedLast = true
 	}
 	s.uses = s.uses[:0]
 }
@@ -347,7 +349,7 @@ func (s *Stream) end() {
 	s.closeAll()
 	s.ended = true
 	if s.b.api == Messages {
-		reason, seq := stopReason(s.finish, s.stop)
+		reason, seq := stopReason(s.finish, s.stop, s.usedLast)
 		s.emit("message_delta", map[string]any{"type": "message_delta",
 			"delta": map[string]any{"stop_reason": reason, "stop_sequence": seq},
 			"usage": messageUsage{InputTokens: s.usage.Get("prompt_tokens").Int(), OutputTokens: s.usage.Get("completion_tokens").Int()}})
