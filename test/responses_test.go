@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -300,5 +302,55 @@ func TestResponsesStoreMaxEntries(t *testing.T) {
 	var apiErr *openai.Error
 	if errors.As(err, &apiErr); !strings.Contains(apiErr.Message, "not known to the gateway") {
 		t.Fatalf("the 404 is not the gateway's own: %q", apiErr.Message)
+	}
+}
+
+// TestResponsesRetrieveQuery: a GET of a stored response reaches its
+// worker with the client's query string, so a retrieval asks what the
+// client asked (include, starting_after); with stream=true its events are
+// relayed as a stream, counted as no usage. A stream value that is not a
+// boolean is refused, naming it.
+func TestResponsesRetrieveQuery(t *testing.T) {
+	var mu sync.Mutex
+	var queries []string
+	c := newCluster(t, "", nil)
+	c.addFake("f", "m", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.Method == http.MethodPost {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"id":"resp_q1","object":"response","status":"completed","model":"m","output":[],"usage":{"input_tokens":3,"output_tokens":2,"total_tokens":5}}`)
+			return
+		}
+		mu.Lock()
+		queries = append(queries, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+		mu.Unlock()
+		if r.URL.Query().Get("stream") == "true" {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"b\",\"sequence_number\":2}\n\n"+
+				"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_q1\",\"object\":\"response\",\"status\":\"completed\",\"usage\":{\"input_tokens\":3,\"output_tokens\":2}},\"sequence_number\":3}\n\n")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"resp_q1","object":"response","status":"completed","model":"m","output":[]}`)
+	})
+	if r := c.post("/v1/responses", "", map[string]any{"model": "m", "input": "hi"}); r.status != http.StatusOK {
+		t.Fatalf("POST: %d %s", r.status, r.body)
+	}
+	if r := c.get("/v1/responses/resp_q1?include[]=message.output_text.logprobs", ""); r.status != http.StatusOK || !strings.Contains(string(r.body), `"resp_q1"`) {
+		t.Fatalf("GET: %d %s", r.status, r.body)
+	}
+	r := c.get("/v1/responses/resp_q1?stream=true&starting_after=1", "")
+	if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/event-stream") ||
+		!strings.Contains(string(r.body), "event: response.completed\n") || !strings.Contains(string(r.body), `"delta":"b"`) {
+		t.Fatalf("GET streamed: %d %s %s", r.status, r.header.Get("Content-Type"), r.body)
+	}
+	if r := c.get("/v1/responses/resp_q1?stream=yes", ""); r.status != http.StatusBadRequest || !strings.Contains(string(r.body), `"param":"stream"`) {
+		t.Fatalf("GET stream=yes: %d %s, want 400 naming stream", r.status, r.body)
+	}
+	mu.Lock()
+	got := strings.Join(queries, "\n")
+	mu.Unlock()
+	if want := "GET /v1/responses/resp_q1?include[]=message.output_text.logprobs\nGET /v1/responses/resp_q1?stream=true&starting_after=1"; got != want {
+		t.Fatalf("the engine was asked\n%s\nwant\n%s", got, want)
 	}
 }

@@ -63,7 +63,11 @@ func (a *requestActor) upstream(addr string, body []byte, extra http.Header) pro
 			h[k] = v
 		}
 	}
-	return proxy.Attempt{URL: a.scheme() + "://" + addr + a.enginePath(), Body: body, Header: h,
+	url := a.scheme() + "://" + addr + a.enginePath()
+	if a.ex.Query != "" {
+		url += "?" + a.ex.Query
+	}
+	return proxy.Attempt{URL: url, Body: body, Header: h,
 		RequestID: a.ex.RequestID, ClientRequestID: a.ex.ClientRequestID,
 		Expect: a.expect(), Method: a.ex.Method, Dialect: a.dialect}
 }

@@ -28,7 +28,10 @@ type Exchange struct {
 	Path string // the path asked of the engine: "/v1/chat/completions", "/v1/embeddings", "/v1/responses[/{id}]"...
 	// Method is the client's method: POST (or empty), or GET and DELETE
 	// of /v1/responses/{id}, which carry no body.
-	Method    string
+	Method string
+	// Query is the query string of a GET or DELETE, passed to the engine
+	// as it came (a retrieval's stream, starting_after and include).
+	Query     string
 	RequestID string // the gateway's own id (routing, logs, the engine's X-Request-Id)
 	// ClientRequestID is the client's own id, checked (httpedge), or "":
 	// logged and passed on, never routed on.

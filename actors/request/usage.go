@@ -19,7 +19,7 @@ func (a *requestActor) streamWriter() http.ResponseWriter {
 		w = a.bridge.Stream(w)
 	}
 	a.sniff = a.dialect.NewWriter(w, !a.ex.Req.AsksUsage)
-	if b := a.ex.Tokens; b != nil {
+	if b := a.ex.Tokens; b != nil && !a.retrieval() {
 		prior := a.log.Usage.Total()
 		a.sniff.Limit(usage.EstimatePrompt(a.ex.Req.Prompt), func(n int) bool { return b.Use(prior + n) })
 	}
@@ -35,7 +35,7 @@ func (a *requestActor) overBudget() bool {
 // countStreamed adds the usage of a streamed attempt that reached the
 // client with a 2xx answer: the engine's usage chunk, else the estimate.
 func (a *requestActor) countStreamed(r proxy.Result) {
-	if a.sniff == nil || !r.Committed || r.Status/100 != 2 {
+	if a.sniff == nil || !r.Committed || r.Status/100 != 2 || a.retrieval() {
 		return
 	}
 	a.log.Usage.Add(a.sniff.Usage(a.ex.Req.Prompt))
@@ -46,10 +46,17 @@ func (a *requestActor) countStreamed(r proxy.Result) {
 // step that answered, accepted or not): its usage object, else the
 // estimate. Tokenize and detokenize run no model and use no tokens.
 func (a *requestActor) countFetched(resp *proxy.Response) {
-	if resp.Status != http.StatusOK || a.ex.Req.Endpoint.Tokenizer() || a.ex.Method == http.MethodGet || a.ex.Method == http.MethodDelete {
+	if resp.Status != http.StatusOK || a.ex.Req.Endpoint.Tokenizer() || a.retrieval() {
 		return
 	}
 	a.log.Usage.Add(a.dialect.Estimate(&resp.Answer, a.ex.Req.Prompt))
+}
+
+// retrieval reports whether the exchange is a GET or DELETE of a stored
+// response: it runs no model, and the usage it shows was counted when the
+// response was made.
+func (a *requestActor) retrieval() bool {
+	return a.ex.Method == http.MethodGet || a.ex.Method == http.MethodDelete
 }
 
 // chargeAbandoned adds the estimated engine work of a non-streamed attempt

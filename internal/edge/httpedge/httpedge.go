@@ -259,6 +259,9 @@ func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, 
 	salt := bindSalt(key, &req)
 	ex := request.NewExchange(rctx, w, req, r.URL.Path, rid)
 	ex.Method = r.Method
+	if r.Method == http.MethodGet || r.Method == http.MethodDelete {
+		ex.Query = r.URL.RawQuery
+	}
 	ex.KeyName = key.Name
 	ex.Ask = ask
 	ex.Salt = salt

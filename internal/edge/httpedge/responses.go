@@ -3,8 +3,10 @@ package httpedge
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/tlgate/tlgate/internal/guard/auth"
+	"github.com/tlgate/tlgate/internal/routing/echo"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
@@ -25,8 +27,20 @@ func (d *Deps) registerResponses(mux *http.ServeMux) {
 				fmt.Sprintf("The response id must be 1 to %d printable ASCII characters without '/'.", openai.MaxResponseIDLen), &param)
 			return
 		}
-		none := 0 // no generation: nothing to reserve
-		d.run(w, r, openai.WriteError, rid, cid, openai.Request{Endpoint: openai.EndpointResponses, MaxTokens: &none})
+		req := openai.Request{Endpoint: openai.EndpointResponses, MaxTokens: new(int)} // no generation: nothing to reserve
+		if s := r.URL.Query().Get("stream"); s != "" && r.Method == http.MethodGet {
+			// A retrieval may stream the response's events (a background
+			// response still running, from starting_after on).
+			stream, err := strconv.ParseBool(s)
+			if err != nil {
+				param := "stream"
+				d.reject(w, r, http.StatusBadRequest, openai.CodeInvalidRequest,
+					fmt.Sprintf("The stream query parameter must be true or false, got %s.", echo.Quote(s)), &param)
+				return
+			}
+			req.Stream = stream
+		}
+		d.run(w, r, openai.WriteError, rid, cid, req)
 	}
 	mux.Handle("GET /v1/responses/{id}", inf(byID))
 	mux.Handle("DELETE /v1/responses/{id}", inf(byID))
