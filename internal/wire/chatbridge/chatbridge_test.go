@@ -49,6 +49,21 @@ func TestRequests(t *testing.T) {
 				"tool_choice":        `"required"`, "parallel_tool_calls": "false",
 			},
 		},
+		{
+			name: "messages: a final assistant message is a prefill the answer continues", api: Messages,
+			body: `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"JSON please"},{"role":"assistant","content":[{"type":"text","text":"{"}]}]}`,
+			want: map[string]string{"messages.1": `{"role":"assistant","content":"{"}`, "continue_final_message": "true", "add_generation_prompt": "false"},
+		},
+		{
+			name: "messages: a client's own add_generation_prompt is kept", api: Messages,
+			body: `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"{"}],"add_generation_prompt":true}`,
+			want: map[string]string{"add_generation_prompt": "true", "continue_final_message": ""},
+		},
+		{
+			name: "messages: no prefill after a user message or a tool call", api: Messages,
+			body: `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}]}`,
+			want: map[string]string{"continue_final_message": "", "add_generation_prompt": ""},
+		},
 		{name: "messages: a document block", api: Messages, param: "messages.0.content.0.type",
 			body: `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"document","source":{}}]}]}`},
 		{name: "messages: a hosted tool", api: Messages, param: "tools.0.type",

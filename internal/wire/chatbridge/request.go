@@ -239,7 +239,30 @@ func MessagesToChat(body []byte) ([]byte, error) {
 	if ferr != nil {
 		return nil, ferr
 	}
+	prefill(&out, msgs)
 	return out.with(msgs), nil
+}
+
+// prefill asks the engine to continue a final assistant message of text,
+// as Anthropic's API does (a prefill: the answer goes on from its last
+// word, such as "{" to force JSON), instead of opening a new assistant
+// turn after it: vLLM's continue_final_message, without a generation
+// prompt. A client's own value of either field is kept.
+func prefill(out *chatBody, msgs []chatMessage) {
+	if len(msgs) == 0 {
+		return
+	}
+	last := msgs[len(msgs)-1]
+	if last.Role != "assistant" || len(last.ToolCalls) > 0 || last.Content == nil {
+		return
+	}
+	_, cont := out.vals["continue_final_message"]
+	_, gen := out.vals["add_generation_prompt"]
+	if cont || gen {
+		return
+	}
+	out.set("continue_final_message", true)
+	out.set("add_generation_prompt", false)
 }
 
 // blocksText is the text of a string or of an array of text blocks.
