@@ -318,11 +318,11 @@ func (q *Queue[T]) ahead(p int, k *key[T], flow string, inFlow int) int {
 
 // Victim is the entry an arrival it pushes out of a full queue, or nil
 // when the arrival is the one to refuse. The lowest band gives way first:
-// an arrival of a higher priority pushes out the last entry of the key
-// with the most entries there; one of the same priority does so only when
-// its own key has at least two fewer entries there than that key (so the
-// queue sheds the heaviest key's newest entries, and a key never pushes
-// out its own).
+// an arrival of a higher priority pushes out, of the key with the most
+// entries there, the last entry (by due time) of its largest flow; one of
+// the same priority does so only when its own key has at least two fewer
+// entries there than that key (so the queue sheds the heaviest key's
+// latest-due entries, and a key never pushes out its own).
 func (q *Queue[T]) Victim(it Item) *Entry[T] {
 	if q.n == 0 {
 		return nil
