@@ -17,7 +17,9 @@ const MaxBatch = 32
 
 // Changes is a batch for a subscriber that subscribed Batched: the latest
 // snapshot of each worker that changed, and the workers gone, since the
-// previous batch, each worker at most once. The subscriber must respond
+// previous batch, each worker at most once in each (one gone and back is
+// in both: the subscriber applies Gone first, so that the worker starts
+// afresh). The subscriber must respond
 // with *ChangesApplied carrying Gen; the registry sends it no other batch
 // until then and coalesces what happens meanwhile. So a subscriber's
 // mailbox never holds more than one batch, however fast heartbeats come:
@@ -45,8 +47,10 @@ type subscriber struct {
 }
 
 // pendingChange is a worker's latest change not yet sent: a snapshot, or
-// its removal. fresh marks a worker the subscriber has not been told of
-// yet (a new registration); updates of known workers go first.
+// its removal, or both (removed, then registered again: the removal is
+// kept, for the subscriber to forget what it knew of the old one). fresh
+// marks a worker the subscriber has not been told of yet (a new
+// registration); updates of known workers go first.
 type pendingChange struct {
 	worker fleet.Worker
 	gone   *WorkerGone
@@ -75,7 +79,7 @@ func (s *subscriber) add(msg any, fresh bool) {
 	c := pendingChange{fresh: fresh || ok && old.fresh, seq: old.seq}
 	switch m := msg.(type) {
 	case *WorkerChanged:
-		c.worker = m.Worker
+		c.worker, c.gone = m.Worker, old.gone
 	case *WorkerGone:
 		c.gone, c.fresh = m, false
 	}
@@ -109,7 +113,8 @@ func (s *subscriber) take(max int) *Changes {
 		delete(s.pending, id)
 		if c.gone != nil {
 			b.Gone = append(b.Gone, *c.gone)
-		} else {
+		}
+		if c.worker.ID != "" {
 			b.Changed = append(b.Changed, c.worker)
 		}
 	}

@@ -291,3 +291,39 @@ func TestLateStampedHeartbeatKeepsWorker(t *testing.T) {
 		}
 	})
 }
+
+// TestBatchedSubscriberSeesGoneAndBack: a worker evicted and registered
+// again while a batch is unacknowledged reaches the subscriber as both
+// gone and changed in the next batch, so that it forgets the old
+// worker's state (its ejection, its cache entries) before it learns the
+// new one; coalescing the two would lose the eviction.
+func TestBatchedSubscriberSeesGoneAndBack(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		batches := make(chan *registry.Changes, 16)
+		sub := h.sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+			if b, ok := c.Message().(*registry.Changes); ok {
+				batches <- b
+			}
+		}))
+		h.sys.Root.Send(h.reg, &registry.Subscribe{PID: sub, Batched: true})
+		h.beat(status("a", "smol", 0))
+		synctest.Wait()
+		b := <-batches // a, not acknowledged yet
+		// Past a's deadline (T = 2 s, k = 3): evicted.
+		time.Sleep(7 * time.Second)
+		synctest.Wait()
+		if got := h.ids(false); len(got) != 0 {
+			t.Fatalf("listed %v after the deadline, want none", got)
+		}
+		h.beat(status("a", "smol", 1)) // back
+		synctest.Wait()
+		h.sys.Root.Send(h.reg, &registry.ChangesApplied{Gen: b.Gen})
+		synctest.Wait()
+		b = <-batches
+		if len(b.Gone) != 1 || b.Gone[0].ID != "a" || len(b.Changed) != 1 || b.Changed[0].ID != "a" || b.Changed[0].QueueDepth != 1 {
+			t.Fatalf("batch %+v, want a gone and a changed (queue 1)", b)
+		}
+		_ = h.sys.Root.StopFuture(sub).Wait()
+	})
+}
