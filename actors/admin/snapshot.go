@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -27,6 +28,9 @@ type SnapshotPlan struct {
 	// Refused is why a stored table newer than the one in force was not
 	// installed; the table in force stays.
 	Refused error
+	// StoredEpoch is the epoch the stored table names, installed or
+	// refused (0: none read, or one within EpochMargin of the largest).
+	StoredEpoch uint64
 	// Drain and Resume are the served models to drain and resume so that
 	// the drains match the store's. Both are empty when a drain this
 	// replica wrote is newer than the snapshot.
@@ -84,12 +88,25 @@ func (s *State) checkStored(size int, epoch uint64, n int) error {
 	return nil
 }
 
+// tableEpoch is the epoch a stored table body names, if it names one
+// (whether or not the table is valid).
+func tableEpoch(body []byte) (uint64, bool) {
+	var doc struct {
+		Epoch *uint64 `json:"epoch"`
+	}
+	if json.Unmarshal(body, &doc) != nil || doc.Epoch == nil {
+		return 0, false
+	}
+	return *doc.Epoch, true
+}
+
 // Version is the stored version of the table in force.
 func (s *State) Version() store.Version { return store.Version{Epoch: s.epoch, Rev: s.tableRev} }
 
 // CommitVersion installs a table at the stored version v.
 func (s *State) CommitVersion(t *routes.Table, v store.Version) {
 	s.Commit(t, v.Epoch)
+	s.storedEpoch = max(s.storedEpoch, v.Epoch)
 	if v.Rev > s.tableRev {
 		s.tableRev = v.Rev
 	}
@@ -134,6 +151,9 @@ func (s *State) PlanSnapshot(snap *store.Snapshot) SnapshotPlan {
 				t, err = ParseTable(nil, rs)
 			}
 		}
+		if e, ok := tableEpoch(snap.Table); ok && e <= math.MaxUint64-EpochMargin {
+			p.StoredEpoch = e
+		}
 		if err != nil {
 			p.Refused = err
 		} else {
@@ -169,6 +189,7 @@ func (s *State) ApplySnapshot(p SnapshotPlan) {
 	if p.TableRev > s.tableRev {
 		s.tableRev = p.TableRev
 	}
+	s.storedEpoch = max(s.storedEpoch, p.StoredEpoch)
 	s.MarkDrained(p.Drain, true)
 	s.MarkDrained(p.Resume, false)
 }

@@ -153,7 +153,7 @@ func TestStoredEpochNeverGoesBack(t *testing.T) {
 				if s.epoch != 100 || !slices.Equal(s.table.Models(), []string{"kept"}) {
 					t.Fatalf("the table in force changed: epoch %d, %v", s.epoch, s.table.Models())
 				}
-				// Not tried again; the next PUT still takes epoch 101.
+				// Not tried again.
 				if again := s.PlanSnapshot(&store.Snapshot{Rev: 12, TableRev: 11, Table: tc.body}); again.Table != nil || again.Refused != nil {
 					t.Fatalf("tried again: %+v", again)
 				}
@@ -201,6 +201,49 @@ func TestPutBounds(t *testing.T) {
 			}
 			if !errors.Is(err, ErrInvalidRoutes) || !strings.Contains(err.Error(), c.says) {
 				t.Fatalf("Prepare: %v, want invalid routes saying %q", err, c.says)
+			}
+		})
+	}
+}
+
+// TestPutOverRefusedTableTakesLaterEpoch: a PUT on a replica that refused
+// a stored table (one its bounds do not allow, that another replica put in
+// force) replaces it at an epoch after it, so that the replicas that
+// installed it take the new table instead of refusing it as older; the
+// ETag the PUT checks is still the table in force here. A refused epoch
+// within EpochMargin of the largest, which every replica refuses, is not
+// followed.
+func TestPutOverRefusedTableTakesLaterEpoch(t *testing.T) {
+	three := []routes.Route{{Model: "a"}, {Model: "b"}, {Model: "c"}}
+	for _, tc := range []struct {
+		name   string
+		stored uint64
+		want   uint64
+	}{
+		{"a later table over max_routes", 8, 9},
+		{"an epoch at the end", math.MaxUint64, 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body, err := store.EncodeTable(tc.stored, three)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := NewState(nil, 5)
+			a.SetBounds(Bounds{MaxRoutes: 2})
+			p := a.PlanSnapshot(&store.Snapshot{Rev: 20, TableRev: 20, Table: body})
+			if p.Refused == nil {
+				t.Fatalf("plan %+v, want refused", p)
+			}
+			a.ApplySnapshot(p)
+			_, epoch, err := a.Prepare(&PutRoutes{IfMatch: ETag(5), Routes: three[:1]})
+			if err != nil || epoch != tc.want {
+				t.Fatalf("Prepare: epoch %d, %v; want %d", epoch, err, tc.want)
+			}
+			if tc.stored < math.MaxUint64 {
+				b := NewState(nil, tc.stored) // put the refused table in force
+				if err := b.checkStored(100, epoch, 1); err != nil {
+					t.Fatalf("the replica at epoch %d refuses the PUT's table: %v", tc.stored, err)
+				}
 			}
 		})
 	}

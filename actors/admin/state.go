@@ -160,7 +160,12 @@ type State struct {
 	// drainRev that of the last drain this replica wrote; all 0 with the
 	// file store.
 	tableRev, rev, drainRev int64
-	bounds                  Bounds
+	// storedEpoch is the highest epoch of a table seen stored, in force or
+	// refused: a PUT takes the epoch after it, so that a table this
+	// replica writes over one it refused is newer to the replicas that
+	// installed that one.
+	storedEpoch uint64
+	bounds      Bounds
 }
 
 // NewState returns the state for table (nil is an empty table) at epoch.
@@ -179,7 +184,9 @@ func (s *State) Routes() *RoutesResult {
 // Prepare checks a PUT against the state without changing it: If-Match
 // first (a stale writer learns that before anything else), then the body
 // and the bounds (gateway.max_routes, gateway.max_table_bytes). It returns
-// the new table and the epoch it will have.
+// the new table and the epoch it will have: the one after the table in
+// force and any table seen stored (one this replica refused, which the
+// PUT replaces, may have a later epoch).
 func (s *State) Prepare(m *PutRoutes) (*routes.Table, uint64, error) {
 	if !m.DryRun || m.IfMatch != "" {
 		if err := CheckIfMatch(m.IfMatch, s.epoch); err != nil {
@@ -193,14 +200,15 @@ func (s *State) Prepare(m *PutRoutes) (*routes.Table, uint64, error) {
 	if s.bounds.MaxRoutes > 0 && t.Len() > s.bounds.MaxRoutes {
 		return nil, 0, fmt.Errorf("%w: routes: %d routes, at most %d (gateway.max_routes)", ErrInvalidRoutes, t.Len(), s.bounds.MaxRoutes)
 	}
-	if s.epoch == math.MaxUint64 {
-		return nil, 0, fmt.Errorf("%w: epoch %d is the largest; a new epoch would wrap to 0", ErrEpochExhausted, s.epoch)
+	last := max(s.epoch, s.storedEpoch)
+	if last == math.MaxUint64 {
+		return nil, 0, fmt.Errorf("%w: epoch %d is the largest; a new epoch would wrap to 0", ErrEpochExhausted, last)
 	}
 	// The table as it will be stored is held to the bound a stored table
 	// is read with (at start, over the watch): a gateway never writes one
 	// that it, or another replica, would refuse.
 	if s.bounds.MaxTableBytes > 0 {
-		body, err := store.EncodeTable(s.epoch+1, t.Routes())
+		body, err := store.EncodeTable(last+1, t.Routes())
 		if err != nil {
 			return nil, 0, fmt.Errorf("%w: %w", ErrInvalidRoutes, err)
 		}
@@ -208,7 +216,7 @@ func (s *State) Prepare(m *PutRoutes) (*routes.Table, uint64, error) {
 			return nil, 0, fmt.Errorf("%w: routes: the table is %d bytes stored, at most %d (gateway.max_table_bytes)", ErrInvalidRoutes, len(body), s.bounds.MaxTableBytes)
 		}
 	}
-	return t, s.epoch + 1, nil
+	return t, last + 1, nil
 }
 
 // Commit installs a prepared table at epoch.
