@@ -10,6 +10,7 @@ package statefile
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,10 +35,25 @@ var ErrCorrupt = errors.New("statefile: corrupt route table file")
 // Path returns the route table's file in dir.
 func Path(dir string) string { return filepath.Join(dir, FileName) }
 
+// ErrNotSaved is wrapped by SaveContext's error when its context ended
+// before the file was replaced: the previous file is in force.
+var ErrNotSaved = errors.New("statefile: not saved")
+
 // Save writes epoch and rs to dir/routes.json atomically, creating dir
 // (mode 0700) if needed. The file is mode 0600. On any error the previous
 // file is left as it was and no temporary file remains.
 func Save(dir string, epoch uint64, rs []routes.Route) error {
+	return SaveContext(context.Background(), dir, epoch, rs)
+}
+
+// SaveContext is Save, which gives up once ctx is done, up to the moment
+// the new file replaces the old one (the temporary file written and
+// synced, a slow disk's part): then the old file stays, and the error
+// wraps ErrNotSaved and ctx's error. Past that moment it completes.
+func SaveContext(ctx context.Context, dir string, epoch uint64, rs []routes.Route) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotSaved, err)
+	}
 	body, err := routes.EncodeJSON(epoch, rs)
 	if err != nil {
 		return fmt.Errorf("statefile: %w", err)
@@ -68,6 +84,10 @@ func Save(dir string, epoch uint64, rs []routes.Route) error {
 	if err := tmp.Close(); err != nil {
 		_ = os.Remove(tmpName)
 		return fmt.Errorf("statefile: close %s: %w", tmpName, err)
+	}
+	if err := ctx.Err(); err != nil {
+		_ = os.Remove(tmpName)
+		return fmt.Errorf("%w: %w", ErrNotSaved, err)
 	}
 	if err := os.Rename(tmpName, Path(dir)); err != nil {
 		_ = os.Remove(tmpName)

@@ -5,6 +5,7 @@ package filestore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -25,13 +26,19 @@ type File struct {
 }
 
 // PutRoutes writes rs at epoch next when prev.Epoch is the epoch in force.
-func (f *File) PutRoutes(_ context.Context, prev store.Version, next uint64, rs []routes.Route) (store.Version, error) {
+// A write that ctx ends before the file is replaced (a slow disk) is not
+// made, and fails with ErrUnavailable: the admin, which stops waiting
+// then, keeps the table in force, as the file does.
+func (f *File) PutRoutes(ctx context.Context, prev store.Version, next uint64, rs []routes.Route) (store.Version, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if prev.Epoch != f.epoch {
 		return store.Version{}, &store.ConflictError{Epoch: f.epoch}
 	}
-	if err := statefile.Save(f.dir, next, rs); err != nil {
+	if err := statefile.SaveContext(ctx, f.dir, next, rs); err != nil {
+		if errors.Is(err, statefile.ErrNotSaved) {
+			return store.Version{}, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		}
 		return store.Version{}, fmt.Errorf("store: %w", err)
 	}
 	f.epoch = next

@@ -54,3 +54,23 @@ func TestFileCompareAndSwap(t *testing.T) {
 		t.Fatalf("SetDrained: %d %v", rev, err)
 	}
 }
+
+// TestFileWriteGivenUp: a write whose context ended before the file was
+// replaced (the admin stopped waiting for a slow disk) is not made: it
+// fails with ErrUnavailable, the file and the epoch in force stay, and
+// the next write on that epoch succeeds.
+func TestFileWriteGivenUp(t *testing.T) {
+	dir := t.TempDir()
+	f := filestore.New(dir, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := f.PutRoutes(ctx, store.Version{Epoch: 1}, 2, []routes.Route{{Model: "late"}}); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, statefile.ErrNotSaved) {
+		t.Fatalf("a write given up: %v, want ErrUnavailable (not saved)", err)
+	}
+	if _, _, found, err := statefile.Load(dir); found || err != nil {
+		t.Fatalf("a file was written (%v, %v)", found, err)
+	}
+	if v, err := f.PutRoutes(context.Background(), store.Version{Epoch: 1}, 2, []routes.Route{{Model: "next"}}); err != nil || v.Epoch != 2 {
+		t.Fatalf("the next write on epoch 1: %v %v", v, err)
+	}
+}
