@@ -2,6 +2,7 @@ package fleetsync
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -372,5 +373,89 @@ func TestSyncRecordsOnlyWhenAsked(t *testing.T) {
 	}
 	if n := tc.router.storedApplied(); n != 1 {
 		t.Fatalf("asked once: %d answers applied", n)
+	}
+}
+
+// TestSyncStoredSentAgainAfterLoss: a stored (or deleted) response the
+// peers could not be told of (the connection down, the queue full) is
+// queued again once the connection is back, its TTL less the time it
+// waited; one whose TTL ran out meanwhile is not, nor are events that
+// later messages repeat (load, picks). At most maxUnsent are kept, the
+// newest.
+func TestSyncStoredSentAgainAfterLoss(t *testing.T) {
+	ns := startNATS(t)
+	m, err := metrics.NewSyncMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(syncConfig(t, ns, nil), Options{Logger: zerolog.Nop(), Metrics: m, ChunkBytes: 128}) // never connected
+	now := time.Now()
+	c.publish(nil, []router.PeerEvent{
+		{Kind: router.PeerStored, ID: "d1", Owner: "o", Worker: "w1", For: time.Minute},
+		{Kind: router.PeerPick, Model: "m", Worker: "w1"},
+		{Kind: router.PeerForget, ID: "d0"},
+		{Kind: router.PeerStored, ID: "d2", Owner: "o", Worker: "w1", For: time.Second},
+	})
+	c.resend(now.Add(10 * time.Second))
+	var got []string
+	for len(c.queue) > 0 {
+		ev := <-c.queue
+		got = append(got, fmt.Sprintf("%s %s %v", ev.Kind, ev.ID, ev.For.Round(time.Second)))
+	}
+	if want := []string{"stored d1 50s", "forget d0 0s"}; !slices.Equal(got, want) {
+		t.Fatalf("queued again %q, want %q", got, want)
+	}
+	for i := range maxUnsent + 5 {
+		c.keepUnsent(&router.PeerEvent{Kind: router.PeerForget, ID: fmt.Sprint(i)}, now)
+	}
+	c.mu.Lock()
+	n, first := len(c.unsent), c.unsent[0].ev.ID
+	c.mu.Unlock()
+	if n != maxUnsent || first != "5" {
+		t.Fatalf("kept %d, the oldest %s; want %d, the oldest 5", n, first, maxUnsent)
+	}
+}
+
+// TestSyncRecordsAskedAgainAfterReconnect: after its connection comes
+// back, a replica asks each replica it hears from again (once) for its
+// stored responses, whose announcements it may have missed meanwhile;
+// before a reconnection only a joining replica is asked.
+func TestSyncRecordsAskedAgainAfterReconnect(t *testing.T) {
+	ns := startNATS(t)
+	tc := startClientWith(t, "me", syncConfig(t, ns, nil), noRecords{})
+	pub := connect(t, ns)
+	records := EncodeRecords(nil, "peer", []router.StoredRecord{{ID: "d1", Owner: "o", Worker: "w", For: time.Minute}})
+	subject := tc.subject(subjectSnapshots + ".peer.me")
+	answer := func(want int) {
+		t.Helper()
+		if err := pub.Publish(subject, records); err != nil {
+			t.Fatal(err)
+		}
+		if err := pub.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		unasked := func() float64 {
+			return tc.metric("tlgate_sync_messages_dropped_total", "kind", metrics.SyncStored, "reason", metrics.SyncDropUnasked)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for tc.router.storedApplied()+int(unasked()) < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d answers applied, %v dropped; want %d handled", tc.router.storedApplied(), unasked(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	tc.Applied(router.PeerApplied{Replica: "peer"}) // heard from, not joining
+	answer(1)
+	if n := tc.router.storedApplied(); n != 0 {
+		t.Fatalf("asked before any reconnection: %d answers applied", n)
+	}
+	tc.connected("reconnected")
+	tc.Applied(router.PeerApplied{Replica: "peer"})
+	tc.Applied(router.PeerApplied{Replica: "peer"}) // once only
+	answer(2)
+	answer(3)
+	if n := tc.router.storedApplied(); n != 1 {
+		t.Fatalf("after the reconnection: %d answers applied, want 1", n)
 	}
 }

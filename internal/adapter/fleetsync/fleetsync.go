@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,6 +108,14 @@ type Client struct {
 	// not answered yet: one answer each is taken (onRecords), none
 	// unasked.
 	recordsAsked map[string]bool
+	// unsent are the stored and deleted responses this replica could not
+	// tell its peers (the connection was down, or the queue full): sent
+	// again once it is back (resend), at most maxUnsent, the newest kept.
+	unsent []unsentEvent
+	// reask, after a reconnection (nil before one), are the replicas
+	// asked again for their stored responses since: the connection may
+	// have missed their announcements, which no later message repeats.
+	reask map[string]bool
 
 	inbox      inbox
 	serveLimit *rate.Limiter // snapshots answered
@@ -150,6 +159,64 @@ func (c *Client) enqueue(ev router.PeerEvent) {
 	case c.queue <- ev:
 	default:
 		c.m.Dropped(ev.Kind.String(), metrics.SyncDropQueueFull, 1)
+		c.keepUnsent(&ev, time.Now())
+	}
+}
+
+// reasks reports whether replica, heard from, is to be asked again for
+// its stored responses: the first time since this replica reconnected
+// (at most MaxPeers replicas).
+func (c *Client) reasks(replica string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reask == nil || c.reask[replica] || len(c.reask) >= c.cfg.MaxPeers {
+		return false
+	}
+	c.reask[replica] = true
+	return true
+}
+
+// maxUnsent bounds the stored and deleted responses kept to be sent again.
+const maxUnsent = 1024
+
+// unsentEvent is a stored or deleted response not told to the peers, and
+// when it was first to be.
+type unsentEvent struct {
+	ev router.PeerEvent
+	at time.Time
+}
+
+// keepUnsent keeps ev, an event that did not reach the peers, to be sent
+// again when it says what no other message will: a response stored or
+// deleted (the peers would answer 404 for the one, or route to the other,
+// until its TTL). Load, picks and the like are sent anew all the time.
+func (c *Client) keepUnsent(ev *router.PeerEvent, now time.Time) {
+	if ev.Kind != router.PeerStored && ev.Kind != router.PeerForget {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.unsent) >= maxUnsent {
+		c.unsent = slices.Delete(c.unsent, 0, 1)
+	}
+	c.unsent = append(c.unsent, unsentEvent{ev: *ev, at: now})
+}
+
+// resend queues again the stored and deleted responses the peers were not
+// told of, in their order, a stored one's TTL less the time it waited.
+func (c *Client) resend(now time.Time) {
+	c.mu.Lock()
+	un := c.unsent
+	c.unsent = nil
+	c.mu.Unlock()
+	for _, u := range un {
+		ev := u.ev
+		if ev.Kind == router.PeerStored {
+			if ev.For -= now.Sub(u.at); ev.For <= 0 {
+				continue
+			}
+		}
+		c.enqueue(ev)
 	}
 }
 
@@ -230,7 +297,7 @@ func (c *Client) Applied(r router.PeerApplied) {
 	for d, n := range r.Dropped {
 		c.m.Dropped(d.Kind.String(), d.Reason, n)
 	}
-	if r.Joined {
+	if r.Joined || c.reasks(r.Replica) {
 		c.askRecords(r.Replica)
 	}
 	if r.Refused && c.peersWarn.allow() {
@@ -402,6 +469,12 @@ func hasTLSURL(us []string) bool {
 func (c *Client) connected(how string) {
 	c.m.Up(true)
 	c.log.Info().Str("replica", c.ID()).Msg("fleet sync: NATS " + how)
+	if how == "reconnected" {
+		c.mu.Lock()
+		c.reask = map[string]bool{}
+		c.mu.Unlock()
+	}
+	c.resend(time.Now())
 	c.goWarm()
 }
 
@@ -560,6 +633,10 @@ func (c *Client) publish(buf []byte, events []router.PeerEvent) []byte {
 			c.m.Dropped(k, metrics.SyncDropDisconnected, n)
 		}
 		c.m.Dropped(metrics.SyncBatch, metrics.SyncDropDisconnected, 1)
+		now := time.Now()
+		for i := range events {
+			c.keepUnsent(&events[i], now)
+		}
 		return buf
 	}
 	for k, n := range counts {
