@@ -18,7 +18,8 @@
 // (codec.go) bounds every count; the router bounds what the events may do.
 // A replica ignores its own messages. With NATS away a replica routes on
 // its own view and reconnects by itself, asking a peer for a snapshot when
-// it is back.
+// it is back; then it sends again the stored and deleted responses it
+// could not announce, and asks each peer once more for its stored ones.
 package fleetsync
 
 import (
