@@ -28,8 +28,9 @@ type SnapshotPlan struct {
 	// Refused is why a stored table newer than the one in force was not
 	// installed; the table in force stays.
 	Refused error
-	// StoredEpoch is the epoch the stored table names, installed or
-	// refused (0: none read, or one within EpochMargin of the largest).
+	// StoredEpoch is the epoch the stored table names when it is installed
+	// or refused for this replica's bounds alone (another replica's may
+	// allow it); 0 otherwise.
 	StoredEpoch uint64
 	// Drain and Resume are the served models to drain and resume so that
 	// the drains match the store's. Both are empty when a drain this
@@ -151,8 +152,12 @@ func (s *State) PlanSnapshot(snap *store.Snapshot) SnapshotPlan {
 				t, err = ParseTable(nil, rs)
 			}
 		}
-		if e, ok := tableEpoch(snap.Table); ok && e <= math.MaxUint64-EpochMargin {
-			p.StoredEpoch = e
+		if err == nil || errors.Is(err, ErrTableTooBig) {
+			// In force, or maybe in force on a replica whose bounds allow
+			// it (a table every replica refuses is no other's either).
+			if e, ok := tableEpoch(snap.Table); ok && e <= math.MaxUint64-EpochMargin {
+				p.StoredEpoch = e
+			}
 		}
 		if err != nil {
 			p.Refused = err

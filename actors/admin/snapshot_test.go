@@ -210,23 +210,28 @@ func TestPutBounds(t *testing.T) {
 // a stored table (one its bounds do not allow, that another replica put in
 // force) replaces it at an epoch after it, so that the replicas that
 // installed it take the new table instead of refusing it as older; the
-// ETag the PUT checks is still the table in force here. A refused epoch
-// within EpochMargin of the largest, which every replica refuses, is not
-// followed.
+// ETag the PUT checks is still the table in force here. A table every
+// replica refuses (an invalid one, or an epoch within EpochMargin of the
+// largest) is in force nowhere: its epoch is not followed.
 func TestPutOverRefusedTableTakesLaterEpoch(t *testing.T) {
 	three := []routes.Route{{Model: "a"}, {Model: "b"}, {Model: "c"}}
 	for _, tc := range []struct {
 		name   string
 		stored uint64
+		body   string // the stored table, when not three routes at stored
 		want   uint64
 	}{
-		{"a later table over max_routes", 8, 9},
-		{"an epoch at the end", math.MaxUint64, 6},
+		{"a later table over max_routes", 8, "", 9},
+		{"an epoch at the end", math.MaxUint64, "", 6},
+		{"an invalid table", 8, `{"epoch":8,"routes":[{"model":"a","backends":[{"model":"","weight":1}]}]}`, 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body, err := store.EncodeTable(tc.stored, three)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.body != "" {
+				body = []byte(tc.body)
 			}
 			a := NewState(nil, 5)
 			a.SetBounds(Bounds{MaxRoutes: 2})
@@ -239,7 +244,7 @@ func TestPutOverRefusedTableTakesLaterEpoch(t *testing.T) {
 			if err != nil || epoch != tc.want {
 				t.Fatalf("Prepare: epoch %d, %v; want %d", epoch, err, tc.want)
 			}
-			if tc.stored < math.MaxUint64 {
+			if tc.want > 6 {
 				b := NewState(nil, tc.stored) // put the refused table in force
 				if err := b.checkStored(100, epoch, 1); err != nil {
 					t.Fatalf("the replica at epoch %d refuses the PUT's table: %v", tc.stored, err)

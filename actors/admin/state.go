@@ -160,10 +160,10 @@ type State struct {
 	// drainRev that of the last drain this replica wrote; all 0 with the
 	// file store.
 	tableRev, rev, drainRev int64
-	// storedEpoch is the highest epoch of a table seen stored, in force or
-	// refused: a PUT takes the epoch after it, so that a table this
-	// replica writes over one it refused is newer to the replicas that
-	// installed that one.
+	// storedEpoch is the highest epoch of a table seen stored, in force
+	// here or refused for this replica's bounds: a PUT takes the epoch
+	// after it, so that a table this replica writes over one it refused
+	// is newer to the replicas that installed that one.
 	storedEpoch uint64
 	bounds      Bounds
 }
