@@ -199,6 +199,19 @@ func TestResumeRoutableAtOnce(t *testing.T) {
 	})
 }
 
+// batchedSubscriber subscribes, batched, an actor that never
+// acknowledges a batch (the test does, by hand) and hands each one over.
+func (h *harness) batchedSubscriber() (*actor.PID, chan *registry.Changes) {
+	batches := make(chan *registry.Changes, 16)
+	sub := h.sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		if b, ok := c.Message().(*registry.Changes); ok {
+			batches <- b
+		}
+	}))
+	h.sys.Root.Send(h.reg, &registry.Subscribe{PID: sub, Batched: true})
+	return sub, batches
+}
+
 // TestBatchedSubscriber: a batched subscriber has at most one batch
 // outstanding; what happens meanwhile is coalesced (one entry per worker,
 // the latest), and the next batch comes only with the acknowledgement,
@@ -206,15 +219,8 @@ func TestResumeRoutableAtOnce(t *testing.T) {
 func TestBatchedSubscriber(t *testing.T) {
 	bubble.Test(t, func(t *testing.T) {
 		h := newHarness(t)
-		// The subscriber never acknowledges; the test does, by hand.
-		batches := make(chan *registry.Changes, 16)
-		sub := h.sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-			if b, ok := c.Message().(*registry.Changes); ok {
-				batches <- b
-			}
-		}))
+		sub, batches := h.batchedSubscriber()
 		var lastGen uint64
-		h.sys.Root.Send(h.reg, &registry.Subscribe{PID: sub, Batched: true})
 		h.beat(status("a", "smol", 1))
 		synctest.Wait()
 		b := <-batches
@@ -300,13 +306,7 @@ func TestLateStampedHeartbeatKeepsWorker(t *testing.T) {
 func TestBatchedSubscriberSeesGoneAndBack(t *testing.T) {
 	bubble.Test(t, func(t *testing.T) {
 		h := newHarness(t)
-		batches := make(chan *registry.Changes, 16)
-		sub := h.sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-			if b, ok := c.Message().(*registry.Changes); ok {
-				batches <- b
-			}
-		}))
-		h.sys.Root.Send(h.reg, &registry.Subscribe{PID: sub, Batched: true})
+		sub, batches := h.batchedSubscriber()
 		h.beat(status("a", "smol", 0))
 		synctest.Wait()
 		b := <-batches // a, not acknowledged yet

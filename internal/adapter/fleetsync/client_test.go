@@ -325,6 +325,30 @@ type noRecords struct{}
 
 func (noRecords) ExportOwn(int, time.Time, func(digest, owner, worker string, ttl time.Duration)) {}
 
+// recordsFrom returns a function that publishes n times, on pub, a list
+// of stored responses as replica's answer to tc.
+func (tc *testClient) recordsFrom(pub *nats.Conn, replica string) func(t *testing.T, n int) {
+	records := EncodeRecords(nil, replica, []router.StoredRecord{{ID: "d1", Owner: "o", Worker: "w", For: time.Minute}})
+	subject := tc.subject(subjectSnapshots + "." + replica + "." + tc.ID())
+	return func(t *testing.T, n int) {
+		t.Helper()
+		for range n {
+			if err := pub.Publish(subject, records); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := pub.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// unaskedRecords counts the answers of stored responses dropped as not
+// asked for.
+func (tc *testClient) unaskedRecords() float64 {
+	return tc.metric("tlgate_sync_messages_dropped_total", "kind", metrics.SyncStored, "reason", metrics.SyncDropUnasked)
+}
+
 // TestSyncRecordsOnlyWhenAsked: a peer's stored responses are taken once,
 // as the answer to this replica's request; records it publishes unasked
 // (on its own subject, so NATS's permissions let it) are dropped before
@@ -333,19 +357,9 @@ func TestSyncRecordsOnlyWhenAsked(t *testing.T) {
 	ns := startNATS(t)
 	tc := startClientWith(t, "me", syncConfig(t, ns, nil), noRecords{})
 	pub := connect(t, ns)
-	records := EncodeRecords(nil, "peer", []router.StoredRecord{{ID: "d1", Owner: "o", Worker: "w", For: time.Minute}})
-	subject := tc.subject(subjectSnapshots + ".peer.me")
-	for range 50 {
-		if err := pub.Publish(subject, records); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pub.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	unasked := func() float64 {
-		return tc.metric("tlgate_sync_messages_dropped_total", "kind", metrics.SyncStored, "reason", metrics.SyncDropUnasked)
-	}
+	answer := tc.recordsFrom(pub, "peer")
+	answer(t, 50)
+	unasked := tc.unaskedRecords
 	deadline := time.Now().Add(10 * time.Second)
 	for unasked() < 50 {
 		if time.Now().After(deadline) {
@@ -357,14 +371,7 @@ func TestSyncRecordsOnlyWhenAsked(t *testing.T) {
 		t.Fatalf("%d unasked answers reached the router", n)
 	}
 	tc.askRecords("peer")
-	for range 2 {
-		if err := pub.Publish(subject, records); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pub.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	answer(t, 2)
 	for tc.router.storedApplied() < 1 || unasked() < 51 {
 		if time.Now().After(deadline) {
 			t.Fatalf("asked once: %d answers applied, %v dropped; want 1 and 51", tc.router.storedApplied(), unasked())
@@ -423,24 +430,14 @@ func TestSyncStoredSentAgainAfterLoss(t *testing.T) {
 func TestSyncRecordsAskedAgainAfterReconnect(t *testing.T) {
 	ns := startNATS(t)
 	tc := startClientWith(t, "me", syncConfig(t, ns, nil), noRecords{})
-	pub := connect(t, ns)
-	records := EncodeRecords(nil, "peer", []router.StoredRecord{{ID: "d1", Owner: "o", Worker: "w", For: time.Minute}})
-	subject := tc.subject(subjectSnapshots + ".peer.me")
+	send := tc.recordsFrom(connect(t, ns), "peer")
 	answer := func(want int) {
 		t.Helper()
-		if err := pub.Publish(subject, records); err != nil {
-			t.Fatal(err)
-		}
-		if err := pub.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		unasked := func() float64 {
-			return tc.metric("tlgate_sync_messages_dropped_total", "kind", metrics.SyncStored, "reason", metrics.SyncDropUnasked)
-		}
+		send(t, 1)
 		deadline := time.Now().Add(10 * time.Second)
-		for tc.router.storedApplied()+int(unasked()) < want {
+		for tc.router.storedApplied()+int(tc.unaskedRecords()) < want {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d answers applied, %v dropped; want %d handled", tc.router.storedApplied(), unasked(), want)
+				t.Fatalf("%d answers applied, %v dropped; want %d handled", tc.router.storedApplied(), tc.unaskedRecords(), want)
 			}
 			time.Sleep(time.Millisecond)
 		}
