@@ -356,7 +356,7 @@ func join(ps ...[]uint32) []uint32 {
 // parent's hash it holds for another block is left out, not keyed after
 // the wrong prefix. A view never seen colliding resolves parents as ever.
 func TestUnchainedHashesMissNotMisplace(t *testing.T) {
-	p, tt, c, d := toks(100, 4), toks(300, 4), toks(400, 4), toks(450, 4)
+	p, tp, c, d := toks(100, 4), toks(300, 4), toks(400, 4), toks(450, 4)
 	const hp, ht, hc, hd = 11, 13, 14, 15
 	type step func(t *testing.T, x *Index) Applied
 	batch := func(rank int, evs ...Event) step {
@@ -368,7 +368,7 @@ func TestUnchainedHashesMissNotMisplace(t *testing.T) {
 	// unchain has the engine name two root blocks with one hash.
 	unchain := batch(0, stored(toks(500, 4), 0, 1000), stored(toks(600, 4), 0, 1000))
 	cleared := batch(0, Event{Kind: Cleared})
-	rootT, cAfterT := batch(0, stored(tt, 0, ht)), batch(0, stored(c, ht, hc))
+	rootT, cAfterT := batch(0, stored(tp, 0, ht)), batch(0, stored(c, ht, hc))
 	tests := []struct {
 		name      string
 		maxBlocks int
@@ -379,10 +379,10 @@ func TestUnchainedHashesMissNotMisplace(t *testing.T) {
 	}{
 		{"unchained view begun mid-stream", 0, []step{unchain, rootT, cAfterT}, 1, 1},
 		{"unchained, the parent evicted past the bound", 3, []step{unchain, cleared,
-			batch(0, stored(p, 0, hp), stored(tt, hp, ht)), batch(0, stored(toks(900, 12), 0, 90, 91, 92)), rootT, cAfterT}, 1, 1},
+			batch(0, stored(p, 0, hp), stored(tp, hp, ht)), batch(0, stored(toks(900, 12), 0, 90, 91, 92)), rootT, cAfterT}, 1, 1},
 		{"chained, the parent evicted past the bound", 3, []step{
-			batch(0, stored(p, 0, hp), stored(tt, hp, ht)), batch(0, stored(toks(900, 12), 0, 90, 91, 92)),
-			batch(0, stored(tt, 0, 23)), batch(0, stored(c, 23, hc))}, 0, 2},
+			batch(0, stored(p, 0, hp), stored(tp, hp, ht)), batch(0, stored(toks(900, 12), 0, 90, 91, 92)),
+			batch(0, stored(tp, 0, 23)), batch(0, stored(c, 23, hc))}, 0, 2},
 		{"unchained, complete after AllBlocksCleared", 0, []step{unchain, cleared, rootT, cAfterT}, 0, 2},
 		{"unchained, complete after a restart", 0, []step{unchain, call(func(x *Index) { x.ClearRestarted("w") }), rootT, cAfterT}, 0, 2},
 		{"unchained kept by a clear of lost events", 0, []step{unchain, call(func(x *Index) { x.Clear("w") }), rootT, cAfterT}, 1, 1},
@@ -401,7 +401,7 @@ func TestUnchainedHashesMissNotMisplace(t *testing.T) {
 			return a
 		}, rootT, cAfterT}, 1, 1},
 		{"complete per rank", 0, []step{unchain, call(func(x *Index) { x.ClearRestarted("w") }),
-			batch(1, stored(d, 777, hd)), batch(1, stored(tt, 0, ht)), batch(1, stored(c, ht, hc)), rootT, cAfterT}, 0, 2},
+			batch(1, stored(d, 777, hd)), batch(1, stored(tp, 0, ht)), batch(1, stored(c, ht, hc)), rootT, cAfterT}, 0, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -413,7 +413,7 @@ func TestUnchainedHashesMissNotMisplace(t *testing.T) {
 			if a.Unresolved != tt.unresolved {
 				t.Errorf("last step %+v, want %d unresolved", a, tt.unresolved)
 			}
-			if n := x.Holds("w", Keys(nil, "", "", join(toks(300, 4), c), bs)); n != tt.blocks {
+			if n := x.Holds("w", Keys(nil, "", "", join(tp, c), bs)); n != tt.blocks {
 				t.Errorf("t c held as %d blocks, want %d", n, tt.blocks)
 			}
 		})
