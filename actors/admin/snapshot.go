@@ -28,6 +28,10 @@ type SnapshotPlan struct {
 	// Refused is why a stored table newer than the one in force was not
 	// installed; the table in force stays.
 	Refused error
+	// TableGone: the stored table was deleted (by hand: the gateway never
+	// deletes it). The table in force stays, and the next PUT stores a
+	// table again, where the key is absent.
+	TableGone bool
 	// StoredEpoch is the epoch the stored table names when it is installed
 	// or refused for this replica's bounds alone (another replica's may
 	// allow it); 0 otherwise.
@@ -137,6 +141,7 @@ func (s *State) PlanSnapshot(snap *store.Snapshot) SnapshotPlan {
 		return SnapshotPlan{Stale: true}
 	}
 	p := SnapshotPlan{Rev: snap.Rev, TableRev: s.tableRev}
+	p.TableGone = snap.TableRev == 0 && s.tableRev > 0
 	if snap.TableRev > s.tableRev {
 		p.TableRev = snap.TableRev
 		var (
@@ -193,6 +198,9 @@ func (s *State) ApplySnapshot(p SnapshotPlan) {
 	s.rev = p.Rev
 	if p.TableRev > s.tableRev {
 		s.tableRev = p.TableRev
+	}
+	if p.TableGone {
+		s.tableRev = 0 // a PUT's compare-and-swap is on the key being absent
 	}
 	s.storedEpoch = max(s.storedEpoch, p.StoredEpoch)
 	s.MarkDrained(p.Drain, true)

@@ -252,6 +252,10 @@ func (a *adminActor) snapshot(ctx actor.Context, m *StoreSnapshot) {
 		a.deps.Logger.Error().Int64("rev", m.Snapshot.TableRev).Uint64("epoch", st.epoch).Err(plan.Refused).
 			Msg("admin: stored route table refused; the table in force stays")
 	}
+	if plan.TableGone {
+		a.deps.Logger.Warn().Int64("rev", m.Snapshot.Rev).Uint64("epoch", st.epoch).
+			Msg("admin: the stored route table was deleted; the table in force stays, and the next PUT stores one again")
+	}
 	if plan.Table != nil {
 		a.install(ctx, plan.Table, plan.Version)
 		if a.deps.OnEpoch != nil {

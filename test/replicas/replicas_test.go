@@ -363,3 +363,33 @@ func TestReplicasPutAfterPutElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// TestStoredTableDeletedByHand: a route table deleted from etcd by hand
+// leaves every replica on the table in force, and a PUT with that table's
+// ETag stores one again (not a 412 naming ETag 0 for ever), which every
+// replica then takes.
+func TestStoredTableDeletedByHand(t *testing.T) {
+	c := cluster.StartEtcd(t, 1)
+	f := newFleet(t, c, 2, nil, engineConfigs(0))
+	cli := etcdClient(t, c.Endpoints())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Delete(ctx, "/tlgate/routes"); err != nil {
+		t.Fatal(err)
+	}
+	var r cluster.Reply
+	cluster.Eventually(t, 5*time.Second, func() bool {
+		for i := range f.Replicas {
+			if etag, _ := f.getRoutes(i); etag != `"1"` {
+				t.Fatalf("replica %d serves ETag %s, want the table in force \"1\"", i, etag)
+			}
+			if got := f.routedTo(i, "smol"); got != "smol-v3-a" {
+				t.Fatalf("replica %d routes smol to %q, want smol-v3-a", i, got)
+			}
+		}
+		r = f.putRoutes(0, `"1"`, routesBody("smol-v4"))
+		return r.Status == 200
+	}, "a PUT on A after the table was deleted (last: %d %s)", r.Status, r.Body)
+	f.waitETag(1, `"2"`, 5*time.Second)
+	cluster.Eventually(t, 5*time.Second, func() bool { return f.routedTo(1, "smol") == "smol-v4-a" }, "B to route by the table stored again")
+}
