@@ -311,21 +311,7 @@ func TestStoredInvalidTableRefused(t *testing.T) {
 	// Replica A takes the refused write's revision as seen: a PUT with the
 	// ETag in force goes through once it has. Until then, and after, both
 	// serve and route by the table in force.
-	var r cluster.Reply
-	cluster.Eventually(t, 5*time.Second, func() bool {
-		for i := range f.Replicas {
-			if etag, _ := f.getRoutes(i); etag != `"1"` {
-				t.Fatalf("replica %d serves ETag %s, want the table in force \"1\"", i, etag)
-			}
-			if got := f.routedTo(i, "smol"); got != "smol-v3-a" {
-				t.Fatalf("replica %d routes smol to %q, want smol-v3-a", i, got)
-			}
-		}
-		r = f.putRoutes(0, `"1"`, routesBody("smol-v4"))
-		return r.Status == 200
-	}, "a PUT on A over the refused table (last: %d %s)", r.Status, r.Body)
-	f.waitETag(1, `"2"`, 5*time.Second)
-	cluster.Eventually(t, 5*time.Second, func() bool { return f.routedTo(1, "smol") == "smol-v4-a" }, "B to route by the table that replaced the refused one")
+	f.replaceStored(t)
 }
 
 // TestReplicasPutAfterPutElsewhere: the ETag a PUT on one replica
@@ -377,6 +363,15 @@ func TestStoredTableDeletedByHand(t *testing.T) {
 	if _, err := cli.Delete(ctx, "/tlgate/routes"); err != nil {
 		t.Fatal(err)
 	}
+	f.replaceStored(t)
+}
+
+// replaceStored waits for a PUT on replica 0, with the ETag of the table
+// in force ("1"), to replace what etcd holds (which the replicas did not
+// install), both replicas serving and routing by the table in force
+// until then; then replica 1 takes the new table.
+func (f *fleet) replaceStored(t *testing.T) {
+	t.Helper()
 	var r cluster.Reply
 	cluster.Eventually(t, 5*time.Second, func() bool {
 		for i := range f.Replicas {
@@ -389,7 +384,7 @@ func TestStoredTableDeletedByHand(t *testing.T) {
 		}
 		r = f.putRoutes(0, `"1"`, routesBody("smol-v4"))
 		return r.Status == 200
-	}, "a PUT on A after the table was deleted (last: %d %s)", r.Status, r.Body)
+	}, "a PUT on A replacing the stored table (last: %d %s)", r.Status, r.Body)
 	f.waitETag(1, `"2"`, 5*time.Second)
-	cluster.Eventually(t, 5*time.Second, func() bool { return f.routedTo(1, "smol") == "smol-v4-a" }, "B to route by the table stored again")
+	cluster.Eventually(t, 5*time.Second, func() bool { return f.routedTo(1, "smol") == "smol-v4-a" }, "B to route by the table that replaced it")
 }
