@@ -327,3 +327,46 @@ func TestBatchedSubscriberSeesGoneAndBack(t *testing.T) {
 		_ = h.sys.Root.StopFuture(sub).Wait()
 	})
 }
+
+// TestUnreportedStartKeepsTheProcess: a heartbeat without a start time (a
+// probe whose read of the engine's metrics failed once) is the process
+// known, not a new one: the worker keeps the start time it had, in the
+// registry's view and in what its subscribers are told, so none takes it
+// for a restart (the router would end its ejection and forget its
+// caches); a later start time is a new process.
+func TestUnreportedStartKeepsTheProcess(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		changed := make(chan fleet.Worker, 16)
+		sub := h.sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+			if m, ok := c.Message().(*registry.WorkerChanged); ok {
+				changed <- m.Worker
+			}
+		}))
+		h.sys.Root.Send(h.reg, &registry.Subscribe{PID: sub})
+		started := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+		for i, at := range []time.Time{started, {}, started.Add(time.Minute)} {
+			s := status("a", "smol", 0)
+			if !at.IsZero() {
+				s.StartedAtUnixMs = uint64(at.UnixMilli())
+			}
+			h.beat(s)
+			synctest.Wait()
+			want := at
+			if at.IsZero() {
+				want = started
+			}
+			if w := <-changed; !w.StartedAt.Equal(want) {
+				t.Fatalf("heartbeat %d: subscribers told started_at %s, want %s", i, w.StartedAt, want)
+			}
+			res, err := h.sys.Root.RequestFuture(h.reg, &registry.Snapshot{}, time.Second).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w := res.(*registry.SnapshotResult).Workers[0]; !w.StartedAt.Equal(want) {
+				t.Fatalf("heartbeat %d: listed started_at %s, want %s", i, w.StartedAt, want)
+			}
+		}
+		_ = h.sys.Root.StopFuture(sub).Wait()
+	})
+}

@@ -249,6 +249,13 @@ func (a *registryActor) heartbeat(ctx actor.Context, m *Heartbeat) any {
 		return &Refused{Err: err}
 	}
 	if known {
+		if w.StartedAt.IsZero() {
+			// A report without a start time (a probe whose read of the
+			// engine's metrics failed once) says nothing of the process:
+			// it is the one known, for every subscriber (a new process
+			// reports its own).
+			w.StartedAt = e.worker.StartedAt
+		}
 		w.Draining, e.byAck = OwnDrain(e.reported, e.byAck, w.Draining, w.Drained)
 		e.reported = m.Status.GetDraining()
 		e.worker = w

@@ -342,37 +342,3 @@ func TestPeerLiftNeedsAListedReplica(t *testing.T) {
 		t.Fatal("a listed replica's lift left the worker ejected")
 	}
 }
-
-// TestUnreportedStartKeepsTheProcess: a report without a start time (a
-// probe whose read of the engine's metrics failed once) is the process
-// known, not a new one: its ejection goes on, and the worker keeps the
-// start time it had; the next report of another start time is a new
-// process.
-func TestUnreportedStartKeepsTheProcess(t *testing.T) {
-	s := ejectState(t, testEjection, "a", "b")
-	started := w("a", "m", fleet.RoleUnified, 0, 0)
-	started.StartedAt = now.Add(-time.Hour)
-	s.SetWorker(started)
-	s.AttemptFailed("a", "refused", now)
-	blip := started
-	blip.StartedAt = time.Time{}
-	for _, reset := range []bool{false, true} {
-		if reset {
-			s.ResetWorkers([]fleet.Worker{blip, w("b", "m", fleet.RoleUnified, 0, 0)})
-		} else {
-			s.SetWorker(blip)
-		}
-		if !s.ejected("a", now) {
-			t.Fatalf("reset %v: a report without a start time ended the ejection", reset)
-		}
-		if got := s.workers["a"].StartedAt; !got.Equal(started.StartedAt) {
-			t.Fatalf("reset %v: start time %s, want the known %s", reset, got, started.StartedAt)
-		}
-	}
-	restarted := started
-	restarted.StartedAt = now
-	s.SetWorker(restarted)
-	if s.ejected("a", now) {
-		t.Fatal("a with a new start time is still ejected")
-	}
-}

@@ -26,9 +26,6 @@ type pool struct {
 // SetWorker records a worker's new snapshot. It is a member of one pool
 // for every model id it serves: its base model and each adapter.
 func (s *State) SetWorker(w fleet.Worker) {
-	if old, ok := s.workers[w.ID]; ok {
-		w.StartedAt = startedAt(old, w)
-	}
 	s.observeWorker(w)
 	if old, ok := s.workers[w.ID]; ok && (old.Role != w.Role || !slices.Equal(old.Models(), w.Models())) {
 		s.leavePool(old)
@@ -80,17 +77,6 @@ func (s *State) RemoveWorker(id string) {
 	}
 }
 
-// startedAt is the start time of w, known before as old: a report without
-// one (a probe whose read of the engine's metrics failed once) says
-// nothing of its process, which keeps the time known (the registry does
-// not compare a zero start time either). A new process reports its own.
-func startedAt(old *fleet.Worker, w fleet.Worker) time.Time {
-	if w.StartedAt.IsZero() {
-		return old.StartedAt
-	}
-	return w.StartedAt
-}
-
 // ResetWorkers replaces the whole view (after a (re)start); a worker the
 // router knew as another incarnation has its exact view cleared.
 func (s *State) ResetWorkers(ws []fleet.Worker) {
@@ -99,7 +85,6 @@ func (s *State) ResetWorkers(ws []fleet.Worker) {
 	s.pools = map[poolKey]*pool{}
 	for _, w := range ws {
 		if o, ok := old[w.ID]; ok {
-			w.StartedAt = startedAt(o, w)
 			s.followIncarnation(o, w)
 		}
 		s.SetWorker(w)
