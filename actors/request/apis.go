@@ -24,10 +24,17 @@ func pathID(path string) string {
 	return strings.TrimPrefix(path, dialect.PathResponses+"/")
 }
 
+// retrieval reports whether the exchange is a GET or DELETE of a stored
+// response: it runs no model, and the usage it shows was counted when the
+// response was made.
+func (a *requestActor) retrieval() bool {
+	return a.ex.Method == http.MethodGet || a.ex.Method == http.MethodDelete
+}
+
 // storedID returns the stored response the exchange refers to: the
 // previous_response_id of a POST, the {id} of a GET or DELETE.
 func (a *requestActor) storedID() string {
-	if a.ex.Method == http.MethodGet || a.ex.Method == http.MethodDelete {
+	if a.retrieval() {
 		return pathID(a.ex.Path)
 	}
 	return a.ex.Req.PreviousResponseID

@@ -1,8 +1,6 @@
 package request
 
 import (
-	"net/http"
-
 	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
@@ -10,7 +8,7 @@ import (
 // (Request.Object), with the attempt's edits and extra spliced in, in one
 // copy; none for a GET or DELETE.
 func (a *requestActor) body(seed *uint64, extra ...openai.Edit) []byte {
-	if a.ex.Method == http.MethodGet || a.ex.Method == http.MethodDelete {
+	if a.retrieval() {
 		return nil
 	}
 	a.rewrites++

@@ -52,13 +52,6 @@ func (a *requestActor) countFetched(resp *proxy.Response) {
 	a.log.Usage.Add(a.dialect.Estimate(&resp.Answer, a.ex.Req.Prompt))
 }
 
-// retrieval reports whether the exchange is a GET or DELETE of a stored
-// response: it runs no model, and the usage it shows was counted when the
-// response was made.
-func (a *requestActor) retrieval() bool {
-	return a.ex.Method == http.MethodGet || a.ex.Method == http.MethodDelete
-}
-
 // chargeAbandoned adds the estimated engine work of a non-streamed attempt
 // that ended without an answer because it timed out generating or its
 // client went away: the engine read the prompt and may have generated up
