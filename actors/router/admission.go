@@ -3,6 +3,10 @@ package router
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -136,11 +140,14 @@ type Waiter struct {
 	// queue first, for a worker that holds more of its prompt (warmWaiter).
 	Passed int
 	entry  *flowqueue.Entry[*Waiter]
+	shape  string // pickShape of Req
 }
 
 // modelQueue is one model's queue, and what its last pick found.
 type modelQueue struct {
 	q *flowqueue.Queue[*Waiter]
+	// shapes counts its waiters by the workers they ask for (pickShape).
+	shapes map[string]int
 	// saturated says why the last pick for one of its requests found every
 	// worker saturated by its engine's reports ("": it did not), for the
 	// requests that join behind waiters without a pick of their own.
@@ -193,7 +200,7 @@ func (s *State) queue(name string) *modelQueue {
 	}
 	mq := s.queues[name]
 	if mq == nil {
-		mq = &modelQueue{q: flowqueue.New[*Waiter]()}
+		mq = &modelQueue{q: flowqueue.New[*Waiter](), shapes: map[string]int{}}
 		s.queues[name] = mq
 	}
 	return mq
@@ -203,7 +210,9 @@ func (s *State) queue(name string) *modelQueue {
 // admission control on, a request waits in its model's queue (or is
 // refused when it cannot) when the pick finds the model's workers full,
 // and joins the queue at once when waiters of its priority or higher are
-// already there, so that none of them is passed by a later arrival.
+// already there, so that none of them is passed by a later arrival for a
+// worker it could use (Dispatch serves the arrival at once when none of
+// them can use the worker with room: lookPast).
 func (s *State) Admit(req *Request, key string, from *actor.PID, now time.Time) Admission {
 	cls := s.Classify(req)
 	name := s.queueName(req.Model)
@@ -284,8 +293,10 @@ func (s *State) enqueue(req *Request, key string, cls Class, name string, from *
 		s.drop(mq, displaced)
 	}
 	s.seq++
-	w := &Waiter{Seq: s.seq, From: from, Req: *req, Key: key, Class: cls, Queue: name, Enqueued: now, Deadline: deadline, Due: it.Due}
+	w := &Waiter{Seq: s.seq, From: from, Req: *req, Key: key, Class: cls, Queue: name, Enqueued: now, Deadline: deadline, Due: it.Due,
+		shape: pickShape(req)}
 	w.entry = mq.q.Push(it, w)
+	mq.shapes[w.shape]++
 	s.waiters[w.Seq] = w
 	if from != nil {
 		s.byFrom[pidKey(from)] = w.Seq
@@ -319,8 +330,13 @@ func (s *State) dropEmpty(name string) {
 	}
 }
 
-// forget removes w from the indexes.
+// forget removes w, which left its queue, from the indexes.
 func (s *State) forget(w *Waiter) {
+	if mq := s.queues[w.Queue]; mq != nil {
+		if mq.shapes[w.shape]--; mq.shapes[w.shape] <= 0 {
+			delete(mq.shapes, w.shape)
+		}
+	}
 	delete(s.waiters, w.Seq)
 	if w.From != nil && s.byFrom[pidKey(w.From)] == w.Seq {
 		delete(s.byFrom, pidKey(w.From))
@@ -383,7 +399,9 @@ func (s *State) CheckAt(w *Waiter, now time.Time) time.Time {
 // that error; one past its deadline leaves with ErrOverloaded, one whose
 // objective can no longer be met with ErrObjective. A pick that finds
 // the model saturated by its engines' reports sheds its sheddable waiters
-// (ErrSaturated).
+// (ErrSaturated). Once every queue's next waiter finds its workers full,
+// the waiters behind them that ask for other workers are served where
+// there is room (lookPast).
 func (s *State) Dispatch(now time.Time) []Dispatched {
 	if len(s.queues) == 0 {
 		return nil
@@ -394,6 +412,7 @@ func (s *State) Dispatch(now time.Time) []Dispatched {
 	// priority in another queue. A queue whose pick finds its workers
 	// full is done for this round.
 	full := map[string]bool{}
+	fullShape := map[string]string{} // per queue, the shape whose pick found its workers full
 	for {
 		name, mq := s.nextQueue(full)
 		if mq == nil {
@@ -420,7 +439,7 @@ func (s *State) Dispatch(now time.Time) []Dispatched {
 					out = append(out, Dispatched{W: x, Err: &SaturatedError{Model: x.Req.Model, Priority: x.Class.Priority, Why: mq.saturated}})
 				}
 			}
-			full[name] = true
+			full[name], fullShape[name] = true, w.shape
 			continue
 		}
 		mq.saturated = ""
@@ -440,10 +459,98 @@ func (s *State) Dispatch(now time.Time) []Dispatched {
 		}
 		out = append(out, Dispatched{W: w, Target: t, Err: err})
 	}
+	// The queues go in the same order for the waiters behind their heads.
+	done := map[string]bool{}
+	for {
+		name, mq := s.nextQueue(done)
+		if mq == nil {
+			break
+		}
+		done[name] = true
+		out = s.lookPast(name, mq, fullShape[name], now, out)
+	}
 	for name := range s.queues {
 		s.dropEmpty(name)
 	}
 	return out
+}
+
+// lookPast serves, from queue name (mq) whose next waiter's pick found
+// the workers it asks for (shape full) full, the waiters behind it that
+// ask for other workers and find room, in leaving order, and appends them
+// to out. The head asks for another cascade step's workers, or is a
+// failover retry that excludes the worker that failed it, or a follow-up
+// pinned to one worker: it cannot use the room another worker has, and
+// need not hold back those that can. The waiters passed keep their
+// places; a waiter served this way leaves without taking its key's turn.
+// Waiters that ask for the same workers (pickShape) find the same workers
+// full, so a shape is picked for until one of its picks finds them full,
+// and a queue whose waiters all ask alike is not looked at.
+func (s *State) lookPast(name string, mq *modelQueue, full string, now time.Time, out []Dispatched) []Dispatched {
+	if len(mq.shapes) < 2 {
+		return out
+	}
+	tried := map[string]bool{} // shapes found full; their waiters stay
+	if full != "" {
+		tried[full] = true
+	}
+	var served []*Waiter
+	for e := range mq.q.Ordered() {
+		if len(tried) == len(mq.shapes) {
+			break
+		}
+		w := e.Value
+		// One past its deadline, or its objective, is answered by its timer.
+		if tried[w.shape] || !now.Before(w.Deadline) || s.unreachable(w, now) != nil {
+			continue
+		}
+		s.full, s.saturated, s.why = false, false, ""
+		t, err := s.Pick(&w.Req, now)
+		if err != nil && s.full && errors.Is(err, ErrNoCapacity) {
+			tried[w.shape] = true
+			continue
+		}
+		if err == nil {
+			t.Queue, t.Priority = name, w.Class.Priority
+		}
+		served = append(served, w)
+		out = append(out, Dispatched{W: w, Target: t, Err: err})
+	}
+	for _, w := range served {
+		mq.q.Remove(w.entry)
+		s.forget(w)
+		s.dispatched(name, mq.q.Len(), now)
+	}
+	return out
+}
+
+// pickShape names the workers a pick for req may go to: the model asked
+// for, the cascade step, what forces the last step or the least loaded
+// worker, the pin, the prefill worker kept, the workers excluded. Two
+// requests of one shape find the same workers full.
+func pickShape(req *Request) string {
+	var b strings.Builder
+	b.WriteString(req.Model)
+	b.WriteByte(0)
+	b.WriteString(strconv.Itoa(req.Step))
+	for _, f := range []bool{req.Stream, req.LeastLoaded, req.AnyRole} {
+		if f {
+			b.WriteByte('1')
+		} else {
+			b.WriteByte('0')
+		}
+	}
+	b.WriteByte(0)
+	b.WriteString(req.Pin)
+	b.WriteByte(0)
+	b.WriteString(req.KeepPrefill)
+	for _, id := range slices.Sorted(maps.Keys(req.Exclude)) {
+		if req.Exclude[id] {
+			b.WriteByte(0)
+			b.WriteString(id)
+		}
+	}
+	return b.String()
 }
 
 // nextQueue returns the queue, among those not in full, whose next waiter

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/policy"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 )
 
 func admitState(t *testing.T, limit, size int) *State {
@@ -282,5 +283,91 @@ func TestFullQueueRefusesKeyOneShortOfHeaviest(t *testing.T) {
 	}
 	if ad := s.Admit(&Request{Model: "m"}, "new", pid("new"), now); ad.Queued == nil || ad.Displaced == nil || ad.Displaced.Key != "heavy" {
 		t.Fatalf("a key two short: %+v, want it to displace heavy's newest", ad)
+	}
+}
+
+// TestDispatchLooksPastHeadItCannotServe: a waiter that cannot use the
+// worker that has room (a failover retry that excludes it, a cascade
+// request for another step, a follow-up pinned to a busy worker) does
+// not hold back the waiters behind it that can; it keeps its place and
+// leaves first once a worker it can use frees.
+func TestDispatchLooksPastHeadItCannotServe(t *testing.T) {
+	cascade := []routes.Route{{Model: "auto", Cascade: []routes.Step{{Model: "smol", AcceptIf: "mean_logprob > -1"}, {Model: "big"}}}}
+	cases := []struct {
+		name    string
+		rs      []routes.Route
+		workers []fleet.Worker
+		fill    []Request // one per worker, taking its only slot
+		head    Request   // waits first, for a worker that stays busy
+		behind  Request   // waits behind it, for the worker that frees
+		frees   string
+		stays   string // the worker the head waits for
+		// perWorker: limits bind on each worker (limit_scope = "worker"),
+		// which a pinned request waits for.
+		perWorker bool
+	}{
+		{
+			name:    "failover retry",
+			workers: []fleet.Worker{w("a", "m", fleet.RoleUnified, 0, 0), w("b", "m", fleet.RoleUnified, 0, 0)},
+			fill:    []Request{{Model: "m"}, {Model: "m"}},
+			head:    Request{Model: "m", RequestID: "retry", Exclude: map[string]bool{"b": true}},
+			behind:  Request{Model: "m", RequestID: "new"},
+			frees:   "b", stays: "a",
+		},
+		{
+			name:    "cascade steps",
+			rs:      cascade,
+			workers: []fleet.Worker{w("s1", "smol", fleet.RoleUnified, 0, 0), w("b1", "big", fleet.RoleUnified, 0, 0)},
+			fill:    []Request{{Model: "auto"}, {Model: "auto", Stream: true}},
+			head:    Request{Model: "auto", RequestID: "streamed", Stream: true}, // the last step's
+			behind:  Request{Model: "auto", RequestID: "first step"},
+			frees:   "s1", stays: "b1",
+		},
+		{
+			name:    "pinned follow-up",
+			workers: []fleet.Worker{w("a", "m", fleet.RoleUnified, 0, 0), w("b", "m", fleet.RoleUnified, 0, 0)},
+			fill:    []Request{{Model: "m"}, {Model: "m"}},
+			head:    Request{Model: "m", RequestID: "follow-up", Pin: "a"},
+			behind:  Request{Model: "m", RequestID: "new"},
+			frees:   "b", stays: "a", perWorker: true,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := state(t, policy.NameLeastOutstanding, tc.rs)
+			s.cfg.Admission = AdmissionConfig{Enabled: true, PerWorker: tc.perWorker, Worker: 1, QueueSize: 8, QueueTimeout: 30 * time.Second}
+			for _, x := range tc.workers {
+				s.SetWorker(x)
+			}
+			for i, r := range tc.fill {
+				if ad := s.Admit(&r, "k", pid(fmt.Sprint("fill", i)), now); ad.Err != nil || ad.Queued != nil {
+					t.Fatalf("fill %d: %+v", i, ad)
+				}
+			}
+			head := s.Admit(&tc.head, "k", pid("head"), now).Queued
+			behind := s.Admit(&tc.behind, "k", pid("behind"), now.Add(time.Millisecond))
+			if head == nil || behind.Queued == nil {
+				t.Fatalf("not queued: head %v, behind %+v", head, behind)
+			}
+			if d := s.Dispatch(now.Add(time.Millisecond)); len(d) != 0 {
+				t.Fatalf("dispatched with every worker busy: %+v", d)
+			}
+			s.Release(tc.frees)
+			d := s.Dispatch(now.Add(2 * time.Millisecond))
+			if len(d) != 1 || d[0].W != behind.Queued || d[0].Err != nil || d[0].Target.Worker.ID != tc.frees {
+				t.Fatalf("after %s frees: %+v, want the waiter behind the head on %s", tc.frees, d, tc.frees)
+			}
+			if !head.entry.Queued() {
+				t.Fatal("the head left the queue")
+			}
+			s.Release(tc.stays)
+			d = s.Dispatch(now.Add(3 * time.Millisecond))
+			if len(d) != 1 || d[0].W != head || d[0].Err != nil || d[0].Target.Worker.ID != tc.stays {
+				t.Fatalf("after %s frees: %+v, want the head on %s", tc.stays, d, tc.stays)
+			}
+			if n := len(s.QueueLengths()); n != 0 {
+				t.Fatalf("queues left: %v", s.QueueLengths())
+			}
+		})
 	}
 }
