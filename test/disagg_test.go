@@ -33,6 +33,9 @@ type recorder struct {
 	handles  []string // handles returned by Prefill
 	releases []string // "kvAddr/handle"
 	tokenize []string // "model@httpAddr"
+	// hold, when set, holds each Release until it is closed (a D that
+	// stopped answering).
+	hold chan struct{}
 }
 
 func (r *recorder) Tokenize(ctx context.Context, httpAddr, model string, body []byte, chat bool) ([]uint32, error) {
@@ -56,7 +59,11 @@ func (r *recorder) Prefill(ctx context.Context, addr string, req *enginev1.Prefi
 func (r *recorder) Release(ctx context.Context, addr, handle string) (*kvv1.ReleaseResponse, error) {
 	r.mu.Lock()
 	r.releases = append(r.releases, addr+"/"+handle)
+	hold := r.hold
 	r.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
 	return r.Engines.Release(ctx, addr, handle)
 }
 
@@ -207,6 +214,39 @@ func TestDisaggregatedReleaseOnAbort(t *testing.T) {
 		resp.Body.Close()
 		checkReleased(t, rec, d)
 	})
+}
+
+// TestBrokenStreamEndsBeforeRelease: after a decode worker dies
+// mid-stream, the client's answer (its error event) ends at once, though
+// the Release of the handle it held has not returned; the Release still
+// reaches D.
+func TestBrokenStreamEndsBeforeRelease(t *testing.T) {
+	c, rec := newPDCluster(t, 1, 0)
+	hold := make(chan struct{})
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(unhold) // before the cluster stops
+	rec.mu.Lock()
+	rec.hold = hold
+	rec.mu.Unlock()
+	d := c.engines["d1"]
+	if err := d.SetFaults(enginesim.Faults{Die: true, DieAfterTokens: 2}); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan reply, 1)
+	go func() {
+		answered <- c.post("/v1/completions", "", map[string]any{"model": "big-pd", "prompt": "Once upon a time", "max_tokens": 16, "stream": true})
+	}()
+	select {
+	case r := <-answered:
+		if r.status != 200 || !strings.Contains(string(r.body), "upstream_failed") {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+	case <-time.After(10 * eventuallyUnit):
+		t.Fatal("the broken stream's answer did not end while its Release was held")
+	}
+	unhold()
+	checkReleased(t, rec, d)
 }
 
 func checkReleased(t *testing.T, rec *recorder, d *enginesim.Engine) {

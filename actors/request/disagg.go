@@ -138,12 +138,19 @@ func (a *requestActor) releaseHandle() {
 	if a.handle == "" || a.target.Prefill == nil {
 		return
 	}
-	handle, addr, eng, onKV, ex := a.handle, a.target.Worker.KVAddress, a.d.Engines, a.d.OnKV, a.ex
+	handle, addr, eng, onKV := a.handle, a.target.Worker.KVAddress, a.d.Engines, a.d.OnKV
 	a.handle = ""
 	rctx, span := a.traceRelease(handle)
-	ex.wg.Add(1)
+	// The client's answer does not wait for it: D answers a Release at
+	// once, but one that stopped answering holds it up to the engine
+	// client's timeout.
+	wg := a.d.Detached
+	if wg == nil {
+		wg = &a.ex.wg
+	}
+	wg.Add(1)
 	go func() {
-		defer ex.wg.Done()
+		defer wg.Done()
 		start := time.Now()
 		_, err := eng.Release(rctx, addr, handle)
 		endSpan(span, err)

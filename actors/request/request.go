@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -66,6 +67,10 @@ type Deps struct {
 	TokenizeTimeout time.Duration
 	OnTokenized     func(outcome string, d time.Duration)
 	OnTokenCache    func(result string)
+	// Detached counts the calls a request leaves running after its answer
+	// (a KV handle's Release), so that shutdown can wait for them before
+	// it closes the engine client; nil: the answer waits for them.
+	Detached *sync.WaitGroup
 }
 
 // StoredResponses maps stored response ids to the worker that holds them

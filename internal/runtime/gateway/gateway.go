@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -94,6 +95,7 @@ type Gateway struct {
 	httpLis  net.Listener
 	grpcLis  net.Listener
 	engines  *engineclient.Client
+	detached sync.WaitGroup // request.Deps.Detached
 	proxy    *proxy.Proxy
 	stops    []func(context.Context) error // in start order; run in reverse
 	// Traffic keeps the last 15 minutes per model for the console.
@@ -284,6 +286,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		ReconnectMaxDelay: gw.HeartbeatInterval.Duration,
 	})
 	g.stops = append(g.stops, func(context.Context) error { return g.engines.Close() })
+	// The engine calls requests leave running after their answers end
+	// before the engine client closes (or when the stop's time is up).
+	g.stops = append(g.stops, func(ctx context.Context) error { return waitGroup(ctx, &g.detached) })
 
 	// gRPC registry server.
 	var gopts []grpc.ServerOption
@@ -321,7 +326,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 
 	// HTTP server.
 	rdeps := &request.Deps{Router: g.Router, Proxy: g.proxy, Engines: g.engines, MaxAttempts: gw.MaxAttempts, Scheme: scheme, Dispatcher: pool,
-		Stored: g.storedResponses(stored), NoCapacityRetryAfter: rcfg.NoCapacityRetryAfter}
+		Stored: g.storedResponses(stored), NoCapacityRetryAfter: rcfg.NoCapacityRetryAfter, Detached: &g.detached}
 	instrument(rdeps, m)
 	if pol == policy.NameCacheAware && !rcfg.NoExact { // kvRouterConfig: [gateway.kv_events] follow
 		// Prompts are tokenized on requests' paths, many at once: the
@@ -478,6 +483,18 @@ func (g *Gateway) Close(ctx context.Context) error {
 
 func (g *Gateway) stopActor(pid *actor.PID) func(context.Context) error {
 	return func(context.Context) error { return g.sys.Root.StopFuture(pid).Wait() }
+}
+
+// waitGroup waits for wg, or until ctx ends.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("engine calls left running: %w", ctx.Err())
+	}
 }
 
 func stopGRPC(ctx context.Context, s *grpc.Server) error {
