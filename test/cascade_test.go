@@ -319,3 +319,32 @@ func TestCascadeStepErrorAnswerRelayed(t *testing.T) {
 		}
 	}
 }
+
+// TestCascadeStepsLeaveFailoverBudget: a three-step cascade under the
+// default max_attempts (3) whose first two steps answer and are
+// escalated, and whose last step's first worker fails before the first
+// byte: the request fails over to the last step's other worker, since
+// the steps that answered were not failed attempts.
+func TestCascadeStepsLeaveFailoverBudget(t *testing.T) {
+	c := newCluster(t, `
+[[gateway.routes]]
+model = "auto"
+cascade = [{ model = "small", accept_if = "mean_logprob > -1.2" }, { model = "medium", accept_if = "mean_logprob > -1.2" }, { model = "large" }]
+`, []clusterOpt{keys()})
+	f := &cascadeFakes{}
+	c.addFake("small-1", "small", f.small)
+	c.addFake("medium-1", "medium", f.small)
+	var failed atomic.Int32
+	c.addFake("large-1", "large", func(w http.ResponseWriter, _ *http.Request) {
+		failed.Add(1)
+		http.Error(w, `{"error":{"message":"restarting"}}`, http.StatusServiceUnavailable)
+	})
+	c.addFake("large-2", "large", f.large)
+	r := c.post("/v1/chat/completions", "key-debug", chatMsg("I am unsure", nil))
+	if r.status != http.StatusOK || r.header.Get("X-TL-Cascade-Escalation") != "" || !strings.Contains(string(r.body), "large answer") {
+		t.Fatalf("%d escalation %q: %s, want large-2's answer", r.status, r.header.Get("X-TL-Cascade-Escalation"), r.body)
+	}
+	if failed.Load() != 1 || f.largeCalls.Load() != 1 {
+		t.Fatalf("large-1 asked %d times, large-2 %d, want once each", failed.Load(), f.largeCalls.Load())
+	}
+}

@@ -112,6 +112,7 @@ func (a *requestActor) answered(ctx actor.Context, resp *proxy.Response) {
 			a.releaseHeld(ctx)
 			a.pdStepEnded()
 			a.log.Escalations++
+			a.judged++
 			a.traceAttemptEnd(OutcomeEscalated, "", nil)
 			a.step = a.target.CascadeStep + 1
 			a.route(ctx)

@@ -30,7 +30,7 @@ func (a *requestActor) engineAnswered(ctx actor.Context, err error, worker strin
 	if a.engineAnswers == 1 {
 		a.doubted, a.doubtedStep = worker, a.target.CascadeStep
 	}
-	if a.engineAnswers < MaxEngineAnswers && a.attempts < a.d.MaxAttempts {
+	if a.engineAnswers < MaxEngineAnswers && a.failures() < a.d.MaxAttempts {
 		return false
 	}
 	a.doubted = "" // the request is at fault, not the first worker

@@ -87,12 +87,16 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 		a.log.Escalations++
 		a.step = a.target.CascadeStep + 1
 	}
-	if a.attempts >= a.d.MaxAttempts {
-		a.finish(ctx, exhausted(a.ex.Req.Model, a.attempts, err))
+	if a.failures() >= a.d.MaxAttempts {
+		a.finish(ctx, exhausted(a.ex.Req.Model, a.failures(), err))
 		return
 	}
 	a.route(ctx)
 }
+
+// failures is the number of attempts that failed or answered an error:
+// those a cascade step answered and escalated are not failures.
+func (a *requestActor) failures() int { return a.attempts - a.judged }
 
 // ExcludeAfter returns the worker to exclude after an attempt failed in
 // phase. Under the engines' protocols each leg is one engine's request: a

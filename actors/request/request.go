@@ -123,6 +123,10 @@ type requestActor struct {
 	pin     string           // the only worker that may serve a Responses follow-up
 
 	attempts int
+	// judged counts the attempts a cascade step answered and escalated:
+	// attempts that did not fail, so they leave the failover budget
+	// (MaxAttempts) alone.
+	judged   int
 	step     int
 	exclude  map[string]bool // the workers failed; nil until the first failure
 	target   router.Target
@@ -269,8 +273,8 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 				Message: fmt.Sprintf("The model %q does not exist.", a.ex.Req.Model)})
 		case a.engineAnswer != nil:
 			a.relayEngineAnswer(ctx)
-		case a.attempts > 0 && a.lastErr != nil:
-			a.finish(ctx, exhausted(a.ex.Req.Model, a.attempts, a.lastErr))
+		case a.failures() > 0 && a.lastErr != nil:
+			a.finish(ctx, exhausted(a.ex.Req.Model, a.failures(), a.lastErr))
 		default:
 			a.finish(ctx, a.noCapacity(m))
 		}
