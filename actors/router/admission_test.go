@@ -371,3 +371,36 @@ func TestDispatchLooksPastHeadItCannotServe(t *testing.T) {
 		})
 	}
 }
+
+// TestCanaryKeepsItsShareWhenFull: under admission control, a request
+// drawn for a canary route's backend whose workers are all at their
+// limit waits for them; it does not spill onto the other backend, which
+// would give a 0.1 canary the overflow of the 0.9 one.
+func TestCanaryKeepsItsShareWhenFull(t *testing.T) {
+	s := state(t, policy.NameLeastOutstanding,
+		[]routes.Route{{Model: "smol", Backends: []routes.Backend{{Model: "v3", Weight: 0.9}, {Model: "v4", Weight: 0.1}}}})
+	s.cfg.Admission = AdmissionConfig{Enabled: true, Worker: 1, QueueSize: 100, QueueTimeout: 30 * time.Second}
+	s.SetWorker(w("a", "v3", fleet.RoleUnified, 0, 0))
+	s.SetWorker(w("b", "v4", fleet.RoleUnified, 0, 0))
+	r := s.table.Resolve("smol")
+	var stable []string // request ids drawn for v3
+	for i := 0; len(stable) < 3; i++ {
+		if id := fmt.Sprint("req-", i); routes.PickBackend(r, id) == "v3" {
+			stable = append(stable, id)
+		}
+	}
+	if ad := s.Admit(&Request{Model: "smol", RequestID: stable[0]}, "k", pid("first"), now); ad.Err != nil || ad.Target.ServedModel != "v3" {
+		t.Fatalf("first request: %+v", ad)
+	}
+	for _, id := range stable[1:] {
+		ad := s.Admit(&Request{Model: "smol", RequestID: id}, "k", pid(id), now)
+		if ad.Queued == nil {
+			t.Fatalf("request %s drawn for v3 while v3 is full: served by %q (err %v), want it queued", id, ad.Target.ServedModel, ad.Err)
+		}
+	}
+	// A backend with no routable worker left still falls back.
+	s.RemoveWorker("a")
+	if d := s.Dispatch(now); len(d) != 1 || d[0].Err != nil || d[0].Target.ServedModel != "v4" {
+		t.Fatalf("v3 gone: %+v, want the first waiter served by v4", d)
+	}
+}

@@ -42,7 +42,10 @@ func (s *State) pickRoute(t Target, r routes.Route, req *Request, asked string, 
 	if nt := s.needTok; nt != nil {
 		return Target{}, nt
 	}
-	if len(r.Backends) > 1 {
+	// The drawn backend's workers all at their limit: the request waits
+	// for them (admission.go) rather than spill onto another backend, so
+	// a canary keeps its share under load.
+	if len(r.Backends) > 1 && !(s.full && s.cfg.Admission.Enabled) {
 		for _, served := range fallbacks(r, first) {
 			if s.pickServed(&t, r, served, req, now) {
 				return t, nil
@@ -95,7 +98,8 @@ func (s *State) pickServed(t *Target, r routes.Route, served string, req *Reques
 
 // fallbacks are a canary route's backends other than the drawn one, by
 // descending weight: when the drawn backend has no routable worker left
-// the request is served by another rather than refused.
+// (not when its workers are full) the request is served by another
+// rather than refused.
 func fallbacks(r routes.Route, first string) []string {
 	rest := make([]routes.Backend, 0, len(r.Backends))
 	for _, b := range r.Backends {
