@@ -294,7 +294,7 @@ func (s *State) enqueue(req *Request, key string, cls Class, name string, from *
 	}
 	s.seq++
 	w := &Waiter{Seq: s.seq, From: from, Req: *req, Key: key, Class: cls, Queue: name, Enqueued: now, Deadline: deadline, Due: it.Due,
-		shape: pickShape(req)}
+		shape: s.pickShape(req)}
 	w.entry = mq.q.Push(it, w)
 	mq.shapes[w.shape]++
 	s.waiters[w.Seq] = w
@@ -526,11 +526,14 @@ func (s *State) lookPast(name string, mq *modelQueue, full string, now time.Time
 
 // pickShape names the workers a pick for req may go to: the model asked
 // for, the cascade step, what forces the last step or the least loaded
-// worker, the pin, the prefill worker kept, the workers excluded. Two
-// requests of one shape find the same workers full.
-func pickShape(req *Request) string {
+// worker, the backend drawn for it, the pin, the prefill worker kept, the
+// workers excluded. Two requests of one shape find the same workers full
+// (while the route table stays the same).
+func (s *State) pickShape(req *Request) string {
 	var b strings.Builder
 	b.WriteString(req.Model)
+	b.WriteByte(0)
+	b.WriteString(s.drawnBackend(req))
 	b.WriteByte(0)
 	b.WriteString(strconv.Itoa(req.Step))
 	for _, f := range []bool{req.Stream, req.LeastLoaded, req.AnyRole} {
@@ -551,6 +554,26 @@ func pickShape(req *Request) string {
 		}
 	}
 	return b.String()
+}
+
+// drawnBackend is the backend drawn for req on its route (or its cascade
+// step's route) when that route splits its traffic, else "".
+func (s *State) drawnBackend(req *Request) string {
+	r, ok := s.table.Lookup(req.Model)
+	if !ok || req.Pin != "" {
+		return ""
+	}
+	if r.IsCascade() {
+		step := min(max(req.Step, 0), len(r.Cascade)-1)
+		if req.Stream || req.LeastLoaded {
+			step = len(r.Cascade) - 1
+		}
+		r, _ = s.resolveStep(r, step, req)
+	}
+	if len(r.Backends) < 2 {
+		return ""
+	}
+	return routes.PickBackend(r, req.RequestID)
 }
 
 // nextQueue returns the queue, among those not in full, whose next waiter

@@ -288,7 +288,8 @@ func TestFullQueueRefusesKeyOneShortOfHeaviest(t *testing.T) {
 
 // TestDispatchLooksPastHeadItCannotServe: a waiter that cannot use the
 // worker that has room (a failover retry that excludes it, a cascade
-// request for another step, a follow-up pinned to a busy worker) does
+// request for another step, one drawn for another backend of a canary
+// route, a follow-up pinned to a busy worker) does
 // not hold back the waiters behind it that can; it keeps its place and
 // leaves first once a worker it can use frees.
 func TestDispatchLooksPastHeadItCannotServe(t *testing.T) {
@@ -322,6 +323,15 @@ func TestDispatchLooksPastHeadItCannotServe(t *testing.T) {
 			head:    Request{Model: "auto", RequestID: "streamed", Stream: true}, // the last step's
 			behind:  Request{Model: "auto", RequestID: "first step"},
 			frees:   "s1", stays: "b1",
+		},
+		{
+			name:    "canary backends",
+			rs:      []routes.Route{{Model: "smol", Backends: []routes.Backend{{Model: "v3", Weight: 0.5}, {Model: "v4", Weight: 0.5}}}},
+			workers: []fleet.Worker{w("a", "v3", fleet.RoleUnified, 0, 0), w("b", "v4", fleet.RoleUnified, 0, 0)},
+			fill:    []Request{{Model: "smol", RequestID: "c0"}, {Model: "smol", RequestID: "c2"}}, // drawn for v3, v4
+			head:    Request{Model: "smol", RequestID: "c1"},                                       // v3
+			behind:  Request{Model: "smol", RequestID: "c5"},                                       // v4
+			frees:   "b", stays: "a",
 		},
 		{
 			name:    "pinned follow-up",
