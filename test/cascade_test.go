@@ -348,3 +348,38 @@ cascade = [{ model = "small", accept_if = "mean_logprob > -1.2" }, { model = "me
 		t.Fatalf("large-1 asked %d times, large-2 %d, want once each", failed.Load(), f.largeCalls.Load())
 	}
 }
+
+// TestCascadeUnjudgedAnswersGoToLastStep: a request whose answer accept_if
+// cannot judge on one choice's completion tokens (n above 1: only the
+// first choice would be judged; echo: the prompt's tokens' logprobs come
+// first) goes straight to the last step, as a stream does; n = 1 and echo
+// false are judged as usual.
+func TestCascadeUnjudgedAnswersGoToLastStep(t *testing.T) {
+	c := newCluster(t, cascadeRoutes, []clusterOpt{keys()})
+	f := &cascadeFakes{}
+	c.addFake("small-1", "small", f.small)
+	c.addFake("large-1", "large", f.large)
+	cases := []struct {
+		extra map[string]any
+		large bool
+	}{
+		{map[string]any{"n": 2}, true},
+		{map[string]any{"echo": true}, true},
+		{map[string]any{"n": 1, "echo": false}, false},
+	}
+	for _, tc := range cases {
+		before := f.largeCalls.Load()
+		r := c.post("/v1/chat/completions", "key-debug", chatMsg("I am sure", tc.extra))
+		if r.status != http.StatusOK {
+			t.Fatalf("%v: %d %s", tc.extra, r.status, r.body)
+		}
+		if large := f.largeCalls.Load() > before; large != tc.large || (r.header.Get("X-TL-Cascade-Step") == "1") != tc.large {
+			t.Fatalf("%v: large asked %v (step %q), want %v", tc.extra, large, r.header.Get("X-TL-Cascade-Step"), tc.large)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.smallBodies) != 1 {
+		t.Fatalf("small asked %d times, want once (n = 1)", len(f.smallBodies))
+	}
+}

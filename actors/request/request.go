@@ -236,7 +236,7 @@ func (a *requestActor) route(ctx actor.Context) {
 	a.traceRoute()
 	ctx.Request(a.d.Router, &router.Route{Request: router.Request{
 		Model: a.ex.Req.Model, RequestID: a.ex.RequestID, PrefixKey: a.ex.Req.PrefixKey,
-		Stream: a.ex.Req.Stream, Step: step, Exclude: a.exclude, Key: a.ex.KeyName, Prompt: a.ex.Req.Prompt,
+		Stream: a.ex.Req.Stream, Unjudged: !a.ex.Req.Judgeable(), Step: step, Exclude: a.exclude, Key: a.ex.KeyName, Prompt: a.ex.Req.Prompt,
 		LeastLoaded: a.ex.Req.Endpoint.Pooling(), AnyRole: a.ex.Req.Endpoint.Tokenizer(), Pin: a.pin, CacheSalt: a.ex.Req.CacheSalt,
 		Hashes: &a.hashes, Ask: a.ex.Ask, Tokens: a.tokens, NoTokens: a.noTokens, NoAsk: a.noAsk(), Partial: a.partial, Keys: &a.keys,
 		KeepPrefill: a.keepPrefill(),

@@ -536,7 +536,7 @@ func (s *State) pickShape(req *Request) string {
 	b.WriteString(s.drawnBackend(req))
 	b.WriteByte(0)
 	b.WriteString(strconv.Itoa(req.Step))
-	for _, f := range []bool{req.Stream, req.LeastLoaded, req.AnyRole} {
+	for _, f := range []bool{req.Stream, req.LeastLoaded, req.AnyRole, req.Unjudged} {
 		if f {
 			b.WriteByte('1')
 		} else {
@@ -564,11 +564,7 @@ func (s *State) drawnBackend(req *Request) string {
 		return ""
 	}
 	if r.IsCascade() {
-		step := min(max(req.Step, 0), len(r.Cascade)-1)
-		if req.Stream || req.LeastLoaded {
-			step = len(r.Cascade) - 1
-		}
-		r, _ = s.resolveStep(r, step, req)
+		r, _ = s.resolveStep(r, lastStepFor(r, req), req)
 	}
 	if len(r.Backends) < 2 {
 		return ""

@@ -31,7 +31,7 @@ func stepRequest(req *Request, r routes.Route) *Request {
 }
 
 // pickCascade picks workers for cascade route r from the request's step
-// (a streamed or pooling request's is the last), skipping the steps with
+// (lastStepFor), skipping the steps with
 // no routable worker (Target.Skipped).
 func (s *State) pickCascade(t Target, r routes.Route, req *Request, now time.Time) (Target, error) {
 	t.Cascade, t.OnEscalationFailure = r.Cascade, r.OnEscalationFailure
@@ -39,10 +39,7 @@ func (s *State) pickCascade(t Target, r routes.Route, req *Request, now time.Tim
 	// on to the next step rather than being refused while a later step
 	// could answer. A step whose workers are all at their limit is not
 	// skipped: the request waits for it (admission.go).
-	step := min(max(req.Step, 0), len(r.Cascade)-1)
-	if req.Stream || req.LeastLoaded {
-		step = len(r.Cascade) - 1
-	}
+	step := lastStepFor(r, req)
 	fullBefore := s.full
 	defer func() { s.full = s.full || fullBefore }()
 	var skipped []Skip
@@ -65,4 +62,13 @@ func (s *State) pickCascade(t Target, r routes.Route, req *Request, now time.Tim
 		}
 		skipped = append(skipped, Skip{Step: step, Model: r.Cascade[step].Model, Why: nc.Why})
 	}
+}
+
+// lastStepFor is the step of cascade route r a pick for req starts at:
+// its Step, or the last for a streamed, pooling or unjudged request.
+func lastStepFor(r routes.Route, req *Request) int {
+	if req.Stream || req.LeastLoaded || req.Unjudged {
+		return len(r.Cascade) - 1
+	}
+	return min(max(req.Step, 0), len(r.Cascade)-1)
 }

@@ -69,8 +69,12 @@ type Request struct {
 	Stream    bool
 	// Step is the cascade step to route (0 for the first or a non-cascade
 	// route). A streamed request on a cascade route always goes to the last
-	// step, whatever Step says.
+	// step, whatever Step says, and so does one whose answer no step's
+	// accept_if can judge (Unjudged).
 	Step int
+	// Unjudged: the answer is not one a cascade step's accept_if can
+	// judge (several choices, an echoed prompt).
+	Unjudged bool
 	// Exclude lists worker ids that already failed this request.
 	Exclude map[string]bool
 	// Prompt is the whole rendered prompt (openai.Request.Prompt), which

@@ -247,7 +247,7 @@ func TestPickSkipsExpiredBeforeEviction(t *testing.T) {
 // (cache_aware), exclusions — only the model and step differ. Every field
 // is checked by reflection, so a field added later is covered too.
 func TestStepRequestKeepsTheRequest(t *testing.T) {
-	req := &Request{Model: "auto", RequestID: "r1", PrefixKey: []byte("p"), Stream: true, Step: 0,
+	req := &Request{Model: "auto", RequestID: "r1", PrefixKey: []byte("p"), Stream: true, Unjudged: true, Step: 0,
 		Exclude: map[string]bool{"w1": true}, Prompt: "system\nhello\n", Key: "team-a",
 		LeastLoaded: true, AnyRole: true, Pin: "w2", CacheSalt: "s", Hashes: &prefixindex.PromptHashes{},
 		Tokens: map[string][]uint32{"smol": {1}}, NoTokens: map[string]bool{"big": true}, NoAsk: true, Partial: map[string]bool{"smol": true}, Keys: &TokenKeys{},

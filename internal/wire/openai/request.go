@@ -75,6 +75,11 @@ type Request struct {
 	PresencePenalty  *float64
 	FrequencyPenalty *float64
 	TopLogprobs      *int
+	// Choices is "n" when it asks for more than one choice (else 0); Echo
+	// is "echo": true (completions: the prompt is echoed before the
+	// answer, and so are its tokens' logprobs).
+	Choices int
+	Echo    bool
 }
 
 // FieldError reports a request body the gateway refuses. Param names the
@@ -118,6 +123,7 @@ func fieldErr(param, format string, args ...any) *FieldError {
 var requestFields = []string{
 	"model", "stream", "messages", "prompt", "seed", "logprobs", "top_logprobs", "temperature", "top_p", "top_k",
 	"max_tokens", "max_completion_tokens", "stop", "presence_penalty", "frequency_penalty", "stream_options", "cache_salt",
+	"n", "echo",
 }
 
 // ParseRequest validates a completions (chat false) or chat completions (chat
@@ -246,9 +252,22 @@ func (p *parser) field(name string, v gjson.Result) *FieldError {
 		p.req.AsksUsage, err = streamOptions(name, v)
 	case "cache_salt":
 		p.req.CacheSalt, err = ReadCacheSalt(name, v)
+	case "n":
+		// Read, not checked: the engine answers a bad one.
+		if v.Type == gjson.Number && v.Num > 1 && v.Num == float64(int(v.Num)) {
+			p.req.Choices = int(v.Num)
+		}
+	case "echo":
+		p.req.Echo = v.Type == gjson.True
 	}
 	return err
 }
+
+// Judgeable reports whether a cascade step's accept_if can judge the
+// request's answer on its tokens' logprobs: the answer has one choice,
+// whose logprobs are its completion's alone (no echoed prompt, whose
+// tokens' logprobs an engine lists before them).
+func (r *Request) Judgeable() bool { return r.Choices <= 1 && !r.Echo }
 
 // Parses returns how many times the request's body was parsed: one, by
 // the parser that made it; the attempts rewrite the body from Object
