@@ -136,3 +136,18 @@ func counterValue(t *testing.T, g prometheus.Gatherer, name, label, value string
 	t.Fatalf("no series %s{%s=%q}", name, label, value)
 	return 0
 }
+
+// TestRefusedBeforeRoutingKeepsItsRoute: a request refused before it got
+// a target (no_capacity: its cascade route has no worker) is counted under
+// the route it matched, not under route "none", which is for requests that
+// matched none (404).
+func TestRefusedBeforeRoutingKeepsItsRoute(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := newClusterGateway(t, cascadeRoutes, []clusterOpt{keys()}, nil, func(o *gateway.Options) { o.Registry, o.Gatherer, o.RequestHooks = reg, reg, nil })
+	if r := c.post("/v1/chat/completions", "key-plain", chatMsg("hi", nil)); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("status %d %s, want 503 no_capacity", r.status, r.body)
+	}
+	if got := counter(t, reg, "tlgate_requests_total", map[string]string{"route": "auto", "outcome": "no_capacity"}); got != 1 {
+		t.Fatalf("tlgate_requests_total{route=\"auto\",outcome=\"no_capacity\"} = %v, want 1", got)
+	}
+}

@@ -248,6 +248,9 @@ func (a *requestActor) routed(ctx actor.Context, m *router.RouteResult) {
 	a.traceRouted(m)
 	a.routing = false
 	a.log.Priority, a.log.Objective = m.Class.Priority, m.Class.Objective
+	if m.Err != nil && a.log.Route == "" {
+		a.log.Route = m.Route // refused before any target: counted under the route it matched
+	}
 	if a.admissionAnswer(ctx, m) {
 		return
 	}

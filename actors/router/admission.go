@@ -191,6 +191,19 @@ func (s *State) queueName(model string) string {
 	return model
 }
 
+// routeOf is the route a request for model matches (RouteResult.Route):
+// its route's model, the model itself when it is served without a route,
+// "" when nothing serves it.
+func (s *State) routeOf(model string, now time.Time) string {
+	if r, ok := s.table.Lookup(model); ok {
+		return r.Model
+	}
+	if model != "" && s.Known(model, now) {
+		return model
+	}
+	return ""
+}
+
 // queue returns the queue of name, creating it.
 func (s *State) queue(name string) *modelQueue {
 	if s.queues == nil {

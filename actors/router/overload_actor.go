@@ -89,6 +89,9 @@ func (a *routerActor) route(ctx actor.Context, m *Route) {
 		return
 	}
 	res := &RouteResult{Target: ad.Target, Err: ad.Err, Took: took, RetryAfter: ad.RetryAfter, Class: ad.Class}
+	if ad.Err != nil {
+		res.Route = st.routeOf(m.Request.Model, start)
+	}
 	switch {
 	case ad.Err == nil:
 		a.observeAdmission(queue, ad.Class.Priority, m.Request.Key, AdmissionDispatched)
@@ -131,6 +134,9 @@ func (a *routerActor) dispatch(ctx actor.Context) {
 			a.observeAdmission(w.Queue, w.Class.Priority, w.Key, AdmissionDispatched)
 		}
 		res := &RouteResult{Target: d.Target, Err: d.Err, Waited: now.Sub(w.Enqueued), Class: w.Class}
+		if d.Err != nil {
+			res.Route = w.Queue
+		}
 		if errors.Is(d.Err, ErrNoCapacity) {
 			res.RetryAfter = a.st.noCapacityRetryAfter()
 		}
@@ -164,7 +170,7 @@ func (a *routerActor) leave(ctx actor.Context, m *Leave) {
 	now := time.Now()
 	a.left(w, QueueGone, now)
 	a.observeAdmission(w.Queue, w.Class.Priority, w.Key, AdmissionGone)
-	ctx.Send(w.From, &RouteResult{Err: ErrLeft, Waited: now.Sub(w.Enqueued), Class: w.Class})
+	ctx.Send(w.From, &RouteResult{Err: ErrLeft, Waited: now.Sub(w.Enqueued), Class: w.Class, Route: w.Queue})
 }
 
 // overloaded answers a waiter pushed out of a full queue.
@@ -179,7 +185,7 @@ func (a *routerActor) answerOverloaded(ctx actor.Context, w *Waiter, reason stri
 	a.left(w, QueueOverloaded, now)
 	a.observeOverloaded(w.Queue, reason)
 	a.observeAdmission(w.Queue, w.Class.Priority, w.Key, AdmissionOverloaded)
-	ctx.Send(w.From, &RouteResult{Err: ErrOverloaded, Waited: now.Sub(w.Enqueued), RetryAfter: a.st.RetryAfter(w.Queue, now), Class: w.Class})
+	ctx.Send(w.From, &RouteResult{Err: ErrOverloaded, Waited: now.Sub(w.Enqueued), RetryAfter: a.st.RetryAfter(w.Queue, now), Class: w.Class, Route: w.Queue})
 }
 
 // refuse answers a waiter shed (ErrSaturated) or whose objective went out
@@ -195,7 +201,7 @@ func (a *routerActor) refuse(ctx actor.Context, w *Waiter, err error, now time.T
 	}
 	a.left(w, outcome, now)
 	a.observeAdmission(w.Queue, w.Class.Priority, w.Key, event)
-	ctx.Send(w.From, &RouteResult{Err: err, Waited: now.Sub(w.Enqueued), RetryAfter: retry, Class: w.Class})
+	ctx.Send(w.From, &RouteResult{Err: err, Waited: now.Sub(w.Enqueued), RetryAfter: retry, Class: w.Class, Route: w.Queue})
 }
 
 func (a *routerActor) attemptFailed(ctx actor.Context, m *AttemptFailed) {

@@ -38,6 +38,10 @@ type RouteResult struct {
 	// Class is the request's priority, objective and fairness id as
 	// resolved from its ask, its key and its route.
 	Class Class
+	// Route, with Err, is the route the request matched though it got no
+	// target (its metrics' route): the route's model, or the model asked
+	// for when it is served without one; "" when the model is not known.
+	Route string
 }
 
 // Release ends one in-flight request on a worker.
