@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +36,7 @@ type probedEngine struct {
 
 	arrived chan struct{} // a gated health check arrived (buffered)
 	gate    chan struct{} // a token answers one gated health check
+	checks  atomic.Int64  // health checks received
 
 	mu          sync.Mutex
 	model       string        // served by /v1/models and named in answers
@@ -86,6 +88,7 @@ func (e *probedEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.mu.Unlock()
 	switch r.Method + " " + r.URL.Path {
 	case "GET /health":
+		e.checks.Add(1)
 		if !healthFail {
 			fmt.Fprint(w, `{"status":"ok"}`)
 			return

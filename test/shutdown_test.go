@@ -2,6 +2,8 @@ package test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"runtime"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tlgate/tlgate/enginesim"
+	"github.com/tlgate/tlgate/internal/adapter/config"
 )
 
 // TestCutOffStopWaitsForHandlers: a gateway stopped without letting its
@@ -87,4 +90,65 @@ func handlersRunning() string {
 		}
 	}
 	return ""
+}
+
+// TestDrainKeepsProbing: a graceful stop drains the requests in flight
+// before it stops probing the engines that do not heartbeat. Stopped the
+// other way round, a probed engine was forgotten (its reports missed) a
+// few probe intervals into the drain, and a request waiting in its queue
+// was answered 503 no_capacity instead of served.
+func TestDrainKeepsProbing(t *testing.T) {
+	e := newProbedEngine(t, config.KindVLLM, "m")
+	release := make(chan struct{})
+	var n atomic.Int64
+	e.set(func(e *probedEngine) {
+		e.completions = func(w http.ResponseWriter, _ map[string]any) {
+			if n.Add(1) == 1 {
+				select { // the first request is held until the drain is under way
+				case <-release:
+				case <-e.quit:
+				}
+			}
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"id":"c","object":"text_completion","model":"m","choices":[{"index":0,"text":"ok","logprobs":null,"finish_reason":"stop"}]}`)
+		}
+	})
+	c := newCluster(t, e.toml("p1", "m"), []clusterOpt{func(c *config.Config) {
+		c.Gateway.Admission.EngineConcurrency = map[string]int{"p1": 1}
+	}})
+	c.waitRoutable("p1")
+	send := func() chan reply {
+		ch := make(chan reply, 1)
+		go func() { ch <- c.post("/v1/completions", "", completion("m", false)) }()
+		return ch
+	}
+	held := send()
+	eventually(t, 5*eventuallyUnit, func() bool { return n.Load() == 1 }, "the first request at the engine")
+	queued := send()
+	eventually(t, 5*eventuallyUnit, func() bool { return c.queued() == 1 }, "the second request in the queue")
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		closed <- c.gw.Close(ctx)
+	}()
+	// The listener closes as the drain begins; the engine is still probed.
+	eventually(t, 5*eventuallyUnit, func() bool {
+		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(c.url, "http://"), time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		return err != nil
+	}, "the listener closed")
+	checks := e.checks.Load()
+	eventually(t, 5*eventuallyUnit, func() bool { return e.checks.Load() >= checks+2 }, "probes during the drain")
+	close(release)
+	for _, ch := range []chan reply{held, queued} {
+		if r := <-ch; r.status != http.StatusOK {
+			t.Fatalf("a request in the drain: %d %s, want 200", r.status, r.body)
+		}
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
 }

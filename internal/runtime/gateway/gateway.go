@@ -398,30 +398,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		Max: gw.MaxConnections, PerClient: gw.MaxConnectionsPerClient,
 		OnRefuse: func(_ net.Addr, reason string) { m.ConnectionRefused(reason) },
 	})
-	go func() {
-		var err error
-		if serverTLS != nil {
-			err = g.http.ServeTLS(g.httpLis, "", "")
-		} else {
-			err = g.http.Serve(g.httpLis)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			o.Logger.Error().Err(err).Msg("http server")
-		}
-	}()
-	g.stops = append(g.stops, func(ctx context.Context) error {
-		// Let requests in flight finish; past the deadline, cut them off,
-		// and wait for their handlers (their clients are gone, so their
-		// request actors answer at once) before the actors stop.
-		if err := g.http.Shutdown(ctx); err != nil {
-			_ = g.http.Close()
-			if !running.wait(handlersCutOffWait) {
-				o.Logger.Warn().Dur("waited", handlersCutOffWait).Msg("http handlers still running after the server was closed")
-			}
-			return fmt.Errorf("gateway: http shutdown: %w", err)
-		}
-		return nil
-	})
+	// Closed here should the start fail before the server serves it
+	// (closing it again once served is harmless).
+	g.stops = append(g.stops, func(context.Context) error { _ = g.httpLis.Close(); return nil })
 
 	// Engines that do not heartbeat: probed, fed to the registry alike.
 	g.probes = probe.NewManager(probe.ManagerConfig{
@@ -447,6 +426,35 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	if err := g.startSync(&gw); err != nil {
 		return fmt.Errorf("gateway.%w", err)
 	}
+
+	// The HTTP server serves last and, on Close, stops first: the requests
+	// it drains still have the probes, discovery and fleet sync behind
+	// them (a probed engine stops being probed only once they are done,
+	// so none is forgotten while requests wait for it).
+	go func() {
+		var err error
+		if serverTLS != nil {
+			err = g.http.ServeTLS(g.httpLis, "", "")
+		} else {
+			err = g.http.Serve(g.httpLis)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			o.Logger.Error().Err(err).Msg("http server")
+		}
+	}()
+	g.stops = append(g.stops, func(ctx context.Context) error {
+		// Let requests in flight finish; past the deadline, cut them off,
+		// and wait for their handlers (their clients are gone, so their
+		// request actors answer at once) before the actors stop.
+		if err := g.http.Shutdown(ctx); err != nil {
+			_ = g.http.Close()
+			if !running.wait(handlersCutOffWait) {
+				o.Logger.Warn().Dur("waited", handlersCutOffWait).Msg("http handlers still running after the server was closed")
+			}
+			return fmt.Errorf("gateway: http shutdown: %w", err)
+		}
+		return nil
+	})
 	o.Logger.Info().Str("listen", g.HTTPAddr()).Str("registry_listen", g.RegistryAddr()).
 		Str("route_policy", string(pol)).Str("store", gw.Store.Kind).Uint64("epoch", epoch).Int("routes", table.Len()).Msg("gateway started")
 	return nil
