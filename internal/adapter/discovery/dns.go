@@ -25,8 +25,9 @@ const lookupTimeout = 5 * time.Second
 // An address that stops being published drains (it is reported draining)
 // for drain_period, then is dropped; an address published again within
 // it is routable again. A name that does not exist (NXDOMAIN) has no
-// addresses; any other failure (a timeout, SERVFAIL) keeps the last set and
-// is logged once until a resolution succeeds.
+// addresses; any other failure (a timeout, SERVFAIL), of any name the
+// search list makes of it or of either address family, keeps the last set
+// and is logged once until a resolution succeeds.
 type DNS struct {
 	cfg      config.Discovery
 	log      zerolog.Logger
@@ -52,11 +53,19 @@ type goneEntry struct {
 
 // NewDNS returns the DNS source c configures. With c.Resolver set, every
 // query goes to that server; otherwise to the system's.
+//
+// Its resolvers have StrictErrors set: a temporary failure (a timeout,
+// SERVFAIL) of any name of the search list, or of either address family,
+// fails the whole resolution. Without it Go's resolver goes on to the next
+// name of the search list and may return that name's NXDOMAIN (with
+// Kubernetes' ndots:5, a SERVFAIL on an SRV name or on a short name's first
+// expansion would read as no engines), or returns the addresses of the
+// family that answered (half a dual-stack set).
 func NewDNS(c config.Discovery, log zerolog.Logger) *DNS {
-	r := net.DefaultResolver
+	r := &net.Resolver{StrictErrors: true}
 	if c.Resolver != "" {
 		server := c.Resolver
-		r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		r = &net.Resolver{PreferGo: true, StrictErrors: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, network, server)
 		}}

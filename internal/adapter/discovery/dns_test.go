@@ -181,20 +181,16 @@ func TestDiscoveryDNSRepublishedWithinDrain(t *testing.T) {
 	})
 }
 
-// TestDiscoveryDNSErrorNamesResolver: with resolver set, a failed
-// resolution's error names that server, not the system's.
-func TestDiscoveryDNSErrorNamesResolver(t *testing.T) {
+// dnsServer serves h on a UDP port of 127.0.0.1 until the test ends and
+// returns its address.
+func dnsServer(t *testing.T, h dns.HandlerFunc) string {
+	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	started := make(chan struct{})
-	srv := &dns.Server{PacketConn: pc, NotifyStartedFunc: func() { close(started) },
-		Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-			m := new(dns.Msg)
-			m.SetRcode(r, dns.RcodeServerFailure)
-			_ = w.WriteMsg(m)
-		})}
+	srv := &dns.Server{PacketConn: pc, NotifyStartedFunc: func() { close(started) }, Handler: h}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -205,12 +201,57 @@ func TestDiscoveryDNSErrorNamesResolver(t *testing.T) {
 		_ = srv.Shutdown()
 		<-done
 	})
+	return pc.LocalAddr().String()
+}
+
+// TestDiscoveryDNSErrorNamesResolver: with resolver set, a failed
+// resolution's error names that server, not the system's.
+func TestDiscoveryDNSErrorNamesResolver(t *testing.T) {
+	server := dnsServer(t, func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetRcode(r, dns.RcodeServerFailure)
+		_ = w.WriteMsg(m)
+	})
 	for _, record := range []string{config.RecordA, config.RecordSRV} {
 		cfg := config.Discovery{Name: "d", Kind: config.DiscoveryDNS, Host: "engines.tlgate.test.", Record: record,
-			Port: "8000", Resolver: pc.LocalAddr().String()}
+			Port: "8000", Resolver: server}
 		_, err := NewDNS(cfg, zerolog.Nop()).resolve(t.Context())
 		if err == nil || !strings.Contains(err.Error(), "on "+cfg.Resolver+":") {
 			t.Fatalf("record %s: error %v does not name the resolver %s", record, err, cfg.Resolver)
 		}
+	}
+}
+
+// TestDiscoveryDNSStrictErrors: a SERVFAIL on one address family fails the
+// resolution (the last set stands) rather than resolving to the other
+// family's addresses alone, and the system's resolver is as strict. Go's
+// resolver treats a SERVFAIL on one name of the search list the same way
+// as one on one family, so this also keeps a search list from turning a
+// SERVFAIL into the NXDOMAIN of a later name (no engines).
+func TestDiscoveryDNSStrictErrors(t *testing.T) {
+	server := dnsServer(t, func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		q := r.Question[0]
+		if q.Qtype != dns.TypeAAAA {
+			m.SetRcode(r, dns.RcodeServerFailure)
+			_ = w.WriteMsg(m)
+			return
+		}
+		m.SetReply(r)
+		m.Answer = append(m.Answer, &dns.AAAA{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 5},
+			AAAA: net.ParseIP("fd00::1")})
+		_ = w.WriteMsg(m)
+	})
+	cfg := config.Discovery{Name: "d", Kind: config.DiscoveryDNS, Host: "engines.tlgate.test.", Record: config.RecordA,
+		Port: "8000", Resolver: server}
+	got, err := NewDNS(cfg, zerolog.Nop()).resolve(t.Context())
+	if err == nil {
+		t.Fatalf("A SERVFAIL, AAAA answered: resolved to %v and no error; want an error (the last set stands)", got)
+	}
+
+	cfg.Resolver = ""
+	r, ok := NewDNS(cfg, zerolog.Nop()).resolver.(*net.Resolver)
+	if !ok || !r.StrictErrors {
+		t.Fatalf("the system's resolver is %#v; want a *net.Resolver with StrictErrors", NewDNS(cfg, zerolog.Nop()).resolver)
 	}
 }
