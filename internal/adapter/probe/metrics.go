@@ -68,7 +68,10 @@ func fallbackFigures(kind Kind) Figures {
 // vLLM: queue vllm:num_requests_waiting; running vllm:num_requests_running;
 // capacity the num_gpu_blocks label of vllm:cache_config_info (in blocks of
 // its block_size label); in use vllm:kv_cache_usage_perc, or the older
-// vllm:gpu_cache_usage_perc, a fraction of the capacity.
+// vllm:gpu_cache_usage_perc, a fraction of the capacity. With data
+// parallelism the server adds up its engines' blocks into one cache config
+// at startup and exports that config once per engine: each series carries
+// the server's whole capacity, so the largest is taken, not their sum.
 //
 // SGLang: queue sglang:num_queue_reqs; running sglang:num_running_reqs;
 // capacity sglang:max_total_num_tokens divided by sglang:page_size (1, its
@@ -80,9 +83,10 @@ func fallbackFigures(kind Kind) Figures {
 // llamacpp:kv_cache_usage_ratio (only while the ratio is above 0), in
 // one-token cells; in use the ratio, or else llamacpp:kv_cache_tokens.
 //
-// Counts (queue, running, capacity, tokens in use) are summed over an
-// engine's series, which vLLM splits per engine (data-parallel rank) and
-// SGLang per data-parallel rank; usage fractions are averaged over them.
+// Other counts (queue, running, SGLang's capacity, tokens in use) are
+// summed over an engine's series, which vLLM splits per engine
+// (data-parallel rank) and SGLang per data-parallel rank; usage fractions
+// are averaged over them.
 // SGLang series that differ only in tp_rank, pp_rank or moe_ep_rank describe
 // the same scheduler and count once. Current llama.cpp builds no longer
 // export the two KV gauges; the Prober then takes the capacity from the
@@ -176,7 +180,7 @@ var sglangRankLabels = []string{"tp_rank", "pp_rank", "moe_ep_rank"}
 
 func (fs families) vllm() Figures {
 	const info = "vllm:cache_config_info"
-	total := fs.labelSum(info, "num_gpu_blocks")
+	total := fs.labelMax(info, "num_gpu_blocks")
 	used := reading{}
 	frac := fs.mean("vllm:kv_cache_usage_perc")
 	if !frac.ok {
@@ -375,9 +379,12 @@ func (fs families) labelValues(name, label string) []float64 {
 	return out
 }
 
-// labelSum adds the numeric label of every series of name.
-func (fs families) labelSum(name, label string) reading {
-	return total(fs.labelValues(name, label))
+// labelMax is the largest numeric label of the series of name.
+func (fs families) labelMax(name, label string) reading {
+	if vs := fs.labelValues(name, label); len(vs) > 0 {
+		return some(slices.Max(vs))
+	}
+	return reading{}
 }
 
 // labelFirst is the numeric label of the first series of name that has it.

@@ -41,7 +41,8 @@ func TestParseMetricsFixtures(t *testing.T) {
 		},
 		{
 			file: "vllm_dp.txt", kind: KindVLLM,
-			// Two engines: counts summed, usage averaged (0.3 of 1000 blocks).
+			// Two engines: counts summed, usage averaged (0.3 of 1000
+			// blocks), capacity the total each cache_config_info carries.
 			want: Figures{QueueDepth: 3, Running: 10, KVTotalBlocks: 1000, KVFreeBlocks: 700, BlockTokens: 16},
 		},
 		{
