@@ -415,6 +415,9 @@ type loop struct {
 	tracker Tracker
 	last    *controlv1.WorkerStatus // the last good status, nil before one
 	warned  bool                    // the interval warning was logged
+	// skipped are the adapters the last good probe left out (id → reason),
+	// each logged when it first appeared.
+	skipped map[string]string
 
 	// draining is what the heartbeats say of draining (set by discovery).
 	draining atomic.Bool
@@ -469,6 +472,7 @@ func (l *loop) once(ctx context.Context) {
 	}
 	if ok {
 		l.last = res.Status
+		l.noteSkipped(res.SkippedAdapters)
 		if res.MetricsErr != nil {
 			l.log.Debug().Err(res.MetricsErr).Msg("probe: metrics unusable, fallback figures")
 		}
@@ -496,6 +500,43 @@ func (l *loop) once(ctx context.Context) {
 		l.markDown(err, true)
 	}
 }
+
+// noteSkipped logs the adapters a good probe left out that the previous
+// good probe did not (one line per reason), so that a skip is logged once
+// however many probes repeat it, and again if it goes and comes back.
+func (l *loop) noteSkipped(skipped []SkippedAdapter) {
+	if len(skipped) == 0 && len(l.skipped) == 0 {
+		return
+	}
+	now := make(map[string]string, len(skipped))
+	fresh := map[string][]string{}
+	for _, s := range skipped {
+		now[s.ID] = s.Reason
+		if l.skipped[s.ID] != s.Reason {
+			fresh[s.Reason] = append(fresh[s.Reason], s.ID)
+		}
+	}
+	l.skipped = now
+	for _, reason := range slices.Sorted(maps.Keys(fresh)) {
+		ids := fresh[reason]
+		shown := make([]string, 0, min(len(ids), maxLoggedAdapters))
+		for _, id := range ids[:cap(shown)] {
+			if len(id) > maxLoggedIDLen {
+				id = id[:maxLoggedIDLen] + "…"
+			}
+			shown = append(shown, id)
+		}
+		l.log.Warn().Str("reason", reason).Int("count", len(ids)).Strs("adapters", shown).Int("max_adapters", fleet.MaxAdapters).
+			Msg("probe: LoRA adapters left out; the model and its other adapters are served")
+	}
+}
+
+// maxLoggedAdapters and maxLoggedIDLen bound what one log line names of
+// the adapters left out.
+const (
+	maxLoggedAdapters = 10
+	maxLoggedIDLen    = 128
+)
 
 // markDown reports the engine down with err, from now when it was not
 // down; logNew logs it when it was not (an engine down from the start, or

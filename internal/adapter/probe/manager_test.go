@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -795,4 +796,39 @@ func TestManagerReconcileUnlocked(t *testing.T) {
 	}
 	close(answer)
 	<-applied
+}
+
+// TestLoopLogsSkippedAdaptersOnce: adapters a probe leaves out are logged
+// when they first appear, not at every probe that repeats them, and again
+// when they come back after a probe without them.
+func TestLoopLogsSkippedAdaptersOnce(t *testing.T) {
+	var buf bytes.Buffer
+	l := &loop{log: zerolog.New(&buf)}
+	bad := SkippedAdapter{ID: "tenant+v2", Reason: SkipInvalidID}
+	extra := SkippedAdapter{ID: "a256", Reason: SkipTooMany}
+	lines := func() []string {
+		t.Helper()
+		out := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		buf.Reset()
+		if len(out) == 1 && out[0] == "" {
+			return nil
+		}
+		return out
+	}
+	l.noteSkipped([]SkippedAdapter{bad})
+	if got := lines(); len(got) != 1 || !strings.Contains(got[0], `"adapters":["tenant+v2"]`) || !strings.Contains(got[0], SkipInvalidID) {
+		t.Fatalf("first probe logged %q; want one line naming tenant+v2", got)
+	}
+	l.noteSkipped([]SkippedAdapter{bad})
+	l.noteSkipped(nil)
+	l.noteSkipped(nil)
+	if got := lines(); len(got) != 0 {
+		t.Fatalf("repeated and cleared skips logged %q; want nothing", got)
+	}
+	l.noteSkipped([]SkippedAdapter{bad, extra})
+	l.noteSkipped([]SkippedAdapter{bad, extra})
+	got := lines()
+	if len(got) != 2 || !strings.Contains(got[0], `"adapters":["a256"]`) || !strings.Contains(got[1], `"adapters":["tenant+v2"]`) {
+		t.Fatalf("returning and new skips logged %q; want a line for a256 and one for tenant+v2", got)
+	}
 }

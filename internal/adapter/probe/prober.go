@@ -125,7 +125,28 @@ type Result struct {
 	// malformed, too large), or nil. The engine answered its health check,
 	// so the probe still succeeds: Status carries fallback figures.
 	MetricsErr error
+	// SkippedAdapters are the LoRA adapters the engine lists under its
+	// model that Status leaves out, so that the status stays valid and the
+	// engine keeps serving its model and its other adapters.
+	SkippedAdapters []SkippedAdapter
 }
+
+// SkippedAdapter is a LoRA adapter a probe leaves out of the status.
+type SkippedAdapter struct {
+	ID     string
+	Reason string // why: SkipInvalidID or SkipTooMany
+}
+
+// Reasons for leaving an adapter out.
+const (
+	// SkipInvalidID: the adapter's id is not a model id (vLLM's
+	// /v1/load_lora_adapter takes any lora_name), so no request could
+	// name it.
+	SkipInvalidID = "not a valid model id"
+	// SkipTooMany: the engine lists more than fleet.MaxAdapters adapters;
+	// the first ones are kept.
+	SkipTooMany = "more adapters than a worker may report"
+)
 
 // Prober probes one engine. Its methods are safe for concurrent use; it
 // remembers the discovered model id and llama.cpp's context size between
@@ -140,9 +161,10 @@ type Prober struct {
 	timeout  time.Duration
 
 	mu        sync.Mutex
-	model     string   // discovered model id, "" until known
-	ctxTokens uint32   // llama.cpp n_ctx from /props, 0 until known
-	adapters  []string // LoRA adapters of the last /v1/models read
+	model     string           // discovered model id, "" until known
+	ctxTokens uint32           // llama.cpp n_ctx from /props, 0 until known
+	adapters  []string         // LoRA adapters of the last /v1/models read
+	skipped   []SkippedAdapter // and those it left out
 	// For an engine that exports no start time: the counters of the last
 	// probe that read them, and when one of them last went backwards
 	// (the engine restarted; zero until then).
@@ -214,7 +236,7 @@ func (p *Prober) probe(ctx context.Context) (Result, error) {
 	if p.cfg.Kind == KindOpenAI {
 		listed = body // the generic kind's health answer is the model list
 	}
-	modelID, adapters, err := p.models(ctx, listed)
+	modelID, adapters, skipped, err := p.models(ctx, listed)
 	if err != nil {
 		return Result{}, err
 	}
@@ -240,8 +262,9 @@ func (p *Prober) probe(ctx context.Context) (Result, error) {
 			LoraAdapters:    adapters,
 			KvEvents:        kvEventsStatus(p.cfg.KVEvents),
 		},
-		Figures:    fig,
-		MetricsErr: merr,
+		Figures:         fig,
+		MetricsErr:      merr,
+		SkippedAdapters: skipped,
 	}, nil
 }
 
@@ -275,7 +298,10 @@ type listedModel struct {
 // models reads the engine's model list (listed, the generic kind's health
 // answer, else GET /v1/models) and returns the model the worker serves and
 // its LoRA adapters: the entries whose parent is that model, read on every
-// probe so adapters loaded or unloaded at run time are followed.
+// probe so adapters loaded or unloaded at run time are followed. An
+// adapter whose id is not a model id, and every adapter past the first
+// fleet.MaxAdapters, is left out and returned as skipped: the status would
+// otherwise be rejected whole and the engine serve nothing.
 //
 // A configured model must be in the list: an engine that serves another
 // fails the probe with ErrModelNotServed (every request for the configured
@@ -284,7 +310,7 @@ type listedModel struct {
 // id. When the list cannot be read, a configured model stands unchecked
 // and the last adapters with it (a failed read says nothing about them);
 // discovery fails the probe.
-func (p *Prober) models(ctx context.Context, listed []byte) (string, []string, error) {
+func (p *Prober) models(ctx context.Context, listed []byte) (string, []string, []SkippedAdapter, error) {
 	var readErr error
 	if listed == nil {
 		code, b, err := p.get(ctx, modelsPath, maxJSONBytes)
@@ -309,15 +335,15 @@ func (p *Prober) models(ctx context.Context, listed []byte) (string, []string, e
 	defer p.mu.Unlock()
 	if readErr != nil {
 		if p.cfg.Model != "" {
-			return p.cfg.Model, slices.Clone(p.adapters), nil
+			return p.cfg.Model, slices.Clone(p.adapters), slices.Clone(p.skipped), nil
 		}
-		return "", nil, fmt.Errorf("model discovery: %w", readErr)
+		return "", nil, nil, fmt.Errorf("model discovery: %w", readErr)
 	}
 	model := p.cfg.Model
 	switch {
 	case model != "":
 		if !listsModel(list.Data, model) {
-			return "", nil, fmt.Errorf("%w: the engine serves %s (GET %s), not the configured model %q",
+			return "", nil, nil, fmt.Errorf("%w: the engine serves %s (GET %s), not the configured model %q",
 				ErrModelNotServed, listedIDs(list.Data), modelsPath, model)
 		}
 	case p.model != "" && listsModel(list.Data, p.model):
@@ -330,18 +356,31 @@ func (p *Prober) models(ctx context.Context, listed []byte) (string, []string, e
 			}
 		}
 		if model == "" {
-			return "", nil, fmt.Errorf("model discovery: %w", ErrNoModel)
+			return "", nil, nil, fmt.Errorf("model discovery: %w", ErrNoModel)
 		}
 		p.model = model
 	}
-	var adapters []string
+	var (
+		adapters []string
+		skipped  []SkippedAdapter
+		seen     = map[string]bool{}
+	)
 	for _, m := range list.Data {
-		if m.Parent != nil && *m.Parent == model && m.ID != "" && m.ID != model && !slices.Contains(adapters, m.ID) {
+		if m.Parent == nil || *m.Parent != model || m.ID == "" || m.ID == model || seen[m.ID] {
+			continue
+		}
+		seen[m.ID] = true
+		switch {
+		case !fleet.ValidModelID(m.ID):
+			skipped = append(skipped, SkippedAdapter{ID: m.ID, Reason: SkipInvalidID})
+		case len(adapters) == fleet.MaxAdapters:
+			skipped = append(skipped, SkippedAdapter{ID: m.ID, Reason: SkipTooMany})
+		default:
 			adapters = append(adapters, m.ID)
 		}
 	}
-	p.adapters = adapters
-	return model, adapters, nil
+	p.adapters, p.skipped = adapters, skipped
+	return model, adapters, slices.Clone(skipped), nil
 }
 
 // listsModel reports whether the list names id.

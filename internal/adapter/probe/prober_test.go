@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -465,6 +466,37 @@ func TestProbeReadsAdapters(t *testing.T) {
 	probe("chat")
 	e.set(func(e *fakeEngine) { e.models = []string{"m"} })
 	probe()
+}
+
+// TestProbeSkipsUnservableAdapters: an adapter whose id is not a model id
+// (vLLM loads any lora_name at run time) and the adapters past
+// fleet.MaxAdapters are left out of the status, which stays valid: the
+// engine keeps serving its model and its other adapters.
+func TestProbeSkipsUnservableAdapters(t *testing.T) {
+	models := []string{"m", "tenant+v2@m", "sql@m"}
+	for i := range fleet.MaxAdapters + 3 {
+		models = append(models, fmt.Sprintf("a%d@m", i))
+	}
+	e := &fakeEngine{kind: KindVLLM, models: models, metrics: string(fixture(t, "vllm_v1.txt"))}
+	cfg, _ := startEngine(t, e)
+	res, err := New(cfg).ProbeDetail(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if verr := fleet.Validate(res.Status); verr != nil {
+		t.Fatalf("status rejected: %v", verr)
+	}
+	got := res.Status.GetLoraAdapters()
+	if len(got) != fleet.MaxAdapters || got[0] != "sql" || got[1] != "a0" {
+		t.Fatalf("adapters %d, starting %v; want %d starting sql a0", len(got), got[:min(len(got), 2)], fleet.MaxAdapters)
+	}
+	want := []SkippedAdapter{{ID: "tenant+v2", Reason: SkipInvalidID}}
+	for i := fleet.MaxAdapters - 1; i < fleet.MaxAdapters+3; i++ {
+		want = append(want, SkippedAdapter{ID: fmt.Sprintf("a%d", i), Reason: SkipTooMany})
+	}
+	if !slices.Equal(res.SkippedAdapters, want) {
+		t.Errorf("skipped %v, want %v", res.SkippedAdapters, want)
+	}
 }
 
 // TestProbeReportsKVEvents: a configured engine's KV events sockets reach
