@@ -25,6 +25,7 @@ package probe
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Kind names the engine behind an address, which fixes its health endpoint
@@ -36,7 +37,10 @@ const (
 	// KindVLLM is a vLLM OpenAI-compatible server: GET /health, vllm:* metrics.
 	KindVLLM Kind = "vllm"
 	// KindSGLang is an SGLang server started with --enable-metrics: GET
-	// /health (not /health_generate, which runs a generation), sglang:* metrics.
+	// /health, sglang:* metrics. SGLang's /health runs a generation as
+	// /health_generate does (unless the server's
+	// SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is false), so its probes get
+	// more time (see healthWait).
 	KindSGLang Kind = "sglang"
 	// KindLlamaCpp is llama.cpp's llama-server started with --metrics: GET
 	// /health (503 while the model loads), llamacpp:* metrics, GET /props.
@@ -76,6 +80,24 @@ func (k Kind) healthPath() string {
 		return modelsPath
 	}
 	return "/health"
+}
+
+// sglangHealthWait is what an SGLang probe gets beyond its timeout. SGLang's
+// GET /health submits a one-token generation and then checks once a second
+// whether the engine has produced any output since: it answers 200 after
+// 1 s at the soonest, after 2 s when a prefill longer than a second is
+// running, which would leave little or nothing of a 2 s probe to
+// /v1/models and /metrics. With the default timeout and probe interval a
+// probe still ends well within the registry's default k·T (6 s).
+const sglangHealthWait = 1500 * time.Millisecond
+
+// healthWait is how much longer than its timeout a probe of the kind may
+// take because of its health check.
+func (k Kind) healthWait() time.Duration {
+	if k == KindSGLang {
+		return sglangHealthWait
+	}
+	return 0
 }
 
 // defaultBlockTokens is the number of tokens per KV block the kind's figures

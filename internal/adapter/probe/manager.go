@@ -74,7 +74,7 @@ type ManagerConfig struct {
 // With P the engine's probe interval, T the registry's heartbeat interval
 // and t0 the last probe sent while live, the registry's own deadline is
 // t0 + k·T, and the next probe ends about P (plus its duration, at most
-// DefaultTimeout) later. So:
+// DefaultTimeout, 1.5 s more for SGLang) later. So:
 //
 //   - an engine becomes routable with the heartbeat of its 2nd consecutive
 //     good probe, about P after its first;

@@ -21,7 +21,8 @@ import (
 )
 
 // DefaultTimeout bounds a whole probe (every request it makes) when
-// Config.Timeout is zero: one heartbeat interval.
+// Config.Timeout is zero: one heartbeat interval. An SGLang probe gets 1.5 s
+// more, its health check taking a second at least (see KindSGLang).
 const DefaultTimeout = 2 * time.Second
 
 const (
@@ -62,7 +63,8 @@ type Config struct {
 	AuthHeader string
 	// Client makes the requests; nil means http.DefaultClient.
 	Client *http.Client
-	// Timeout bounds a whole probe; zero means DefaultTimeout.
+	// Timeout bounds a whole probe; zero means DefaultTimeout. A probe of
+	// KindSGLang gets 1.5 s more, for its health check's generation.
 	Timeout time.Duration
 	// KVEvents is where the engine publishes its KV cache events, as
 	// configured (a tcp endpoint with no host is on the engine's host);
@@ -182,6 +184,7 @@ func New(cfg Config) *Prober {
 	if p.timeout == 0 {
 		p.timeout = DefaultTimeout
 	}
+	p.timeout += cfg.Kind.healthWait()
 	if p.cfgErr == nil {
 		p.base, p.hostport, _ = splitAddress(cfg.HTTPAddress)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -29,8 +30,9 @@ type fakeEngine struct {
 	metrics       string // served on /metrics
 	metricsStatus int    // 0: 200
 	models        []string
-	nCtx          int    // /props default_generation_settings.n_ctx; 0: /props answers 404
-	stall         string // a path whose handler waits for the client to go away
+	nCtx          int           // /props default_generation_settings.n_ctx; 0: /props answers 404
+	stall         string        // a path whose handler waits for the client to go away
+	healthDelay   time.Duration // how long the health check takes to answer
 	hits          map[string]int
 	auth          map[string][]string // Authorization headers seen, by path
 }
@@ -54,7 +56,7 @@ func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	e.hits[r.URL.Path]++
 	e.auth[r.URL.Path] = append(e.auth[r.URL.Path], r.Header.Get("Authorization"))
-	healthStatus, metrics, metricsStatus, models, nCtx, stall := e.healthStatus, e.metrics, e.metricsStatus, e.models, e.nCtx, e.stall
+	healthStatus, metrics, metricsStatus, models, nCtx, stall, healthDelay := e.healthStatus, e.metrics, e.metricsStatus, e.models, e.nCtx, e.stall, e.healthDelay
 	e.mu.Unlock()
 
 	if r.Method != http.MethodGet {
@@ -81,6 +83,13 @@ func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case r.URL.Path == e.kind.healthPath():
+		if healthDelay > 0 {
+			select {
+			case <-time.After(healthDelay):
+			case <-r.Context().Done():
+				return
+			}
+		}
 		if healthStatus != 0 && healthStatus != http.StatusOK {
 			http.Error(w, `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`, healthStatus)
 			return
@@ -234,6 +243,53 @@ func TestProbeTimeout(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) || st != nil {
 				t.Fatalf("Probe = %v, %v; want nil, deadline exceeded", st, err)
 			}
+		})
+	}
+}
+
+// handlerTransport answers requests with a handler, in the caller's
+// goroutine, so that a test in a synctest bubble controls every wait.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, r)
+	if err := r.Context().Err(); err != nil {
+		return nil, err
+	}
+	return rec.Result(), nil
+}
+
+// TestProbeSGLangHealthGenerates: SGLang's /health answers at its first
+// once-a-second check after the generation it submits produced output:
+// 1 s after the request on an idle engine, 2 s or more during a long
+// prefill. With the default timeout such a probe is good up to 3 s;
+// another kind's health check gets the default timeout alone.
+func TestProbeSGLangHealthGenerates(t *testing.T) {
+	tests := []struct {
+		kind   Kind
+		delay  time.Duration
+		wantOK bool
+	}{
+		{KindSGLang, time.Second, true},
+		{KindSGLang, 2 * time.Second, true},
+		{KindSGLang, 3 * time.Second, true},
+		{KindSGLang, 4 * time.Second, false},
+		{KindVLLM, 2500 * time.Millisecond, false},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s health %v", tt.kind, tt.delay), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := &fakeEngine{kind: tt.kind, models: []string{"m"}, metrics: string(fixture(t, "sglang.txt")), healthDelay: tt.delay}
+				cfg := Config{ID: "w", HTTPAddress: "engine.test:8000", Kind: tt.kind, Client: &http.Client{Transport: handlerTransport{e}}}
+				res, err := New(cfg).ProbeDetail(t.Context())
+				switch {
+				case tt.wantOK && (err != nil || res.MetricsErr != nil):
+					t.Fatalf("probe: %v, metrics %v; want a good probe", err, res.MetricsErr)
+				case !tt.wantOK && !errors.Is(err, context.DeadlineExceeded):
+					t.Fatalf("probe: %v; want deadline exceeded", err)
+				}
+			})
 		})
 	}
 }
