@@ -43,8 +43,12 @@ type Kubernetes struct {
 	selector string // the informers' label selector
 
 	mu     sync.Mutex
-	warned map[string]bool // pods whose role label was logged as unusable
+	warned map[string]bool // pods whose labels were logged as unusable, and portUnmatched
 }
+
+// portUnmatched is the key of warned that says a port name that matched no
+// port was logged (no pod key has a space).
+const portUnmatched = "port unmatched"
 
 // serviceNameLabel is the label an EndpointSlice names its Service with.
 const serviceNameLabel = "kubernetes.io/service-name"
@@ -262,6 +266,15 @@ func (k *Kubernetes) slicePort(s *discoveryv1.EndpointSlice) int {
 func (k *Kubernetes) sliceEndpoints(s *discoveryv1.EndpointSlice) []Endpoint {
 	port := k.slicePort(s)
 	if port == 0 {
+		if len(s.Endpoints) > 0 {
+			var ports []string
+			for _, p := range s.Ports {
+				if p.Port != nil {
+					ports = append(ports, portName(p.Name)+":"+strconv.Itoa(int(*p.Port)))
+				}
+			}
+			k.warnUnmatchedPort("EndpointSlice", s.Namespace+"/"+s.Name, ports)
+		}
 		return nil
 	}
 	var out []Endpoint
@@ -284,15 +297,38 @@ func (k *Kubernetes) sliceEndpoints(s *discoveryv1.EndpointSlice) []Endpoint {
 func (k *Kubernetes) podEndpoint(p *corev1.Pod) (Endpoint, bool) {
 	port := k.cfg.Port.Number()
 	if port == 0 {
+		var ports []string
 		for _, c := range p.Spec.Containers {
 			for _, cp := range c.Ports {
 				if cp.Name == string(k.cfg.Port) {
 					port = int(cp.ContainerPort)
 				}
+				ports = append(ports, portName(&cp.Name)+":"+strconv.Itoa(int(cp.ContainerPort)))
 			}
+		}
+		if port == 0 && p.Status.PodIP != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			k.warnUnmatchedPort("pod", p.Namespace+"/"+p.Name, ports)
 		}
 	}
 	return k.podEndpointAt(p, port)
+}
+
+// warnUnmatchedPort logs, once for the source, that the configured port
+// name matched none of the ports (name:number) of an EndpointSlice or pod
+// (what, named name), whose endpoints are therefore no engines.
+func (k *Kubernetes) warnUnmatchedPort(what, name string, ports []string) {
+	k.warnOnce(portUnmatched, func() {
+		k.log.Warn().Str("port", string(k.cfg.Port)).Str(strings.ToLower(what), name).Strs("ports", ports).
+			Msg("discovery: the configured port name matches no port of a " + what + "; its endpoints are left out (logged once)")
+	})
+}
+
+// portName is a port's name for a log line.
+func portName(n *string) string {
+	if n == nil || *n == "" {
+		return "(unnamed)"
+	}
+	return *n
 }
 
 // podEndpointAt is pod p as an engine on port (none when 0): keyed by its
