@@ -28,6 +28,11 @@ const lookupTimeout = 5 * time.Second
 // addresses; any other failure (a timeout, SERVFAIL), of any name the
 // search list makes of it or of either address family, keeps the last set
 // and is logged once until a resolution succeeds.
+//
+// Each address is an engine of its own: DNS does not say which addresses
+// are one pod's, so a dual-stack headless Service's pod, published with an
+// IPv4 and an IPv6 address, is two engines (the Kubernetes source merges a
+// pod's families into one).
 type DNS struct {
 	cfg      config.Discovery
 	log      zerolog.Logger
