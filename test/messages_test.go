@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -113,6 +114,59 @@ func (c *cluster) postRaw(path, body string, hdr ...string) reply {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	return c.do(req)
+}
+
+// TestMessagesRefusalsAreAnthropicShaped: the refusals written before the
+// Messages handler runs, or outside it, are Anthropic-shaped on
+// /v1/messages and below, as the handler's own are: a Content-Length over
+// max_body_bytes (answered by the body guard, unread) and the same body
+// chunked (read by the handler) are both 413 request_too_large; a key
+// without the inference scope is 403 permission_error; a GET is 405; a path
+// below it that the gateway does not serve (count_tokens) is 404
+// not_found_error, with a key or without.
+func TestMessagesRefusalsAreAnthropicShaped(t *testing.T) {
+	c := newCluster(t, "", []clusterOpt{
+		withKeys(config.APIKey{Name: "alice", Key: "key-alice", Scopes: []string{"inference"}},
+			config.APIKey{Name: "ops", Key: "key-ops", Scopes: []string{"admin"}}),
+		func(c *config.Config) { c.Gateway.MaxBodyBytes = 64 },
+	}, enginesim.Config{ID: "a1", Model: "sim"})
+	anthropicErr := func(what string, r reply, status int, typ string) {
+		t.Helper()
+		var e struct {
+			Type  string `json:"type"`
+			Error struct{ Type, Message string }
+		}
+		if r.status != status || json.Unmarshal(r.body, &e) != nil || e.Type != "error" || e.Error.Type != typ || e.Error.Message == "" {
+			t.Errorf("%s: %d %s, want %d and an Anthropic %s", what, r.status, r.body, status, typ)
+		}
+	}
+	big := `{"model":"sim","max_tokens":4,"messages":[{"role":"user","content":"` + strings.Repeat("x", 200) + `"}]}`
+	anthropicErr("Content-Length over max_body_bytes", c.postRaw("/v1/messages", big, "x-api-key", "key-alice"), 413, "request_too_large")
+	req, err := http.NewRequest(http.MethodPost, c.url+"/v1/messages", struct{ io.Reader }{strings.NewReader(big)}) // no length: chunked
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("x-api-key", "key-alice")
+	anthropicErr("chunked body over max_body_bytes", c.do(req), 413, "request_too_large")
+
+	small := `{"model":"sim","max_tokens":4,"messages":[]}`
+	anthropicErr("key without the inference scope", c.postRaw("/v1/messages", small, "x-api-key", "key-ops"), 403, "permission_error")
+	req, err = http.NewRequest(http.MethodGet, c.url+"/v1/messages", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("x-api-key", "key-alice")
+	anthropicErr("GET", c.do(req), 405, "invalid_request_error")
+	anthropicErr("count_tokens", c.postRaw("/v1/messages/count_tokens", small, "x-api-key", "key-alice"), 404, "not_found_error")
+	anthropicErr("count_tokens without a key", c.postRaw("/v1/messages/count_tokens", small), 404, "not_found_error")
+
+	// Beside it, the shapes stay OpenAI's.
+	if r := c.postRaw("/v1/chat/completions", big, "Authorization", "Bearer key-alice"); r.status != 413 || errorCode(t, r.body) != "request_too_large" {
+		t.Errorf("chat over max_body_bytes: %d %s, want an OpenAI 413 request_too_large", r.status, r.body)
+	}
+	if r := c.postRaw("/v1/messagesx", small); r.status != 404 || errorCode(t, r.body) != "not_found" {
+		t.Errorf("/v1/messagesx: %d %s, want an OpenAI 404 not_found", r.status, r.body)
+	}
 }
 
 // TestMessagesMaxTokensZero: Anthropic's max_tokens 0 (the prompt cached,

@@ -3,11 +3,11 @@
 // (/v1/embeddings, /v1/rerank, /v1/score) and the tokenizer's (/tokenize,
 // /detokenize), GET /v1/models and /v1/models/{id}, plus the ops endpoints
 // /healthz and /readyz, and an OpenAI-shaped 404 on every path nothing else
-// serves. It
-// authenticates, bounds and parses what routing needs (model, stream,
-// request id, prefix key) without re-encoding the body, spawns a request
-// actor and waits for its outcome, then encodes it. It decides nothing
-// else: every routing and retry decision is the actors'.
+// serves (Anthropic-shaped below /v1/messages/). It authenticates, bounds
+// and parses what routing needs (model, stream, request id, prefix key)
+// without re-encoding the body, spawns a request actor and waits for its
+// outcome, then encodes it. It decides nothing else: every routing and
+// retry decision is the actors'.
 package httpedge
 
 import (

@@ -1,7 +1,9 @@
 // Package bodyguard bounds request bodies at the HTTP server's edge, on
 // every path (inference, admin, ops, unknown ones):
 //
-//   - a Content-Length over the limit is answered 413 at once, unread;
+//   - a Content-Length over the limit is answered 413 at once, unread, in
+//     the error shape of the path's API (Anthropic's on /v1/messages and
+//     below, else OpenAI's);
 //   - a body must arrive whole within a deadline, however slowly it is
 //     dribbled (the handler's read then fails);
 //   - a body the handler did not read to its end (a 401, 403, 404 or 405
@@ -23,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tlgate/tlgate/internal/wire/anthropic"
 	"github.com/tlgate/tlgate/internal/wire/openai"
 )
 
@@ -62,8 +65,12 @@ func Wrap(next http.Handler, o Options) http.Handler {
 			if http1 { // HTTP/2 would take it for the whole connection's end
 				w.Header().Set("Connection", "close")
 			}
-			openai.WriteError(w, http.StatusRequestEntityTooLarge, openai.CodeRequestTooLarge,
-				fmt.Sprintf("The request body of %d bytes is larger than %d bytes.", r.ContentLength, o.MaxBodyBytes), nil)
+			msg := fmt.Sprintf("The request body of %d bytes is larger than %d bytes.", r.ContentLength, o.MaxBodyBytes)
+			if anthropic.OnPath(r.URL.Path) {
+				anthropic.WriteError(w, http.StatusRequestEntityTooLarge, msg)
+			} else {
+				openai.WriteError(w, http.StatusRequestEntityTooLarge, openai.CodeRequestTooLarge, msg, nil)
+			}
 			if http1 {
 				abandon(rc, o.Timeout)
 			}

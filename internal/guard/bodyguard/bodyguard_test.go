@@ -119,6 +119,20 @@ func TestContentLengthOverLimit(t *testing.T) {
 	}
 }
 
+// TestContentLengthOverLimitOnMessages: on /v1/messages and below, the
+// 413 is in Anthropic's error shape, as the Messages handler's own errors
+// are.
+func TestContentLengthOverLimitOnMessages(t *testing.T) {
+	addr := server(t, Options{MaxBodyBytes: 10}, func(http.ResponseWriter, *http.Request) {})
+	for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
+		c := dial(t, addr, "POST "+path+" HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n", strings.Repeat("x", 20))
+		resp, body := answer(t, c, bufio.NewReader(c))
+		if want := `{"type":"error","error":{"type":"request_too_large","message":"The request body of 20 bytes is larger than 10 bytes."}}`; resp.StatusCode != http.StatusRequestEntityTooLarge || body != want {
+			t.Fatalf("%s: status %d body %s, want 413 %s", path, resp.StatusCode, body, want)
+		}
+	}
+}
+
 // TestDribbledBodyTimesOut: a body dribbled slower than the deadline makes
 // the handler's read fail within it, whatever the handler (admin too).
 func TestDribbledBodyTimesOut(t *testing.T) {

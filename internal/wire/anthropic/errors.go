@@ -8,7 +8,17 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 )
+
+// Path is where the gateway serves the Messages API.
+const Path = "/v1/messages"
+
+// OnPath reports whether path is Path or below it: every error the gateway
+// answers there, wherever it is written, is in Anthropic's shape.
+func OnPath(path string) bool {
+	return path == Path || strings.HasPrefix(path, Path+"/")
+}
 
 // Anthropic's error types.
 const (

@@ -85,7 +85,7 @@ func New(spec Spec) *Dialect {
 // Paths of the APIs besides completions and chat.
 const (
 	PathResponses = "/v1/responses"
-	PathMessages  = "/v1/messages"
+	PathMessages  = anthropic.Path
 )
 
 // The dialects.
