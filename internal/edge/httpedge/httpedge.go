@@ -130,12 +130,16 @@ func (d *Deps) rejectAs(ew errorWriter, w http.ResponseWriter, r *http.Request, 
 
 // ReadBody reads a request body of at most max bytes. The deadline on
 // reading it is the server's (internal/bodyguard wraps every path with
-// read_body_timeout), not set again here.
+// read_body_timeout), not set again here. When the read fails over
+// HTTP/1, the answer closes the connection.
 func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
-	if err != nil {
+	if err != nil && r.ProtoMajor == 1 {
 		// The rest of the body will not be read: close the connection after
-		// the answer rather than let the server wait for it.
+		// the answer rather than let the server wait for it. Not over
+		// HTTP/2: its server takes Connection: close for a GOAWAY of the
+		// whole connection, every other stream on it included, where the
+		// unread body costs only its own stream (reset).
 		w.Header().Set("Connection", "close")
 	}
 	return body, err

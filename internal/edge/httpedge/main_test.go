@@ -1,0 +1,9 @@
+package httpedge
+
+import (
+	"testing"
+
+	"github.com/tlgate/tlgate/internal/testkit/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
