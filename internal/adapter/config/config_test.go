@@ -253,6 +253,13 @@ func TestConfigValidation(t *testing.T) {
 			"gateway.connect_timeout: must be > 0, got -1s", "gateway.first_byte_timeout: must be > 0, got 0s", "gateway.idle_timeout: must be > 0, got 0s",
 			"gateway.read_header_timeout: must be > 0, got 0s", "gateway.server_idle_timeout: must be > 0, got 0s", "gateway.shutdown_timeout: must be > 0, got 0s",
 		}},
+		{"engine tokens same secret", "[[gateway.engine_tokens]]\nname = \"a\"\ntoken = \"s\"\nworker_ids = [\"e1\"]\n[[gateway.engine_tokens]]\nname = \"b\"\ntoken_env = \"TLGATE_TEST_SET\"\nworker_ids = [\"e2\"]\n[[gateway.engine_tokens]]\nname = \"c\"\ntoken = \"value\"\nworker_ids = [\"e3\"]", []string{
+			"gateway.engine_tokens[2]: same secret as engine_tokens[1]"}},
+		{"engine token same secret as registry_token", "registry_token = \"s\"\n[[gateway.engine_tokens]]\nname = \"a\"\ntoken = \"s\"\nworker_ids = [\"e1\"]", []string{
+			"gateway.engine_tokens[0]: same secret as registry_token"}},
+		{"engine token same secret as registry_token_env", "registry_token_env = \"TLGATE_TEST_SET\"\n[[gateway.engine_tokens]]\nname = \"a\"\ntoken = \"value\"\nworker_ids = [\"e1\"]", []string{
+			"gateway.engine_tokens[0]: same secret as registry_token_env"}},
+		{"engine tokens own secrets", "registry_token = \"r\"\n[[gateway.engine_tokens]]\nname = \"a\"\ntoken = \"s\"\nworker_ids = [\"e1\"]\n[[gateway.engine_tokens]]\nname = \"b\"\ntoken_env = \"TLGATE_TEST_SET\"\nworker_ids = [\"e2\"]", nil},
 		{"registry token both", "registry_token = \"t\"\nregistry_token_env = \"TLGATE_TEST_SET\"", []string{"gateway.registry_token_env: cannot be combined with registry_token"}},
 		{"registry token env unset", `registry_token_env = "TLGATE_TEST_UNSET"`, []string{"gateway.registry_token_env: environment variable TLGATE_TEST_UNSET is not set"}},
 		{"registry token env empty", `registry_token_env = "TLGATE_TEST_EMPTY"`, []string{"gateway.registry_token_env: environment variable TLGATE_TEST_EMPTY is empty"}},

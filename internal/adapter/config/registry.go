@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"math"
 	"net/netip"
@@ -22,7 +23,7 @@ func (v *checker) registryLimits(g *Gateway) {
 	if g.RegistryPeerRate > 0 && g.RegistryPeerBurst < 1 {
 		v.add("gateway.registry_peer_burst", "must be >= 1 when registry_peer_rate is set, got %d", g.RegistryPeerBurst)
 	}
-	v.engineTokens(g.EngineTokens)
+	v.engineTokens(g)
 	for i, n := range g.EngineNetworks {
 		p, err := netip.ParsePrefix(n)
 		switch {
@@ -54,12 +55,21 @@ func (g Gateway) RegistryOpen() bool {
 }
 
 // engineTokens checks engine_tokens: a unique name, exactly one of token
-// and token_env (the variable set), and valid worker ids, each in one
-// token at most.
-func (v *checker) engineTokens(ts []EngineToken) {
+// and token_env (the variable set), a secret of its own (not another
+// token's, not registry_token's: a heartbeat's token must name one entry),
+// and valid worker ids, each in one token at most.
+func (v *checker) engineTokens(g *Gateway) {
 	names := map[string]int{}
 	owner := map[string]int{}
-	for i, et := range ts {
+	digests := map[[sha256.Size]byte]string{} // secret's digest -> the entry holding it
+	if tok, err := g.RegistryTokenValue(); err == nil && tok != "" {
+		name := "registry_token"
+		if g.RegistryTokenEnv != "" {
+			name = "registry_token_env"
+		}
+		digests[sha256.Sum256([]byte(tok))] = name
+	}
+	for i, et := range g.EngineTokens {
 		at := fmt.Sprintf("gateway.engine_tokens[%d]", i)
 		switch {
 		case strings.TrimSpace(et.Name) == "":
@@ -75,9 +85,20 @@ func (v *checker) engineTokens(ts []EngineToken) {
 			v.add(at, "exactly one of token and token_env is required, got none")
 		case et.Token != "" && et.TokenEnv != "":
 			v.add(at, "exactly one of token and token_env is required, got both")
-		case et.TokenEnv != "":
-			if _, err := envValue(et.TokenEnv); err != nil {
-				v.add(at+".token_env", "%s", err)
+		default:
+			tok := et.Token
+			if et.TokenEnv != "" {
+				var err error
+				if tok, err = envValue(et.TokenEnv); err != nil {
+					v.add(at+".token_env", "%s", err)
+					break
+				}
+			}
+			d := sha256.Sum256([]byte(tok))
+			if other, dup := digests[d]; dup {
+				v.add(at, "same secret as %s", other)
+			} else {
+				digests[d] = fmt.Sprintf("engine_tokens[%d]", i)
 			}
 		}
 		if len(et.WorkerIDs) == 0 {
