@@ -69,11 +69,12 @@ type Deps struct {
 const DefaultMaxTokens = 4096
 
 // TokenPolicy is how a request of a key with a tokens limit is admitted:
-// the prompt's estimate plus its max_tokens (DefaultMaxTokens when it sets
-// none) are reserved; a reservation the key's bucket cannot hold is
-// refused, or with Clamp admitted with max_tokens cut to what it holds. The
-// engine is sent the budget reserved as max_tokens whenever the client's
-// was absent or cut.
+// the prompt's estimate plus its completion budget (max_tokens; Responses:
+// max_output_tokens; DefaultMaxTokens when it sets none) are reserved; a
+// reservation the key's bucket cannot hold is refused, or with Clamp
+// admitted with its budget cut to what it holds. The engine is sent the
+// budget reserved, in the request's own field (budget), whenever the
+// client's was absent or cut.
 type TokenPolicy struct {
 	Clamp            bool
 	DefaultMaxTokens int
