@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -173,7 +172,9 @@ func (e *Engine) sglangJoin(ctx context.Context, g *genRequest) (*handle, error)
 	id := roomHandlePrefix + strconv.FormatUint(g.room.room, 10)
 	arrived := e.expectKV(id)
 	defer e.forgetKV(id)
-	boot := net.JoinHostPort(g.room.host, strconv.Itoa(g.room.port))
+	// SGLang's decode engine joins f"{bootstrap_host}:{bootstrap_port}":
+	// an IPv6 host must come bracketed.
+	boot := g.room.host + ":" + strconv.Itoa(g.room.port)
 	if e.Faults().UnreachablePrefill {
 		return nil, fmt.Errorf("%w: bootstrap %s unreachable (injected fault)", errKVTransfer, boot)
 	}

@@ -125,7 +125,7 @@ type pdFleet struct {
 // for an engine that heartbeats, speaking tlgate's contract) and role.
 type pdSpec struct {
 	id, kind, role string
-	cfg            enginesim.Config // ID, Model, Role, BootstrapAddr are set from the spec
+	cfg            enginesim.Config // ID, Model, Role are set from the spec, BootstrapAddr when it has none
 	direct         bool             // probed at its own address, not its front's
 }
 
@@ -177,7 +177,7 @@ func newPDFleet(t *testing.T, o pdOpts, specs ...pdSpec) *pdFleet {
 			heartbeats = append(heartbeats, c)
 			continue
 		}
-		if s.kind == "sglang" && s.role == "prefill" {
+		if s.kind == "sglang" && s.role == "prefill" && c.BootstrapAddr == "" {
 			c.BootstrapAddr = "127.0.0.1:0"
 		}
 		e, err := enginesim.Start(context.Background(), c)

@@ -167,6 +167,30 @@ func TestSGLangRoomIsRandomAndShared(t *testing.T) {
 	}
 }
 
+// TestSGLangIPv6PrefillBootstrapHost: an SGLang prefill engine at an IPv6
+// address is named to both legs with its host bracketed ("[::1]"), as
+// SGLang's routers send it: the decode engine joins the room at
+// f"{bootstrap_host}:{bootstrap_port}", which a bare "::1" would make
+// "::1:port", an address nobody can dial.
+func TestSGLangIPv6PrefillBootstrapHost(t *testing.T) {
+	if l, err := net.Listen("tcp", "[::1]:0"); err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	} else {
+		l.Close()
+	}
+	f := newPDFleet(t, pdOpts{},
+		pdSpec{id: "p", kind: "sglang", role: "prefill", direct: true, cfg: enginesim.Config{HTTPAddr: "[::1]:0", BootstrapAddr: "[::1]:0"}},
+		pdSpec{id: "d", kind: "sglang", role: "decode"})
+	path, body := pdBody("big-pd", false, false, 3)
+	if r := f.post(path, "", body); r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	dr := f.byID["d"].front.requests()
+	if len(dr) != 1 || dr[0].body["bootstrap_host"] != "[::1]" {
+		t.Fatalf("decode legs %v, want one with bootstrap_host [::1]", dr)
+	}
+}
+
 // pdFailoverFleet is one protocol's fleet for the failover tests: a
 // unified engine, prefill engines p1 and p2, decode engines d1 and d2.
 func pdFailoverFleet(t *testing.T, kind string, o pdOpts, cfg map[string]enginesim.Config) *pdFleet {

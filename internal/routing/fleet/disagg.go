@@ -85,14 +85,22 @@ func PairKeyOf(w *Worker) (PairKey, bool) {
 }
 
 // BootstrapAddress is where an SGLang prefill worker's decode partners
-// join its bootstrap rooms: the host of its HTTP address and its bootstrap
-// port (DefaultBootstrapPort when it has none).
+// join its bootstrap rooms, as bootstrap_host and bootstrap_port take it:
+// the host of its HTTP address, an IPv6 address in brackets, and its
+// bootstrap port (DefaultBootstrapPort when it has none). SGLang's decode
+// engine dials f"{bootstrap_host}:{bootstrap_port}", so a bare IPv6 host
+// would not parse; SGLang's own routers bracket it
+// (maybe_wrap_ipv6_address).
 func (w *Worker) BootstrapAddress() (host string, port int) {
 	port = w.BootstrapPort
 	if port <= 0 {
 		port = DefaultBootstrapPort
 	}
-	return HostOf(w.HTTPAddress), port
+	host = HostOf(w.HTTPAddress)
+	if strings.Contains(host, ":") { // IPv6, with a zone or not; no name has a colon
+		host = "[" + host + "]"
+	}
+	return host, port
 }
 
 // HostOf returns the host of an engine's HTTP address, "host:port" or a

@@ -1,6 +1,10 @@
 package fleet
 
-import "testing"
+import (
+	"net"
+	"strconv"
+	"testing"
+)
 
 func TestProtocolsAndPairs(t *testing.T) {
 	hb := func(format uint32) *Worker { return &Worker{Source: SourceHeartbeat, KVFormat: format} }
@@ -36,6 +40,11 @@ func TestProtocolsAndPairs(t *testing.T) {
 	}
 }
 
+// TestBootstrapAddress: an SGLang prefill worker's bootstrap address is
+// its HTTP address's host and its bootstrap port (8998 by default), an
+// IPv6 host bracketed: SGLang's decode engine joins the room at
+// f"{bootstrap_host}:{bootstrap_port}" (disaggregation/decode.py), which a
+// bare "fd00::1" would make "fd00::1:8998".
 func TestBootstrapAddress(t *testing.T) {
 	for _, tc := range []struct {
 		addr string
@@ -45,11 +54,16 @@ func TestBootstrapAddress(t *testing.T) {
 	}{
 		{"10.0.0.7:30000", 0, "10.0.0.7", DefaultBootstrapPort},
 		{"http://prefill-0.sglang:30000", 9001, "prefill-0.sglang", 9001},
-		{"[fd00::1]:30000", 0, "fd00::1", DefaultBootstrapPort},
+		{"[fd00::1]:30000", 0, "[fd00::1]", DefaultBootstrapPort},
+		{"http://[fd00::12]:30000", 9001, "[fd00::12]", 9001},
+		{"[fe80::1%eth0]:30000", 0, "[fe80::1%eth0]", DefaultBootstrapPort},
 	} {
 		w := &Worker{HTTPAddress: tc.addr, BootstrapPort: tc.port}
 		if h, p := w.BootstrapAddress(); h != tc.host || p != tc.want {
 			t.Errorf("%s (%d): %s %d, want %s %d", tc.addr, tc.port, h, p, tc.host, tc.want)
+		}
+		if h, p := w.BootstrapAddress(); h+":"+strconv.Itoa(p) != net.JoinHostPort(HostOf(tc.addr), strconv.Itoa(tc.want)) {
+			t.Errorf("%s: SGLang's decode engine would dial %s:%d", tc.addr, h, p)
 		}
 	}
 	for s, want := range map[string]int{"8998": 8998, " 9000 ": 9000, "0": 0, "65536": 0, "x": 0} {
