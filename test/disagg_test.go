@@ -103,6 +103,10 @@ func TestDisaggregatedEqualsUnified(t *testing.T) {
 		{"completions greedy", "/v1/completions", map[string]any{"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}},
 		{"completions sampled", "/v1/completions", map[string]any{"prompt": "Once upon a time", "max_tokens": 12, "temperature": 1, "seed": 7}},
 		{"chat sampled", "/v1/chat/completions", map[string]any{"messages": []map[string]string{{"role": "user", "content": "Tell me a story."}}, "max_tokens": 12, "temperature": 0.8, "top_p": 0.9, "seed": 11}},
+		// P tokenizes the prompt D renders: the last message continued,
+		// no generation prompt.
+		{"chat continuing the final message", "/v1/chat/completions", map[string]any{"messages": []map[string]string{{"role": "user", "content": "Answer in JSON."}, {"role": "assistant", "content": `{"answer":`}},
+			"continue_final_message": true, "add_generation_prompt": false, "max_tokens": 12, "temperature": 0.8, "seed": 5}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -66,8 +67,12 @@ func disaggMessages(ctx context.Context, t *testing.T, f *pdFleet) {
 		blocks     int
 		firstLast  string
 	}
-	whole := func(model string) answer {
-		msg, err := client.Messages.New(ctx, params(model), seed)
+	whole := func(model string, opts ...func(*anthropic.MessageNewParams)) answer {
+		p := params(model)
+		for _, o := range opts {
+			o(&p)
+		}
+		msg, err := client.Messages.New(ctx, p, seed)
 		if err != nil {
 			t.Fatalf("messages %s: %v", model, err)
 		}
@@ -106,7 +111,32 @@ func disaggMessages(ctx context.Context, t *testing.T, f *pdFleet) {
 	if u.text == "" || u != d || d.firstLast != "message_start…message_stop" {
 		t.Fatalf("messages, streamed:\nunified        %+v\ndisaggregated  %+v", u, d)
 	}
-	r := f.post("/v1/messages", "", `{"model":"big-pd","max_tokens":4,"messages":[{"role":"user","content":"hi"}],"mcp_servers":[{"type":"url","url":"https://example.com","name":"x"}]}`)
+	// An assistant prefill, which the bridge sends as chat completions
+	// continuing the final message without a generation prompt: the
+	// prefill engine computes the KV of the prompt the decode engine
+	// renders, so the answer is the unified engine's to that chat request
+	// (the reference engine's own Messages API renders a new turn after
+	// the assistant's message instead).
+	d = whole("big-pd", func(p *anthropic.MessageNewParams) {
+		p.Messages = append(p.Messages, anthropic.NewAssistantMessage(anthropic.NewTextBlock(`{"answer":`)))
+	})
+	r := f.post("/v1/chat/completions", "", map[string]any{"model": "big", "max_tokens": 12, "seed": 11,
+		"continue_final_message": true, "add_generation_prompt": false,
+		"messages": []map[string]string{{"role": "system", "content": "You are terse."},
+			{"role": "user", "content": "The gateway sends the prompt to a prefill engine."}, {"role": "assistant", "content": `{"answer":`}}})
+	var usage struct {
+		Usage struct {
+			PromptTokens int64 `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &usage) != nil {
+		t.Fatalf("unified chat continuing the final message: %d %s", r.status, r.body)
+	}
+	if want := completionText(t, r.body); want == "" || d.text != want || d.in != usage.Usage.PromptTokens {
+		t.Fatalf("messages with an assistant prefill: %q of %d prompt tokens; unified chat continuing it %q of %d",
+			d.text, d.in, want, usage.Usage.PromptTokens)
+	}
+	r = f.post("/v1/messages", "", `{"model":"big-pd","max_tokens":4,"messages":[{"role":"user","content":"hi"}],"mcp_servers":[{"type":"url","url":"https://example.com","name":"x"}]}`)
 	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), `"type":"invalid_request_error"`) || !strings.Contains(string(r.body), "mcp_servers") {
 		t.Fatalf("messages with mcp_servers: %d %s, want an Anthropic 400 naming mcp_servers", r.status, r.body)
 	}

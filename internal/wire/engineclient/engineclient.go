@@ -141,7 +141,8 @@ type PromptError struct {
 func (e *PromptError) Error() string { return "engineclient: " + e.Message }
 
 // Tokenize returns the token ids of the body's prompt (completions) or
-// messages (chat). A completions prompt that is token ids (an array of
+// messages (chat, rendered with the body's chat template switches:
+// chatTemplateFields). A completions prompt that is token ids (an array of
 // them, or a one-element array of one) is its own answer; text (a string,
 // or a one-element array of one) is tokenized by the engine at httpAddr,
 // serving model. Errors the request is at fault for are *PromptError.
@@ -153,6 +154,11 @@ func (c *Client) Tokenize(ctx context.Context, httpAddr, model string, body []by
 	out := map[string]json.RawMessage{}
 	if chat {
 		out["messages"] = in["messages"]
+		for _, k := range chatTemplateFields {
+			if v, ok := in[k]; ok {
+				out[k] = v
+			}
+		}
 	} else {
 		text, ids, err := promptOf(in["prompt"])
 		if err != nil || ids != nil {
@@ -198,6 +204,17 @@ func (c *Client) Tokenize(ctx context.Context, httpAddr, model string, body []by
 		return nil, &PromptError{Status: http.StatusBadRequest, Message: "The prompt has no tokens."}
 	}
 	return tr.Tokens, nil
+}
+
+// chatTemplateFields are the fields of a chat request that change the
+// prompt its chat template renders, which vLLM's /tokenize takes beside the
+// messages (TokenizeChatRequest): a Messages request with an assistant
+// prefill, for one, is bridged with continue_final_message true and
+// add_generation_prompt false, and the prefill engine must tokenize the
+// prompt the decode engine renders.
+var chatTemplateFields = []string{
+	"add_generation_prompt", "continue_final_message", "add_special_tokens",
+	"chat_template", "chat_template_kwargs", "tools", "mm_processor_kwargs", "media_io_kwargs",
 }
 
 // promptOf reads a completions prompt: the text to tokenize, or the token

@@ -88,6 +88,72 @@ func TestTokenizePrefillRelease(t *testing.T) {
 	}
 }
 
+// TestTokenizeChatTemplateSwitches: a chat body's prompt is tokenized as
+// the decode engine will render it: the fields that change what the chat
+// template renders (continue_final_message and add_generation_prompt, as
+// the Messages bridge sets them for an assistant prefill; the template,
+// its kwargs, the tools) go to /v1/tokenize with the messages, as vLLM's
+// TokenizeChatRequest takes them, and the sampling fields do not. Against
+// the reference engine, the tokens are those of the prompt its chat
+// completions render for the same body.
+func TestTokenizeChatTemplateSwitches(t *testing.T) {
+	var got atomic.Value
+	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		got.Store(in)
+		fmt.Fprint(w, `{"tokens":[1,2],"count":2}`)
+	}))
+	defer eng.Close()
+	c := engineclient.New(engineclient.Options{})
+	defer c.Close()
+	body := `{"model":"x","messages":[{"role":"user","content":"Answer in JSON."},{"role":"assistant","content":"{"}],` +
+		`"add_generation_prompt":false,"continue_final_message":true,"add_special_tokens":true,"chat_template":"{{ messages }}",` +
+		`"chat_template_kwargs":{"enable_thinking":false},"tools":[{"type":"function","function":{"name":"f"}}],` +
+		`"max_tokens":8,"temperature":0.5,"stream":true}`
+	if _, err := c.Tokenize(context.Background(), strings.TrimPrefix(eng.URL, "http://"), "big", []byte(body), true); err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]any
+	_ = json.Unmarshal([]byte(body), &want)
+	want["model"] = "big"
+	delete(want, "max_tokens")
+	delete(want, "temperature")
+	delete(want, "stream")
+	if in := got.Load(); fmt.Sprint(in) != fmt.Sprint(want) {
+		t.Fatalf("/v1/tokenize got\n %v\nwant\n %v", in, want)
+	}
+
+	p := start(t, enginesim.Config{ID: "p", Model: "big", Role: enginesim.RolePrefill})
+	msgs := `"messages":[{"role":"user","content":"Answer in JSON."},{"role":"assistant","content":"{\"answer\":"}]`
+	open, err := c.Tokenize(context.Background(), p.HTTPAddr(), "big", []byte(`{`+msgs+`}`), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cont, err := c.Tokenize(context.Background(), p.HTTPAddr(), "big", []byte(`{`+msgs+`,"continue_final_message":true,"add_generation_prompt":false}`), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post("http://"+p.HTTPAddr()+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"big",`+msgs+`,"continue_final_message":true,"add_generation_prompt":false,"max_tokens":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var ans struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("chat completions: %d %v", resp.StatusCode, err)
+	}
+	if len(cont) != ans.Usage.PromptTokens || len(cont) == len(open) {
+		t.Fatalf("continuing the final message tokenized to %d tokens (%d with a generation prompt); the engine renders %d",
+			len(cont), len(open), ans.Usage.PromptTokens)
+	}
+}
+
 // TestDialControlGuardsGRPC: the gRPC calls dial through DialControl, so an
 // address it refuses is never connected to (the engine here is real and
 // would answer).
