@@ -306,3 +306,29 @@ func TestDisaggFaults(t *testing.T) {
 		t.Fatal("no answer once the faults are cleared")
 	}
 }
+
+// TestNixlPrefillStops: with prefill_stops, a prefill engine's remote
+// decode ends stopped at its one token, as vLLM's when it samples EOS or a
+// stop token id: finish_reason "stop", no kv_transfer_params, nothing held
+// (NixlConnector holds KV only for a request that finished length-capped).
+func TestNixlPrefillStops(t *testing.T) {
+	p := startEngine(t, Config{Model: "m", Role: RolePrefill, Faults: Faults{PrefillStops: true}})
+	c := newClient(t)
+	r := post(t, c, p.URL()+"/v1/completions", map[string]any{"model": "m", "prompt": "A prompt whose first token ends it.", "max_tokens": 1, "seed": 3,
+		"kv_transfer_params": map[string]any{"do_remote_decode": true}})
+	if r.status != http.StatusOK {
+		t.Fatalf("prefill: %d %s", r.status, r.body)
+	}
+	a := decode[struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		KVTransferParams map[string]any `json:"kv_transfer_params"`
+	}](t, r.body)
+	if len(a.Choices) != 1 || a.Choices[0].FinishReason != "stop" || a.KVTransferParams != nil {
+		t.Fatalf("prefill answer %s: want finish_reason stop and no kv_transfer_params", r.body)
+	}
+	if s := p.Stats(); s.HeldHandles != 0 || s.HeldBlocks != 0 {
+		t.Fatalf("the prefill engine holds %d handles, %d blocks", s.HeldHandles, s.HeldBlocks)
+	}
+}

@@ -35,6 +35,13 @@ type Faults struct {
 	// died holding the blocks of its remote decodes: they are freed only
 	// by RemoteDecodeTimeout.
 	RefusePull bool `json:"refuse_pull"`
+	// PrefillStops makes a prefill engine's remote decodes (vLLM's
+	// kv_transfer_params do_remote_decode) end stopped at their one
+	// token, as when vLLM samples the EOS token or one of the request's
+	// stop_token_ids there: NixlConnector holds KV only for a request that
+	// finished length-capped, so the answer has finish_reason "stop", no
+	// kv_transfer_params, and the blocks are freed at once.
+	PrefillStops bool `json:"prefill_stops"`
 	// UnreachablePrefill makes a decode engine fail to reach any prefill
 	// engine (KV pulls and bootstrap joins fail with kv_transfer_failed).
 	UnreachablePrefill bool `json:"unreachable_prefill"`

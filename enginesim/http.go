@@ -197,6 +197,11 @@ func (e *Engine) handleInference(chat bool) http.HandlerFunc {
 		switch {
 		case g.room != nil && e.cfg.Role == RolePrefill:
 			res, err = e.sglangPrefill(r.Context(), g, out)
+		case g.kvParams != nil && g.kvParams.DoRemoteDecode && f.PrefillStops:
+			// The one token ended the request: nothing is held.
+			if res, err = e.generate(r.Context(), g, h, out.emit); err == nil {
+				res.finish = finishStop
+			}
 		case g.kvParams != nil && g.kvParams.DoRemoteDecode:
 			g.keepPrompt = true
 			if res, err = e.generate(r.Context(), g, h, out.emit); err == nil {

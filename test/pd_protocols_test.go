@@ -119,6 +119,46 @@ func TestVLLMPrefillSeesOneTokenNoStream(t *testing.T) {
 	}
 }
 
+// TestVLLMPrefillStoppedDecodesWithoutParams: a vLLM prefill engine whose
+// one token ends the request (EOS or a stop token id: the reference
+// engine's prefill_stops fault) holds no KV and answers 200 with no
+// kv_transfer_params (NixlConnector gives params only to a request that
+// finished length-capped). That is not a bad answer: as vLLM's toy proxy
+// does, the decode leg goes without kv_transfer_params and the decode
+// engine prefills the prompt itself, so the answer is the unified
+// engine's, on the first pair, with no leg failed and no worker blamed.
+func TestVLLMPrefillStoppedDecodesWithoutParams(t *testing.T) {
+	var reps pdReports
+	f := newPDFleet(t, pdOpts{deps: reps.hook}, pdSpec{id: "u", kind: "vllm"},
+		pdSpec{id: "p", kind: "vllm", role: "prefill", cfg: enginesim.Config{Faults: enginesim.Faults{PrefillStops: true}}},
+		pdSpec{id: "d", kind: "vllm", role: "decode"})
+	for i, chat := range []bool{false, true} {
+		path, body := pdBody("big-pd", chat, chat, 5)
+		f.unifiedEquals(t, path, body, f.post(path, "", body))
+		if pr := f.byID["p"].front.requests(); len(pr) != i+1 {
+			t.Fatalf("chat=%v: %d prefill legs for %d requests", chat, len(pr), i+1)
+		}
+		dr := f.byID["d"].front.requests()
+		if len(dr) != i+1 {
+			t.Fatalf("chat=%v: %d decode legs for %d requests", chat, len(dr), i+1)
+		}
+		if kv, ok := dr[i].body["kv_transfer_params"]; ok {
+			t.Fatalf("chat=%v: the decode leg carried kv_transfer_params %v, want none", chat, kv)
+		}
+	}
+	reps.wantProtocol(t, "vllm", 2)
+	reps.mu.Lock()
+	defer reps.mu.Unlock()
+	for _, r := range reps.reps {
+		if len(r.Failures) != 0 {
+			t.Fatalf("legs failed: %v", r.Failures)
+		}
+	}
+	if s := f.byID["p"].e.Stats(); s.HeldHandles != 0 {
+		t.Fatalf("the prefill engine holds %d handles", s.HeldHandles)
+	}
+}
+
 // TestSGLangRoomIsRandomAndShared: each request goes to its prefill and its
 // decode engine with one bootstrap room, the prefill engine's host and
 // bootstrap port; rooms are drawn at random, never twice, within SGLang's

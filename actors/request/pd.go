@@ -21,7 +21,8 @@ import (
 //
 //	vLLM:   prefill leg (P, kv_transfer_params asking for a remote decode,
 //	        one token, whole) → decode leg (D, the client's request with the
-//	        kv_transfer_params P answered)
+//	        kv_transfer_params P answered; without them when P's one token
+//	        ended the request and P holds nothing, so D prefills itself)
 //	SGLang: prefill leg (P, whole) and decode leg (D) at once, both with
 //	        P's bootstrap address and one random bootstrap room
 //

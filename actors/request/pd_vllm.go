@@ -1,6 +1,7 @@
 package request
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -27,7 +28,11 @@ func (a *requestActor) vllmPair(ctx actor.Context) {
 }
 
 // vllmPrefilled takes a vLLM prefill leg's answer: its kv_transfer_params
-// go to the decode leg; a failure excludes the prefill worker.
+// go to the decode leg; a failure excludes the prefill worker. An answer
+// whose one token ended the request (disagg.ErrPrefillStopped: the engine
+// holds no KV and answers null params) is a prefill leg that succeeded:
+// the decode leg goes without kv_transfer_params and the decode engine
+// prefills the prompt itself, as vLLM's toy proxy does.
 func (a *requestActor) vllmPrefilled(ctx actor.Context, m *legAnswered) {
 	if ans := answerOf(m); ans != nil {
 		a.relayLegAnswer(ctx, ans)
@@ -38,12 +43,17 @@ func (a *requestActor) vllmPrefilled(ctx actor.Context, m *legAnswered) {
 		return
 	}
 	params, err := disagg.KVTransferParams(m.resp.Body)
-	if err != nil {
+	if err != nil && !errors.Is(err, disagg.ErrPrefillStopped) {
 		a.failed(ctx, &proxy.AttemptError{Reason: proxy.FailBadAnswer, Err: err}, PhasePrefill)
 		return
 	}
 	pd := a.pd
-	pd.params, pd.heldBody, pd.holder, pd.prefillBody, pd.prefilled = params, m.resp.Body, a.target.Prefill.ID, m.resp.Body, true
+	if params == nil {
+		pd.dropParams() // nothing held to reuse: a failed decode leg prefills again
+		pd.prefillBody, pd.prefilled = m.resp.Body, true
+	} else {
+		pd.params, pd.heldBody, pd.holder, pd.prefillBody, pd.prefilled = params, m.resp.Body, a.target.Prefill.ID, m.resp.Body, true
+	}
 	a.prefillDone(ctx)
 	a.pdDecodeStarted()
 	a.attempt(ctx, nil)

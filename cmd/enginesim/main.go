@@ -173,6 +173,7 @@ Flags:
 	fs.BoolVar(&cfg.Faults.KVEventsRefuseReplay, "fault-kv-events-refuse-replay", false, "fault: answer KV event replay requests with the end marker alone")
 	fs.BoolVar(&cfg.Faults.RefusePull, "fault-refuse-pull", false, "fault: a prefill engine refuses KV pulls, as one that died holding its remote decodes' blocks")
 	fs.BoolVar(&cfg.Faults.UnreachablePrefill, "fault-unreachable-prefill", false, "fault: a decode engine cannot reach prefill engines (KV pulls and bootstrap joins fail)")
+	fs.BoolVar(&cfg.Faults.PrefillStops, "fault-prefill-stops", false, "fault: a prefill engine's remote decodes end stopped at their one token (as vLLM's on EOS or a stop token id): no kv_transfer_params, nothing held")
 	fs.StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&logFormat, "log-format", "console", "log `format`: console or json")
 	fs.StringVar(&tc.Endpoint, "otlp-endpoint", "", "OTLP receiver `URL` for the engine's spans, e.g. http://127.0.0.1:4317 (default: no spans)")

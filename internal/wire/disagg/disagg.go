@@ -29,9 +29,20 @@ var (
 	// ErrNotObject: a body to rewrite is not a JSON object.
 	ErrNotObject = errors.New("disagg: body is not a JSON object")
 	// ErrNoKVTransferParams: a prefill engine's answer carries no
-	// kv_transfer_params object (the engine runs no KV connector that
-	// follows vLLM's proxy protocol, or failed to hold the KV).
+	// kv_transfer_params object though its one token did not end the
+	// request (it finished "length", or answered no finish_reason): the
+	// engine runs no KV connector that follows vLLM's proxy protocol, or
+	// failed to hold the KV. A bad answer.
 	ErrNoKVTransferParams = errors.New("disagg: the prefill answer carries no kv_transfer_params")
+	// ErrPrefillStopped: a prefill engine's answer carries no
+	// kv_transfer_params (null or absent) because its one token ended the
+	// request (finish_reason "stop": the EOS token or one of
+	// stop_token_ids). NixlConnector holds the KV only of a request that
+	// finished length-capped and answers null params otherwise; vLLM's toy
+	// proxy then sends the decode engine the request without
+	// kv_transfer_params, and the decode engine prefills it itself. Not a
+	// failure of the prefill engine.
+	ErrPrefillStopped = errors.New("disagg: the prefill answer's one token ended the request; it holds no KV")
 )
 
 // remoteDecode is the kv_transfer_params of a prefill request, as vLLM's
@@ -77,13 +88,18 @@ func with(body []byte, edits ...openai.Edit) ([]byte, error) {
 }
 
 // KVTransferParams returns the kv_transfer_params object of a prefill
-// engine's answer, as raw JSON, or ErrNoKVTransferParams.
+// engine's answer, as raw JSON. An answer without one is ErrPrefillStopped
+// when its params are null or absent and its (first) choice finished
+// "stop", ErrNoKVTransferParams otherwise.
 func KVTransferParams(answer []byte) ([]byte, error) {
 	v := gjson.GetBytes(answer, "kv_transfer_params")
-	if !v.IsObject() {
-		return nil, ErrNoKVTransferParams
+	if v.IsObject() {
+		return []byte(v.Raw), nil
 	}
-	return []byte(v.Raw), nil
+	if (!v.Exists() || v.Type == gjson.Null) && gjson.GetBytes(answer, "choices.0.finish_reason").String() == "stop" {
+		return nil, ErrPrefillStopped
+	}
+	return nil, ErrNoKVTransferParams
 }
 
 // RemoteEngine names the prefill engine a kv_transfer_params object points

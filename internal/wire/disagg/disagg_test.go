@@ -53,6 +53,10 @@ func TestVLLMPrefill(t *testing.T) {
 	}
 }
 
+// TestKVTransferParams: a prefill answer's kv_transfer_params object is
+// read as sent; null params with a choice that finished "stop" (vLLM's
+// answer when the one token ended the request) are ErrPrefillStopped, and
+// every other answer without an object is ErrNoKVTransferParams.
 func TestKVTransferParams(t *testing.T) {
 	p, err := KVTransferParams([]byte(`{"id":"x","kv_transfer_params":{"do_remote_prefill":true,"remote_engine_id":"p1","remote_host":"10.0.0.1","remote_port":5600}}`))
 	if err != nil {
@@ -64,9 +68,19 @@ func TestKVTransferParams(t *testing.T) {
 	if got := RemoteEngine([]byte(`{"remote_host":"h","remote_port":1}`)); got != "h:1" {
 		t.Fatalf("remote engine %q", got)
 	}
-	for _, a := range []string{`{"id":"x"}`, `{"kv_transfer_params":null}`, `{"kv_transfer_params":[1]}`, `not json`} {
+	for _, a := range []string{`{"id":"x"}`, `{"kv_transfer_params":null}`, `{"kv_transfer_params":[1]}`, `not json`,
+		`{"choices":[{"finish_reason":"length"}],"kv_transfer_params":null}`,
+		`{"choices":[{"finish_reason":"stop"}],"kv_transfer_params":[1]}`} {
 		if _, err := KVTransferParams([]byte(a)); !errors.Is(err, ErrNoKVTransferParams) {
 			t.Errorf("%s: %v", a, err)
+		}
+	}
+	// vLLM's answer when the prefill's one token is EOS or a stop token:
+	// NixlConnector held no KV, the decode engine prefills.
+	for _, a := range []string{`{"choices":[{"index":0,"text":"","finish_reason":"stop","stop_reason":null}],"kv_transfer_params":null}`,
+		`{"choices":[{"message":{"content":""},"finish_reason":"stop"}]}`} {
+		if p, err := KVTransferParams([]byte(a)); p != nil || !errors.Is(err, ErrPrefillStopped) {
+			t.Errorf("%s: %s %v, want ErrPrefillStopped", a, p, err)
 		}
 	}
 	b, err := WithKVTransferParams([]byte(`{"model":"m","prompt":"x","kv_transfer_params":{"do_remote_decode":true}}`), p)
