@@ -159,6 +159,58 @@ func TestVLLMPrefillStoppedDecodesWithoutParams(t *testing.T) {
 	}
 }
 
+// TestVLLMPairTakesOnePromptAndChoice: a vLLM prefill engine answers one
+// request's kv_transfer_params (a batch's first prompt's, one of n
+// choices'), so a vLLM pair refuses a batch of prompts and n above 1 with
+// 400 invalid_request naming the field, as tlgate's own contract refuses a
+// batch, before either leg is sent: the request's fault, no worker blamed.
+// One prompt in an array, token ids and n = 1 are served.
+func TestVLLMPairTakesOnePromptAndChoice(t *testing.T) {
+	f := newPDFleet(t, pdOpts{}, pdSpec{id: "p", kind: "vllm", role: "prefill"}, pdSpec{id: "d", kind: "vllm", role: "decode"})
+	msgs := []map[string]string{{"role": "user", "content": "Hello there"}}
+	cases := []struct {
+		name, path string
+		body       map[string]any
+		param      string // "" for served
+	}{
+		{"a batch of texts", "/v1/completions", map[string]any{"prompt": []string{"Hello there", "Another prompt entirely"}}, "prompt"},
+		{"a batch of token arrays", "/v1/completions", map[string]any{"prompt": [][]int{{5, 6, 7}, {8, 9}}}, "prompt"},
+		{"n of 2", "/v1/completions", map[string]any{"prompt": "Hello there", "n": 2}, "n"},
+		{"chat n of 3", "/v1/chat/completions", map[string]any{"messages": msgs, "n": 3}, "n"},
+		{"one text in an array", "/v1/completions", map[string]any{"prompt": []string{"Hello there"}}, ""},
+		{"token ids", "/v1/completions", map[string]any{"prompt": []int{5, 6, 7, 8}}, ""},
+		{"n of 1", "/v1/chat/completions", map[string]any{"messages": msgs, "n": 1}, ""},
+	}
+	legs := 0
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.body["model"], tc.body["max_tokens"] = "big-pd", 4
+			r := f.post(tc.path, "", tc.body)
+			if tc.param == "" {
+				legs++
+			}
+			if p, d := len(f.byID["p"].front.requests()), len(f.byID["d"].front.requests()); p != legs || d != legs {
+				t.Fatalf("%d prefill and %d decode legs, want %d of each (%d %s)", p, d, legs, r.status, r.body)
+			}
+			if tc.param == "" {
+				if r.status != http.StatusOK {
+					t.Fatalf("%d %s", r.status, r.body)
+				}
+			} else {
+				var e struct {
+					Error struct {
+						Code  string `json:"code"`
+						Param string `json:"param"`
+					} `json:"error"`
+				}
+				if r.status != http.StatusBadRequest || json.Unmarshal(r.body, &e) != nil || e.Error.Code != "invalid_request" || e.Error.Param != tc.param {
+					t.Fatalf("%d %s, want 400 invalid_request naming %s", r.status, r.body, tc.param)
+				}
+			}
+		})
+	}
+}
+
 // TestSGLangRoomIsRandomAndShared: each request goes to its prefill and its
 // decode engine with one bootstrap room, the prefill engine's host and
 // bootstrap port; rooms are drawn at random, never twice, within SGLang's

@@ -121,6 +121,14 @@ func (a *requestActor) disaggregate(ctx actor.Context) {
 		a.tokenize(ctx)
 		return
 	}
+	if proto == fleet.ProtocolVLLM {
+		if param, msg := vllmRefusal(&a.ex.Req); msg != "" {
+			// The request is at fault: no other pair would serve it.
+			a.log.LastError = msg
+			a.finish(ctx, Outcome{Status: http.StatusBadRequest, Code: openai.CodeInvalidRequest, Message: msg, Param: param})
+			return
+		}
+	}
 	pd := a.pdOf()
 	pd.gen++
 	a.pdReport().Pairs++

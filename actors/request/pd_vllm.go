@@ -2,14 +2,37 @@ package request
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/wire/disagg"
+	"github.com/tlgate/tlgate/internal/wire/openai"
 	"github.com/tlgate/tlgate/internal/wire/proxy"
 )
+
+// vllmRefusal is the field of a request a vLLM pair cannot serve, and
+// what the client is told (param "" and msg "" when it can). vLLM's
+// prefill engine answers the kv_transfer_params of one request: a batch of
+// prompts gets its first prompt's (serving_completion: final_res_batch[0])
+// and n > 1 sampled choices, n child requests each holding its blocks, get
+// one of them; the decode engine's prompts and choices would all read
+// those blocks while the others stay held on the prefill engine until
+// VLLM_NIXL_ABORT_REQUEST_TIMEOUT. tlgate's own contract refuses a batch
+// the same way (engineclient.PromptError).
+func vllmRefusal(req *openai.Request) (param, msg string) {
+	if !req.Chat {
+		if n := disagg.PromptCount(req.Object.Raw("prompt")); n > 1 {
+			return "prompt", fmt.Sprintf("prompt: this model is served disaggregated, which takes one prompt per request; send the %d prompts one by one.", n)
+		}
+	}
+	if req.Choices > 1 {
+		return "n", fmt.Sprintf("n: this model is served disaggregated over vLLM's kv_transfer_params, which takes one choice per request; send n = 1 (%d requests for %d choices).", req.Choices, req.Choices)
+	}
+	return "", ""
+}
 
 // vllmPair runs a vLLM pair: its prefill leg, or straight its decode leg
 // when the pair kept the prefill worker that holds the request's KV under
