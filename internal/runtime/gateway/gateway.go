@@ -641,7 +641,7 @@ func accessLog(l zerolog.Logger, ex *request.Exchange, o request.Outcome) {
 		Str("route", lg.Route).Str("served_model", lg.ServedModel).Str("worker", lg.Worker).
 		Str("reason", lg.Reason).Int("attempts", lg.Attempts).Int("status", o.Status).
 		Bool("stream", ex.Req.Stream).Bool("committed", lg.Committed || ex.Committed()).
-		Dur("ttfb", lg.FirstByte).Dur("duration", time.Since(ex.Received))
+		Dur("ttfb", streamedTTFB(o)).Dur("duration", time.Since(ex.Received))
 	if lg.Prefill != "" {
 		ev.Str("prefill", lg.Prefill).Str("protocol", lg.Protocol).Str("prefill_reason", lg.PrefillReason).
 			Str("decode_reason", lg.DecodeReason).Int("pairs", lg.Pairs).Dur("prefill_leg", lg.PrefillLeg).Dur("decode_leg", lg.DecodeLeg)

@@ -50,12 +50,24 @@ func observe(m *metrics.Metrics, ex *request.Exchange, o request.Outcome) {
 	tid := tracectx.SampledTraceID(ex.TraceContext())
 	m.RequestDoneTraced(route, outcome, time.Since(ex.Received), tid)
 	m.EndpointDone(string(ex.Req.Endpoint), outcome)
-	if o.Log.FirstByte > 0 {
-		m.FirstByteTraced(route, o.Log.FirstByte, tid)
+	if d := streamedTTFB(o); d > 0 {
+		m.FirstByteTraced(route, d, tid)
 	}
 	if r := objectiveResult(o); r != "" {
 		m.Objective(o.Log.Priority, ex.KeyName, r)
 	}
+}
+
+// streamedTTFB is a streamed request's time from its arrival to the first
+// byte written to its client (queueing and failed attempts included), or 0
+// for a request not streamed or whose stream never started. It is what
+// tlgate_time_to_first_byte_seconds, the console's TTFT and the access
+// log's ttfb report; o.Log.FirstByte is the last attempt's alone.
+func streamedTTFB(o request.Outcome) time.Duration {
+	if !o.Streamed {
+		return 0
+	}
+	return o.Log.TTFT
 }
 
 // objectiveResult is how a request with a TTFT objective fared (a

@@ -29,9 +29,10 @@ func feedTraffic(d *request.Deps, tr *traffic.Recorder) {
 }
 
 // recordTraffic records a finished request under its route (requests that
-// named no route under traffic.NoRoute).
+// named no route under traffic.NoRoute), with a streamed request's time
+// from arrival to its first byte as its TTFT.
 func recordTraffic(tr *traffic.Recorder, ex *request.Exchange, o request.Outcome) {
-	tr.Request(o.Log.Route, trafficCode(o), time.Since(ex.Received), o.Log.FirstByte)
+	tr.Request(o.Log.Route, trafficCode(o), time.Since(ex.Received), streamedTTFB(o))
 }
 
 // trafficCode is the error code a finished request counts under, empty
