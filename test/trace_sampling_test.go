@@ -69,3 +69,37 @@ func TestClientTraceparentSampledByRatio(t *testing.T) {
 		t.Fatalf("a key with the trace scope: %d spans, engine traceparent %q", n, e.traceparent)
 	}
 }
+
+// TestUntrustedTraceIDCannotForceSampling: at sample_ratio 0.01, a key
+// without the trace scope that picks its trace ids (the low 8 bytes zero,
+// which a ratio sampler on the trace id always takes) does not get its
+// requests recorded: the gateway draws their sampling itself. Twenty
+// requests all but never see more than one sampled; the test allows ten
+// (a chance below 1e-16 at ratio 0.01).
+func TestUntrustedTraceIDCannotForceSampling(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	p := tracing.WithExporter(exp, tracing.Config{SampleRatio: 0.01, ServiceName: "tlgate"}, sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	c := newClusterGateway(t, "", []clusterOpt{withKeys(
+		config.APIKey{Name: "plain", Key: "key-plain", Scopes: []string{"inference"}},
+	)}, nil, func(o *gateway.Options) { o.Tracing = p })
+	c.addFake("f", "m", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"index":0,"text":"hi","finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	})
+	body := map[string]any{"model": "m", "prompt": "hello", "max_tokens": 2}
+	const n = 20
+	for i := range n {
+		tp := fmt.Sprintf("00-%016x0000000000000000-00f067aa0ba902b7-00", i+1)
+		if r := c.post("/v1/completions", "key-plain", body, "Traceparent", tp); r.status != http.StatusOK {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+	}
+	traces := map[string]bool{}
+	for _, s := range exp.GetSpans() {
+		traces[s.SpanContext.TraceID().String()] = true
+	}
+	if len(traces) > n/2 {
+		t.Fatalf("a key without the trace scope chose its sampling: %d of %d requests traced at sample_ratio 0.01", len(traces), n)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"strings"
 
@@ -49,7 +50,8 @@ type Config struct {
 	// Protocol is ProtocolGRPC (default) or ProtocolHTTP.
 	Protocol string
 	// SampleRatio is the share of new traces recorded, in [0, 1]; a request
-	// that arrives with a trace context follows its sampled flag.
+	// that arrives with a trusted trace context follows its sampled flag,
+	// one with an untrusted one (tracectx.Extract) is drawn at this ratio.
 	SampleRatio float64
 	// ServiceName is the resource's service.name.
 	ServiceName string
@@ -120,11 +122,13 @@ func WithExporter(exp sdktrace.SpanExporter, c Config, opts ...sdktrace.TracerPr
 		ratio = 1
 	}
 	opts = append(opts,
-		// An untrusted client's remote parent (Extract clears its sampled
-		// flag) is sampled by ratio, on its trace id; a trusted one's
+		// A new trace is sampled by ratio on its trace id (the gateway's
+		// own, random). An untrusted client's remote parent (Extract
+		// clears its sampled flag) is sampled by ratio on a draw of the
+		// gateway's: its trace id is the client's choice. A trusted one's
 		// flag is honoured.
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio),
-			sdktrace.WithRemoteParentNotSampled(untrustedSampler{ratio: sdktrace.TraceIDRatioBased(ratio)}))),
+			sdktrace.WithRemoteParentNotSampled(untrustedSampler{ratio: ratio, draw: rand.Float64}))),
 		sdktrace.WithResource(resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(name))),
 	)
 	sdk := sdktrace.NewTracerProvider(opts...)
@@ -200,17 +204,25 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// untrustedSampler samples a remote parent that is not sampled: by ratio
-// when an untrusted client sent it, never otherwise.
-type untrustedSampler struct{ ratio sdktrace.Sampler }
+// untrustedSampler samples a remote parent that is not sampled: when an
+// untrusted client sent it, with probability ratio on a draw of its own per
+// span (the parent's trace id is the client's choice: a ratio sampler on
+// it would let the client pick ids that are always sampled); never
+// otherwise. Only a request's span has a remote parent, so each request
+// is drawn once; its other spans follow it.
+type untrustedSampler struct {
+	ratio float64
+	draw  func() float64 // in [0, 1)
+}
 
 func (s untrustedSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
-	if tracectx.Untrusted(p.ParentContext) {
-		return s.ratio.ShouldSample(p)
+	res := sdktrace.SamplingResult{Decision: sdktrace.Drop, Tracestate: trace.SpanContextFromContext(p.ParentContext).TraceState()}
+	if tracectx.Untrusted(p.ParentContext) && s.draw() < s.ratio {
+		res.Decision = sdktrace.RecordAndSample
 	}
-	return sdktrace.NeverSample().ShouldSample(p)
+	return res
 }
 
 func (s untrustedSampler) Description() string {
-	return "UntrustedRemoteParent{" + s.ratio.Description() + "}"
+	return fmt.Sprintf("UntrustedRemoteParent{RandomRatio{%g}}", s.ratio)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/tlgate/tlgate/internal/wire/tracectx"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func TestValidate(t *testing.T) {
@@ -94,5 +95,31 @@ func TestSamplerIsParentBased(t *testing.T) {
 	sp.End()
 	if n := len(exp.GetSpans()); n != 1 {
 		t.Fatalf("a sampled parent's child: %d spans recorded, want 1", n)
+	}
+}
+
+// TestUntrustedParentDrawnNotByTraceID: an untrusted client's parent is
+// sampled by the sampler's own draw, whatever its trace id; a trusted
+// parent that is not sampled never is.
+func TestUntrustedParentDrawnNotByTraceID(t *testing.T) {
+	h := http.Header{"Traceparent": {"00-00000000000000010000000000000000-00f067aa0ba902b7-01"}}
+	untrusted := tracectx.Extract(context.Background(), h, false)
+	h.Set("Traceparent", "00-00000000000000010000000000000000-00f067aa0ba902b7-00")
+	trusted := tracectx.Extract(context.Background(), h, true)
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		draw float64
+		want sdktrace.SamplingDecision
+	}{
+		{"untrusted, draw above the ratio", untrusted, 0.5, sdktrace.Drop},
+		{"untrusted, draw below the ratio", untrusted, 0.005, sdktrace.RecordAndSample},
+		{"trusted, not sampled", trusted, 0, sdktrace.Drop},
+	} {
+		s := untrustedSampler{ratio: 0.01, draw: func() float64 { return tc.draw }}
+		p := sdktrace.SamplingParameters{ParentContext: tc.ctx, TraceID: trace.SpanContextFromContext(tc.ctx).TraceID()}
+		if got := s.ShouldSample(p).Decision; got != tc.want {
+			t.Errorf("%s: decision %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
