@@ -108,6 +108,9 @@ type Config struct {
 	OnEvict func(w fleet.Worker)
 	// OnRegister, if set, is called for every worker's first heartbeat.
 	OnRegister func(w fleet.Worker)
+	// OnGone, if set, is called (from the actor) for every worker that
+	// leaves the registry: evicted (after OnEvict) or forgotten.
+	OnGone func(w fleet.Worker)
 	// MaxWorkers caps the workers registered by heartbeat (probed engines,
 	// bounded by the configuration, are not counted); a new id beyond it
 	// is refused with ErrTooManyWorkers. 0 means no cap.
@@ -192,6 +195,9 @@ func (a *registryActor) Receive(ctx actor.Context) {
 		if ok {
 			ctx.Stop(e.pid)
 			st.remove(m.ID)
+			if st.cfg.OnGone != nil {
+				st.cfg.OnGone(e.worker)
+			}
 			a.publish(ctx, &WorkerGone{ID: m.ID, Reason: "removed"})
 		}
 		ctx.Respond(ok)
@@ -322,6 +328,9 @@ func (a *registryActor) evict(ctx actor.Context, e *entry) {
 	a.st.remove(e.worker.ID)
 	if a.st.cfg.OnEvict != nil {
 		a.st.cfg.OnEvict(e.worker)
+	}
+	if a.st.cfg.OnGone != nil {
+		a.st.cfg.OnGone(e.worker)
 	}
 	a.publish(ctx, &WorkerGone{ID: e.worker.ID, Reason: "evicted"})
 }

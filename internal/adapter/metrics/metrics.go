@@ -510,7 +510,8 @@ func (m *Metrics) DisaggFailure(phase string) {
 }
 
 // Eviction counts tlgate_worker_evictions_total{model}: a worker of served
-// model evicted for missing heartbeats. Pair it with DeleteWorker.
+// model evicted for missing heartbeats. DeleteWorker drops the worker's
+// own series.
 func (m *Metrics) Eviction(model string) {
 	if m == nil {
 		return
@@ -648,6 +649,28 @@ func (m *Metrics) DeleteWorker(worker string) {
 	m.attemptCache.mu.Unlock()
 
 	m.probes.DeletePartialMatch(prometheus.Labels{lWorker: worker})
+}
+
+// DeleteWorkersExcept deletes, as DeleteWorker, every worker that has a
+// tlgate_inflight_requests series and is not in listed (the workers the
+// router knows now). Set at each scrape before SetInFlight, it drops the
+// series of a worker that left since the last scrape, also one that a
+// scrape racing its departure set again after DeleteWorker.
+func (m *Metrics) DeleteWorkersExcept(listed map[string]bool) {
+	if m == nil {
+		return
+	}
+	var gone []string
+	if p := m.inflightCache.p.Load(); p != nil {
+		for w := range *p {
+			if w != "" && !listed[w] {
+				gone = append(gone, w)
+			}
+		}
+	}
+	for _, w := range gone {
+		m.DeleteWorker(w)
+	}
 }
 
 // SetWorkers replaces tlgate_workers with counts: series absent from counts

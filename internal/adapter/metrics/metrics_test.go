@@ -868,3 +868,24 @@ tlgate_ttft_objective_total{key="team",priority="10",result="missed"} 1
 	nilM.SetWaiting(nil)
 	nilM.Objective(0, "k", ObjectiveMet)
 }
+
+// TestDeleteWorkersExcept: a worker with an in-flight series that the
+// router no longer lists loses its series, also when a scrape set it again
+// after DeleteWorker; a listed one keeps them.
+func TestDeleteWorkersExcept(t *testing.T) {
+	m, reg := newTest(t)
+	m.SetInFlight("w1", 2)
+	m.SetInFlight("w2", 1)
+	m.Attempt("smol", "w1")
+	m.DeleteWorker("w1")
+	m.SetInFlight("w1", 2) // a scrape whose view predates w1's departure
+	m.DeleteWorkersExcept(map[string]bool{"w2": true})
+	for _, name := range []string{"tlgate_inflight_requests", "tlgate_attempts_total"} {
+		if series(t, reg, name, map[string]string{"worker": "w1"}) != nil {
+			t.Errorf("%s still has a w1 series", name)
+		}
+	}
+	if got := value(t, reg, "tlgate_inflight_requests", map[string]string{"worker": "w2"}); got != 1 {
+		t.Errorf("inflight{w2} = %v, want 1", got)
+	}
+}

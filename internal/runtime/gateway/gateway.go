@@ -210,6 +210,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			m.Eviction(w.Model)
 			o.Logger.Warn().Str("worker", w.ID).Str("model", w.Model).Time("last_heartbeat", w.LastHeartbeat).Msg("worker evicted")
 		},
+		// A worker that left takes its own series with it
+		// (refreshGauges drops any a scrape set again meanwhile).
+		OnGone: func(w fleet.Worker) { m.DeleteWorker(w.ID) },
 		OnRegister: func(w fleet.Worker) {
 			m.Registration(w.Model, w.Source)
 			o.Logger.Info().Str("worker", w.ID).Str("model", w.Model).Str("role", string(w.Role)).Str("http", w.HTTPAddress).Str("source", w.Source).Msg("worker registered")

@@ -131,6 +131,11 @@ func (g *Gateway) refreshGauges() {
 	if !ok {
 		return
 	}
+	listed := make(map[string]bool, len(wr.Workers))
+	for _, w := range wr.Workers {
+		listed[w.ID] = true
+	}
+	g.Metrics.DeleteWorkersExcept(listed)
 	counts := map[metrics.WorkerKey]int{}
 	for _, w := range wr.Workers {
 		g.Metrics.SetInFlight(w.ID, w.InFlight)
