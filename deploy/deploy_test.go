@@ -191,6 +191,89 @@ func TestGrafanaDashboard(t *testing.T) {
 	promtoolCheck(t, exprs)
 }
 
+// TestGrafanaFleetPanelsCountEachWorkerOnce: every replica exports its
+// view of the whole fleet (engines heartbeat to every replica), so the
+// fleet panels must not sum those views. promtool evaluates their queries
+// over three replicas (the instance and pod labels the chart's
+// ServiceMonitor adds) that each see 2 routable workers of model m and 1
+// ejected: the panels say 2 and 1, not 6 and 3.
+func TestGrafanaFleetPanelsCountEachWorkerOnce(t *testing.T) {
+	promtool := tool(t, "promtool")
+	b, err := os.ReadFile("grafana/tlgate.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	first := func(title string) string {
+		for _, p := range dash.Panels {
+			if p.Title == title && len(p.Targets) > 0 {
+				return p.Targets[0].Expr
+			}
+		}
+		t.Fatalf("no panel %q", title)
+		return ""
+	}
+	type sample struct {
+		Labels string  `yaml:"labels"`
+		Value  float64 `yaml:"value"`
+	}
+	type exprTest struct {
+		Expr     string   `yaml:"expr"`
+		EvalTime string   `yaml:"eval_time"`
+		Samples  []sample `yaml:"exp_samples"`
+	}
+	tests := []exprTest{
+		{first("Routable workers"), "5m", []sample{{"{}", 2}}},
+		{first("Workers by model and state"), "5m", []sample{{`{model="m",state="routable"}`, 2}}},
+		{first("Ejected workers"), "5m", []sample{{`{model="m"}`, 1}}},
+	}
+	type series struct {
+		Series string `yaml:"series"`
+		Values string `yaml:"values"`
+	}
+	var in []series
+	for i := range 3 {
+		replica := fmt.Sprintf(`instance="10.0.0.%d:8080",pod="tlgate-%d"`, i+1, i)
+		in = append(in,
+			series{fmt.Sprintf(`tlgate_workers{%s,model="m",role="unified",state="routable"}`, replica), "2x10"},
+			series{fmt.Sprintf(`tlgate_ejected_workers{%s,model="m"}`, replica), "1x10"})
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "none.yml"), []byte("groups: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file, err := yaml.Marshal(map[string]any{
+		"rule_files":          []string{"none.yml"},
+		"evaluation_interval": "1m",
+		"tests": []any{map[string]any{
+			"interval":         "1m",
+			"input_series":     in,
+			"promql_expr_test": tests,
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "fleet_test.yml"), file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(promtool, "test", "rules", "fleet_test.yml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("the fleet panels count each worker once per replica: %v\n%s", err, out)
+	}
+}
+
 func TestAlertRules(t *testing.T) {
 	promtool := tool(t, "promtool")
 	b, err := os.ReadFile("prometheus/alerts.yml")
