@@ -151,3 +151,23 @@ func TestRefusedBeforeRoutingKeepsItsRoute(t *testing.T) {
 		t.Fatalf("tlgate_requests_total{route=\"auto\",outcome=\"no_capacity\"} = %v, want 1", got)
 	}
 }
+
+// TestAdminWritesCountDrains: tlgate_admin_writes_total counts the admin
+// API's drains and resumes by outcome, besides route table PUTs: a drain
+// and a resume of a served model as ok, a drain of an unknown model as
+// model_not_found (404).
+func TestAdminWritesCountDrains(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := newClusterGateway(t, "", []clusterOpt{keys()}, nil, func(o *gateway.Options) { o.Registry, o.Gatherer, o.RequestHooks = reg, reg, nil })
+	c.addFake("w1", "m", func(w http.ResponseWriter, r *http.Request) {})
+	c.drillAdmin(t, "m", "drain")
+	c.drillAdmin(t, "m", "resume")
+	if r := c.post("/admin/v1/models/nope:drain", "key-admin", ""); r.status != http.StatusNotFound {
+		t.Fatalf("drain of an unknown model: %d %s", r.status, r.body)
+	}
+	ok := counterValue(t, reg, "tlgate_admin_writes_total", "outcome", "ok")
+	nf := counterValue(t, reg, "tlgate_admin_writes_total", "outcome", "model_not_found")
+	if ok != 2 || nf != 1 {
+		t.Fatalf("tlgate_admin_writes_total{outcome=ok} = %v, {outcome=model_not_found} = %v after a drain, a resume and a drain of an unknown model; want 2 and 1", ok, nf)
+	}
+}

@@ -112,9 +112,9 @@ type Deps struct {
 	Epoch uint64
 	// AskTimeout bounds each question to the router or registry.
 	AskTimeout time.Duration
-	// OnWrite, if set, is called with the outcome of every PUT (ok,
-	// if_match_required, etag_mismatch, invalid_routes, internal_error);
-	// OnEpoch with every new epoch; OnDrain with every drained model.
+	// OnWrite, if set, is called with the outcome (WriteOutcome) of every
+	// PUT that is not a dry run and of every drain and resume; OnEpoch
+	// with every new epoch; OnDrain with every drained model.
 	OnWrite func(outcome string)
 	OnEpoch func(epoch uint64)
 	OnDrain func(model string)
@@ -184,11 +184,26 @@ func (a *adminActor) answerPut(ctx actor.Context, m *PutRoutes, res *PutResult) 
 	ctx.Respond(res)
 }
 
-// WriteOutcome names the outcome of a PUT for metrics.
+// answerDrain reports a drain's or resume's outcome and responds with it.
+func (a *adminActor) answerDrain(ctx actor.Context, res *DrainResult) {
+	if a.deps.OnWrite != nil {
+		a.deps.OnWrite(WriteOutcome(res.Err))
+	}
+	ctx.Respond(res)
+}
+
+// WriteOutcome names the outcome of a PUT, a drain or a resume for
+// metrics: ok, the admin API's error code (if_match_required,
+// etag_mismatch, invalid_routes, model_not_found, epoch_exhausted,
+// store_unavailable), else internal_error.
 func WriteOutcome(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
+	case errors.Is(err, ErrModelNotFound):
+		return "model_not_found"
+	case errors.Is(err, ErrEpochExhausted):
+		return "epoch_exhausted"
 	case errors.Is(err, ErrIfMatchRequired):
 		return "if_match_required"
 	case errors.Is(err, ErrETagMismatch):
@@ -294,20 +309,20 @@ func (a *adminActor) drain(ctx actor.Context, m *Drain, reread bool) {
 	}
 	notFound := &DrainResult{Err: fmt.Errorf("%w: %q is neither a route nor a model any worker serves", ErrModelNotFound, m.Model)}
 	if a.deps.Router == nil {
-		ctx.Respond(notFound)
+		a.answerDrain(ctx, notFound)
 		return
 	}
 	f := ctx.RequestFuture(a.deps.Router, &router.Known{Model: m.Model}, a.deps.AskTimeout)
 	ctx.ReenterAfter(f, func(res any, err error) {
 		if err != nil {
-			ctx.Respond(&DrainResult{Err: fmt.Errorf("admin: ask the router about %q: %w", m.Model, err)})
+			a.answerDrain(ctx, &DrainResult{Err: fmt.Errorf("admin: ask the router about %q: %w", m.Model, err)})
 			return
 		}
 		if known, _ := res.(bool); !known {
 			if !reread && a.reread(ctx, func() { a.drain(ctx, m, true) }) {
 				return
 			}
-			ctx.Respond(notFound)
+			a.answerDrain(ctx, notFound)
 			return
 		}
 		a.apply(ctx, m, []string{m.Model})
@@ -339,7 +354,7 @@ func (a *adminActor) applyLocal(ctx actor.Context, m *Drain, served []string) {
 			ev = a.deps.Logger.Error().Err(res.Err)
 		}
 		ev.Str("key", m.KeyName).Str("model", m.Model).Strs("served", served).Int("workers", res.Workers).Bool("drain", m.On).Msg("admin: drain")
-		ctx.Respond(res)
+		a.answerDrain(ctx, res)
 	}
 	if a.deps.Registry == nil {
 		done()

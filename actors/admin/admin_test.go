@@ -2,9 +2,11 @@ package admin_test
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -214,4 +216,45 @@ func TestDrainResolvesAndApplies(t *testing.T) {
 			t.Fatal("resumed worker's ack still says drain")
 		}
 	})
+}
+
+// TestWriteOutcomesCountDrains: OnWrite hears every drain and resume, a
+// drain of an unknown model as model_not_found, and a PUT refused because
+// the epoch is exhausted as epoch_exhausted (not internal_error).
+func TestWriteOutcomesCountDrains(t *testing.T) {
+	sys := actorsys.New(zerolog.Nop())
+	t.Cleanup(sys.Shutdown)
+	table, err := routes.NewTable([]routes.Route{{Model: "smol"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []string
+	adm := sys.Root.Spawn(admin.Props(admin.Deps{Logger: zerolog.Nop(), Table: table, Epoch: math.MaxUint64,
+		OnWrite: func(outcome string) { mu.Lock(); got = append(got, outcome); mu.Unlock() }}))
+	ask := func(msg any) any {
+		t.Helper()
+		res, err := sys.Root.RequestFuture(adm, msg, 5*time.Second).Result()
+		if err != nil {
+			t.Fatalf("ask %T: %v", msg, err)
+		}
+		return res
+	}
+	if r := ask(&admin.Drain{Model: "smol", On: true}).(*admin.DrainResult); r.Err != nil {
+		t.Fatalf("drain: %v", r.Err)
+	}
+	if r := ask(&admin.Drain{Model: "smol"}).(*admin.DrainResult); r.Err != nil {
+		t.Fatalf("resume: %v", r.Err)
+	}
+	if r := ask(&admin.Drain{Model: "nope", On: true}).(*admin.DrainResult); !errors.Is(r.Err, admin.ErrModelNotFound) {
+		t.Fatalf("drain of an unknown model: %v", r.Err)
+	}
+	if r := ask(&admin.PutRoutes{Body: []byte(`{"routes":[]}`), IfMatch: admin.ETag(math.MaxUint64)}).(*admin.PutResult); !errors.Is(r.Err, admin.ErrEpochExhausted) {
+		t.Fatalf("PUT at the last epoch: %v", r.Err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"ok", "ok", "model_not_found", "epoch_exhausted"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("OnWrite heard %v, want %v", got, want)
+	}
 }

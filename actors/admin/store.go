@@ -237,7 +237,7 @@ func (a *adminActor) drainFailed(ctx actor.Context, m *Drain, served []string, c
 		msg = "admin: drain's outcome unknown"
 	}
 	a.deps.Logger.Warn().Str("key", m.KeyName).Str("model", m.Model).Bool("drain", m.On).Err(err).Msg(msg)
-	ctx.Respond(&DrainResult{Models: served, Err: err})
+	a.answerDrain(ctx, &DrainResult{Models: served, Err: err})
 }
 
 // snapshot installs what a shared store's watch read: the plan is State's

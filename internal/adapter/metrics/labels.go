@@ -127,6 +127,8 @@ const (
 	AdminInvalidRoutes   = "invalid_routes"
 	AdminModelNotFound   = "model_not_found"
 	AdminInternalError   = "internal_error"
+	// AdminEpochExhausted: the route epoch is the largest uint64 (409).
+	AdminEpochExhausted = "epoch_exhausted"
 	// AdminStoreUnavailable: the shared route store could not be reached.
 	AdminStoreUnavailable = "store_unavailable"
 )
@@ -170,7 +172,7 @@ var (
 	states          = fixedSet{StateRoutable, StateDraining, StateDrained}
 	sources         = fixedSet{SourceHeartbeat, SourceProbe}
 	adminOutcomes   = fixedSet{AdminOK, AdminIfMatchRequired, AdminETagMismatch, AdminInvalidRoutes,
-		AdminModelNotFound, AdminInternalError, AdminStoreUnavailable}
+		AdminModelNotFound, AdminInternalError, AdminStoreUnavailable, AdminEpochExhausted}
 	rejectCodes = fixedSet{RejectInvalidRequest, RejectInvalidAPIKey, RejectInsufficientScope, RejectRequestTooLarge,
 		RejectRateLimited}
 	connRefusedReasons = fixedSet{ConnRefusedTotal, ConnRefusedPerClient}

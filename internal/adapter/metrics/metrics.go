@@ -208,7 +208,7 @@ func newMetrics(maxRoutes, maxWorkers, maxModels int) *Metrics {
 		probes: counter("probes_total",
 			"Health probes of probed engines, by worker and outcome.", lWorker, lOutcome),
 		admin: counter("admin_writes_total",
-			"Admin writes (route table replacements and drains), by outcome.", lOutcome),
+			"Admin writes (route table replacements, drains and resumes), by outcome.", lOutcome),
 		rejected: counter("http_rejected_total",
 			"Requests the HTTP edge refused before routing, by error code.", lCode),
 		endpoints: counter("endpoint_requests_total",
@@ -581,7 +581,7 @@ func (m *Metrics) Probe(worker string, ok bool) {
 }
 
 // AdminWrite counts tlgate_admin_writes_total{outcome}: one route table PUT
-// or drain POST; outcome is an Admin constant (ok or the error code
+// (not a dry run), drain or resume; outcome is an Admin constant (ok or the error code
 // answered), anything else counts as Other.
 func (m *Metrics) AdminWrite(outcome string) {
 	if m == nil {
