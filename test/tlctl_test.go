@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,5 +132,51 @@ backends = [{ model = "m", weight = 1 }]
 		if code != tc.code || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%s: exit %d, stderr %q; want exit %d with %q", tc.name, code, errOut, tc.code, tc.want)
 		}
+	}
+}
+
+// TestAdminCrossSiteWriteRefused: without API keys (loopback), a web page
+// of another site can make a browser POST a drain without a preflight (a
+// "simple" request: text/plain body, no custom header). Such a write, its
+// Origin another site's, is refused 403 cross_origin and drains nothing;
+// the console's drain (its Origin the gateway's own, no body) and tlctl's
+// (no Origin) are taken.
+func TestAdminCrossSiteWriteRefused(t *testing.T) {
+	c := newClusterGateway(t, "", nil, nil, nil)
+	c.addFake("w1", "m", func(w http.ResponseWriter, r *http.Request) {})
+	for _, origin := range []string{"https://evil.example", "null", "http://" + c.gw.HTTPAddr() + ".evil.example"} {
+		req, _ := http.NewRequest(http.MethodPost, c.url+"/admin/v1/models/m:drain", strings.NewReader("x"))
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Content-Type", "text/plain")
+		r := c.do(req)
+		var e struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		if r.status != http.StatusForbidden || json.Unmarshal(r.body, &e) != nil || e.Error.Code != "cross_origin" {
+			t.Fatalf("drain from Origin %s: %d %s, want 403 cross_origin", origin, r.status, r.body)
+		}
+	}
+	if w, _ := c.drillWorker("w1"); !w.Routable {
+		t.Fatal("a refused cross-site drain drained m")
+	}
+
+	// The console: fetch() from its own page sends the gateway's origin.
+	req, _ := http.NewRequest(http.MethodPost, c.url+"/admin/v1/models/m:drain", nil)
+	req.Header.Set("Origin", c.url)
+	if r := c.do(req); r.status != http.StatusAccepted {
+		t.Fatalf("the console's drain: %d %s", r.status, r.body)
+	}
+	if code, out, errOut := c.tlctl(map[string]string{"TLGATE_URL": c.url}, "resume", "m"); code != 0 {
+		t.Fatalf("tlctl resume: %d %s%s", code, out, errOut)
+	}
+	if code, out, errOut := c.tlctl(map[string]string{"TLGATE_URL": c.url}, "drain", "m"); code != 0 {
+		t.Fatalf("tlctl drain: %d %s%s", code, out, errOut)
+	}
+	// Reads stay open to any origin: a browser does not show another
+	// site's page their answers (no CORS headers).
+	req, _ = http.NewRequest(http.MethodGet, c.url+"/admin/v1/workers", nil)
+	req.Header.Set("Origin", "https://evil.example")
+	if r := c.do(req); r.status != http.StatusOK {
+		t.Fatalf("GET workers with another Origin: %d %s", r.status, r.body)
 	}
 }

@@ -12,7 +12,8 @@
 //	GET  /admin/v1/traffic                 the last 15 minutes per model (when Deps.Traffic is set)
 //
 // Errors are OpenAI-shaped: 400 invalid_routes (param names the bad
-// field), 401 invalid_api_key, 403 insufficient_scope, 404 model_not_found
+// field), 401 invalid_api_key, 403 insufficient_scope or cross_origin (a
+// write whose Origin header is another site's), 404 model_not_found
 // or not_found, 405 method_not_allowed, 412 etag_mismatch, 413
 // request_too_large, 428 if_match_required, 500 internal_error, 503
 // unavailable (an actor did not answer in time), 503 store_unavailable
@@ -28,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +53,8 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeEpochExhausted   = "epoch_exhausted"
 	CodeStoreUnavailable = "store_unavailable"
+	// CodeCrossOrigin: a write whose Origin is another site (403).
+	CodeCrossOrigin = "cross_origin"
 )
 
 // StoreRetryAfter is the Retry-After (seconds) of a store_unavailable.
@@ -207,7 +211,41 @@ func New(d Deps) http.Handler {
 	mux.HandleFunc("/admin/v1/", func(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("No admin endpoint %s %s.", echo.Clip(r.Method), echo.Clip(r.URL.Path)), nil)
 	})
-	return d.Keyring.Require(auth.ScopeAdmin, mux)
+	return d.Keyring.Require(auth.ScopeAdmin, sameOrigin(mux))
+}
+
+// sameOrigin refuses (403 cross_origin) a write (any method but GET and
+// HEAD) whose Origin header names another host than the request's own
+// Host: a web page of another site, which a browser lets send a body-less
+// POST without asking the gateway first. Without API keys (loopback) such
+// a page could otherwise drain a model. tlctl sends no Origin, the
+// console's own pages send the gateway's; the scheme is not compared, so
+// that a console behind a TLS-terminating proxy still works.
+func sameOrigin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if o := r.Header.Values("Origin"); len(o) > 0 && !originIsHost(o, r.Host) {
+				openai.WriteError(w, http.StatusForbidden, CodeCrossOrigin,
+					fmt.Sprintf("Admin writes from another site are refused: Origin %q is not this gateway (%q).", echo.Clip(strings.Join(o, ", ")), echo.Clip(r.Host)), nil)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// originIsHost reports whether origin (the Origin header's values) is one
+// serialized origin, scheme://host[:port], whose host[:port] is host.
+func originIsHost(origin []string, host string) bool {
+	if len(origin) != 1 || host == "" {
+		return false
+	}
+	u, err := url.Parse(origin[0])
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return false
+	}
+	return strings.EqualFold(u.Host, host)
 }
 
 type handler struct{ d Deps }
