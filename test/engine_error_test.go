@@ -100,3 +100,43 @@ func TestEngine500ClientErrorNotEjected(t *testing.T) {
 		t.Fatalf("the broken engine answered %d requests and is not ejected: %+v", bad.Load(), w)
 	}
 }
+
+// TestStreamErrorFirstFailsOver: an engine whose stream starts with its
+// error event (vLLM's and SGLang's way of failing a streamed request, then
+// [DONE]) has not answered: the request goes to another worker, and the
+// client gets that worker's stream, never the error. A request both
+// workers fail so gets the engine's error as a whole answer.
+func TestStreamErrorFirstFailsOver(t *testing.T) {
+	c := newCluster(t, "", []clusterOpt{keys()})
+	errorFirst := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"error\":{\"object\":\"error\",\"message\":\"EngineCore encountered an issue\",\"type\":\"InternalServerError\",\"param\":null,\"code\":500}}\n\ndata: [DONE]\n\n")
+	}
+	var broken, good atomic.Int64
+	var bothFail atomic.Bool
+	c.addFake("a-broken", "m", func(w http.ResponseWriter, r *http.Request) { broken.Add(1); errorFirst(w, r) })
+	c.addFake("b-good", "m", func(w http.ResponseWriter, r *http.Request) {
+		if bothFail.Load() {
+			errorFirst(w, r)
+			return
+		}
+		good.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"fine\"}}]}\n\ndata: [DONE]\n\n")
+	})
+	body := map[string]any{"model": "m", "stream": true, "messages": []map[string]string{{"role": "user", "content": "hi"}}}
+	for i := range 6 {
+		r := c.post("/v1/chat/completions", "key-debug", body)
+		if r.status != http.StatusOK || strings.Contains(string(r.body), "EngineCore") || !strings.Contains(string(r.body), "fine") {
+			t.Fatalf("request %d: %d %s, want b-good's stream", i, r.status, r.body)
+		}
+	}
+	if broken.Load() == 0 || good.Load() != 6 {
+		t.Fatalf("a-broken asked %d times, b-good %d: want the failing one asked and every stream from b-good", broken.Load(), good.Load())
+	}
+	bothFail.Store(true)
+	r := c.post("/v1/chat/completions", "key-debug", body)
+	if r.status != http.StatusInternalServerError || !strings.Contains(string(r.body), "EngineCore encountered an issue") {
+		t.Fatalf("both failing: %d %s, want the engine's 500 error", r.status, r.body)
+	}
+}

@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/tlgate/tlgate/internal/wire/dialect"
 	"github.com/tlgate/tlgate/internal/wire/openai"
@@ -50,8 +53,9 @@ const doneGrace = time.Second
 // failure (refused, reset, FirstByteTimeout, a 503 or other 5xx answer, an
 // engine that closes before its first complete SSE event, a malformed one)
 // returns Result{Committed: false} with a retryable Err and w untouched.
-// The attempt commits when the first complete SSE event has arrived: Stream
-// then sets Content-Type, Cache-Control: no-cache on w, calls
+// The attempt commits when the first complete SSE event has arrived, unless
+// that event is the engine's error (errorFirst: judged as the same error
+// answered whole would be, uncommitted): Stream then sets Content-Type, Cache-Control: no-cache on w, calls
 // commit(status, engine header) once so the caller can set its own headers
 // (X-Request-Id, X-TL-Route) and learn that it committed, writes the
 // status, and relays. commit may be nil.
@@ -161,11 +165,14 @@ func (r *relay) events(b []byte) {
 			end = 0 // comments alone do not commit
 		}
 		if end > 0 {
+			evs := sc.Take()
 			if !r.res.Committed {
 				r.timer.Stop()
+				if r.errorFirst(b, evs) {
+					return
+				}
 				r.commit()
 			}
-			evs := sc.Take()
 			if !r.write(b[:end], evs) {
 				return
 			}
@@ -206,6 +213,45 @@ func (r *relay) events(b []byte) {
 		}
 	}
 }
+
+// errorFirst reports whether a stream's first events (evs, in b) start
+// with an error event, and if so ends the relay with it uncommitted, as
+// the engine's answer: vLLM and SGLang report a failure of the request
+// (their engine core's, a KV load's) as a stream whose first event is
+// their error, in the API's shape, then [DONE]. Nothing of it reaches the
+// client: it is what a non-streamed answer with that error and its code's
+// status would be (checkAnswer), a 5xx one tried on another worker.
+func (r *relay) errorFirst(b []byte, evs []sse.Event) bool {
+	if len(evs) == 0 {
+		return false
+	}
+	data := evs[0].Data(b)
+	if !bytes.Contains(data, errorKey) {
+		return false
+	}
+	e, ok := engineError(data)
+	if !ok {
+		return false
+	}
+	st := http.StatusInternalServerError
+	if c := gjson.GetBytes(data, "error.code"); c.Type == gjson.Number && c.Num >= 400 && c.Num < 600 {
+		st = int(c.Num)
+	}
+	r.res.Status = st
+	what := fmt.Errorf("%w: a stream whose first event is an error (%d): %s", errBadAnswer, st, excerpt(data))
+	switch {
+	case st < 500:
+		r.res.Answer = e.response(st, r.d)
+	case st == http.StatusBadGateway || st == http.StatusServiceUnavailable || st == http.StatusGatewayTimeout:
+		r.end(&AttemptError{Reason: FailStatus5xx, Err: what})
+	default:
+		r.end(&AttemptError{Reason: FailEngineError, Err: what, Answer: e.response(st, r.d)})
+	}
+	return true
+}
+
+// errorKey is in the data of every error event engines send.
+var errorKey = []byte(`"error"`)
 
 // commit sets the response headers, lets the caller add its own, and
 // writes the status.

@@ -424,3 +424,62 @@ func TestStreamErrorEventSequenced(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamErrorFirst: a 200 stream whose first event is the engine's
+// error (vLLM and SGLang report a request's failure so, then [DONE]) is
+// not committed: judged as the same error answered whole would be, a 5xx
+// is retryable on another worker (with the error to relay should the
+// next one fail alike), a 4xx is the answer to relay. An error after the
+// first event, or a first event that only mentions "error", is relayed.
+func TestStreamErrorFirst(t *testing.T) {
+	tests := []struct {
+		name     string
+		events   string
+		reason   Failure // "" with wantBody: the answer; "" without: relayed
+		status   int
+		wantBody string
+	}{
+		{"vLLM engine core error", `data: {"error":{"object":"error","message":"EngineCore encountered an issue","type":"InternalServerError","param":null,"code":500}}` + "\n\n" + done,
+			FailEngineError, 500, ""},
+		{"error without a code", `data: {"error":{"message":"generation failed"}}` + "\n\n" + done, FailEngineError, 500, ""},
+		{"503 in the event", `data: {"error":{"message":"overloaded","code":503}}` + "\n\n" + done, FailStatus5xx, 503, ""},
+		{"400 in the event", `data: {"error":{"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}}` + "\n\n" + done,
+			"", 400, `{"error":{"message":"too long","type":"invalid_request_error","param":null,"code":"invalid_request"}}`},
+		{"error after the first event", `data: {"choices":[{"index":0,"text":"a"}]}` + "\n\n" + `data: {"error":{"message":"late"}}` + "\n\n" + done, "", 200, ""},
+		{"a token that says error", `data: {"choices":[{"index":0,"text":"\"error\""}]}` + "\n\n" + done, "", 200, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, tt.events)
+			})
+			cw := newClientWriter()
+			res := newProxy(t, Options{}).Stream(context.Background(), Attempt{URL: srv.URL, Body: []byte(`{}`)}, cw, nil)
+			if tt.reason == "" && tt.wantBody == "" { // relayed
+				if _, got := cw.got(); !res.Committed || !res.Done || got != tt.events {
+					t.Fatalf("Result = %+v, client got %q, want the stream relayed", res, got)
+				}
+				return
+			}
+			if status, got := cw.got(); res.Committed || status != 0 || got != "" {
+				t.Fatalf("Result = %+v, client got %d %q: committed", res, status, got)
+			}
+			if res.Status != tt.status {
+				t.Fatalf("status %d, want %d", res.Status, tt.status)
+			}
+			if tt.reason != "" {
+				if ReasonOf(res.Err) != tt.reason || !IsRetryable(res.Err) || res.Answer != nil {
+					t.Fatalf("Result = %+v, want a retryable %s", res, tt.reason)
+				}
+				if tt.reason == FailEngineError && EngineAnswer(res.Err) == nil {
+					t.Fatal("no engine answer to relay")
+				}
+				return
+			}
+			if res.Err != nil || res.Answer == nil || res.Answer.Status != tt.status || string(res.Answer.Body) != tt.wantBody {
+				t.Fatalf("Result = %+v, answer %+v, want %d %s", res, res.Answer, tt.status, tt.wantBody)
+			}
+		})
+	}
+}
