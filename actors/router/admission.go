@@ -138,16 +138,19 @@ type Waiter struct {
 	Cancel                  func() // stops its timer (may be nil)
 	// Passed counts the times a later waiter of the same flow left the
 	// queue first, for a worker that holds more of its prompt (warmWaiter).
-	Passed int
-	entry  *flowqueue.Entry[*Waiter]
-	shape  string // pickShape of Req
+	Passed  int
+	entry   *flowqueue.Entry[*Waiter]
+	shape   string                    // pickShape of Req
+	inShape *flowqueue.Entry[*Waiter] // its entry in its shape's queue
 }
 
 // modelQueue is one model's queue, and what its last pick found.
 type modelQueue struct {
 	q *flowqueue.Queue[*Waiter]
-	// shapes counts its waiters by the workers they ask for (pickShape).
-	shapes map[string]int
+	// shapes holds its waiters again by the workers they ask for
+	// (pickShape), each shape's in an order of its own (priority bands,
+	// keys' turns, deadlines): lookPast serves from them.
+	shapes map[string]*flowqueue.Queue[*Waiter]
 	// saturated says why the last pick for one of its requests found every
 	// worker saturated by its engine's reports ("": it did not), for the
 	// requests that join behind waiters without a pick of their own.
@@ -204,6 +207,14 @@ func (s *State) routeOf(model string, now time.Time) string {
 	return ""
 }
 
+// highest is q's highest priority, and false when q is nil or empty.
+func highest(q *flowqueue.Queue[*Waiter]) (int, bool) {
+	if q == nil {
+		return 0, false
+	}
+	return q.Highest()
+}
+
 // queue returns the queue of name, creating it.
 func (s *State) queue(name string) *modelQueue {
 	if s.queues == nil {
@@ -213,7 +224,7 @@ func (s *State) queue(name string) *modelQueue {
 	}
 	mq := s.queues[name]
 	if mq == nil {
-		mq = &modelQueue{q: flowqueue.New[*Waiter](), shapes: map[string]int{}}
+		mq = &modelQueue{q: flowqueue.New[*Waiter](), shapes: map[string]*flowqueue.Queue[*Waiter]{}}
 		s.queues[name] = mq
 	}
 	return mq
@@ -222,20 +233,23 @@ func (s *State) queue(name string) *modelQueue {
 // Admit routes req at now like Pick, in its class (Classify). With
 // admission control on, a request waits in its model's queue (or is
 // refused when it cannot) when the pick finds the model's workers full,
-// and joins the queue at once when waiters of its priority or higher are
-// already there, so that none of them is passed by a later arrival for a
-// worker it could use (Dispatch serves the arrival at once when none of
-// them can use the worker with room: lookPast).
+// and joins the queue at once when waiters of its priority or higher that
+// ask for the same workers (pickShape) are already there, so that none of
+// them is passed by a later arrival. Waiters that ask for other workers
+// found theirs full (Dispatch serves every waiter that finds room), so an
+// arrival that finds room where they cannot is served at once.
 func (s *State) Admit(req *Request, key string, from *actor.PID, now time.Time) Admission {
 	cls := s.Classify(req)
 	name := s.queueName(req.Model)
+	shape := ""
 	if s.cfg.Admission.Enabled {
 		if mq := s.queues[name]; mq != nil {
-			if hi, ok := mq.q.Highest(); ok && hi >= cls.Priority {
+			shape = s.pickShape(req)
+			if hi, ok := highest(mq.shapes[shape]); ok && hi >= cls.Priority {
 				if nt := s.tokensToWait(req, now); nt != nil {
 					return Admission{Err: nt, Class: cls}
 				}
-				ad := s.enqueue(req, key, cls, name, from, now)
+				ad := s.enqueue(req, shape, key, cls, name, from, now)
 				ad.Joined = true
 				return ad
 			}
@@ -253,7 +267,10 @@ func (s *State) Admit(req *Request, key string, from *actor.PID, now time.Time) 
 		return Admission{Target: t, Err: err, Class: cls}
 	}
 	s.queue(name).saturated = s.saturatedWhy()
-	return s.enqueue(req, key, cls, name, from, now)
+	if shape == "" {
+		shape = s.pickShape(req)
+	}
+	return s.enqueue(req, shape, key, cls, name, from, now)
 }
 
 // saturatedWhy is s.why when the last pick found its pool saturated by
@@ -269,7 +286,7 @@ func (s *State) saturatedWhy() string {
 // sheddable request while the model is saturated, a request whose
 // objective the estimated wait already misses, one that finds the queue
 // full and can push nobody out.
-func (s *State) enqueue(req *Request, key string, cls Class, name string, from *actor.PID, now time.Time) Admission {
+func (s *State) enqueue(req *Request, shape, key string, cls Class, name string, from *actor.PID, now time.Time) Admission {
 	a := &s.cfg.Admission
 	mq := s.queue(name)
 	defer s.dropEmpty(name)
@@ -307,9 +324,14 @@ func (s *State) enqueue(req *Request, key string, cls Class, name string, from *
 	}
 	s.seq++
 	w := &Waiter{Seq: s.seq, From: from, Req: *req, Key: key, Class: cls, Queue: name, Enqueued: now, Deadline: deadline, Due: it.Due,
-		shape: s.pickShape(req)}
+		shape: shape}
 	w.entry = mq.q.Push(it, w)
-	mq.shapes[w.shape]++
+	sq := mq.shapes[w.shape]
+	if sq == nil {
+		sq = flowqueue.New[*Waiter]()
+		mq.shapes[w.shape] = sq
+	}
+	w.inShape = sq.Push(it, w)
 	s.waiters[w.Seq] = w
 	if from != nil {
 		s.byFrom[pidKey(from)] = w.Seq
@@ -346,8 +368,10 @@ func (s *State) dropEmpty(name string) {
 // forget removes w, which left its queue, from the indexes.
 func (s *State) forget(w *Waiter) {
 	if mq := s.queues[w.Queue]; mq != nil {
-		if mq.shapes[w.shape]--; mq.shapes[w.shape] <= 0 {
-			delete(mq.shapes, w.shape)
+		if sq := mq.shapes[w.shape]; sq != nil {
+			if sq.Remove(w.inShape); sq.Len() == 0 {
+				delete(mq.shapes, w.shape)
+			}
 		}
 	}
 	delete(s.waiters, w.Seq)
@@ -432,12 +456,7 @@ func (s *State) Dispatch(now time.Time) []Dispatched {
 			break
 		}
 		w := mq.q.Peek().Value
-		if !now.Before(w.Deadline) {
-			s.drop(mq, w)
-			out = append(out, Dispatched{W: w, Err: fmt.Errorf("router: %q: waited %s: %w", w.Req.Model, now.Sub(w.Enqueued), ErrOverloaded)})
-			continue
-		}
-		if err := s.unreachable(w, now); err != nil {
+		if err := s.expired(w, now); err != nil {
 			s.drop(mq, w)
 			out = append(out, Dispatched{W: w, Err: err})
 			continue
@@ -490,51 +509,85 @@ func (s *State) Dispatch(now time.Time) []Dispatched {
 
 // lookPast serves, from queue name (mq) whose next waiter's pick found
 // the workers it asks for (shape full) full, the waiters behind it that
-// ask for other workers and find room, in leaving order, and appends them
-// to out. The head asks for another cascade step's workers, or is a
-// failover retry that excludes the worker that failed it, or a follow-up
-// pinned to one worker: it cannot use the room another worker has, and
-// need not hold back those that can. The waiters passed keep their
-// places; a waiter served this way leaves without taking its key's turn.
-// Waiters that ask for the same workers (pickShape) find the same workers
-// full, so a shape is picked for until one of its picks finds them full,
-// and a queue whose waiters all ask alike is not looked at.
+// ask for other workers and find room, and appends them to out. The head
+// asks for another cascade step's workers, or another canary backend's,
+// or is a failover retry that excludes the worker that failed it, or a
+// follow-up pinned to one worker: it cannot use the room another worker
+// has, and need not hold back those that can. Waiters that ask for the
+// same workers (pickShape) find the same workers full, so each shape's
+// waiters are taken in their own order (the queue's: priority bands,
+// keys' turns, deadlines) until one finds its workers full; the shapes go
+// in the order of their next waiters (priority, then due). The waiters
+// passed keep their places; one served so leaves without taking its key's
+// turn in the queue. A next waiter past its deadline, or its objective,
+// leaves as Dispatch's would.
 func (s *State) lookPast(name string, mq *modelQueue, full string, now time.Time, out []Dispatched) []Dispatched {
 	if len(mq.shapes) < 2 {
 		return out
 	}
-	tried := map[string]bool{} // shapes found full; their waiters stay
-	if full != "" {
-		tried[full] = true
-	}
-	var served []*Waiter
-	for e := range mq.q.Ordered() {
-		if len(tried) == len(mq.shapes) {
-			break
+	tried := map[string]bool{full: true} // shapes found full; their waiters stay
+	for {
+		shape, sq := nextShape(mq, tried)
+		if sq == nil {
+			return out
 		}
+		e := sq.Peek()
 		w := e.Value
-		// One past its deadline, or its objective, is answered by its timer.
-		if tried[w.shape] || !now.Before(w.Deadline) || s.unreachable(w, now) != nil {
+		if err := s.expired(w, now); err != nil {
+			s.drop(mq, w)
+			out = append(out, Dispatched{W: w, Err: err})
 			continue
 		}
 		s.full, s.saturated, s.why = false, false, ""
 		t, err := s.Pick(&w.Req, now)
 		if err != nil && s.full && errors.Is(err, ErrNoCapacity) {
-			tried[w.shape] = true
+			tried[shape] = true
 			continue
 		}
-		if err == nil {
-			t.Queue, t.Priority = name, w.Class.Priority
-		}
-		served = append(served, w)
-		out = append(out, Dispatched{W: w, Target: t, Err: err})
-	}
-	for _, w := range served {
+		sq.Served(e)
 		mq.q.Remove(w.entry)
 		s.forget(w)
 		s.dispatched(name, mq.q.Len(), now)
+		if err == nil {
+			t.Queue, t.Priority = name, w.Class.Priority
+		}
+		out = append(out, Dispatched{W: w, Target: t, Err: err})
 	}
-	return out
+}
+
+// nextShape returns the shape of mq, among those not tried, whose next
+// waiter goes first: the highest priority, then the earliest due, then
+// the shape (nil: none is left).
+func nextShape(mq *modelQueue, tried map[string]bool) (string, *flowqueue.Queue[*Waiter]) {
+	var (
+		best  string
+		bq    *flowqueue.Queue[*Waiter]
+		bHead *Waiter
+	)
+	for shape, sq := range mq.shapes {
+		if tried[shape] || sq.Len() == 0 {
+			continue
+		}
+		w := sq.Peek().Value
+		switch {
+		case bq == nil,
+			w.Class.Priority > bHead.Class.Priority,
+			w.Class.Priority == bHead.Class.Priority && w.Due.Before(bHead.Due),
+			w.Class.Priority == bHead.Class.Priority && w.Due.Equal(bHead.Due) && shape < best:
+			best, bq, bHead = shape, sq, w
+		}
+	}
+	return best, bq
+}
+
+// expired returns the error a waiter leaves with at now without a pick:
+// ErrOverloaded past its deadline, an ObjectiveError once its objective is
+// out of reach; nil while it may wait.
+func (s *State) expired(w *Waiter, now time.Time) error {
+	if !now.Before(w.Deadline) {
+		return fmt.Errorf("router: %q: waited %s: %w", w.Req.Model, now.Sub(w.Enqueued), ErrOverloaded)
+	}
+	return s.unreachable(w, now)
 }
 
 // pickShape names the workers a pick for req may go to: the model asked
@@ -628,14 +681,8 @@ func (s *State) Expire(seq uint64, now time.Time) Expiry {
 	if w == nil {
 		return Expiry{}
 	}
-	mq := s.queues[w.Queue]
-	if !now.Before(w.Deadline) {
-		s.drop(mq, w)
-		s.dropEmpty(w.Queue)
-		return Expiry{W: w, Err: fmt.Errorf("router: %q: waited %s: %w", w.Req.Model, now.Sub(w.Enqueued), ErrOverloaded)}
-	}
-	if err := s.unreachable(w, now); err != nil {
-		s.drop(mq, w)
+	if err := s.expired(w, now); err != nil {
+		s.drop(s.queues[w.Queue], w)
 		s.dropEmpty(w.Queue)
 		return Expiry{W: w, Err: err}
 	}

@@ -414,3 +414,43 @@ func TestCanaryKeepsItsShareWhenFull(t *testing.T) {
 		t.Fatalf("v3 gone: %+v, want the first waiter served by v4", d)
 	}
 }
+
+// drawnFor returns n request ids that route r draws for backend, the
+// first from the id prefix+i with i from 0.
+func drawnFor(r routes.Route, backend, prefix string, n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		if id := fmt.Sprint(prefix, i); routes.PickBackend(r, id) == backend {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// TestFullCanaryHoldsNoOtherBackend: a canary backend whose workers are
+// full fills its route's queue with its waiters; a request drawn for the
+// other backend, whose worker is idle, is served at once: it neither
+// joins behind them, nor is refused because their queue is full, nor
+// counts them in its wait.
+func TestFullCanaryHoldsNoOtherBackend(t *testing.T) {
+	s := state(t, policy.NameLeastOutstanding,
+		[]routes.Route{{Model: "smol", Backends: []routes.Backend{{Model: "v3", Weight: 0.9}, {Model: "v4", Weight: 0.1}}}})
+	s.cfg.Admission = AdmissionConfig{Enabled: true, Worker: 1, QueueSize: 4, QueueTimeout: 30 * time.Second}
+	s.SetWorker(w("a", "v3", fleet.RoleUnified, 0, 0))
+	s.SetWorker(w("b", "v4", fleet.RoleUnified, 0, 0))
+	r := s.table.Resolve("smol")
+	for i, id := range drawnFor(r, "v4", "canary", 5) { // one on b, four waiting: the queue is full
+		ad := s.Admit(&Request{Model: "smol", RequestID: id}, "k", pid(id), now)
+		if i == 0 && ad.Target.Worker.ID != "b" || i > 0 && ad.Queued == nil {
+			t.Fatalf("canary request %d: %+v", i, ad)
+		}
+	}
+	objective := Ask{Objective: time.Millisecond}
+	for i, id := range drawnFor(r, "v3", "stable", 3) {
+		ad := s.Admit(&Request{Model: "smol", RequestID: id, Ask: objective}, "k", pid(id), now)
+		if ad.Err != nil || ad.Queued != nil || ad.Target.Worker.ID != "a" {
+			t.Fatalf("stable request %d, a idle: %+v, want it served on a", i, ad)
+		}
+		s.Release("a")
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tlgate/tlgate/internal/routing/fleet"
 	"github.com/tlgate/tlgate/internal/routing/policy"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 	"github.com/tlgate/tlgate/internal/runtime/actorsys"
 )
 
@@ -122,5 +123,54 @@ func BenchmarkPickCacheAware(b *testing.B) {
 			b.Fatal(err)
 		}
 		s.Release(t.Worker.ID)
+	}
+}
+
+// BenchmarkAdmitBehindFullCanary: a canary route whose canary backend is
+// full holds 1023 of its waiters (50 keys); each op is a request drawn
+// for the other backend, whose worker has room: admitted, released, and
+// the queue dispatched as the router actor does on a release.
+func BenchmarkAdmitBehindFullCanary(b *testing.B) {
+	table, err := routes.NewTable([]routes.Route{{Model: "smol", Backends: []routes.Backend{{Model: "v3", Weight: 0.9}, {Model: "v4", Weight: 0.1}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := NewState(Config{Policy: policy.NameLeastOutstanding, LoadFactor: 1.25}, table, 1)
+	s.cfg.Admission = AdmissionConfig{Enabled: true, Worker: 1, QueueSize: 2048, QueueTimeout: time.Hour}
+	for _, x := range []fleet.Worker{
+		{ID: "a", Model: "v3", Role: fleet.RoleUnified, KVTotalBlocks: 10, HTTPAddress: "127.0.0.1:1", LastHeartbeat: now, Deadline: now.Add(time.Hour)},
+		{ID: "b", Model: "v4", Role: fleet.RoleUnified, KVTotalBlocks: 10, HTTPAddress: "127.0.0.1:2", LastHeartbeat: now, Deadline: now.Add(time.Hour)},
+	} {
+		s.SetWorker(x)
+	}
+	r := table.Resolve("smol")
+	var canary, stable []string
+	for i := 0; len(canary) < 1024 || len(stable) < 1024; i++ {
+		id := fmt.Sprint("r", i)
+		if routes.PickBackend(r, id) == "v4" {
+			canary = append(canary, id)
+		} else {
+			stable = append(stable, id)
+		}
+	}
+	for i, id := range canary[:1024] {
+		ad := s.Admit(&Request{Model: "smol", RequestID: id}, fmt.Sprint("k", i%50), pid(id), now)
+		if ad.Err != nil || i > 0 && ad.Queued == nil {
+			b.Fatalf("canary %d: %+v", i, ad)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := stable[i%len(stable)]
+		ad := s.Admit(&Request{Model: "smol", RequestID: id}, "k0", pid(id), now)
+		if ad.Queued == nil && ad.Err == nil {
+			s.Release(ad.Target.Worker.ID)
+		}
+		for _, d := range s.Dispatch(now) {
+			if d.Err == nil {
+				s.Release(d.Target.Worker.ID)
+			}
+		}
 	}
 }
