@@ -17,7 +17,6 @@
 package flowqueue
 
 import (
-	"iter"
 	"slices"
 	"sort"
 	"time"
@@ -200,60 +199,6 @@ func (q *Queue[T]) Turn(n int) []*Entry[T] {
 		return nil
 	}
 	return f.entries[:min(n, len(f.entries))]
-}
-
-// Ordered yields the entries in the order they would leave were nothing
-// to join or leave out of turn: what Peek then Served, again and again,
-// would take. An owner looks past the entry whose turn it is with it, for
-// one that can be served when that entry cannot. The queue must not
-// change while it iterates.
-func (q *Queue[T]) Ordered() iter.Seq[*Entry[T]] {
-	return func(yield func(*Entry[T]) bool) {
-		for _, b := range q.bands {
-			// Each key's flows, in turn order from the flow whose turn it
-			// is, with the entries each has left; the keys likewise.
-			type cursor struct {
-				flows [][]*Entry[T]
-				next  int
-			}
-			keys := make([]cursor, 0, len(b.turns.order))
-			for _, k := range rotated(b.turns) {
-				c := cursor{}
-				for _, f := range rotated(k.turns) {
-					c.flows = append(c.flows, f.entries)
-				}
-				keys = append(keys, c)
-			}
-			for len(keys) > 0 {
-				for i := 0; i < len(keys); {
-					c := &keys[i]
-					f := c.flows[c.next]
-					if !yield(f[0]) {
-						return
-					}
-					if len(f) > 1 {
-						c.flows[c.next] = f[1:]
-						c.next++
-					} else {
-						c.flows = slices.Delete(c.flows, c.next, c.next+1)
-					}
-					if c.next >= len(c.flows) {
-						c.next = 0
-					}
-					if len(c.flows) == 0 {
-						keys = slices.Delete(keys, i, i+1)
-						continue
-					}
-					i++
-				}
-			}
-		}
-	}
-}
-
-// rotated is t's members from the one whose turn it is.
-func rotated[M comparable](t turns[M]) []M {
-	return append(slices.Clone(t.order[t.next:]), t.order[:t.next]...)
 }
 
 // Served takes e out as the entry that left in its flow's turn: the turn

@@ -2,8 +2,6 @@ package flowqueue
 
 import (
 	"fmt"
-	"math/rand/v2"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -261,50 +259,5 @@ func TestCountsAndOldest(t *testing.T) {
 	}
 	if h, _ := q.Highest(); h != 3 {
 		t.Fatalf("highest %d", h)
-	}
-}
-
-// TestOrderedIsLeavingOrder checks Ordered against the queue itself: on
-// queues left in many states by random pushes, serves and removals,
-// Ordered yields what Peek and Served then take, one by one.
-func TestOrderedIsLeavingOrder(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for round := range 300 {
-		a, b := New[int](), New[int]()
-		var ea, eb []*Entry[int]
-		for i := range 1 + rng.IntN(40) {
-			switch r := rng.IntN(10); {
-			case r < 7 || len(ea) == 0:
-				it := Item{Priority: rng.IntN(3) - 1, Key: fmt.Sprint("k", rng.IntN(4)), Flow: fmt.Sprint("f", rng.IntN(3)),
-					Due: t0.Add(time.Duration(rng.IntN(5)) * time.Second), Seq: uint64(i + 1)}
-				ea, eb = append(ea, a.Push(it, i)), append(eb, b.Push(it, i))
-			case r < 9:
-				if e := a.Peek(); e != nil {
-					a.Served(e)
-					b.Served(b.Peek())
-				}
-			default:
-				j := rng.IntN(len(ea))
-				a.Remove(ea[j])
-				b.Remove(eb[j])
-			}
-		}
-		for range a.Ordered() {
-			break // stops at once
-		}
-		var got, want []int
-		for e := range a.Ordered() {
-			got = append(got, e.Value)
-		}
-		for e := b.Peek(); e != nil; e = b.Peek() {
-			want = append(want, e.Value)
-			b.Served(e)
-		}
-		if !slices.Equal(got, want) {
-			t.Fatalf("round %d: Ordered %v, leaving order %v", round, got, want)
-		}
-		if a.Len() != len(got) {
-			t.Fatalf("round %d: Ordered changed the queue: %d left of %d", round, a.Len(), len(got))
-		}
 	}
 }
