@@ -205,7 +205,7 @@ func (s *State) tokensToWait(req *Request, now time.Time) *NeedTokensError {
 	if r, ok := s.table.Lookup(req.Model); ok {
 		switch {
 		case r.IsCascade():
-			models = []string{r.Cascade[min(max(req.Step, 0), len(r.Cascade)-1)].Model}
+			models = []string{r.Cascade[lastStepFor(r, req)].Model}
 		default:
 			models = models[:0]
 			for _, b := range r.Backends {

@@ -473,3 +473,31 @@ func TestNoExactKeepsNoViews(t *testing.T) {
 		}
 	}
 }
+
+// TestTokensToWaitForTheStepPicked: a cascade request that joins its
+// queue without a pick is asked for the tokens of the step its pick will
+// take: the first for a plain request, the last for a streamed one or one
+// accept_if cannot judge.
+func TestTokensToWaitForTheStepPicked(t *testing.T) {
+	table, err := routes.NewTable([]routes.Route{{Model: "auto", Cascade: []routes.Step{{Model: "small", AcceptIf: "mean_logprob > -1"}, {Model: "big"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewState(Config{Policy: policy.NameCacheAware}, table, 1)
+	for _, x := range []fleet.Worker{w("s1", "small", fleet.RoleUnified, 0, 0), w("b1", "big", fleet.RoleUnified, 0, 0)} {
+		s.SetWorker(x)
+		events(t, s, x.ID, kvindex.Exact)
+	}
+	for _, tc := range []struct {
+		req  Request
+		base string
+	}{
+		{Request{Model: "auto", RequestID: "r"}, "small"},
+		{Request{Model: "auto", RequestID: "r", Stream: true}, "big"},
+		{Request{Model: "auto", RequestID: "r", Unjudged: true}, "big"},
+	} {
+		if nt := s.tokensToWait(&tc.req, now); nt == nil || nt.Base != tc.base {
+			t.Errorf("stream %v unjudged %v: asked %+v, want the tokens of %s", tc.req.Stream, tc.req.Unjudged, nt, tc.base)
+		}
+	}
+}
