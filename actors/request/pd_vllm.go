@@ -23,10 +23,8 @@ import (
 // VLLM_NIXL_ABORT_REQUEST_TIMEOUT. tlgate's own contract refuses a batch
 // the same way (engineclient.PromptError).
 func vllmRefusal(req *openai.Request) (param, msg string) {
-	if !req.Chat {
-		if n := disagg.PromptCount(req.Object.Raw("prompt")); n > 1 {
-			return "prompt", fmt.Sprintf("prompt: this model is served disaggregated, which takes one prompt per request; send the %d prompts one by one.", n)
-		}
+	if n := req.Prompts(); n > 1 {
+		return "prompt", fmt.Sprintf("prompt: this model is served disaggregated, which takes one prompt per request; send the %d prompts one by one.", n)
 	}
 	if req.Choices > 1 {
 		return "n", fmt.Sprintf("n: this model is served disaggregated over vLLM's kv_transfer_params, which takes one choice per request; send n = 1 (%d requests for %d choices).", req.Choices, req.Choices)

@@ -102,29 +102,6 @@ func KVTransferParams(answer []byte) ([]byte, error) {
 	return nil, ErrNoKVTransferParams
 }
 
-// PromptCount returns how many prompts a completions prompt holds: 1 for
-// text or token ids (or a one-element array of either), the array's length
-// for a batch of texts or of token-id arrays. vLLM's prefill engine answers
-// the kv_transfer_params of a batch's first prompt only
-// (serving_completion: final_res_batch[0]), so a vLLM pair serves one
-// prompt per request.
-func PromptCount(prompt []byte) int {
-	v := gjson.ParseBytes(prompt)
-	if !v.IsArray() {
-		return 1
-	}
-	n, nested := 0, false
-	v.ForEach(func(_, e gjson.Result) bool {
-		n++
-		nested = nested || e.IsArray() || e.Type == gjson.String
-		return true
-	})
-	if !nested { // token ids
-		return 1
-	}
-	return n
-}
-
 // RemoteEngine names the prefill engine a kv_transfer_params object points
 // the decode engine at, for logs and traces: its remote_engine_id, else
 // remote_host:remote_port.

@@ -151,17 +151,3 @@ func TestMergePromptLogprobs(t *testing.T) {
 		})
 	}
 }
-
-// TestPromptCount: text, token ids and a one-element array of either are
-// one prompt; an array of texts or of token-id arrays is a batch of its
-// length.
-func TestPromptCount(t *testing.T) {
-	for prompt, want := range map[string]int{
-		`"hi"`: 1, `[1,2,3]`: 1, `["hi"]`: 1, `[[1,2]]`: 1, `[]`: 1,
-		`["a","b"]`: 2, `[[1],[2],[3]]`: 3, `["a",[1]]`: 2,
-	} {
-		if got := PromptCount([]byte(prompt)); got != want {
-			t.Errorf("PromptCount(%s) = %d, want %d", prompt, got, want)
-		}
-	}
-}

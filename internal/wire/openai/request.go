@@ -253,9 +253,10 @@ func (p *parser) field(name string, v gjson.Result) *FieldError {
 	case "cache_salt":
 		p.req.CacheSalt, err = ReadCacheSalt(name, v)
 	case "n":
-		// Read, not checked: the engine answers a bad one.
-		if v.Type == gjson.Number && v.Num > 1 && v.Num == float64(int(v.Num)) {
-			p.req.Choices = int(v.Num)
+		// Read, not checked: the engine answers a bad one. vLLM takes a
+		// number in a string too.
+		if n, perr := strconv.Atoi(strings.TrimSpace(v.String())); perr == nil && n > 1 && (v.Type == gjson.Number || v.Type == gjson.String) {
+			p.req.Choices = n
 		}
 	case "echo":
 		p.req.Echo = v.Type == gjson.True
@@ -264,10 +265,36 @@ func (p *parser) field(name string, v gjson.Result) *FieldError {
 }
 
 // Judgeable reports whether a cascade step's accept_if can judge the
-// request's answer on its tokens' logprobs: the answer has one choice,
-// whose logprobs are its completion's alone (no echoed prompt, whose
-// tokens' logprobs an engine lists before them).
-func (r *Request) Judgeable() bool { return r.Choices <= 1 && !r.Echo }
+// request's answer on its tokens' logprobs: the answer has one choice
+// (one prompt, n of 1), whose logprobs are its completion's alone (no
+// echoed prompt, whose tokens' logprobs an engine lists before them).
+func (r *Request) Judgeable() bool { return r.Choices <= 1 && !r.Echo && r.Prompts() <= 1 }
+
+// Prompts is how many prompts a completions request's prompt holds: the
+// length of a batch (a list of texts, or of token-id lists), else 1 (0
+// for a request without one).
+func (r *Request) Prompts() int {
+	raw := r.Object.Raw("prompt")
+	if len(raw) == 0 || r.Chat {
+		return 0
+	}
+	if raw[0] != '[' {
+		return 1
+	}
+	n, ids := 0, false
+	gjson.ParseBytes(raw).ForEach(func(_, e gjson.Result) bool {
+		if n == 0 && e.Type == gjson.Number {
+			ids = true // token ids: one prompt
+			return false
+		}
+		n++
+		return true
+	})
+	if ids {
+		return 1
+	}
+	return max(n, 1)
+}
 
 // Parses returns how many times the request's body was parsed: one, by
 // the parser that made it; the attempts rewrite the body from Object

@@ -328,3 +328,39 @@ func deref[T any](p *T) any {
 	}
 	return *p
 }
+
+// TestJudgeable: a request whose answer has one choice of its completion's
+// tokens alone is judgeable by a cascade step; several prompts (a batch of
+// texts or of token-id lists), n above 1 (a number, or vLLM's number in a
+// string) or echo are not. Prompts counts a batch's prompts.
+func TestJudgeable(t *testing.T) {
+	cases := []struct {
+		body      string
+		judgeable bool
+		prompts   int
+	}{
+		{`{"model":"m","prompt":"hi"}`, true, 1},
+		{`{"model":"m","prompt":[1,2,3]}`, true, 1},
+		{`{"model":"m","prompt":["hi"]}`, true, 1},
+		{`{"model":"m","prompt":[[1,2]]}`, true, 1},
+		{`{"model":"m","prompt":["a","b"]}`, false, 2},
+		{`{"model":"m","prompt":[[1],[2],[3]]}`, false, 3},
+		{`{"model":"m","prompt":"hi","n":1,"echo":false}`, true, 1},
+		{`{"model":"m","prompt":"hi","n":2}`, false, 1},
+		{`{"model":"m","prompt":"hi","n":"2"}`, false, 1},
+		{`{"model":"m","prompt":"hi","echo":true}`, false, 1},
+	}
+	for _, tc := range cases {
+		r, err := ParseRequest([]byte(tc.body), false)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.body, err)
+		}
+		if r.Judgeable() != tc.judgeable || r.Prompts() != tc.prompts {
+			t.Errorf("%s: judgeable %v, %d prompts; want %v, %d", tc.body, r.Judgeable(), r.Prompts(), tc.judgeable, tc.prompts)
+		}
+	}
+	r, err := ParseRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"n":3}`), true)
+	if err != nil || r.Judgeable() {
+		t.Fatalf("chat with n 3: judgeable %v (%v)", r.Judgeable(), err)
+	}
+}
