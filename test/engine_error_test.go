@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/wire/proxy"
 )
 
 // llamaLikeEngine is a fake engine that answers a chat completion, except
@@ -138,5 +139,31 @@ func TestStreamErrorFirstFailsOver(t *testing.T) {
 	r := c.post("/v1/chat/completions", "key-debug", body)
 	if r.status != http.StatusInternalServerError || !strings.Contains(string(r.body), "EngineCore encountered an issue") {
 		t.Fatalf("both failing: %d %s, want the engine's 500 error", r.status, r.body)
+	}
+}
+
+// TestTooLargeAnswerNotRetried: an answer over what the gateway relays
+// (a non-streamed one over proxy.DefaultMaxResponseBytes) is not asked of
+// another worker, which would answer as much: the client gets 502
+// upstream_failed saying so, without Retry-After.
+func TestTooLargeAnswerNotRetried(t *testing.T) {
+	c := newCluster(t, "", []clusterOpt{keys()})
+	var calls atomic.Int64
+	big := func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"%s"},"finish_reason":"stop"}]}`,
+			strings.Repeat("x", proxy.DefaultMaxResponseBytes+1))
+	}
+	for _, id := range []string{"l1", "l2", "l3"} {
+		c.addFake(id, "m", big)
+	}
+	r := c.post("/v1/chat/completions", "key-debug", map[string]any{"model": "m", "messages": []map[string]string{{"role": "user", "content": "hi"}}})
+	if r.status != http.StatusBadGateway || errorCode(t, r.body) != "upstream_failed" || !strings.Contains(string(r.body), "more than the gateway relays") ||
+		r.header.Get("Retry-After") != "" {
+		t.Fatalf("%d %s (Retry-After %q), want 502 upstream_failed saying the answer is too large", r.status, r.body, r.header.Get("Retry-After"))
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d engines asked, want 1", n)
 	}
 }

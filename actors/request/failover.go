@@ -53,6 +53,11 @@ func (a *requestActor) failed(ctx actor.Context, err error, phase string) {
 	a.log.Failures = append(a.log.Failures, reason)
 	a.log.LastError = err.Error()
 	a.lastErr = err
+	if proxy.ReasonOf(err) == proxy.FailTooLarge {
+		// Any worker's answer would be as large: none is asked again.
+		a.finish(ctx, tooLarge(a.ex.Req.Model, err))
+		return
+	}
 	a.failedStep = a.target.CascadeStep
 	if a.d.OnFailover != nil {
 		a.d.OnFailover(a.ex, a.target, reason)

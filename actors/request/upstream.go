@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/tlgate/tlgate/actors/router"
 	"github.com/tlgate/tlgate/internal/wire/openai"
@@ -26,6 +27,20 @@ func exhausted(model string, attempts int, last error) Outcome {
 		msg = fmt.Sprintf("No worker could serve model %q: %d attempt(s) failed before the first byte (last: %s).", model, attempts, r)
 	}
 	return Outcome{Status: http.StatusServiceUnavailable, Code: openai.CodeNoCapacity, Message: msg}
+}
+
+// tooLarge is the answer when an engine's answer was over what the gateway
+// relays (proxy: MaxResponseBytes whole, MaxEventBytes an event): 502
+// upstream_failed saying so, without Retry-After, since the same request
+// would be answered as large again.
+func tooLarge(model string, err error) Outcome {
+	var ae *proxy.AttemptError
+	detail := err.Error()
+	if errors.As(err, &ae) && ae.Err != nil {
+		detail = strings.TrimPrefix(ae.Err.Error(), "proxy: ")
+	}
+	return Outcome{Status: http.StatusBadGateway, Code: openai.CodeUpstreamFailed,
+		Message: fmt.Sprintf("The engine serving model %q answered more than the gateway relays (%s); no other worker was asked, since it would answer as much.", model, detail)}
 }
 
 // escalatesOnFailure reports whether a failed attempt moves a cascade to
