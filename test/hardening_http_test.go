@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tlgate/tlgate/internal/adapter/config"
+	"github.com/tlgate/tlgate/internal/runtime/gateway"
 )
 
 // hardenWait bounds each raw-socket wait of these tests: far longer than
@@ -236,4 +239,49 @@ func TestBodyLimitIsInclusive(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestWholeAnswerClientStopsReading: a client that stops reading a
+// non-streamed answer holds neither its key's concurrency slot (it is
+// free once the engine answered) nor the gateway's handler beyond
+// idle_timeout (each part of the answer is written within it, as a
+// stream's events are), and the request is logged as finished.
+func TestWholeAnswerClientStopsReading(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := newClusterGateway(t, "", []clusterOpt{
+		withKeys(config.APIKey{Name: "k", Key: "key-k", Scopes: []string{"inference"}, MaxConcurrent: 1}),
+		drillGateway(func(g *config.Gateway) { g.IdleTimeout = config.Duration{Duration: 300 * time.Millisecond} }),
+	}, nil, func(o *gateway.Options) { o.Registry, o.Gatherer = reg, reg })
+	big := strings.Repeat("x", 12<<20) // more than the sockets' buffers hold
+	c.addFake("w1", "m", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		content := "ok"
+		if strings.Contains(string(b), "the big one") {
+			content = big
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"%s"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`, content)
+	})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(c.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4096)
+	}
+	body := `{"model":"m","messages":[{"role":"user","content":"the big one"}]}`
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key-k\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	if line, err := bufio.NewReaderSize(conn, 16).ReadString('\n'); err != nil || !strings.Contains(line, "200") {
+		t.Fatalf("status line %q %v", line, err)
+	}
+	// The client reads no more. The key's next request is served.
+	small := map[string]any{"model": "m", "messages": []map[string]string{{"role": "user", "content": "again"}}, "max_tokens": 1}
+	if r := c.post("/v1/chat/completions", "key-k", small); r.status != http.StatusOK {
+		t.Fatalf("the key's next request while the first client stalls: %d %s", r.status, r.body)
+	}
+	// The stalled request's handler gives up on its client and logs it.
+	eventually(t, 5*eventuallyUnit, func() bool {
+		return counter(t, reg, "tlgate_requests_total", map[string]string{"route": "m", "outcome": "ok"}) >= 2
+	}, "the stalled request finished")
 }

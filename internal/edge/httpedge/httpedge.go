@@ -63,6 +63,10 @@ type Deps struct {
 	// shutting down and load balancers should move away, while requests
 	// are still served.
 	Stopping *atomic.Bool
+	// ClientWriteTimeout bounds each write of a whole answer to its client
+	// (writeWhole): a client that reads nothing for that long is gone. 0:
+	// no bound.
+	ClientWriteTimeout time.Duration
 }
 
 // DefaultMaxTokens is TokenPolicy.DefaultMaxTokens when none is set.
@@ -276,6 +280,9 @@ func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, 
 	}
 	ex.Debug = key.Has(auth.ScopeDebug)
 	o := request.Run(d.Root, d.Request, ex) // no attempt touches w after this
+	// The key's slot is free once the engines are done: a client slow to
+	// read its answer holds none.
+	adm.Reservation.Settle(o.Log.Usage.Total())
 	if !o.Streamed && !ex.Committed() && o.Status != 499 {
 		for k, v := range o.Header {
 			w.Header()[k] = v
@@ -288,14 +295,41 @@ func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, 
 			ew(w, o.Status, o.Code, o.Message, param)
 		} else {
 			w.WriteHeader(o.Status)
-			_, _ = w.Write(o.Body)
+			writeWhole(w, o.Body, d.ClientWriteTimeout)
 			o.Log.Committed = true // the first byte went out just now
 		}
 	}
-	adm.Reservation.Settle(o.Log.Usage.Total())
 	if d.OnDone != nil {
 		d.OnDone(ex, o)
 	}
+}
+
+// wholeChunk is how much of a whole answer writeWhole writes at a time.
+const wholeChunk = 64 << 10
+
+// writeWhole writes a whole answer's body to its client, each wholeChunk
+// within timeout (0: no bound), as a stream's events are: a client that
+// stops reading is gone, and the answer, up to the proxy's
+// MaxResponseBytes, is not held for as long as its connection lives.
+func writeWhole(w http.ResponseWriter, body []byte, timeout time.Duration) {
+	if timeout <= 0 {
+		_, _ = w.Write(body)
+		return
+	}
+	rc := http.NewResponseController(w)
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }() // the connection may serve another request
+	for len(body) > 0 {
+		n := min(len(body), wholeChunk)
+		if rc.SetWriteDeadline(time.Now().Add(timeout)) != nil {
+			_, _ = w.Write(body) // no deadline to be had
+			return
+		}
+		if _, err := w.Write(body[:n]); err != nil {
+			return
+		}
+		body = body[n:]
+	}
+	_ = rc.Flush() // within the last deadline, not after it is lifted
 }
 
 // bindSalt puts key's cache_salt (auth.Key.CacheSalt) in place of the

@@ -362,6 +362,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 		Tokens:    httpedge.TokenPolicy{Clamp: gw.TokensAdmission == config.TokensClamp, DefaultMaxTokens: gw.TokensDefaultMaxTokens},
 		OnLimited: g.Keys.RateLimited,
 		Stopping:  &g.stopping,
+		// As a stream's client: one that reads nothing for as long as an
+		// engine may stay silent is gone.
+		ClientWriteTimeout: gw.IdleTimeout.Duration,
 	}
 	httpedge.Register(mux, edge)
 	mux.Handle("/admin/v1/", adminhttp.New(adminhttp.Deps{
