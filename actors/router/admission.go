@@ -325,6 +325,10 @@ func (s *State) enqueue(req *Request, shape, key string, cls Class, name string,
 	s.seq++
 	w := &Waiter{Seq: s.seq, From: from, Req: *req, Key: key, Class: cls, Queue: name, Enqueued: now, Deadline: deadline, Due: it.Due,
 		shape: shape}
+	// A waiter is routed on what it brought when it leaves: sent away to
+	// tokenize then, it would lose its place, and the slot it waited for
+	// would go to a later arrival (tokenizeBeforeWait asks before it joins).
+	w.Req.NoAsk = true
 	w.entry = mq.q.Push(it, w)
 	sq := mq.shapes[w.shape]
 	if sq == nil {

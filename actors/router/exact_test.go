@@ -501,3 +501,39 @@ func TestTokensToWaitForTheStepPicked(t *testing.T) {
 		}
 	}
 }
+
+// TestWaiterNotSentAwayToTokenize: a request that waited in the queue
+// without tokens (no worker's view was usable when it joined) is routed
+// on what it has when it leaves, even though the views are usable by
+// then: sent away to tokenize, it would lose its place and the slot it
+// waited for would go to a later arrival.
+func TestWaiterNotSentAwayToTokenize(t *testing.T) {
+	s := exactState(t, Config{Admission: AdmissionConfig{Enabled: true, Worker: 1, QueueSize: 8, QueueTimeout: 30 * time.Second}}, "a", "b")
+	req := func(id string) *Request {
+		return &Request{Model: "m", RequestID: id, Prompt: words(id, 100), Keys: &TokenKeys{}}
+	}
+	for _, id := range []string{"r1", "r2"} {
+		if ad := s.Admit(req(id), "k", pid(id), now); ad.Err != nil || ad.Queued != nil {
+			t.Fatalf("%s: %+v", id, ad)
+		}
+	}
+	r3 := s.Admit(req("r3"), "k", pid("r3"), now) // no view usable yet: waits without tokens
+	if r3.Queued == nil {
+		t.Fatalf("r3: %+v", r3)
+	}
+	events(t, s, "a", kvindex.Exact)
+	events(t, s, "b", kvindex.Exact)
+	with := req("r4")
+	with.Tokens = map[string][]uint32{"m": etoks(0, 100)}
+	if r4 := s.Admit(with, "k", pid("r4"), now); r4.Queued == nil {
+		t.Fatalf("r4: %+v", r4)
+	}
+	s.Release("a")
+	d := s.Dispatch(now.Add(time.Millisecond))
+	if len(d) != 1 || d[0].W != r3.Queued || d[0].Err != nil || d[0].Target.Worker.ID != "a" {
+		for _, x := range d {
+			t.Logf("dispatched %s: %v", x.W.Req.RequestID, x.Err)
+		}
+		t.Fatalf("%d dispatched, want r3, the head, routed on a", len(d))
+	}
+}
