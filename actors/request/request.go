@@ -121,6 +121,7 @@ type requestActor struct {
 	ex      *Exchange
 	dialect *dialect.Dialect // the exchange's API
 	pin     string           // the only worker that may serve a Responses follow-up
+	media   uint8            // the request has media (noAsk): 0 not known yet, 1 no, 2 yes
 
 	attempts int
 	// judged counts the attempts a cascade step answered and escalated:

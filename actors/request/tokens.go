@@ -122,7 +122,18 @@ func (a *requestActor) tokenCache(kind string) {
 }
 
 // noAsk reports whether the router may not ask this request for tokens:
-// no tokenizer, or an API whose body is no chat or completions request.
+// no tokenizer, an API whose body is no chat or completions request, or a
+// chat with media, whose tokens would not name the engines' blocks
+// (openai.Request.HasMedia): it is routed on the prefix index.
 func (a *requestActor) noAsk() bool {
-	return a.d.Tokenizer == nil || !a.dialect.Completions()
+	if a.d.Tokenizer == nil || !a.dialect.Completions() {
+		return true
+	}
+	if a.media == 0 {
+		a.media = 1
+		if a.ex.Req.HasMedia() {
+			a.media = 2
+		}
+	}
+	return a.media == 2
 }

@@ -1,8 +1,10 @@
 package openai
 
 import (
+	"bytes"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -294,6 +296,31 @@ func (r *Request) Prompts() int {
 		return 1
 	}
 	return max(n, 1)
+}
+
+// HasMedia reports whether a chat request's messages hold a content part
+// that is not text (an image, audio, a video, a file). An engine's
+// /tokenize gives such a prompt's media as placeholder tokens, alike for
+// every image, while its KV blocks are keyed by the media's own hash: the
+// tokens do not name the blocks the engine holds.
+func (r *Request) HasMedia() bool {
+	raw := r.Object.Raw("messages")
+	if !r.Chat || !bytes.Contains(raw, []byte(`"type"`)) {
+		return false
+	}
+	media := false
+	gjson.ParseBytes(raw).ForEach(func(_, m gjson.Result) bool {
+		if c := m.Get("content"); c.IsArray() {
+			c.ForEach(func(_, part gjson.Result) bool {
+				if t := part.Get("type"); t.Type == gjson.String && !slices.Contains(chatTextParts, t.Str) {
+					media = true
+				}
+				return !media
+			})
+		}
+		return !media
+	})
+	return media
 }
 
 // Parses returns how many times the request's body was parsed: one, by

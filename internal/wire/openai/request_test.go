@@ -364,3 +364,28 @@ func TestJudgeable(t *testing.T) {
 		t.Fatalf("chat with n 3: judgeable %v (%v)", r.Judgeable(), err)
 	}
 }
+
+// TestHasMedia: a chat whose messages hold a part that is not text has
+// media; text parts, string contents and completions do not.
+func TestHasMedia(t *testing.T) {
+	cases := []struct {
+		body  string
+		chat  bool
+		media bool
+	}{
+		{`{"model":"m","messages":[{"role":"user","content":"hi"}]}`, true, false},
+		{`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`, true, false},
+		{`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}`, true, true},
+		{`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}}]}]}`, true, true},
+		{`{"model":"m","prompt":"a \"type\" of prompt"}`, false, false},
+	}
+	for _, tc := range cases {
+		r, err := ParseRequest([]byte(tc.body), tc.chat)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.body, err)
+		}
+		if r.HasMedia() != tc.media {
+			t.Errorf("%s: HasMedia %v, want %v", tc.body, r.HasMedia(), tc.media)
+		}
+	}
+}
