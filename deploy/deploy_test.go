@@ -340,7 +340,9 @@ type manifest struct {
 		ServiceName    string `yaml:"serviceName"`
 		MaxUnavailable int    `yaml:"maxUnavailable"`
 		MinAvailable   int    `yaml:"minAvailable"`
-		Selector       struct {
+		// UnhealthyPodEvictionPolicy is a PodDisruptionBudget's.
+		UnhealthyPodEvictionPolicy string `yaml:"unhealthyPodEvictionPolicy"`
+		Selector                   struct {
 			MatchLabels map[string]string `yaml:"matchLabels"`
 		} `yaml:"selector"`
 		Strategy struct {
@@ -609,6 +611,11 @@ func checkRollingUpdate(t *testing.T, ms map[string]manifest, dep manifest, gw c
 	}
 	if pdb.Spec.MaxUnavailable < 0 || available < 2 || available >= dep.Spec.Replicas {
 		t.Errorf("the PodDisruptionBudget keeps %d of %d replicas: want at least 2 serving, and a drain able to move one", available, dep.Spec.Replicas)
+	}
+	// With no engine routable every replica's /readyz is 503: the budget
+	// must still let a drain evict those unready pods.
+	if pdb.Spec.UnhealthyPodEvictionPolicy != "AlwaysAllow" {
+		t.Errorf("the PodDisruptionBudget's unhealthyPodEvictionPolicy is %q, want AlwaysAllow: with every replica unready a drain would wait for ever", pdb.Spec.UnhealthyPodEvictionPolicy)
 	}
 }
 

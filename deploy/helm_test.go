@@ -414,6 +414,23 @@ func checkDiscoveryRBAC(t *testing.T, srv *kubeapi.Server, objs []*unstructured.
 	t.Logf("discovery's RBAC checked for %d source(s) as %s", sources, user)
 }
 
+// TestHelmPDBEvictsUnready: the gateway's PodDisruptionBudget, with
+// maxUnavailable or minAvailable, lets a drain evict a pod that is not
+// ready (with no engine routable every replica's /readyz is 503, and a
+// budget counting only ready pods would refuse every eviction for ever).
+func TestHelmPDBEvictsUnready(t *testing.T) {
+	for _, args := range [][]string{nil, {"--set", "pdb.minAvailable=2"}} {
+		objs := kubeapi.Render(t, chartDir, release, namespace, args...)
+		pdb := kubeapi.Find(objs, "PodDisruptionBudget", "tlgate", false)
+		if pdb == nil {
+			t.Fatalf("%v: no PodDisruptionBudget tlgate among %s", args, kubeapi.Kinds(objs))
+		}
+		if p, _, _ := unstructured.NestedString(pdb.Object, "spec", "unhealthyPodEvictionPolicy"); p != "AlwaysAllow" {
+			t.Errorf("%v: the gateway's PodDisruptionBudget has unhealthyPodEvictionPolicy %q, want AlwaysAllow", args, p)
+		}
+	}
+}
+
 // checkAlertsAgree: the PrometheusRule's groups are alerts.yml's.
 func checkAlertsAgree(t *testing.T, rule *unstructured.Unstructured) {
 	t.Helper()
