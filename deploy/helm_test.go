@@ -19,9 +19,11 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/tlgate/tlgate/internal/adapter/config"
 	"github.com/tlgate/tlgate/internal/adapter/discovery"
+	"github.com/tlgate/tlgate/internal/routing/routes"
 	"github.com/tlgate/tlgate/internal/testkit/kubeapi"
 )
 
@@ -138,9 +140,9 @@ func TestHelmTemplateDryRunVLLMDisaggregated(t *testing.T) {
 	if d := cfg.Gateway.Discovery; len(d) != 1 || d[0].EngineKind != "vllm" || d[0].RoleLabel != "tlgate.io/role" || d[0].Selector != "app=vllm-pd" {
 		t.Errorf("discovery %+v: want the vLLM pods labelled app=vllm-pd, their role from tlgate.io/role", d)
 	}
-	routes := cfg.Gateway.Routes
-	if len(routes) != 1 || routes[0].Model != "llama-pd" || !slices.Equal(routes[0].Targets, []string{"disaggregated"}) {
-		t.Errorf("routes %+v: want llama-pd served disaggregated", routes)
+	rs := cfg.Gateway.Routes
+	if len(rs) != 1 || rs[0].Model != "llama-pd" || !slices.Equal(rs[0].Targets, []string{"disaggregated"}) {
+		t.Errorf("routes %+v: want llama-pd served disaggregated", rs)
 	}
 	np := kubeapi.Find(objs, "NetworkPolicy", "tlgate", false)
 	if ingress, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress"); len(ingress) != 1 {
@@ -427,6 +429,49 @@ func TestHelmPDBEvictsUnready(t *testing.T) {
 		}
 		if p, _, _ := unstructured.NestedString(pdb.Object, "spec", "unhealthyPodEvictionPolicy"); p != "AlwaysAllow" {
 			t.Errorf("%v: the gateway's PodDisruptionBudget has unhealthyPodEvictionPolicy %q, want AlwaysAllow", args, p)
+		}
+	}
+}
+
+// TestHelmModelLabels: where a discovery source of the default values or
+// a ci/ values file reads the model id from a pod label (model_label),
+// every model id the routes send to is one a label value can hold; the API
+// server refuses a pod labelled with an id like
+// meta-llama/Llama-3.1-8B-Instruct ('/'), which needs model_annotation.
+func TestHelmModelLabels(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*-values.yaml"))
+	if err != nil || len(files) < 2 {
+		t.Fatalf("ci values files: %v %v", files, err)
+	}
+	for _, args := range append([][]string{nil}, wrapEach("-f", files)...) {
+		cfg := renderedConfig(t, kubeapi.Render(t, chartDir, release, namespace, args...), "tlgate-config", false)
+		var label string
+		for _, d := range cfg.Gateway.Discovery {
+			if d.ModelLabel != "" {
+				label = d.ModelLabel
+			}
+		}
+		if label != "" {
+			checkModelLabels(t, args, label, cfg.Gateway.Routes)
+		}
+	}
+}
+
+func checkModelLabels(t *testing.T, args []string, label string, rs []routes.Route) {
+	t.Helper()
+	for _, r := range rs {
+		var models []string
+		for _, b := range r.Backends {
+			models = append(models, b.Model)
+		}
+		for _, s := range r.Cascade {
+			models = append(models, s.Model)
+		}
+		for _, m := range models {
+			if errs := validation.IsValidLabelValue(m); len(errs) > 0 {
+				t.Errorf("%v: route %s sends to model %q, which pods cannot carry in the label %s (model_label): %s; use model_annotation",
+					args, r.Model, m, label, strings.Join(errs, "; "))
+			}
 		}
 	}
 }
