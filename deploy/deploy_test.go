@@ -838,6 +838,7 @@ func TestDockerfile(t *testing.T) {
 	if build == "" || !strings.Contains(build, " -o /out/gateway ") {
 		t.Fatalf("no go build of ./cmd/gateway -o /out/gateway in the Dockerfile (found %q)", build)
 	}
+	checkStateDirOwned(t, lines)
 
 	// Run the same build, from the repository root, into a temporary file.
 	sh, err := exec.LookPath("sh")
@@ -884,7 +885,100 @@ func TestDockerfile(t *testing.T) {
 	if err == nil || !strings.Contains(string(b), "built with -tags noembed") {
 		t.Errorf("-demo -replicas 2 in the image's gateway: %v\n%s", err, b)
 	}
+	checkDockerRunExample(t, out)
 }
+
+// checkDockerRunExample: the docker run of the Dockerfile's comment mounts
+// a configuration of the repository that the image's gateway (bin) accepts
+// with -check, in an empty working directory (the image's state directory),
+// given only the variables the example passes with -e: the example starts.
+func checkDockerRunExample(t *testing.T, bin string) {
+	t.Helper()
+	b, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run string
+	for _, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimSpace(strings.TrimPrefix(l, "#"))
+		if strings.HasPrefix(l, "docker run") || run != "" && strings.HasSuffix(run, "\\") {
+			run = strings.TrimSuffix(run, "\\") + " " + l
+		}
+	}
+	m := dockerRunConfig.FindStringSubmatch(run)
+	if m == nil {
+		t.Fatalf("the Dockerfile's docker run example mounts no config of the repository at /etc/tlgate/gateway.toml: %q", run)
+	}
+	cfg, err := filepath.Abs(filepath.Join("..", m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-check", "-config", cfg)
+	cmd.Dir = t.TempDir()
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for _, e := range dockerRunEnv.FindAllStringSubmatch(run, -1) {
+		cmd.Env = append(cmd.Env, e[1]+"=example")
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("the Dockerfile's docker run example (%s) does not start: gateway -check: %v\n%s", run, err, out)
+	}
+}
+
+// checkStateDirOwned: the final stage's WORKDIR (where the file store's
+// relative state_dir, "./tlgate-data" by default, is made) belongs to its
+// USER: copied in with --chown of that user before WORKDIR names it, since
+// WORKDIR creates a missing directory as root, and distroless has no shell
+// to chown one. Kubernetes hides a root-owned one behind its volume and
+// fsGroup; plain Docker does not.
+func checkStateDirOwned(t *testing.T, lines []string) {
+	t.Helper()
+	var final []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "FROM ") {
+			final = nil
+		}
+		final = append(final, l)
+	}
+	var user, workdir string
+	owned := map[string]string{} // destination -> --chown, of the COPYs before WORKDIR
+	for _, l := range final {
+		f := strings.Fields(l)
+		switch f[0] {
+		case "USER":
+			user = f[1]
+		case "WORKDIR":
+			if workdir == "" {
+				workdir = f[1]
+			}
+		case "COPY":
+			if workdir != "" {
+				continue
+			}
+			for _, a := range f[1:] {
+				if c, ok := strings.CutPrefix(a, "--chown="); ok {
+					owned[strings.TrimSuffix(f[len(f)-1], "/")] = c
+				}
+			}
+		}
+	}
+	if workdir == "" {
+		t.Fatal("the final stage has no WORKDIR (the file store's state_dir is relative to it)")
+	}
+	if !strings.Contains(user, ":") {
+		user += ":" + user
+	}
+	if got := owned[workdir]; got != user {
+		t.Errorf("the final stage's WORKDIR %s is not copied in with --chown=%s before it (got %q): WORKDIR makes it root's, and the gateway (USER %s) cannot create its state_dir there",
+			workdir, user, got, user)
+	}
+}
+
+// dockerRunConfig matches the configuration a docker run mounts from the
+// repository; dockerRunEnv each variable it passes.
+var (
+	dockerRunConfig = regexp.MustCompile(` -v \$PWD/(\S+):/etc/tlgate/gateway\.toml`)
+	dockerRunEnv    = regexp.MustCompile(` -e ([A-Z0-9_]+)=`)
+)
 
 // buildTags matches a go build command's -tags.
 var buildTags = regexp.MustCompile(` -tags[ =]([^ ]+) `)
