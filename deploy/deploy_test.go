@@ -986,7 +986,6 @@ var buildTags = regexp.MustCompile(` -tags[ =]([^ ]+) `)
 // TestSystemdUnit runs systemd-analyze verify on the unit (with its
 // ExecStart pointed at a real executable): any warning fails the test.
 func TestSystemdUnit(t *testing.T) {
-	analyze := tool(t, "systemd-analyze")
 	b, err := os.ReadFile("systemd/tlgate.service")
 	if err != nil {
 		t.Fatal(err)
@@ -996,6 +995,15 @@ func TestSystemdUnit(t *testing.T) {
 			t.Errorf("the unit lacks %q", want)
 		}
 	}
+	// The gateway lists this host's addresses (net.InterfaceAddrs, over a
+	// netlink socket) so that an engine may not name its own wildcard
+	// listeners: the unit must let it open one.
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "RestrictAddressFamilies="); ok && !slices.Contains(strings.Fields(v), "AF_NETLINK") {
+			t.Errorf("the unit's RestrictAddressFamilies=%s lacks AF_NETLINK: the gateway could not list its own addresses", v)
+		}
+	}
+	analyze := tool(t, "systemd-analyze")
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -89,6 +89,9 @@ type AddressPolicy struct {
 	mu    sync.RWMutex
 	own   []netip.AddrPort
 	local map[netip.Addr]bool // this host's addresses, for wildcard listeners
+	// interfaceAddrs lists this host's addresses; nil is
+	// net.InterfaceAddrs (tests set another).
+	interfaceAddrs func() ([]net.Addr, error)
 }
 
 // NewAddressPolicy returns a policy allowing only addresses in allow (any
@@ -99,8 +102,12 @@ func NewAddressPolicy(allow []netip.Prefix) *AddressPolicy {
 
 // AddOwn records a listener of the gateway, once it is bound (its port is
 // then known). A listener on every interface (0.0.0.0, ::) makes every
-// address of this host's interfaces, and loopback, its own.
-func (p *AddressPolicy) AddOwn(a net.Addr) {
+// address of this host's interfaces, and loopback, its own. When this
+// host's addresses cannot be listed (a sandbox refusing netlink sockets,
+// say), the listener is still recorded, with loopback alone as its
+// addresses, and the error is returned, once: an engine may then name
+// the listener at one of this host's other addresses.
+func (p *AddressPolicy) AddOwn(a net.Addr) error {
 	var ap netip.AddrPort
 	switch t := a.(type) {
 	case *net.TCPAddr:
@@ -112,23 +119,31 @@ func (p *AddressPolicy) AddOwn(a net.Addr) {
 	default:
 		var err error
 		if ap, err = netip.ParseAddrPort(a.String()); err != nil {
-			return
+			return nil
 		}
 		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.own = append(p.own, ap)
-	if ap.Addr().IsUnspecified() && p.local == nil {
-		p.local = map[netip.Addr]bool{}
-		if addrs, err := net.InterfaceAddrs(); err == nil {
-			for _, ia := range addrs {
-				if pfx, err := netip.ParsePrefix(ia.String()); err == nil {
-					p.local[pfx.Addr().Unmap()] = true
-				}
-			}
+	if !ap.Addr().IsUnspecified() || p.local != nil {
+		return nil
+	}
+	p.local = map[netip.Addr]bool{}
+	list := p.interfaceAddrs
+	if list == nil {
+		list = net.InterfaceAddrs
+	}
+	addrs, err := list()
+	if err != nil {
+		return fmt.Errorf("listener %s: this host's addresses: %w", ap, err)
+	}
+	for _, ia := range addrs {
+		if pfx, err := netip.ParsePrefix(ia.String()); err == nil {
+			p.local[pfx.Addr().Unmap()] = true
 		}
 	}
+	return nil
 }
 
 // Check applies the policy to a status Validate accepted: each of its

@@ -154,6 +154,42 @@ func TestAddressPolicyWildcardHostAddress(t *testing.T) {
 	}
 }
 
+// TestAddressPolicyInterfacesUnlisted: when this host's addresses cannot
+// be listed (a sandbox refusing netlink sockets), AddOwn of a wildcard
+// listener says so, once, and still records the listener with loopback as
+// its address; a listener on one address never lists them.
+func TestAddressPolicyInterfacesUnlisted(t *testing.T) {
+	refused := errors.New("socket: address family not supported by protocol")
+	calls := 0
+	p := NewAddressPolicy(nil)
+	p.interfaceAddrs = func() ([]net.Addr, error) { calls++; return nil, refused }
+	if err := p.AddOwn(&net.TCPAddr{IP: net.ParseIP("10.0.0.7"), Port: 8080}); err != nil || calls != 0 {
+		t.Fatalf("AddOwn(10.0.0.7:8080) = %v after %d listings, want nil and none", err, calls)
+	}
+	if err := p.AddOwn(&net.TCPAddr{IP: net.IPv4zero, Port: 9090}); !errors.Is(err, refused) || !strings.Contains(err.Error(), "0.0.0.0:9090") {
+		t.Fatalf("AddOwn(0.0.0.0:9090) = %v, want the listing's error naming the listener", err)
+	}
+	if err := p.AddOwn(&net.TCPAddr{Port: 7070}); err != nil || calls != 1 {
+		t.Fatalf("a second wildcard listener: %v after %d listings, want nil after one", err, calls)
+	}
+	for addr, ok := range map[string]bool{"127.0.0.1:9090": false, "[::1]:7070": false, "10.0.0.7:8080": false, "10.0.0.8:9090": true} {
+		if err := p.Check(&controlv1.WorkerStatus{HttpAddress: addr}); (err == nil) != ok {
+			t.Errorf("Check(%s) = %v, want ok=%v", addr, err, ok)
+		}
+	}
+
+	p = NewAddressPolicy(nil)
+	p.interfaceAddrs = func() ([]net.Addr, error) {
+		return []net.Addr{&net.IPNet{IP: net.ParseIP("10.0.0.8"), Mask: net.CIDRMask(24, 32)}}, nil
+	}
+	if err := p.AddOwn(&net.TCPAddr{IP: net.IPv4zero, Port: 9090}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Check(&controlv1.WorkerStatus{HttpAddress: "10.0.0.8:9090"}); !errors.Is(err, ErrRefusedAddress) {
+		t.Errorf("Check(10.0.0.8:9090) with this host at 10.0.0.8 = %v, want refused", err)
+	}
+}
+
 func TestKVEndpoints(t *testing.T) {
 	for ep, ok := range map[string]bool{"tcp://10.0.0.1:5557": true, "tcp://engine-0.svc:5557": true, "tcp://[::1]:5557": true, "ipc:///tmp/kv.sock": true,
 		"tcp://*:5557": false, "tcp://host": false, "http://h:1": false, "tcp://h:0": false, "tcp://h:70000": false, "ipc://": false, "5557": false,

@@ -319,9 +319,9 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 			return fmt.Errorf("gateway.registry_listen: %w", err)
 		}
 	}
-	addrs.AddOwn(g.grpcLis.Addr())
+	addOwn(o.Logger, addrs, g.grpcLis.Addr())
 	if h, err := net.ResolveTCPAddr("tcp", gw.Listen); err == nil && h.Port != 0 {
-		addrs.AddOwn(h) // known before it is bound
+		addOwn(o.Logger, addrs, h) // known before it is bound
 	}
 	warnOpenRegistry(o.Logger, gw)
 	go func() { _ = g.grpc.Serve(g.grpcLis) }()
@@ -399,7 +399,7 @@ func (g *Gateway) start(cfg *config.Config, o Options) error {
 	if g.httpLis, err = net.Listen("tcp", gw.Listen); err != nil {
 		return fmt.Errorf("gateway.listen: %w", err)
 	}
-	addrs.AddOwn(g.httpLis.Addr())
+	addOwn(o.Logger, addrs, g.httpLis.Addr())
 	g.httpLis = connlimit.Wrap(g.httpLis, connlimit.Options{
 		Max: gw.MaxConnections, PerClient: gw.MaxConnectionsPerClient,
 		OnRefuse: func(_ net.Addr, reason string) { m.ConnectionRefused(reason) },

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"net"
 
 	"github.com/rs/zerolog"
 
@@ -23,6 +24,17 @@ func registryRefused(log zerolog.Logger) func(w fleet.Worker, err error) {
 			ev, msg = log.Warn(), "worker id conflict: heartbeat refused"
 		}
 		ev.Str("worker", w.ID).Str("model", w.Model).Str("http", w.HTTPAddress).Time("started_at", w.StartedAt).Err(err).Msg(msg)
+	}
+}
+
+// addOwn records a listener of the gateway in the address policy, warning
+// when a wildcard listener's host addresses cannot be listed (under a
+// systemd unit whose RestrictAddressFamilies lacks AF_NETLINK, say): an
+// engine could then name the gateway at one of them.
+func addOwn(log zerolog.Logger, addrs *fleet.AddressPolicy, a net.Addr) {
+	if err := addrs.AddOwn(a); err != nil {
+		log.Warn().Err(err).
+			Msg("cannot list this host's addresses: an engine naming the gateway's own listener at one of them is not refused (a heartbeat could make the gateway send requests to itself); under systemd, allow AF_NETLINK in RestrictAddressFamilies")
 	}
 }
 
