@@ -416,6 +416,17 @@ func checkDiscoveryRBAC(t *testing.T, srv *kubeapi.Server, objs []*unstructured.
 	t.Logf("discovery's RBAC checked for %d source(s) as %s", sources, user)
 }
 
+// TestHelmDefaultsSeedNoRoutes: the default values seed no route. Routes
+// of config only seed an empty store (etcd keeps the table written at the
+// first install), so example routes there would stay in every release's
+// table for good, whatever its values say later.
+func TestHelmDefaultsSeedNoRoutes(t *testing.T) {
+	cfg := renderedConfig(t, kubeapi.Render(t, chartDir, release, namespace), "tlgate-config", false)
+	if len(cfg.Gateway.Routes) > 0 {
+		t.Errorf("the default values seed %d routes (%+v): they would outlive any later values", len(cfg.Gateway.Routes), cfg.Gateway.Routes)
+	}
+}
+
 // TestHelmPDBEvictsUnready: the gateway's PodDisruptionBudget, with
 // maxUnavailable or minAvailable, lets a drain evict a pod that is not
 // ready (with no engine routable every replica's /readyz is 503, and a
