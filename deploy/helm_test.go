@@ -427,6 +427,41 @@ func TestHelmDefaultsSeedNoRoutes(t *testing.T) {
 	}
 }
 
+// TestHelmNotesFileStore: with the file store, whose state_dir is an
+// emptyDir, the chart's NOTES warn that a PUT route table does not outlive
+// the pod; with etcd (the defaults) they do not.
+func TestHelmNotesFileStore(t *testing.T) {
+	const warning = "survives a container restart but not a pod replacement"
+	for _, tc := range []struct {
+		args []string
+		warn bool
+	}{
+		{nil, false},
+		{[]string{"--set", "config.store.kind=file", "--set", "etcd.enabled=false", "--set", "replicaCount=1"}, true},
+	} {
+		if notes := helmNotes(t, tc.args...); strings.Contains(notes, warning) != tc.warn {
+			t.Errorf("%v: the NOTES warn that the table is lost with the pod: %v, want %v\n%s", tc.args, !tc.warn, tc.warn, notes)
+		}
+	}
+}
+
+// helmNotes returns the NOTES a helm install of the chart would print
+// (a client-side dry run: no cluster is reached).
+func helmNotes(t *testing.T, args ...string) string {
+	t.Helper()
+	helm := kubeapi.Binary(t, kubeapi.HelmEnv)
+	cmd := exec.Command(helm, append([]string{"install", release, chartDir, "--namespace", namespace, "--dry-run=client"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm install --dry-run=client %v: %v\n%s", args, err, out)
+	}
+	_, notes, ok := strings.Cut(string(out), "\nNOTES:\n")
+	if !ok {
+		t.Fatalf("helm install --dry-run=client %v printed no NOTES:\n%s", args, out)
+	}
+	return notes
+}
+
 // TestHelmPDBEvictsUnready: the gateway's PodDisruptionBudget, with
 // maxUnavailable or minAvailable, lets a drain evict a pod that is not
 // ready (with no engine routable every replica's /readyz is 503, and a
