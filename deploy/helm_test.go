@@ -247,6 +247,12 @@ func TestHelmValuesRefused(t *testing.T) {
 		{[]string{"--set", "etcd.replicas=2"}, "etcd.replicas: must be odd (1, 3, 5), got 2"},
 		{[]string{"--set", "config.listen=0.0.0.0:http"}, `config: listener "0.0.0.0:http" has no port number`},
 		{[]string{"--set", "serviceAccount.create=false"}, "serviceAccount.name: name the existing ServiceAccount"},
+		// A stop must fit in the grace period, or SIGKILL cuts requests in
+		// flight.
+		{[]string{"--set", "config.shutdown_timeout=60s"}, "terminationGracePeriodSeconds (30) must be longer than preStopSleepSeconds (2) + config.shutdown_delay (5s) + config.shutdown_timeout (60s) = 67s"},
+		{[]string{"--set", "config.shutdown_timeout=23s"}, "= 30s, or requests in flight are killed"},
+		{[]string{"--set", "config.shutdown_delay=1m", "--set", "terminationGracePeriodSeconds=80"}, "= 82s"},
+		{[]string{"--set", "config.shutdown_timeout=20 s"}, `config.shutdown_timeout: "20 s" is not a duration`},
 	}
 	for _, tc := range tests {
 		_, err := kubeapi.HelmTemplate(t, chartDir, release, namespace, tc.args...)
@@ -254,6 +260,10 @@ func TestHelmValuesRefused(t *testing.T) {
 			t.Errorf("helm template %v: %v, want an error saying %q", tc.args, err, tc.want)
 		}
 	}
+	// Durations as the gateway reads them (Go's): 2 + 1.5 + 86.4 < 90.
+	kubeapi.Render(t, chartDir, release, namespace, "--set", "terminationGracePeriodSeconds=90", "--set", "config.shutdown_delay=1500ms",
+		"--set", "config.shutdown_timeout=1m26.4s")
+	kubeapi.Render(t, chartDir, release, namespace, "--set", "config.shutdown_delay=null", "--set", "config.shutdown_timeout=.38m")
 	objs := kubeapi.Render(t, chartDir, release, namespace, "--set", "nats.enabled=false", "--set", "config.sync.kind=none",
 		"--set", "secretEnv.TLGATE_NATS_TOKEN=null", "--set", "config.discovery=null", "--set", "config.sync.token_env=null")
 	for _, gone := range []string{"StatefulSet/tlgate-nats", "Role/tlgate-discovery"} {

@@ -242,3 +242,44 @@ reads its pool (by name) and Pods.
 {{- end -}}
 {{- toYaml $out -}}
 {{- end -}}
+
+{{/*
+tlgate.durationMs: a Go duration string ("20s", "1m30s", "1.5h", "250ms",
+"0"), as the gateway's config reads it, in milliseconds: (list KEY VALUE).
+Anything else fails, naming KEY.
+*/}}
+{{- define "tlgate.durationMs" -}}
+{{- $key := index . 0 -}}
+{{- $d := index . 1 -}}
+{{- if not (kindIs "string" $d) -}}
+{{- fail (printf "%s: %v is not a duration string such as \"20s\" or \"1m30s\"" $key $d) -}}
+{{- end -}}
+{{- $part := "([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)" -}}
+{{- if not (regexMatch (printf "^\\+?(0|(%s)+)$" $part) $d) -}}
+{{- fail (printf "%s: %q is not a duration such as \"20s\" or \"1m30s\"" $key $d) -}}
+{{- end -}}
+{{- $unit := dict "ns" 0.000001 "us" 0.001 "µs" 0.001 "μs" 0.001 "ms" 1.0 "s" 1000.0 "m" 60000.0 "h" 3600000.0 -}}
+{{- $ms := 0.0 -}}
+{{- range $p := regexFindAll $part $d -1 -}}
+{{- $n := regexFind "^([0-9]+(\\.[0-9]*)?|\\.[0-9]+)" $p -}}
+{{- $ms = addf $ms (mulf (float64 $n) (get $unit (trimPrefix $n $p))) -}}
+{{- end -}}
+{{- $ms -}}
+{{- end -}}
+
+{{/*
+tlgate.checkGrace: a stop takes the preStop sleep, then shutdown_delay,
+then at most shutdown_timeout; terminationGracePeriodSeconds must be
+longer, or Kubernetes kills requests in flight. Fails otherwise. Absent
+durations are the gateway's defaults (5s, 10s).
+*/}}
+{{- define "tlgate.checkGrace" -}}
+{{- $cfg := .Values.config | default dict -}}
+{{- $delay := include "tlgate.durationMs" (list "config.shutdown_delay" (default "5s" $cfg.shutdown_delay)) | float64 -}}
+{{- $timeout := include "tlgate.durationMs" (list "config.shutdown_timeout" (default "10s" $cfg.shutdown_timeout)) | float64 -}}
+{{- $need := addf (mulf (float64 .Values.preStopSleepSeconds) 1000.0) $delay $timeout -}}
+{{- $grace := mulf (float64 .Values.terminationGracePeriodSeconds) 1000.0 -}}
+{{- if le $grace $need -}}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must be longer than preStopSleepSeconds (%v) + config.shutdown_delay (%v) + config.shutdown_timeout (%v) = %vs, or requests in flight are killed: raise terminationGracePeriodSeconds or lower the others" .Values.terminationGracePeriodSeconds .Values.preStopSleepSeconds (default "5s" $cfg.shutdown_delay) (default "10s" $cfg.shutdown_timeout) (divf $need 1000.0)) -}}
+{{- end -}}
+{{- end -}}
