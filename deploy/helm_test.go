@@ -472,6 +472,39 @@ func helmNotes(t *testing.T, args ...string) string {
 	return notes
 }
 
+// TestHelmDiscoveryRBACNames: the discovery Roles and RoleBindings the
+// chart makes outside the release's namespace carry that namespace in
+// their names, so that two releases of one name in two namespaces, both
+// watching a third, do not make (and fight over) the same objects; in the
+// release's namespace the name is <fullname>-discovery, as
+// deploy/kubernetes's.
+func TestHelmDiscoveryRBACNames(t *testing.T) {
+	values := []string{"--set", "config.discovery[0].namespaces={llm,%s}", "--set", "config.discovery[0].name=vllm",
+		"--set", "config.discovery[0].kind=kubernetes", "--set", "config.discovery[0].selector=app=vllm"}
+	names := map[string]map[string]string{} // release namespace -> "Kind/namespace" -> name
+	for _, ns := range []string{"team-a", "team-b"} {
+		args := slices.Clone(values)
+		args[1] = fmt.Sprintf(args[1], ns)
+		names[ns] = map[string]string{}
+		for _, u := range kubeapi.Render(t, chartDir, release, ns, args...) {
+			if k := u.GetKind(); k == "Role" || k == "RoleBinding" {
+				names[ns][k+"/"+u.GetNamespace()] = u.GetName()
+			}
+		}
+		for _, k := range []string{"Role", "RoleBinding"} {
+			if got := names[ns][k+"/"+ns]; got != "tlgate-discovery" {
+				t.Errorf("release in %s: its %s in %s is %q, want tlgate-discovery", ns, k, ns, got)
+			}
+			if got, want := names[ns][k+"/llm"], "tlgate-"+ns+"-discovery"; got != want {
+				t.Errorf("release in %s: its %s in llm is %q, want %q", ns, k, got, want)
+			}
+		}
+	}
+	if a, b := names["team-a"]["Role/llm"], names["team-b"]["Role/llm"]; a == b {
+		t.Errorf("releases tlgate in team-a and team-b both make Role %s in llm", a)
+	}
+}
+
 // TestHelmPDBEvictsUnready: the gateway's PodDisruptionBudget, with
 // maxUnavailable or minAvailable, lets a drain evict a pod that is not
 // ready (with no engine routable every replica's /readyz is 503, and a
