@@ -505,6 +505,26 @@ func TestHelmDiscoveryRBACNames(t *testing.T) {
 	}
 }
 
+// TestHelmScrapePort: the prometheus.io/port annotation is the port of
+// config.listen (where /metrics is served), unless podAnnotations gives
+// one.
+func TestHelmScrapePort(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "8080"},
+		{[]string{"--set", "config.listen=0.0.0.0:8000"}, "8000"},
+		{[]string{"--set", "config.listen=0.0.0.0:8000", "--set-string", "podAnnotations.prometheus\\.io/port=9999"}, "9999"},
+	} {
+		dep := kubeapi.Find(kubeapi.Render(t, chartDir, release, namespace, tc.args...), "Deployment", "tlgate", false)
+		ann, _, _ := unstructured.NestedStringMap(dep.Object, "spec", "template", "metadata", "annotations")
+		if got := ann["prometheus.io/port"]; got != tc.want {
+			t.Errorf("%v: prometheus.io/port %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
+
 // TestHelmPDBEvictsUnready: the gateway's PodDisruptionBudget, with
 // maxUnavailable or minAvailable, lets a drain evict a pod that is not
 // ready (with no engine routable every replica's /readyz is 503, and a
