@@ -525,6 +525,31 @@ func TestHelmScrapePort(t *testing.T) {
 	}
 }
 
+// TestHelmStatefulSetScheduling: imagePullSecrets reaches the etcd's and
+// NATS's pods too (a mirror of their images may need them), and each takes
+// its own nodeSelector and tolerations.
+func TestHelmStatefulSetScheduling(t *testing.T) {
+	objs := kubeapi.Render(t, chartDir, release, namespace, "--set", "imagePullSecrets[0].name=mirror",
+		"--set", "etcd.nodeSelector.pool=etcd", "--set", "etcd.tolerations[0].key=dedicated", "--set", "etcd.tolerations[0].operator=Exists",
+		"--set", "nats.nodeSelector.pool=nats", "--set", "nats.tolerations[0].key=dedicated", "--set", "nats.tolerations[0].operator=Exists")
+	for _, c := range []string{"etcd", "nats"} {
+		sts := kubeapi.Find(objs, "StatefulSet", "tlgate-"+c, false)
+		if sts == nil {
+			t.Fatalf("no StatefulSet tlgate-%s", c)
+		}
+		pod, _, _ := unstructured.NestedMap(sts.Object, "spec", "template", "spec")
+		if got := short(pod["imagePullSecrets"]); got != `[{"name":"mirror"}]` {
+			t.Errorf("%s: imagePullSecrets %s", c, got)
+		}
+		if got := short(pod["nodeSelector"]); got != `{"pool":"`+c+`"}` {
+			t.Errorf("%s: nodeSelector %s", c, got)
+		}
+		if got := short(pod["tolerations"]); got != `[{"key":"dedicated","operator":"Exists"}]` {
+			t.Errorf("%s: tolerations %s", c, got)
+		}
+	}
+}
+
 // TestHelmPDBEvictsUnready: the gateway's PodDisruptionBudget, with
 // maxUnavailable or minAvailable, lets a drain evict a pod that is not
 // ready (with no engine routable every replica's /readyz is 503, and a
