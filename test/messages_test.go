@@ -68,16 +68,6 @@ func TestMessagesWithAnthropicClient(t *testing.T) {
 	wantLogged(t, logs, "msg-stream", acc.Usage.InputTokens, acc.Usage.OutputTokens)
 
 	body := `{"model":"sim","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
-	anthropicErr := func(what string, r reply, status int, typ string) {
-		t.Helper()
-		var e struct {
-			Type  string `json:"type"`
-			Error struct{ Type, Message string }
-		}
-		if r.status != status || json.Unmarshal(r.body, &e) != nil || e.Type != "error" || e.Error.Type != typ || e.Error.Message == "" {
-			t.Fatalf("%s: %d %s, want %d and an Anthropic %s", what, r.status, r.body, status, typ)
-		}
-	}
 	// x-api-key alone is a credential.
 	if r := c.postRaw("/v1/messages", body, "x-api-key", "key-alice"); r.status != http.StatusOK {
 		t.Fatalf("x-api-key: %d %s", r.status, r.body)
@@ -86,11 +76,11 @@ func TestMessagesWithAnthropicClient(t *testing.T) {
 	if r := c.postRaw("/v1/messages", body, "x-api-key", "key-alice", "Authorization", "Bearer key-alice"); r.status != http.StatusOK {
 		t.Fatalf("the same key in both headers: %d %s", r.status, r.body)
 	}
-	anthropicErr("two credentials", c.postRaw("/v1/messages", body, "x-api-key", "key-alice", "Authorization", "Bearer key-bob"), 400, "invalid_request_error")
-	anthropicErr("no key", c.postRaw("/v1/messages", body), 401, "authentication_error")
-	anthropicErr("unknown key", c.postRaw("/v1/messages", body, "x-api-key", "nope"), 401, "authentication_error")
-	anthropicErr("unknown model", c.postRaw("/v1/messages", strings.Replace(body, `"sim"`, `"nope"`, 1), "x-api-key", "key-alice"), 404, "not_found_error")
-	anthropicErr("bad body", c.postRaw("/v1/messages", `{"model":"sim"}`, "x-api-key", "key-alice"), 400, "invalid_request_error")
+	anthropicErr(t, "two credentials", c.postRaw("/v1/messages", body, "x-api-key", "key-alice", "Authorization", "Bearer key-bob"), 400, "invalid_request_error")
+	anthropicErr(t, "no key", c.postRaw("/v1/messages", body), 401, "authentication_error")
+	anthropicErr(t, "unknown key", c.postRaw("/v1/messages", body, "x-api-key", "nope"), 401, "authentication_error")
+	anthropicErr(t, "unknown model", c.postRaw("/v1/messages", strings.Replace(body, `"sim"`, `"nope"`, 1), "x-api-key", "key-alice"), 404, "not_found_error")
+	anthropicErr(t, "bad body", c.postRaw("/v1/messages", `{"model":"sim"}`, "x-api-key", "key-alice"), 400, "invalid_request_error")
 
 	// The SDK reads the gateway's error as Anthropic's.
 	bad := params
@@ -130,35 +120,25 @@ func TestMessagesRefusalsAreAnthropicShaped(t *testing.T) {
 			config.APIKey{Name: "ops", Key: "key-ops", Scopes: []string{"admin"}}),
 		func(c *config.Config) { c.Gateway.MaxBodyBytes = 64 },
 	}, enginesim.Config{ID: "a1", Model: "sim"})
-	anthropicErr := func(what string, r reply, status int, typ string) {
-		t.Helper()
-		var e struct {
-			Type  string `json:"type"`
-			Error struct{ Type, Message string }
-		}
-		if r.status != status || json.Unmarshal(r.body, &e) != nil || e.Type != "error" || e.Error.Type != typ || e.Error.Message == "" {
-			t.Errorf("%s: %d %s, want %d and an Anthropic %s", what, r.status, r.body, status, typ)
-		}
-	}
 	big := `{"model":"sim","max_tokens":4,"messages":[{"role":"user","content":"` + strings.Repeat("x", 200) + `"}]}`
-	anthropicErr("Content-Length over max_body_bytes", c.postRaw("/v1/messages", big, "x-api-key", "key-alice"), 413, "request_too_large")
+	anthropicErr(t, "Content-Length over max_body_bytes", c.postRaw("/v1/messages", big, "x-api-key", "key-alice"), 413, "request_too_large")
 	req, err := http.NewRequest(http.MethodPost, c.url+"/v1/messages", struct{ io.Reader }{strings.NewReader(big)}) // no length: chunked
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("x-api-key", "key-alice")
-	anthropicErr("chunked body over max_body_bytes", c.do(req), 413, "request_too_large")
+	anthropicErr(t, "chunked body over max_body_bytes", c.do(req), 413, "request_too_large")
 
 	small := `{"model":"sim","max_tokens":4,"messages":[]}`
-	anthropicErr("key without the inference scope", c.postRaw("/v1/messages", small, "x-api-key", "key-ops"), 403, "permission_error")
+	anthropicErr(t, "key without the inference scope", c.postRaw("/v1/messages", small, "x-api-key", "key-ops"), 403, "permission_error")
 	req, err = http.NewRequest(http.MethodGet, c.url+"/v1/messages", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("x-api-key", "key-alice")
-	anthropicErr("GET", c.do(req), 405, "invalid_request_error")
-	anthropicErr("count_tokens", c.postRaw("/v1/messages/count_tokens", small, "x-api-key", "key-alice"), 404, "not_found_error")
-	anthropicErr("count_tokens without a key", c.postRaw("/v1/messages/count_tokens", small), 404, "not_found_error")
+	anthropicErr(t, "GET", c.do(req), 405, "invalid_request_error")
+	anthropicErr(t, "count_tokens", c.postRaw("/v1/messages/count_tokens", small, "x-api-key", "key-alice"), 404, "not_found_error")
+	anthropicErr(t, "count_tokens without a key", c.postRaw("/v1/messages/count_tokens", small), 404, "not_found_error")
 
 	// Beside it, the shapes stay OpenAI's.
 	if r := c.postRaw("/v1/chat/completions", big, "Authorization", "Bearer key-alice"); r.status != 413 || errorCode(t, r.body) != "request_too_large" {
@@ -204,5 +184,18 @@ func TestMessagesMaxTokensZero(t *testing.T) {
 	r = c.postRaw("/v1/messages", strings.Replace(body, `"max_tokens":0`, `"max_tokens":-1`, 1))
 	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "max_tokens") {
 		t.Fatalf("max_tokens -1: %d %s, want 400 naming max_tokens", r.status, r.body)
+	}
+}
+
+// anthropicErr fails t unless r is an Anthropic-shaped error of status
+// and error type typ, with a message.
+func anthropicErr(t *testing.T, what string, r reply, status int, typ string) {
+	t.Helper()
+	var e struct {
+		Type  string `json:"type"`
+		Error struct{ Type, Message string }
+	}
+	if r.status != status || json.Unmarshal(r.body, &e) != nil || e.Type != "error" || e.Error.Type != typ || e.Error.Message == "" {
+		t.Fatalf("%s: %d %s, want %d and an Anthropic %s", what, r.status, r.body, status, typ)
 	}
 }

@@ -572,12 +572,7 @@ func nextShape(mq *modelQueue, tried map[string]bool) (string, *flowqueue.Queue[
 		if tried[shape] || sq.Len() == 0 {
 			continue
 		}
-		w := sq.Peek().Value
-		switch {
-		case bq == nil,
-			w.Class.Priority > bHead.Class.Priority,
-			w.Class.Priority == bHead.Class.Priority && w.Due.Before(bHead.Due),
-			w.Class.Priority == bHead.Class.Priority && w.Due.Equal(bHead.Due) && shape < best:
+		if w := sq.Peek().Value; leavesFirst(w, shape, bHead, best) {
 			best, bq, bHead = shape, sq, w
 		}
 	}
@@ -655,16 +650,26 @@ func (s *State) nextQueue(full map[string]bool) (string, *modelQueue) {
 		if full[name] || mq.q.Len() == 0 {
 			continue
 		}
-		w := mq.q.Peek().Value
-		switch {
-		case bq == nil,
-			w.Class.Priority > bHead.Class.Priority,
-			w.Class.Priority == bHead.Class.Priority && w.Due.Before(bHead.Due),
-			w.Class.Priority == bHead.Class.Priority && w.Due.Equal(bHead.Due) && name < best:
+		if w := mq.q.Peek().Value; leavesFirst(w, name, bHead, best) {
 			best, bq, bHead = name, mq, w
 		}
 	}
 	return best, bq
+}
+
+// leavesFirst reports whether waiter w, the next of the queue (or shape)
+// named name, leaves before b (nil: none yet), the next of bName: the
+// higher priority, then the earlier due, then the name.
+func leavesFirst(w *Waiter, name string, b *Waiter, bName string) bool {
+	switch {
+	case b == nil:
+		return true
+	case w.Class.Priority != b.Class.Priority:
+		return w.Class.Priority > b.Class.Priority
+	case !w.Due.Equal(b.Due):
+		return w.Due.Before(b.Due)
+	}
+	return name < bName
 }
 
 // Expiry is what a waiter's timer found: the waiter that leaves (nil when

@@ -392,13 +392,7 @@ func TestCanaryKeepsItsShareWhenFull(t *testing.T) {
 	s.cfg.Admission = AdmissionConfig{Enabled: true, Worker: 1, QueueSize: 100, QueueTimeout: 30 * time.Second}
 	s.SetWorker(w("a", "v3", fleet.RoleUnified, 0, 0))
 	s.SetWorker(w("b", "v4", fleet.RoleUnified, 0, 0))
-	r := s.table.Resolve("smol")
-	var stable []string // request ids drawn for v3
-	for i := 0; len(stable) < 3; i++ {
-		if id := fmt.Sprint("req-", i); routes.PickBackend(r, id) == "v3" {
-			stable = append(stable, id)
-		}
-	}
+	stable := drawnFor(s.table.Resolve("smol"), "v3", "req-", 3)
 	if ad := s.Admit(&Request{Model: "smol", RequestID: stable[0]}, "k", pid("first"), now); ad.Err != nil || ad.Target.ServedModel != "v3" {
 		t.Fatalf("first request: %+v", ad)
 	}

@@ -316,9 +316,10 @@ func TestExactNotRelayedBySync(t *testing.T) {
 	}
 }
 
-// TestExactCascadeAsksPerModel: each cascade step's model is tokenized by
-// its own tokenizer.
-func TestExactCascadeAsksPerModel(t *testing.T) {
+// exactCascade is cache_aware with a cascade route "auto" (small, then
+// big), one worker of each model, their views exact.
+func exactCascade(t *testing.T) *State {
+	t.Helper()
 	table, err := routes.NewTable([]routes.Route{{Model: "auto", Cascade: []routes.Step{{Model: "small", AcceptIf: "mean_logprob > -1"}, {Model: "big"}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -328,6 +329,13 @@ func TestExactCascadeAsksPerModel(t *testing.T) {
 		s.SetWorker(x)
 		events(t, s, x.ID, kvindex.Exact)
 	}
+	return s
+}
+
+// TestExactCascadeAsksPerModel: each cascade step's model is tokenized by
+// its own tokenizer.
+func TestExactCascadeAsksPerModel(t *testing.T) {
+	s := exactCascade(t)
 	req := &Request{Model: "auto", RequestID: "r"}
 	var nt *NeedTokensError
 	if _, err := s.Pick(req, now); !errors.As(err, &nt) || nt.Base != "small" {
@@ -479,15 +487,7 @@ func TestNoExactKeepsNoViews(t *testing.T) {
 // take: the first for a plain request, the last for a streamed one or one
 // accept_if cannot judge.
 func TestTokensToWaitForTheStepPicked(t *testing.T) {
-	table, err := routes.NewTable([]routes.Route{{Model: "auto", Cascade: []routes.Step{{Model: "small", AcceptIf: "mean_logprob > -1"}, {Model: "big"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := NewState(Config{Policy: policy.NameCacheAware}, table, 1)
-	for _, x := range []fleet.Worker{w("s1", "small", fleet.RoleUnified, 0, 0), w("b1", "big", fleet.RoleUnified, 0, 0)} {
-		s.SetWorker(x)
-		events(t, s, x.ID, kvindex.Exact)
-	}
+	s := exactCascade(t)
 	for _, tc := range []struct {
 		req  Request
 		base string
