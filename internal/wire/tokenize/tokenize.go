@@ -21,9 +21,12 @@
 //     afterwards (Refresh), which keeps it for the turn after and checks
 //     the reuse again.
 //
-// An endpoint that fails is not asked again for Backoff, so a model whose
-// engines serve no /tokenize costs one failed call per Backoff, not one
-// per request. A Client is safe for concurrent use.
+// An endpoint that fails (it cannot be reached, answers 5xx or 429, or
+// serves no /tokenize: endpointFailing) is not asked again for Backoff, so
+// a model whose engines serve no /tokenize costs one failed call per
+// Backoff, not one per request; a request refused for its own content or
+// model (400, or vLLM's 404 for a model it does not serve) fails alone. A
+// Client is safe for concurrent use.
 package tokenize
 
 import (
@@ -48,7 +51,8 @@ import (
 
 // Defaults of Options.
 const (
-	// DefaultBackoff is how long an endpoint that failed is not asked.
+	// DefaultBackoff is how long an endpoint that failed (endpointFailing)
+	// is not asked.
 	DefaultBackoff = 30 * time.Second
 	// VerifyRuns is how many conversation turns of a model are tokenized
 	// whole and compared before its earlier turns' tokens are reused.
@@ -404,9 +408,9 @@ func (c *Client) Tokenize(ctx context.Context, req Request) ([]uint32, error) {
 		return nil, fmt.Errorf("%w: %s, until %s", ErrUnavailable, req.URL, until.Format(time.RFC3339))
 	}
 	c.mu.Unlock()
-	toks, err := c.call(ctx, req, &s.fields)
+	toks, failing, err := c.call(ctx, req, &s.fields)
 	if err != nil {
-		if ctx.Err() == nil { // the tokenizer's failure, not the deadline
+		if failing && ctx.Err() == nil { // the endpoint's failure, not the deadline's nor the request's
 			c.mu.Lock()
 			c.down[req.URL] = c.o.Now().Add(c.o.Backoff)
 			c.mu.Unlock()
@@ -490,38 +494,80 @@ func (c *Client) Reusable(model string) bool {
 	return v != nil && !v.broke && v.agreed >= VerifyRuns
 }
 
-// call posts req to the tokenizer.
-func (c *Client) call(ctx context.Context, req Request, f *fields) ([]uint32, error) {
+// call posts req to the tokenizer. failing says that the error is the
+// endpoint's (endpointFailing), not this request's.
+func (c *Client) call(ctx context.Context, req Request, f *fields) (toks []uint32, failing bool, err error) {
 	body, err := tokenizeBody(req, f)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(req.URL, "/")+"/tokenize", bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrTokenizer, err)
+		return nil, true, fmt.Errorf("%w: %v", ErrTokenizer, err)
 	}
 	hr.Header.Set("Content-Type", "application/json")
 	tracectx.Inject(ctx, hr.Header)
 	resp, err := c.o.HTTP.Do(hr)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrTokenizer, err)
+		return nil, true, fmt.Errorf("%w: %v", ErrTokenizer, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrTokenizer, err)
+		return nil, true, fmt.Errorf("%w: %v", ErrTokenizer, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%w: %s/tokenize answered %d", ErrTokenizer, req.URL, resp.StatusCode)
+		return nil, endpointFailing(resp.StatusCode, data), fmt.Errorf("%w: %s/tokenize answered %d", ErrTokenizer, req.URL, resp.StatusCode)
 	}
-	if len(data) > MaxResponse {
-		return nil, fmt.Errorf("%w: %s/tokenize: the answer is over the %d-byte limit", ErrTokenizer, req.URL, MaxResponse)
+	if len(data) > MaxResponse { // this prompt's answer: the next one's may fit
+		return nil, false, fmt.Errorf("%w: %s/tokenize: the answer is over the %d-byte limit", ErrTokenizer, req.URL, MaxResponse)
 	}
-	toks, err := parseTokens(data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s/tokenize: %w", ErrTokenizer, req.URL, err)
+	toks, err = parseTokens(data)
+	if err != nil { // not vLLM's /tokenize
+		return nil, true, fmt.Errorf("%w: %s/tokenize: %w", ErrTokenizer, req.URL, err)
 	}
-	return toks, nil
+	return toks, false, nil
+}
+
+// endpointFailing reports whether a /tokenize answer of status code (not
+// 200) and body data says that the endpoint itself fails or is missing,
+// so that every request would fail alike, rather than that this request
+// cannot be tokenized there:
+//
+//   - a 5xx (vLLM answers a tokenization that raised an unexpected
+//     exception 500 too, which such a request then costs every other for
+//     the backoff), 429, and 401 or 403 (the gateway is not let in);
+//   - a 405, and a 404 whose body is not an OpenAI-shaped error: the path
+//     or the server is not there (FastAPI's {"detail":"Not Found"},
+//     another server's page).
+//
+// vLLM answers a request its chat template or its media cannot render,
+// or that it refuses, 400 (422 from some servers), and a model id it does
+// not serve (an adapter a tokenizer without it is asked for) 404 with an
+// OpenAI-shaped error ({"error":{"message":...}}, or the older
+// {"object":"error","message":...}): those are the request's.
+func endpointFailing(code int, data []byte) bool {
+	switch {
+	case code >= 500, code == http.StatusTooManyRequests, code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusMethodNotAllowed:
+		return true
+	case code == http.StatusNotFound:
+		return !openAIError(data)
+	}
+	return false
+}
+
+// openAIError reports whether data is an OpenAI-shaped error, as vLLM's
+// ErrorResponse is written: {"error":{"message":...}}, or, in older
+// vLLM, {"object":"error","message":...}.
+func openAIError(data []byte) bool {
+	if !gjson.ValidBytes(data) {
+		return false
+	}
+	root := gjson.ParseBytes(data)
+	if e := root.Get("error"); e.IsObject() && e.Get("message").Type == gjson.String {
+		return true
+	}
+	return root.Get("object").Str == "error" && root.Get("message").Type == gjson.String
 }
 
 // parseTokens reads the "tokens" of a /tokenize answer: a JSON object

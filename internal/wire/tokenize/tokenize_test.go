@@ -364,3 +364,71 @@ func TestTokenizeCacheBounded(t *testing.T) {
 		t.Fatal("the newest prompt is gone")
 	}
 }
+
+// vllmLike is a tokenizer that answers as vLLM's /tokenize does for base
+// model "m" only: another model id (an adapter it does not serve) is 404
+// with an OpenAI-shaped error, a chat whose roles do not alternate is 400
+// (its chat template raised), and a path other than /tokenize is FastAPI's
+// 404 {"detail":"Not Found"}. A prompt "fail" is answered 500.
+func vllmLike(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/tokenize" {
+			http.Error(w, `{"detail":"Not Found"}`, http.StatusNotFound)
+			return
+		}
+		var b struct {
+			Model    string `json:"model"`
+			Messages []msg  `json:"messages"`
+			Prompt   string `json:"prompt"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&b)
+		switch {
+		case b.Model != "m":
+			http.Error(w, `{"error":{"message":"The model `+"`"+b.Model+"`"+` does not exist.","type":"NotFoundError","param":null,"code":404}}`, http.StatusNotFound)
+		case len(b.Messages) > 1 && b.Messages[0].Role == b.Messages[1].Role:
+			http.Error(w, `{"error":{"message":"Conversation roles must alternate user/assistant","type":"BadRequestError","param":null,"code":400}}`, http.StatusBadRequest)
+		case b.Prompt == "fail":
+			http.Error(w, `{"error":{"message":"EngineCore died","type":"InternalServerError","param":null,"code":500}}`, http.StatusInternalServerError)
+		default:
+			_, _ = w.Write([]byte(`{"tokens":[1,2,3],"count":3,"max_model_len":8192}`))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestTokenizeBacksOffOnlyFailingEndpoints: a request the tokenizer
+// refuses for itself (a chat template that raises: 400; a model id it does
+// not serve: vLLM's 404 with an OpenAI-shaped error) fails alone and does
+// not take the endpoint away from every other request for the backoff; an
+// endpoint that fails (500) or serves no /tokenize (FastAPI's 404) is
+// backed off.
+func TestTokenizeBacksOffOnlyFailingEndpoints(t *testing.T) {
+	srv := vllmLike(t)
+	good := tokenize.Request{URL: srv.URL, Model: "m", Chat: true, Body: []byte(`{"messages":[{"role":"user","content":"hi"}]}`)}
+	for _, tc := range []struct {
+		name    string
+		bad     tokenize.Request
+		backoff bool
+	}{
+		{"adapter", tokenize.Request{URL: srv.URL, Model: "m-sql", Chat: true, Body: []byte(`{"messages":[{"role":"user","content":"a"}]}`)}, false},
+		{"template", tokenize.Request{URL: srv.URL, Model: "m", Chat: true, Body: []byte(`{"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`)}, false},
+		{"500", tokenize.Request{URL: srv.URL, Model: "m", Body: []byte(`{"prompt":"fail"}`)}, true},
+		{"no /tokenize", tokenize.Request{URL: srv.URL + "/v2", Model: "m", Body: []byte(`{"prompt":"x"}`)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tokenize.New(tokenize.Options{CacheTokens: 1 << 10})
+			defer c.Close()
+			if _, err := c.Tokenize(context.Background(), tc.bad); !errors.Is(err, tokenize.ErrTokenizer) {
+				t.Fatalf("refused request: %v, want ErrTokenizer", err)
+			}
+			again := good
+			again.URL = tc.bad.URL
+			_, err := c.Tokenize(context.Background(), again)
+			if got := errors.Is(err, tokenize.ErrUnavailable); got != tc.backoff {
+				t.Fatalf("the next request: %v; backed off %v, want %v", err, got, tc.backoff)
+			}
+		})
+	}
+}
