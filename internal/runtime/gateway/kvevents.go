@@ -51,7 +51,7 @@ func newKVMetrics(reg prometheus.Registerer) (*metrics.KVMetrics, error) {
 // publishes them, each dial checked by control, and has the request
 // actors tokenize prompts for routing on them over client.
 func (g *Gateway) startKVEvents(gw *config.Gateway, rdeps *request.Deps, client *http.Client, control func(network, address string, c syscall.RawConn) error, km *metrics.KVMetrics, log zerolog.Logger) {
-	tok := tokenize.New(tokenize.Options{HTTP: client, CacheTokens: gw.Tokenizer.CacheTokens})
+	tok := tokenize.New(tokenize.Options{HTTP: client, CacheTokens: gw.Tokenizer.CacheTokens, Bases: tokenizerBases(gw.Tokenizer.Endpoints)})
 	g.stops = append(g.stops, func(context.Context) error { tok.Close(); return nil })
 	rdeps.Tokenizer, rdeps.TokenizeTimeout = tok, gw.Tokenizer.Timeout.Duration
 	rdeps.OnTokenized, rdeps.OnTokenCache = km.Tokenized, km.TokenCache
@@ -71,6 +71,24 @@ func (g *Gateway) startKVEvents(gw *config.Gateway, rdeps *request.Deps, client 
 		},
 	})
 	g.stops = append(g.stops, func(context.Context) error { mgr.Close(); return nil })
+}
+
+// tokenizerBases maps each configured tokenizer's URL to its base model
+// (tokenize.Options.Bases), leaving out a URL configured for several: a
+// request to it is tokenized as the model it names.
+func tokenizerBases(es []config.TokenizerEndpoint) map[string]string {
+	out := map[string]string{}
+	shared := map[string]bool{}
+	for _, e := range es {
+		if b, ok := out[e.URL]; ok && b != e.Model {
+			shared[e.URL] = true
+		}
+		out[e.URL] = e.Model
+	}
+	for u := range shared {
+		delete(out, u)
+	}
+	return out
 }
 
 // kvViews are the exact views of ws for the metrics.

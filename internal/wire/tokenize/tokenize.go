@@ -95,6 +95,13 @@ type Options struct {
 	Backoff time.Duration
 	// Now is the clock of the backoff (nil: time.Now).
 	Now func() time.Time
+	// Bases maps the URL of a tokenizer configured for a base model
+	// ([[gateway.tokenizer.endpoints]]) to that model: a request to it is
+	// tokenized as the base model whatever model it names (an adapter of
+	// it), since such a tokenizer serves the base model alone and would
+	// refuse an adapter's id (a LoRA adapter shares its base's tokenizer
+	// and chat template).
+	Bases map[string]string
 }
 
 // Request is one prompt to tokenize.
@@ -102,7 +109,8 @@ type Request struct {
 	// URL is the tokenizer's base URL (scheme://host:port): the gateway
 	// posts to URL/tokenize.
 	URL string
-	// Model is the model id to tokenize as.
+	// Model is the model id to tokenize as (but at a URL of
+	// Options.Bases, which names its own).
 	Model string
 	// Chat: Body is a chat completions request (else completions).
 	Chat bool
@@ -497,6 +505,9 @@ func (c *Client) Reusable(model string) bool {
 // call posts req to the tokenizer. failing says that the error is the
 // endpoint's (endpointFailing), not this request's.
 func (c *Client) call(ctx context.Context, req Request, f *fields) (toks []uint32, failing bool, err error) {
+	if base, ok := c.o.Bases[req.URL]; ok {
+		req.Model = base
+	}
 	body, err := tokenizeBody(req, f)
 	if err != nil {
 		return nil, false, err

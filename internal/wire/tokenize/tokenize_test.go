@@ -432,3 +432,21 @@ func TestTokenizeBacksOffOnlyFailingEndpoints(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenizeConfiguredAsBase: a tokenizer configured for a base model
+// (Options.Bases) is asked as that model for a request that names an
+// adapter of it, which it does not serve; an engine's own /tokenize (not
+// in Bases) is asked as the model the request names.
+func TestTokenizeConfiguredAsBase(t *testing.T) {
+	srv := vllmLike(t)
+	c := tokenize.New(tokenize.Options{CacheTokens: 1 << 10, Bases: map[string]string{srv.URL: "m"}})
+	defer c.Close()
+	req := tokenize.Request{URL: srv.URL, Model: "m-sql", Chat: true, Body: []byte(`{"messages":[{"role":"user","content":"a"}]}`)}
+	if toks, err := c.Tokenize(context.Background(), req); err != nil || len(toks) != 3 {
+		t.Fatalf("an adapter at its base's tokenizer: %v %v", toks, err)
+	}
+	req.URL = srv.URL + "/"
+	if _, err := c.Tokenize(context.Background(), req); !errors.Is(err, tokenize.ErrTokenizer) {
+		t.Fatalf("an adapter at an engine that does not serve it: %v, want ErrTokenizer", err)
+	}
+}
