@@ -57,6 +57,8 @@ const (
 	// VerifyRuns is how many conversation turns of a model are tokenized
 	// whole and compared before its earlier turns' tokens are reused.
 	VerifyRuns = 3
+	// DefaultMaxConcurrent is Options.MaxConcurrent's default.
+	DefaultMaxConcurrent = 8
 	// MaxResponse bounds a tokenizer's answer.
 	MaxResponse = 64 << 20
 	// MaxRefresh bounds the tokenizations run off requests' paths at once.
@@ -80,6 +82,9 @@ var (
 	ErrUnsupported = errors.New("tokenize: the request cannot be tokenized for routing")
 	// ErrUnavailable: the endpoint failed lately and is not asked.
 	ErrUnavailable = errors.New("tokenize: the tokenizer failed lately")
+	// ErrBusy: the endpoint has MaxConcurrent calls in flight; the
+	// request is not tokenized, and the endpoint is not backed off.
+	ErrBusy = errors.New("tokenize: the tokenizer has as many calls in flight as it may")
 	// ErrTokenizer: the tokenizer's answer was not tokens.
 	ErrTokenizer = errors.New("tokenize: tokenizer failed")
 )
@@ -95,6 +100,14 @@ type Options struct {
 	Backoff time.Duration
 	// Now is the clock of the backoff (nil: time.Now).
 	Now func() time.Time
+	// MaxConcurrent bounds the calls in flight to one endpoint URL (zero:
+	// DefaultMaxConcurrent): the router asks the least loaded worker of
+	// a model for a request's tokens, and asking adds no load, so a burst
+	// of requests asks one engine. A request past the bound is not
+	// tokenized (ErrBusy) and routes on the prefix index, as one whose
+	// tokenization timed out; identical requests in flight make one call
+	// (Tokenize).
+	MaxConcurrent int
 	// Bases maps the URL of a tokenizer configured for a base model
 	// ([[gateway.tokenizer.endpoints]]) to that model: a request to it is
 	// tokenized as the base model whatever model it names (an adapter of
@@ -110,7 +123,8 @@ type Request struct {
 	// posts to URL/tokenize.
 	URL string
 	// Model is the model id to tokenize as (but at a URL of
-	// Options.Bases, which names its own).
+	// Options.Bases, which names its own), and whose template's verdict
+	// and cached tokens these are.
 	Model string
 	// Chat: Body is a chat completions request (else completions).
 	Chat bool
@@ -164,6 +178,8 @@ type Client struct {
 	byKey   map[uint64]*list.Element
 	held    int                  // tokens held
 	down    map[string]time.Time // endpoint -> not asked until
+	busy    map[string]int       // endpoint -> calls in flight
+	flights map[string]*flight   // by URL and /tokenize body
 	models  map[string]*verdict  // by model: whether its template keeps a prefix
 	refresh chan struct{}        // slots of MaxRefresh
 	wg      sync.WaitGroup
@@ -192,7 +208,11 @@ func New(o Options) *Client {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.MaxConcurrent <= 0 {
+		o.MaxConcurrent = DefaultMaxConcurrent
+	}
 	return &Client{o: o, lru: list.New(), byKey: map[uint64]*list.Element{}, down: map[string]time.Time{},
+		busy: map[string]int{}, flights: map[string]*flight{},
 		models: map[string]*verdict{}, refresh: make(chan struct{}, MaxRefresh)}
 }
 
@@ -401,6 +421,13 @@ func (c *Client) get(key uint64) *entry {
 // Tokenize asks the tokenizer for req's tokens (ctx bounds the call),
 // keeps them, and judges the model's template against an earlier turn's
 // tokens.
+//
+// A request whose call to the same endpoint (the same URL and /tokenize
+// body) is in flight waits for that call instead of making its own (a
+// burst of one prompt makes one call), within its own ctx and that call's.
+// An endpoint with MaxConcurrent calls of its own in flight is not asked:
+// the request is answered ErrBusy at once, and the endpoint is not backed
+// off.
 func (c *Client) Tokenize(ctx context.Context, req Request) ([]uint32, error) {
 	s, err := req.shape()
 	if err != nil {
@@ -409,14 +436,64 @@ func (c *Client) Tokenize(ctx context.Context, req Request) ([]uint32, error) {
 	if s.whole {
 		return s.tokens, nil
 	}
+	as := req // the model asked: a configured tokenizer's base
+	if base, ok := c.o.Bases[req.URL]; ok {
+		as.Model = base
+	}
+	body, err := tokenizeBody(as, &s.fields)
+	if err != nil {
+		return nil, err
+	}
+	key := req.URL + "\x00" + string(body)
 	now := c.o.Now()
 	c.mu.Lock()
 	if until, ok := c.down[req.URL]; ok && now.Before(until) {
 		c.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s, until %s", ErrUnavailable, req.URL, until.Format(time.RFC3339))
 	}
+	if f := c.flights[key]; f != nil {
+		f.joined++
+		c.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.toks, f.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", ErrTokenizer, ctx.Err())
+		}
+	}
+	if n := c.busy[req.URL]; n >= c.o.MaxConcurrent {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s has %d calls in flight", ErrBusy, req.URL, n)
+	}
+	c.busy[req.URL]++
+	f := &flight{done: make(chan struct{})}
+	c.flights[key] = f
 	c.mu.Unlock()
-	toks, failing, err := c.call(ctx, req, &s.fields)
+
+	f.toks, f.err = c.fetch(ctx, req, s, body)
+	c.mu.Lock()
+	delete(c.flights, key)
+	if c.busy[req.URL]--; c.busy[req.URL] == 0 {
+		delete(c.busy, req.URL)
+	}
+	c.mu.Unlock()
+	close(f.done)
+	return f.toks, f.err
+}
+
+// flight is a call to a tokenizer in flight, which the requests of the
+// same body wait for.
+type flight struct {
+	done   chan struct{} // closed once toks and err are set
+	toks   []uint32
+	err    error
+	joined int // requests waiting for it besides its own; c.mu
+}
+
+// fetch makes req's call (its /tokenize body), backs its endpoint off
+// when the endpoint failed, and learns its tokens.
+func (c *Client) fetch(ctx context.Context, req Request, s shape, body []byte) ([]uint32, error) {
+	toks, failing, err := c.call(ctx, req.URL, body)
 	if err != nil {
 		if failing && ctx.Err() == nil { // the endpoint's failure, not the deadline's nor the request's
 			c.mu.Lock()
@@ -502,17 +579,10 @@ func (c *Client) Reusable(model string) bool {
 	return v != nil && !v.broke && v.agreed >= VerifyRuns
 }
 
-// call posts req to the tokenizer. failing says that the error is the
-// endpoint's (endpointFailing), not this request's.
-func (c *Client) call(ctx context.Context, req Request, f *fields) (toks []uint32, failing bool, err error) {
-	if base, ok := c.o.Bases[req.URL]; ok {
-		req.Model = base
-	}
-	body, err := tokenizeBody(req, f)
-	if err != nil {
-		return nil, false, err
-	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(req.URL, "/")+"/tokenize", bytes.NewReader(body))
+// call posts body to the tokenizer at base URL u. failing says that the
+// error is the endpoint's (endpointFailing), not this request's.
+func (c *Client) call(ctx context.Context, u string, body []byte) (toks []uint32, failing bool, err error) {
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(u, "/")+"/tokenize", bytes.NewReader(body))
 	if err != nil {
 		return nil, true, fmt.Errorf("%w: %v", ErrTokenizer, err)
 	}
@@ -528,14 +598,14 @@ func (c *Client) call(ctx context.Context, req Request, f *fields) (toks []uint3
 		return nil, true, fmt.Errorf("%w: %v", ErrTokenizer, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, endpointFailing(resp.StatusCode, data), fmt.Errorf("%w: %s/tokenize answered %d", ErrTokenizer, req.URL, resp.StatusCode)
+		return nil, endpointFailing(resp.StatusCode, data), fmt.Errorf("%w: %s/tokenize answered %d", ErrTokenizer, u, resp.StatusCode)
 	}
 	if len(data) > MaxResponse { // this prompt's answer: the next one's may fit
-		return nil, false, fmt.Errorf("%w: %s/tokenize: the answer is over the %d-byte limit", ErrTokenizer, req.URL, MaxResponse)
+		return nil, false, fmt.Errorf("%w: %s/tokenize: the answer is over the %d-byte limit", ErrTokenizer, u, MaxResponse)
 	}
 	toks, err = parseTokens(data)
 	if err != nil { // not vLLM's /tokenize
-		return nil, true, fmt.Errorf("%w: %s/tokenize: %w", ErrTokenizer, req.URL, err)
+		return nil, true, fmt.Errorf("%w: %s/tokenize: %w", ErrTokenizer, u, err)
 	}
 	return toks, false, nil
 }

@@ -450,3 +450,53 @@ func TestTokenizeConfiguredAsBase(t *testing.T) {
 		t.Fatalf("an adapter at an engine that does not serve it: %v, want ErrTokenizer", err)
 	}
 }
+
+// TestTokenizeBoundsCallsPerEndpoint: an endpoint with MaxConcurrent calls
+// in flight is not asked for another prompt (ErrBusy, at once), and is not
+// backed off for it: once its calls end it is asked again.
+func TestTokenizeBoundsCallsPerEndpoint(t *testing.T) {
+	const bound = 3
+	arrived, release := make(chan struct{}, bound+1), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		_, _ = w.Write([]byte(`{"tokens":[1,2],"count":2,"max_model_len":8192}`))
+	}))
+	defer srv.Close()
+	c := tokenize.New(tokenize.Options{CacheTokens: 1 << 10, MaxConcurrent: bound})
+	defer c.Close()
+	prompt := func(i int) tokenize.Request {
+		return tokenize.Request{URL: srv.URL, Model: "m", Body: fmt.Appendf(nil, `{"prompt":"prompt %d"}`, i)}
+	}
+	errs := make(chan error, bound)
+	for i := range bound {
+		go func() {
+			_, err := c.Tokenize(context.Background(), prompt(i))
+			errs <- err
+		}()
+		<-arrived
+	}
+	over := make(chan error, 1)
+	go func() {
+		_, err := c.Tokenize(context.Background(), prompt(bound))
+		over <- err
+	}()
+	select {
+	case err := <-over:
+		if !errors.Is(err, tokenize.ErrBusy) {
+			t.Errorf("past the bound: %v, want ErrBusy", err)
+		}
+	case <-arrived:
+		t.Error("past the bound, the endpoint was asked")
+		defer func() { <-over }()
+	}
+	close(release)
+	for range bound {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Tokenize(context.Background(), prompt(bound)); err != nil {
+		t.Fatalf("once the calls ended: %v", err)
+	}
+}
