@@ -155,8 +155,9 @@ type Tokenizer struct {
 	// Timeout is the deadline of one tokenization: past it the request is
 	// routed on the prefix index, as if no engine published events.
 	Timeout Duration `toml:"timeout"`
-	// CacheTokens bounds the tokens the gateway keeps of tokenized
-	// prompts (a conversation's earlier turns are not tokenized again).
+	// CacheTokens bounds the memory the gateway keeps of tokenized
+	// prompts (a conversation's earlier turns are not tokenized again), in
+	// tokens: each prompt counts its tokens and tokenize.EntryOverhead.
 	CacheTokens int `toml:"cache_tokens"`
 	// Endpoints are tokenizers per model (a GPU-less vLLM serving
 	// POST /tokenize); a model with none is tokenized by one of its

@@ -64,3 +64,23 @@ func TestTokenizeMergesIdenticalCalls(t *testing.T) {
 		t.Fatalf("%d requests of one prompt made %d calls, want 1", n, got)
 	}
 }
+
+// TestCacheCountsEntryOverhead: CacheTokens bounds memory, not token ids:
+// short prompts are held at most CacheTokens/(EntryOverhead+their length)
+// at once.
+func TestCacheCountsEntryOverhead(t *testing.T) {
+	const fit = 10
+	c := New(Options{CacheTokens: fit * (EntryOverhead + 2)})
+	defer c.Close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range 1000 {
+		c.put("m", uint64(i), []uint32{1, uint32(i)})
+	}
+	if n := c.lru.Len(); n > fit {
+		t.Fatalf("%d prompts of 2 tokens held under a bound of %d tokens, want at most %d", n, c.o.CacheTokens, fit)
+	}
+	if c.lru.Len() == 0 {
+		t.Fatal("none held")
+	}
+}
