@@ -3,7 +3,9 @@ package config
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/tlgate/tlgate/actors/router"
@@ -185,7 +187,13 @@ func defaultTokenizer() Tokenizer {
 	return Tokenizer{Timeout: D(DefaultTokenizerTimeout), CacheTokens: DefaultTokenizerCache}
 }
 
-func (v *checker) tokenizer(t Tokenizer) {
+// tokenizer checks [gateway.tokenizer], its endpoints against nets
+// (engine_networks): the gateway dials a tokenizer as it dials an engine,
+// refusing an address outside them at every call, so an endpoint whose
+// host is an IP address outside them, or one no engine may have
+// (unspecified, multicast, link-local), is refused here. A host name is
+// checked at each dial, once resolved, as an engine's.
+func (v *checker) tokenizer(t Tokenizer, nets []netip.Prefix) {
 	const at = "gateway.tokenizer."
 	if d := t.Timeout.Duration; d < time.Millisecond || d > time.Minute {
 		v.add(at+"timeout", "must be from 1ms to 1m, got %s", d)
@@ -206,6 +214,18 @@ func (v *checker) tokenizer(t Tokenizer) {
 		u, err := url.Parse(e.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
 			v.add(key+".url", "want http://host:port or https://host:port with no path, got %q", e.URL)
+			continue
+		}
+		ip, err := netip.ParseAddr(u.Hostname())
+		if err != nil {
+			continue
+		}
+		ip = ip.Unmap()
+		switch {
+		case ip.IsUnspecified() || ip.IsMulticast() || ip.IsLinkLocalUnicast():
+			v.add(key+".url", "%s is an unspecified, multicast or link-local address, which the gateway never dials", ip)
+		case len(nets) > 0 && !slices.ContainsFunc(nets, func(n netip.Prefix) bool { return n.Contains(ip) }):
+			v.add(key+".url", "%s is in none of gateway.engine_networks %v: the gateway dials tokenizers as engines, only within them", ip, nets)
 		}
 	}
 }

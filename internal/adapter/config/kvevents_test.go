@@ -78,11 +78,24 @@ url = "http://tok:8100"
 		{"[[gateway.tokenizer.endpoints]]\nmodel = \"m\"\nurl = \"http://t:1/v1\"", "gateway.tokenizer.endpoints[0].url: want http://host:port"},
 		{"[[gateway.tokenizer.endpoints]]\nmodel = \"m\"\nurl = \"http://t:1\"\n[[gateway.tokenizer.endpoints]]\nmodel = \"m\"\nurl = \"http://t:2\"", "gateway.tokenizer.endpoints[1].model: \"m\" already has endpoints[0]"},
 		{"[[gateway.tokenizer.endpoints]]\nurl = \"http://t:1\"", "gateway.tokenizer.endpoints[0].model:"},
+		// A tokenizer is dialled as an engine: within engine_networks.
+		{"[gateway]\nengine_networks = [\"10.0.0.0/8\"]\n[[gateway.tokenizer.endpoints]]\nmodel = \"m\"\nurl = \"http://192.168.1.9:8100\"", "gateway.tokenizer.endpoints[0].url: 192.168.1.9 is in none of gateway.engine_networks [10.0.0.0/8]"},
+		{"[gateway]\nengine_networks = [\"fd00::/8\"]\n[[gateway.tokenizer.endpoints]]\nmodel = \"m\"\nurl = \"http://[fe80::1]:8100\"", "gateway.tokenizer.endpoints[0].url: fe80::1 is an unspecified, multicast or link-local address"},
 	}
 	for _, tc := range cases {
 		_, err := Parse([]byte(tc.toml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: got %v, want %q", tc.toml, err, tc.want)
+		}
+	}
+}
+
+// TestTokenizerWithinEngineNetworks: a tokenizer whose address is in
+// engine_networks, or a host name (checked at each dial), is accepted.
+func TestTokenizerWithinEngineNetworks(t *testing.T) {
+	for _, u := range []string{"http://10.1.2.3:8100", "https://tok.internal:8100"} {
+		if _, err := Parse([]byte("[gateway]\nengine_networks = [\"10.0.0.0/8\"]\n[[gateway.tokenizer.endpoints]]\nmodel = \"m\"\nurl = \"" + u + "\"")); err != nil {
+			t.Errorf("%s: %v", u, err)
 		}
 	}
 }

@@ -144,7 +144,7 @@ func (c *Config) Validate() error {
 	v.sync(&g.Sync)
 	v.responses(g.Responses)
 	v.kvEvents(g.KVEvents)
-	v.tokenizer(g.Tokenizer)
+	v.tokenizer(g.Tokenizer, g.EngineNetworkPrefixes())
 	return errors.Join(v.errs...)
 }
 
