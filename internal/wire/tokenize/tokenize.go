@@ -16,10 +16,13 @@
 //     a prefix of its own, once the model's chat template has shown that it
 //     keeps a conversation's earlier turns as a prefix: the first
 //     VerifyRuns such turns of a model are tokenized whole and compared
-//     (one that differs stops the reuse for the model for good), and every
-//     turn that reuses is tokenized whole off the request's path
-//     afterwards (Refresh), which keeps it for the turn after and checks
-//     the reuse again.
+//     (one that differs stops the reuse for the model for good). A turn
+//     that reuses is tokenized whole off the request's path afterwards
+//     (Refresh), which keeps it for the turn after and checks the reuse
+//     again, only when its messages after the earlier turn are more than
+//     RefreshShare of its messages' bytes and fewer than MaxRefresh such
+//     tokenizations run; the others are not tokenized, and the turn after
+//     reuses the same earlier turn's tokens.
 //
 // An endpoint that fails (it cannot be reached, answers 5xx or 429, or
 // serves no /tokenize: endpointFailing) is not asked again for Backoff, so
