@@ -259,6 +259,7 @@ const (
 	fieldAddSpecialTokens
 	fieldDocuments
 	fieldMMProcessorKwargs
+	fieldMediaIOKwargs
 	numFields
 
 	firstChatField = fieldTools
@@ -270,6 +271,7 @@ var bodyFields = [numFields]string{
 	fieldTools: "tools", fieldChatTemplate: "chat_template", fieldChatTemplateKwargs: "chat_template_kwargs",
 	fieldAddGenerationPrompt: "add_generation_prompt", fieldContinueFinalMessage: "continue_final_message",
 	fieldAddSpecialTokens: "add_special_tokens", fieldDocuments: "documents", fieldMMProcessorKwargs: "mm_processor_kwargs",
+	fieldMediaIOKwargs: "media_io_kwargs",
 }
 
 // chatFields are the chat fields of bodyFields.

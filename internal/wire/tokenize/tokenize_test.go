@@ -500,3 +500,33 @@ func TestTokenizeBoundsCallsPerEndpoint(t *testing.T) {
 		t.Fatalf("once the calls ended: %v", err)
 	}
 }
+
+// TestTokenizeForwardsMediaIOKwargs: a chat's media_io_kwargs (how vLLM
+// loads its images, videos, audio), which its TokenizeChatRequest takes,
+// are sent to /tokenize and part of the request's key.
+func TestTokenizeForwardsMediaIOKwargs(t *testing.T) {
+	got := make(chan []byte, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- b
+		_, _ = w.Write([]byte(`{"tokens":[1,2,3],"count":3,"max_model_len":8192}`))
+	}))
+	defer srv.Close()
+	c := tokenize.New(tokenize.Options{CacheTokens: 1 << 10})
+	defer c.Close()
+	const kw = `{"video":{"num_frames":8}}`
+	req := tokenize.Request{URL: srv.URL, Model: "m", Chat: true, Body: []byte(`{"messages":[{"role":"user","content":"a"}],"media_io_kwargs":` + kw + `}`)}
+	if _, err := c.Tokenize(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	var sent struct {
+		MediaIOKwargs json.RawMessage `json:"media_io_kwargs"`
+	}
+	if err := json.Unmarshal(<-got, &sent); err != nil || string(sent.MediaIOKwargs) != kw {
+		t.Fatalf("media_io_kwargs sent %s (%v), want %s", sent.MediaIOKwargs, err, kw)
+	}
+	req.Body = []byte(`{"messages":[{"role":"user","content":"a"}],"media_io_kwargs":{"video":{"num_frames":16}}}`)
+	if _, kind, _ := c.Lookup(req); kind != tokenize.Miss {
+		t.Fatalf("other media_io_kwargs: %s, want a miss", kind)
+	}
+}
