@@ -304,15 +304,20 @@ func (d *Deps) run(w http.ResponseWriter, r *http.Request, ew errorWriter, rid, 
 	}
 }
 
-// wholeChunk is how much of a whole answer writeWhole writes at a time.
-const wholeChunk = 64 << 10
+// wholeChunk is how much of a whole answer writeWhole writes at a time;
+// an answer no longer than wholeSmall is written at once, unbounded: the
+// connection's buffers take it whole, whether its client reads or not.
+const (
+	wholeChunk = 64 << 10
+	wholeSmall = 16 << 10
+)
 
 // writeWhole writes a whole answer's body to its client, each wholeChunk
 // within timeout (0: no bound), as a stream's events are: a client that
 // stops reading is gone, and the answer, up to the proxy's
 // MaxResponseBytes, is not held for as long as its connection lives.
 func writeWhole(w http.ResponseWriter, body []byte, timeout time.Duration) {
-	if timeout <= 0 {
+	if timeout <= 0 || len(body) <= wholeSmall {
 		_, _ = w.Write(body)
 		return
 	}
