@@ -488,12 +488,7 @@ func (s *State) Dispatch(now time.Time) []Dispatched {
 			}
 		}
 		mq.q.Served(w.entry)
-		s.forget(w)
-		s.dispatched(name, mq.q.Len(), now)
-		if err == nil {
-			t.Queue, t.Priority = name, w.Class.Priority
-		}
-		out = append(out, Dispatched{W: w, Target: t, Err: err})
+		out = s.departed(name, mq, w, t, err, now, out)
 	}
 	// The queues go in the same order for the waiters behind their heads.
 	done := map[string]bool{}
@@ -550,13 +545,19 @@ func (s *State) lookPast(name string, mq *modelQueue, full string, now time.Time
 		}
 		sq.Served(e)
 		mq.q.Remove(w.entry)
-		s.forget(w)
-		s.dispatched(name, mq.q.Len(), now)
-		if err == nil {
-			t.Queue, t.Priority = name, w.Class.Priority
-		}
-		out = append(out, Dispatched{W: w, Target: t, Err: err})
+		out = s.departed(name, mq, w, t, err, now, out)
 	}
+}
+
+// departed records waiter w, taken out of queue name (mq) at now with its
+// pick (t, err), as dispatched, and appends it to out.
+func (s *State) departed(name string, mq *modelQueue, w *Waiter, t Target, err error, now time.Time, out []Dispatched) []Dispatched {
+	s.forget(w)
+	s.dispatched(name, mq.q.Len(), now)
+	if err == nil {
+		t.Queue, t.Priority = name, w.Class.Priority
+	}
+	return append(out, Dispatched{W: w, Target: t, Err: err})
 }
 
 // nextShape returns the shape of mq, among those not tried, whose next

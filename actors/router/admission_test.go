@@ -382,16 +382,24 @@ func TestDispatchLooksPastHeadItCannotServe(t *testing.T) {
 	}
 }
 
+// canaryState has route smol split 0.9 to v3 (worker a) and 0.1 to v4
+// (worker b), each worker allowed one request, and a queue of size.
+func canaryState(t *testing.T, size int) *State {
+	t.Helper()
+	s := state(t, policy.NameLeastOutstanding,
+		[]routes.Route{{Model: "smol", Backends: []routes.Backend{{Model: "v3", Weight: 0.9}, {Model: "v4", Weight: 0.1}}}})
+	s.cfg.Admission = AdmissionConfig{Enabled: true, Worker: 1, QueueSize: size, QueueTimeout: 30 * time.Second}
+	s.SetWorker(w("a", "v3", fleet.RoleUnified, 0, 0))
+	s.SetWorker(w("b", "v4", fleet.RoleUnified, 0, 0))
+	return s
+}
+
 // TestCanaryKeepsItsShareWhenFull: under admission control, a request
 // drawn for a canary route's backend whose workers are all at their
 // limit waits for them; it does not spill onto the other backend, which
 // would give a 0.1 canary the overflow of the 0.9 one.
 func TestCanaryKeepsItsShareWhenFull(t *testing.T) {
-	s := state(t, policy.NameLeastOutstanding,
-		[]routes.Route{{Model: "smol", Backends: []routes.Backend{{Model: "v3", Weight: 0.9}, {Model: "v4", Weight: 0.1}}}})
-	s.cfg.Admission = AdmissionConfig{Enabled: true, Worker: 1, QueueSize: 100, QueueTimeout: 30 * time.Second}
-	s.SetWorker(w("a", "v3", fleet.RoleUnified, 0, 0))
-	s.SetWorker(w("b", "v4", fleet.RoleUnified, 0, 0))
+	s := canaryState(t, 100)
 	stable := drawnFor(s.table.Resolve("smol"), "v3", "req-", 3)
 	if ad := s.Admit(&Request{Model: "smol", RequestID: stable[0]}, "k", pid("first"), now); ad.Err != nil || ad.Target.ServedModel != "v3" {
 		t.Fatalf("first request: %+v", ad)
@@ -427,11 +435,7 @@ func drawnFor(r routes.Route, backend, prefix string, n int) []string {
 // joins behind them, nor is refused because their queue is full, nor
 // counts them in its wait.
 func TestFullCanaryHoldsNoOtherBackend(t *testing.T) {
-	s := state(t, policy.NameLeastOutstanding,
-		[]routes.Route{{Model: "smol", Backends: []routes.Backend{{Model: "v3", Weight: 0.9}, {Model: "v4", Weight: 0.1}}}})
-	s.cfg.Admission = AdmissionConfig{Enabled: true, Worker: 1, QueueSize: 4, QueueTimeout: 30 * time.Second}
-	s.SetWorker(w("a", "v3", fleet.RoleUnified, 0, 0))
-	s.SetWorker(w("b", "v4", fleet.RoleUnified, 0, 0))
+	s := canaryState(t, 4)
 	r := s.table.Resolve("smol")
 	for i, id := range drawnFor(r, "v4", "canary", 5) { // one on b, four waiting: the queue is full
 		ad := s.Admit(&Request{Model: "smol", RequestID: id}, "k", pid(id), now)
