@@ -233,17 +233,34 @@ func (s *State) tokensToWait(req *Request, now time.Time) *NeedTokensError {
 
 // needTokens builds the NeedTokensError of a pick among s.cands for
 // served model (of base): the configured tokenizer, or the least loaded
-// candidate whose view is usable.
+// candidate whose view is usable. Asking adds no load, so the candidates
+// equally loaded take turns: a burst of requests does not all tokenize
+// on one engine.
 func (s *State) needTokens(base, served string) *NeedTokensError {
 	e := &NeedTokensError{Base: base, Model: served, URL: s.cfg.Tokenizers[base]}
-	best := -1
+	least, ties := 0, 0
 	for i, u := range s.prefix.exact.usable {
-		if u && (best < 0 || s.cands[i].Load < s.cands[best].Load || s.cands[i].Load == s.cands[best].Load && s.cands[i].ID < s.cands[best].ID) {
-			best = i
+		switch {
+		case !u:
+		case ties == 0 || s.cands[i].Load < least:
+			least, ties = s.cands[i].Load, 1
+		case s.cands[i].Load == least:
+			ties++
 		}
 	}
-	if best >= 0 {
-		e.Worker = s.members[best].HTTPAddress
+	if ties == 0 {
+		return e
+	}
+	turn := int(s.asks % uint64(ties))
+	s.asks++
+	for i, u := range s.prefix.exact.usable {
+		if u && s.cands[i].Load == least {
+			if turn == 0 {
+				e.Worker = s.members[i].HTTPAddress
+				break
+			}
+			turn--
+		}
 	}
 	return e
 }

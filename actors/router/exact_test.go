@@ -537,3 +537,36 @@ func TestWaiterNotSentAwayToTokenize(t *testing.T) {
 		t.Fatalf("%d dispatched, want r3, the head, routed on a", len(d))
 	}
 }
+
+// TestTokenizeAsksTakeTurns: asking a worker for a prompt's tokens adds
+// no load to it, so a burst of picks that need tokens asks the equally
+// loaded workers in turn, not the first of them each time; a busier one
+// is asked only when no other is usable.
+func TestTokenizeAsksTakeTurns(t *testing.T) {
+	s := exactState(t, Config{}, "a", "b", "c", "d")
+	for i, id := range []string{"a", "b", "c", "d"} {
+		x := caWorker(id)
+		x.HTTPAddress = fmt.Sprintf("127.0.0.1:%d", 8001+i)
+		s.SetWorker(x)
+		events(t, s, id, kvindex.Exact)
+	}
+	busy := s.workers["d"].HTTPAddress
+	s.sent("d") // one in flight: not among the least loaded
+	asked := map[string]int{}
+	for i := range 12 {
+		_, err := s.Pick(&Request{Model: "m", RequestID: fmt.Sprint("r", i), Prompt: words(fmt.Sprint("p", i), 400)}, now)
+		var nt *NeedTokensError
+		if !errors.As(err, &nt) {
+			t.Fatalf("pick %d: %v, want a request for tokens", i, err)
+		}
+		asked[nt.Worker]++
+	}
+	if len(asked) != 3 || asked[busy] != 0 {
+		t.Fatalf("asked %v: want the three idle workers in turn, four times each, and not %s", asked, busy)
+	}
+	for w, n := range asked {
+		if n != 4 {
+			t.Fatalf("asked %v: %s %d times, want 4", asked, w, n)
+		}
+	}
+}

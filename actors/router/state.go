@@ -198,6 +198,7 @@ type State struct {
 	prefix   *cacheState        // the cache_aware policy's index; nil for others
 	exact    *kvindex.Index     // the exact views (cache_aware only)
 	needTok  *NeedTokensError   // set by a pick that needs the prompt's tokens
+	asks     uint64             // tokenize asks made (needTokens), to take turns among equals
 	// agreements are the prefix index's agreement with the exact picks,
 	// per base model (agreement.go).
 	agreements map[string]*agreement
